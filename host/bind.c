@@ -1,0 +1,110 @@
+/* Shared binding helpers: errors, tensor userdata, shapes and options. */
+#include "bind.h"
+
+#include <string.h>
+
+int tf_lua_raise(lua_State *L, tf_status st, const char *fname) {
+  const char *msg = tf_last_error();
+  if (st == TF_ERR_OOM) {
+    lua_pushfstring(L, "%s (in %s)", msg, fname);
+    return lua_error(L);
+  }
+  return luaL_error(L, "%s: %s", fname, msg);
+}
+
+tf_tensor *tf_lua_totensor(lua_State *L, int idx) {
+  tf_lua_tensor *u = luaL_testudata(L, idx, TF_TENSOR_TYPE);
+  return u ? u->t : NULL;
+}
+
+tf_tensor *tf_lua_checktensor(lua_State *L, int idx) {
+  tf_lua_tensor *u = luaL_checkudata(L, idx, TF_TENSOR_TYPE);
+  if (!u->t) luaL_argerror(L, idx, "tensor has been freed");
+  return u->t;
+}
+
+/* Device bytes the Lua GC cannot see: after this many new bytes of tensors,
+ * a full collection returns the storage of unreachable tensors. */
+static size_t tf_gc_debt;
+enum { TF_GC_DEBT_MIN = 256 << 20 };
+
+void tf_lua_pushtensor(lua_State *L, tf_tensor *t) {
+  tf_lua_tensor *u = lua_newuserdatauv(L, sizeof *u, 0);
+  u->t = t;
+  luaL_setmetatable(L, TF_TENSOR_TYPE);
+  if (t->storage->refcount == 1) {
+    tf_gc_debt += t->storage->nbytes;
+    tf_device_ctx *ctx;
+    if (tf_gc_debt > TF_GC_DEBT_MIN && tf_device_ctx_get(t->device, &ctx) == TF_OK &&
+        tf_gc_debt > ctx->alloc.stats.allocated / 2) {
+      tf_gc_debt = 0;
+      lua_gc(L, LUA_GCCOLLECT);
+    }
+  }
+}
+
+int tf_lua_checkshape(lua_State *L, int idx, tf_shape *shape, int allow_infer) {
+  shape->ndim = 0;
+  int next = idx;
+  if (lua_istable(L, idx) && !luaL_testudata(L, idx, TF_TENSOR_TYPE)) {
+    lua_Integer n = (lua_Integer)lua_rawlen(L, idx);
+    if (n > TF_MAX_DIMS) luaL_argerror(L, idx, "a shape has at most 8 dimensions");
+    for (lua_Integer i = 1; i <= n; i++) {
+      lua_rawgeti(L, idx, i);
+      int ok;
+      lua_Integer d = lua_tointegerx(L, -1, &ok);
+      lua_pop(L, 1);
+      if (!ok) luaL_argerror(L, idx, lua_pushfstring(L, "shape entry %d is not an integer", (int)i));
+      shape->dims[shape->ndim++] = d;
+    }
+    next = idx + 1;
+  } else {
+    while (lua_isinteger(L, next) || (lua_type(L, next) == LUA_TNUMBER)) {
+      int ok;
+      lua_Integer d = lua_tointegerx(L, next, &ok);
+      if (!ok) luaL_argerror(L, next, "shape entries must be integers");
+      if (shape->ndim == TF_MAX_DIMS) luaL_argerror(L, next, "a shape has at most 8 dimensions");
+      shape->dims[shape->ndim++] = d;
+      next++;
+    }
+  }
+  for (int i = 0; i < shape->ndim; i++)
+    if (shape->dims[i] < 0 && !(allow_infer && shape->dims[i] == -1))
+      luaL_argerror(L, idx, lua_pushfstring(L, "negative dimension %d", (int)shape->dims[i]));
+  return next;
+}
+
+tf_dtype tf_lua_checkdtype(lua_State *L, int idx) {
+  tf_dtype d;
+  if (tf_dtype_parse(luaL_checkstring(L, idx), &d) != TF_OK) luaL_argerror(L, idx, tf_last_error());
+  return d;
+}
+
+tf_device tf_lua_checkdevice(lua_State *L, int idx) {
+  if (lua_isnoneornil(L, idx)) return tf_default_device();
+  tf_device d;
+  if (tf_device_parse(luaL_checkstring(L, idx), &d) != TF_OK) luaL_argerror(L, idx, tf_last_error());
+  return d;
+}
+
+void tf_lua_checkopts(lua_State *L, int idx, tf_dtype *dtype, tf_device *device, tf_dtype default_dtype) {
+  *dtype = default_dtype;
+  *device = tf_default_device();
+  if (lua_isnoneornil(L, idx)) return;
+  luaL_checktype(L, idx, LUA_TTABLE);
+  lua_pushnil(L);
+  while (lua_next(L, idx)) {
+    const char *key = lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : NULL;
+    if (key && strcmp(key, "dtype") == 0) {
+      if (tf_dtype_parse(luaL_tolstring(L, -1, NULL), dtype) != TF_OK) luaL_argerror(L, idx, tf_last_error());
+      lua_pop(L, 1);
+    } else if (key && strcmp(key, "device") == 0) {
+      if (tf_device_parse(luaL_tolstring(L, -1, NULL), device) != TF_OK) luaL_argerror(L, idx, tf_last_error());
+      lua_pop(L, 1);
+    } else {
+      luaL_argerror(L, idx,
+                    lua_pushfstring(L, "unknown option '%s' (expected dtype or device)", luaL_tolstring(L, -2, NULL)));
+    }
+    lua_pop(L, 1);
+  }
+}

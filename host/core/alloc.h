@@ -1,0 +1,104 @@
+/* The caching allocator, one per device.
+ *
+ * Memory is obtained from the device in segments (one raw allocation each),
+ * carved into blocks, and blocks are cached for reuse when freed: the same
+ * scheme as PyTorch's CUDA caching allocator (512-byte rounding; a small pool
+ * of 2 MiB segments for requests up to 1 MiB; a large pool of 20 MiB segments
+ * or exact 2 MiB multiples; best-fit with splitting; neighbours merge on
+ * free). The CPU backend uses it too, so its accounting is tested everywhere.
+ *
+ * On a failed raw allocation the allocator first asks its owner to reclaim
+ * (the Lua host runs a full garbage collection there, which may free
+ * tensors), then releases its cached segments, retries once, and only then
+ * reports "out of memory". */
+#ifndef TF_ALLOC_H
+#define TF_ALLOC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct tf_segment tf_segment;
+
+typedef struct tf_block {
+  void *ptr;
+  size_t size;      /* bytes this block spans (rounded) */
+  size_t requested; /* bytes asked for, while allocated */
+  bool allocated;
+  tf_segment *segment;
+  struct tf_block *prev, *next;           /* neighbours in the segment, by address */
+  struct tf_block *free_prev, *free_next; /* position in the pool's free list */
+} tf_block;
+
+typedef struct tf_alloc_stats {
+  size_t allocated;      /* bytes in live blocks (rounded sizes) */
+  size_t requested;      /* bytes asked for by live blocks */
+  size_t reserved;       /* bytes in segments obtained from the device */
+  size_t peak_allocated;
+  size_t peak_reserved;
+  uint64_t num_allocs;   /* blocks handed out, ever */
+  uint64_t num_frees;    /* blocks returned, ever */
+  uint64_t num_segments; /* segments held now */
+  uint64_t num_segment_allocs;
+  uint64_t num_segment_frees;
+  uint64_t num_ooms;
+  uint64_t active_blocks; /* blocks allocated now */
+} tf_alloc_stats;
+
+typedef struct tf_alloc_backend {
+  /* Raw device allocation: TF_ERR_OOM when the device has no room. */
+  tf_status (*alloc)(void *ctx, size_t bytes, void **ptr);
+  void (*free)(void *ctx, void *ptr);
+  void *ctx;
+} tf_alloc_backend;
+
+typedef struct tf_pool {
+  tf_block *free_head; /* free blocks sorted by (size, address) */
+} tf_pool;
+
+typedef struct tf_allocator {
+  const char *device_name;
+  tf_alloc_backend raw;
+  tf_pool small, large;
+  tf_segment *segments;
+  size_t limit; /* 0: no limit besides the device's own */
+  tf_alloc_stats stats;
+} tf_allocator;
+
+/* Called before a failed allocation is reported, so the owner can free
+ * memory it holds indirectly (garbage tensors); process-wide. */
+typedef void (*tf_reclaim_fn)(void *ud);
+void tf_alloc_set_reclaim_hook(tf_reclaim_fn fn, void *ud);
+
+void tf_alloc_init(tf_allocator *a, const char *device_name, tf_alloc_backend raw);
+/* Releases every segment; blocks still allocated are leaked to the device
+ * (reported by the return value: the number of live blocks). */
+uint64_t tf_alloc_destroy(tf_allocator *a);
+
+tf_status tf_alloc(tf_allocator *a, size_t bytes, tf_block **out);
+void tf_alloc_free(tf_allocator *a, tf_block *b);
+
+/* Returns cached segments that hold no live block to the device. */
+void tf_alloc_empty_cache(tf_allocator *a);
+void tf_alloc_reset_peak(tf_allocator *a);
+/* Caps reserved memory (bytes, 0 for none): lets tests and users provoke
+ * and study out-of-memory without filling a whole device. */
+void tf_alloc_set_limit(tf_allocator *a, size_t limit);
+
+/* Size-rounding and segment-size rules, exposed for tests. */
+size_t tf_alloc_round(size_t bytes);
+size_t tf_alloc_segment_size(size_t rounded);
+
+/* Human-readable bytes ("1.50 GiB") into buf. */
+const char *tf_format_bytes(size_t bytes, char *buf, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

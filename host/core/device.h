@@ -1,0 +1,93 @@
+/* Devices and their per-device state.
+ *
+ * Every device (the CPU and each CUDA GPU) has its own context: backend,
+ * caching allocator, random generator and backend state (stream, cuBLAS
+ * handle). Nothing device-specific lives in a process-wide global, so one
+ * process can later drive one GPU of several (data-parallel ranks). */
+#ifndef TF_DEVICE_H
+#define TF_DEVICE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "alloc.h"
+#include "status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum tf_device_type { TF_DEV_CPU = 0, TF_DEV_CUDA = 1 } tf_device_type;
+
+typedef struct tf_device {
+  int type;  /* tf_device_type */
+  int index; /* 0 for the CPU */
+} tf_device;
+
+enum { TF_MAX_CUDA_DEVICES = 16 };
+
+typedef struct tf_backend tf_backend;
+
+typedef struct tf_device_ctx {
+  tf_device device;
+  const tf_backend *backend;
+  tf_allocator alloc;
+  uint64_t rng_seed;   /* Philox key */
+  uint64_t rng_offset; /* Philox counter consumed so far */
+  bool allow_tf32;     /* f32 matmuls may use TF32 tensor cores */
+  void *backend_state; /* stream, cuBLAS handle, ... (CUDA) */
+  bool ready;
+} tf_device_ctx;
+
+/* Static facts about a device, for results files and tf.device(). */
+typedef struct tf_device_info {
+  char name[128];
+  size_t total_memory;
+  int multiprocessors;
+  int cc_major, cc_minor;
+  int driver_version;  /* e.g. 13000 */
+  int runtime_version; /* CUDA runtime the binary was linked with */
+  int blas_version;    /* cuBLAS */
+} tf_device_info;
+
+static inline tf_device tf_cpu(void) { return (tf_device){TF_DEV_CPU, 0}; }
+static inline bool tf_device_eq(tf_device a, tf_device b) { return a.type == b.type && a.index == b.index; }
+
+/* "cpu", "cuda", "cuda:N", "gpu" */
+tf_status tf_device_parse(const char *s, tf_device *out);
+/* "cpu" or "cuda:N" */
+void tf_device_format(tf_device d, char *buf, size_t n);
+
+/* Whether this build has the CUDA backend, and how many GPUs it sees. */
+bool tf_cuda_compiled(void);
+int tf_cuda_device_count(void);
+
+/* The context of a device, initialised on first use. Fails with a clear
+ * message for a GPU when there is none, or an index out of range. */
+tf_status tf_device_ctx_get(tf_device d, tf_device_ctx **out);
+
+/* Each device that has been used so far, in order; NULL past the end. */
+tf_device_ctx *tf_device_ctx_at(int i);
+
+/* The device tensors go to when a script names none: cuda:0 when a GPU is
+ * present, else the CPU, unless changed (--device). */
+tf_device tf_default_device(void);
+tf_status tf_set_default_device(tf_device d);
+
+tf_status tf_device_info_get(tf_device d, tf_device_info *info);
+
+/* Waits for all work queued on the device. */
+tf_status tf_device_sync(tf_device d);
+
+/* Reseeds every device's generator (and those created later). */
+void tf_seed_all(uint64_t seed);
+uint64_t tf_current_seed(void);
+
+/* Releases every device context (at exit). */
+void tf_devices_shutdown(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,67 @@
+/* Dtype conversion and strided copies, fill, arange and random numbers on
+ * the CPU (element conversion rules: core/elemio.h). */
+#include <math.h>
+#include <string.h>
+
+#include "../core/philox.h"
+#include "../core/elemio.h"
+#include "cpu.h"
+
+typedef struct {
+  const char *src;
+  char *dst;
+  tf_dtype sd, dd;
+} tf_cpu_convert_job;
+
+static void tf_cpu_convert_rows(void *ud, int64_t oo, int64_t o0, int64_t o1, int64_t n, int64_t s0, int64_t s1) {
+  (void)o1, (void)s1;
+  tf_cpu_convert_job *j = ud;
+  size_t ss = tf_dtype_size(j->sd), ds = tf_dtype_size(j->dd);
+  const char *src = j->src + o0 * (int64_t)ss;
+  char *dst = j->dst + oo * (int64_t)ds;
+  if (j->sd == j->dd) {
+    if (s0 == 1)
+      memcpy(dst, src, (size_t)n * ss);
+    else
+      for (int64_t i = 0; i < n; i++) memcpy(dst + i * (int64_t)ss, src + i * s0 * (int64_t)ss, ss);
+    return;
+  }
+  for (int64_t i = 0; i < n; i++) tf_elem_convert(dst, j->dd, i, src, j->sd, i * s0);
+}
+
+tf_status tf_cpu_convert(tf_device_ctx *ctx, const tf_tensor *src, tf_tensor *dst) {
+  (void)ctx;
+  tf_cpu_convert_job job = {src->storage->data, dst->storage->data, src->dtype, dst->dtype};
+  tf_cpu_for_rows(dst, src, NULL, tf_cpu_convert_rows, &job);
+  return TF_OK;
+}
+
+tf_status tf_cpu_fill(tf_device_ctx *ctx, tf_tensor *out, double value) {
+  (void)ctx;
+  int64_t n = tf_tensor_numel(out);
+  void *data = tf_tensor_data(out);
+  size_t es = tf_dtype_size(out->dtype);
+  tf_elem_set(data, out->dtype, 0, value);
+  for (int64_t i = 1; i < n; i++) memcpy((char *)data + i * (int64_t)es, data, es);
+  return TF_OK;
+}
+
+tf_status tf_cpu_arange(tf_device_ctx *ctx, tf_tensor *out, double start, double step) {
+  (void)ctx;
+  int64_t n = tf_tensor_numel(out);
+  void *data = tf_tensor_data(out);
+  for (int64_t i = 0; i < n; i++) tf_elem_set(data, out->dtype, i, start + (double)i * step);
+  return TF_OK;
+}
+
+tf_status tf_cpu_random(tf_device_ctx *ctx, tf_tensor *out, const tf_random_args *args) {
+  (void)ctx;
+  int64_t n = tf_tensor_numel(out);
+  void *data = tf_tensor_data(out);
+  for (int64_t blk = 0; blk * 4 < n; blk++) {
+    tf_philox_block b = tf_philox(args->seed, args->offset + (uint64_t)blk);
+    for (int j = 0; j < 4 && blk * 4 + j < n; j++)
+      tf_elem_set(data, out->dtype, blk * 4 + j, tf_det_random_value(b, j, (int)args->kind, args->a, args->b));
+  }
+  return TF_OK;
+}

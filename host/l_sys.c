@@ -1,0 +1,171 @@
+/* Devices, seeds, versions and the environment: what results files record. */
+#include <stdio.h>
+#include <string.h>
+#include <sys/utsname.h>
+#include <unistd.h>
+
+#include "bind.h"
+#include "embedded.h"
+#include "luahost.h"
+
+/* tf.device([device]): "cpu" or "cuda:0 (NVIDIA H100 80GB HBM3)". */
+static int tf_l_device(lua_State *L) {
+  tf_device d = tf_lua_checkdevice(L, 1);
+  char name[32];
+  tf_device_format(d, name, sizeof name);
+  if (d.type == TF_DEV_CPU) {
+    lua_pushstring(L, name);
+    return 1;
+  }
+  tf_device_info info;
+  TF_LUA_CHECK(L, tf_device_info_get(d, &info), "tf.device");
+  lua_pushfstring(L, "%s (%s)", name, info.name);
+  return 1;
+}
+
+/* tf.default_device(): the short name of the device tensors go to by default. */
+static int tf_l_default_device(lua_State *L) {
+  char name[32];
+  tf_device_format(tf_default_device(), name, sizeof name);
+  lua_pushstring(L, name);
+  return 1;
+}
+
+static int tf_l_set_device(lua_State *L) {
+  TF_LUA_CHECK(L, tf_set_default_device(tf_lua_checkdevice(L, 1)), "tf.set_device");
+  return 0;
+}
+
+#define TF_SET_INT(L, field, value) (lua_pushinteger(L, (lua_Integer)(value)), lua_setfield(L, -2, field))
+
+/* tf.device_info([device]) -> {name, type, index, total_memory, multiprocessors,
+ * compute_capability, driver_version, runtime_version, blas_version}. */
+static int tf_l_device_info(lua_State *L) {
+  tf_device d = tf_lua_checkdevice(L, 1);
+  tf_device_info info;
+  TF_LUA_CHECK(L, tf_device_info_get(d, &info), "tf.device_info");
+  char name[32];
+  tf_device_format(d, name, sizeof name);
+  lua_createtable(L, 0, 10);
+  lua_pushstring(L, name);
+  lua_setfield(L, -2, "device");
+  lua_pushstring(L, info.name);
+  lua_setfield(L, -2, "name");
+  lua_pushstring(L, d.type == TF_DEV_CPU ? "cpu" : "cuda");
+  lua_setfield(L, -2, "type");
+  TF_SET_INT(L, "index", d.index);
+  TF_SET_INT(L, "total_memory", info.total_memory);
+  TF_SET_INT(L, "multiprocessors", info.multiprocessors);
+  if (d.type == TF_DEV_CUDA) {
+    lua_pushfstring(L, "%d.%d", info.cc_major, info.cc_minor);
+    lua_setfield(L, -2, "compute_capability");
+    TF_SET_INT(L, "driver_version", info.driver_version);
+    TF_SET_INT(L, "runtime_version", info.runtime_version);
+    TF_SET_INT(L, "blas_version", info.blas_version);
+  }
+  return 1;
+}
+
+static int tf_l_cuda_available(lua_State *L) {
+  lua_pushboolean(L, tf_cuda_device_count() > 0);
+  return 1;
+}
+
+static int tf_l_cuda_device_count(lua_State *L) {
+  lua_pushinteger(L, tf_cuda_device_count());
+  return 1;
+}
+
+static int tf_l_cuda_compiled(lua_State *L) {
+  lua_pushboolean(L, tf_cuda_compiled());
+  return 1;
+}
+
+/* tf.seed(n): reseeds every device's generator. */
+static int tf_l_seed(lua_State *L) {
+  lua_Integer seed = luaL_checkinteger(L, 1);
+  tf_seed_all((uint64_t)seed);
+  return 0;
+}
+
+static int tf_l_initial_seed(lua_State *L) {
+  lua_pushinteger(L, (lua_Integer)tf_current_seed());
+  return 1;
+}
+
+/* tf.allow_tf32(on [, device]) -> previous setting: f32 matmuls may use TF32. */
+static int tf_l_allow_tf32(lua_State *L) {
+  tf_device_ctx *ctx;
+  TF_LUA_CHECK(L, tf_device_ctx_get(tf_lua_checkdevice(L, 2), &ctx), "tf.allow_tf32");
+  bool previous = ctx->allow_tf32;
+  if (!lua_isnone(L, 1)) ctx->allow_tf32 = lua_toboolean(L, 1);
+  lua_pushboolean(L, previous);
+  return 1;
+}
+
+/* tf.sysinfo() -> {hostname, os, kernel, machine, lua, cpu, cpu_cores, lua_heap_used, lua_heap_limit} */
+static int tf_l_sysinfo(lua_State *L) {
+  lua_createtable(L, 0, 8);
+  char host[256] = "";
+  if (gethostname(host, sizeof host - 1) == 0) {
+    lua_pushstring(L, host);
+    lua_setfield(L, -2, "hostname");
+  }
+  struct utsname u;
+  if (uname(&u) == 0) {
+    lua_pushstring(L, u.sysname);
+    lua_setfield(L, -2, "os");
+    lua_pushstring(L, u.release);
+    lua_setfield(L, -2, "kernel");
+    lua_pushstring(L, u.machine);
+    lua_setfield(L, -2, "machine");
+  }
+  lua_pushstring(L, LUA_RELEASE);
+  lua_setfield(L, -2, "lua");
+  tf_device_info info;
+  if (tf_device_info_get(tf_cpu(), &info) == TF_OK) {
+    lua_pushstring(L, info.name);
+    lua_setfield(L, -2, "cpu");
+    TF_SET_INT(L, "cpu_cores", info.multiprocessors);
+    TF_SET_INT(L, "host_memory", info.total_memory);
+  }
+  TF_SET_INT(L, "lua_heap_used", tf_lua_heap_used(L));
+  TF_SET_INT(L, "lua_heap_limit", tf_lua_heap_limit(L));
+  return 1;
+}
+
+static const luaL_Reg tf_sys_functions[] = {
+    {"device", tf_l_device},
+    {"default_device", tf_l_default_device},
+    {"set_device", tf_l_set_device},
+    {"device_info", tf_l_device_info},
+    {"cuda_available", tf_l_cuda_available},
+    {"cuda_device_count", tf_l_cuda_device_count},
+    {"cuda_compiled", tf_l_cuda_compiled},
+    {"seed", tf_l_seed},
+    {"initial_seed", tf_l_initial_seed},
+    {"allow_tf32", tf_l_allow_tf32},
+    {"sysinfo", tf_l_sysinfo},
+    {NULL, NULL},
+};
+
+void tf_open_sys(lua_State *L) {
+  luaL_setfuncs(L, tf_sys_functions, 0);
+  lua_pushstring(L, tf_version);
+  lua_setfield(L, -2, "version");
+  lua_pushstring(L, tf_commit);
+  lua_setfield(L, -2, "commit");
+  lua_pushstring(L, tf_build_options);
+  lua_setfield(L, -2, "build_options");
+}
+
+int luaopen_tf_core(lua_State *L) {
+  lua_newtable(L);
+  tf_open_tensor(L);
+  tf_open_mem(L);
+  tf_open_timer(L);
+  tf_open_json(L);
+  tf_open_sys(L);
+  tf_lua_open_exit(L);
+  return 1;
+}

@@ -1,0 +1,185 @@
+#include "luahost.h"
+
+#include <lauxlib.h>
+#include <lualib.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TF_EXIT_TYPE "tf.Exit"
+
+typedef struct tf_lua_heap {
+  size_t used, limit;
+} tf_lua_heap;
+
+/* Lua's allocator with accounting: a runaway script gets Lua's own
+ * "not enough memory" error instead of exhausting the machine. */
+static void *tf_lua_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
+  tf_lua_heap *h = ud;
+  size_t old = ptr ? osize : 0;
+  if (nsize == 0) {
+    free(ptr);
+    h->used -= old;
+    return NULL;
+  }
+  if (h->limit && nsize > old && h->used - old + nsize > h->limit) return NULL;
+  void *p = realloc(ptr, nsize);
+  if (!p) return NULL;
+  h->used = h->used - old + nsize;
+  return p;
+}
+
+static int tf_lua_panic(lua_State *L) {
+  const char *msg = lua_tostring(L, -1);
+  fprintf(stderr, "tfhost: unprotected error: %s\n", msg ? msg : "(not a string)");
+  return 0; /* Lua aborts after this; every call is protected, so this is a bug */
+}
+
+
+/* Lua's warning protocol ("@on", "@off", pieces continued with tocont). */
+static int tf_warn_on = 0, tf_warn_cont = 0;
+static void tf_lua_warn(void *ud, const char *msg, int tocont) {
+  (void)ud;
+  if (!tf_warn_cont && !tocont && msg[0] == '@') {
+    if (strcmp(msg, "@on") == 0) tf_warn_on = 1;
+    if (strcmp(msg, "@off") == 0) tf_warn_on = 0;
+    return;
+  }
+  if (tf_warn_on) {
+    if (!tf_warn_cont) fputs("tfhost: warning: ", stderr);
+    fputs(msg, stderr);
+    if (!tocont) fputc('\n', stderr);
+  }
+  tf_warn_cont = tocont;
+}
+
+lua_State *tf_lua_newstate(size_t heap_limit) {
+  tf_lua_heap *heap = calloc(1, sizeof *heap);
+  if (!heap) return NULL;
+  heap->limit = heap_limit;
+  lua_State *L = lua_newstate(tf_lua_alloc, heap);
+  if (!L) {
+    free(heap);
+    return NULL;
+  }
+  lua_atpanic(L, tf_lua_panic);
+  lua_setwarnf(L, tf_lua_warn, NULL);
+  return L;
+}
+
+static tf_lua_heap *tf_lua_heap_of(lua_State *L) {
+  void *ud;
+  lua_getallocf(L, &ud);
+  return ud;
+}
+
+size_t tf_lua_heap_limit(lua_State *L) { return tf_lua_heap_of(L)->limit; }
+size_t tf_lua_heap_used(lua_State *L) { return tf_lua_heap_of(L)->used; }
+
+/* ---- Ctrl-C, as lua.c: the signal handler only sets a hook; the hook
+ * raises "interrupted!" at the next Lua instruction. ---- */
+
+static lua_State *tf_running_L;
+
+static void tf_lua_stop(lua_State *L, lua_Debug *ar) {
+  (void)ar;
+  lua_sethook(L, NULL, 0, 0);
+  luaL_error(L, "interrupted!");
+}
+
+static void tf_lua_sigint(int sig) {
+  signal(sig, SIG_DFL); /* a second Ctrl-C terminates */
+  lua_sethook(tf_running_L, tf_lua_stop, LUA_MASKCALL | LUA_MASKRET | LUA_MASKCOUNT, 1);
+}
+
+static int tf_lua_msghandler(lua_State *L) {
+  if (luaL_testudata(L, 1, TF_EXIT_TYPE)) return 1; /* exit requests pass through */
+  const char *msg = lua_tostring(L, 1);
+  if (msg == NULL) {
+    if (luaL_callmeta(L, 1, "__tostring") && lua_type(L, -1) == LUA_TSTRING) return 1;
+    msg = lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
+  }
+  luaL_traceback(L, L, msg, 1);
+  return 1;
+}
+
+int tf_lua_docall(lua_State *L, int narg, int nres) {
+  int base = lua_gettop(L) - narg;
+  lua_pushcfunction(L, tf_lua_msghandler);
+  lua_insert(L, base);
+  lua_State *outer = tf_running_L;
+  tf_running_L = L;
+  void (*previous)(int) = signal(SIGINT, tf_lua_sigint);
+  int status = lua_pcall(L, narg, nres, base);
+  signal(SIGINT, previous);
+  tf_running_L = outer;
+  lua_remove(L, base);
+  return status;
+}
+
+int tf_lua_report(lua_State *L, int status) {
+  if (status == LUA_OK) return status;
+  const char *msg = lua_tostring(L, -1);
+  if (!msg) msg = "(error object is not a string)";
+  if (status == LUA_ERRMEM)
+    fprintf(stderr, "tfhost: %s (Lua heap: %zu MiB in use, limit %zu MiB; set TFHOST_LUA_MEMORY to change it)\n",
+            msg, tf_lua_heap_used(L) >> 20, tf_lua_heap_limit(L) >> 20);
+  else
+    fprintf(stderr, "tfhost: %s\n", msg);
+  fflush(stderr);
+  lua_pop(L, 1);
+  return status;
+}
+
+/* ---- tf.exit: a clean, deliberate exit that unwinds (closing <close>
+ * variables) instead of calling exit() from inside Lua. ---- */
+
+typedef struct tf_exit_request {
+  int code;
+} tf_exit_request;
+
+bool tf_lua_exit_request(lua_State *L, int *code) {
+  tf_exit_request *req = luaL_testudata(L, -1, TF_EXIT_TYPE);
+  if (!req) return false;
+  *code = req->code;
+  lua_getiuservalue(L, -1, 1);
+  if (lua_isstring(L, -1)) {
+    FILE *to = req->code == 0 ? stdout : stderr;
+    fputs(lua_tostring(L, -1), to);
+    fflush(to);
+  }
+  lua_pop(L, 2);
+  return true;
+}
+
+/* tf.exit([code [, message]]): message goes to stdout for code 0, else stderr. */
+static int tf_lua_exit(lua_State *L) {
+  int code = (int)luaL_optinteger(L, 1, 0);
+  if (lua_isboolean(L, 1)) code = lua_toboolean(L, 1) ? 0 : 1;
+  const char *msg = luaL_optstring(L, 2, NULL);
+  tf_exit_request *req = lua_newuserdatauv(L, sizeof *req, 1);
+  req->code = code;
+  if (msg) {
+    lua_pushstring(L, msg);
+    lua_setiuservalue(L, -2, 1);
+  }
+  luaL_setmetatable(L, TF_EXIT_TYPE);
+  return lua_error(L);
+}
+
+static int tf_exit_tostring(lua_State *L) {
+  tf_exit_request *req = luaL_checkudata(L, 1, TF_EXIT_TYPE);
+  lua_pushfstring(L, "tf.exit(%d)", req->code);
+  return 1;
+}
+
+void tf_lua_open_exit(lua_State *L) {
+  if (luaL_newmetatable(L, TF_EXIT_TYPE)) {
+    lua_pushcfunction(L, tf_exit_tostring);
+    lua_setfield(L, -2, "__tostring");
+  }
+  lua_pop(L, 1);
+  lua_pushcfunction(L, tf_lua_exit);
+  lua_setfield(L, -2, "exit");
+}

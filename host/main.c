@@ -1,0 +1,294 @@
+/* tfhost: the command line, shaped like Lua's own lua.c.
+ *
+ *   tfhost [options] [script [args]]
+ *
+ * main() parses tfhost's own options, then runs everything else inside one
+ * protected call (tf_pmain): the runtime, -e/-l in order, the script with
+ * its arguments, and the REPL. Exit codes: 0 success, 1 script error,
+ * 2 usage error. */
+#include <lauxlib.h>
+#include <lualib.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "bind.h"
+#include "embedded.h"
+#include "luahost.h"
+#include "repl.h"
+#include "runtime.h"
+
+typedef struct tf_cli {
+  int argc;
+  char **argv;
+  int script;          /* index of the script in argv; argc when none */
+  bool stdin_script;   /* the script is "-" */
+  bool interactive;    /* -i */
+  bool version;        /* -v */
+  bool warnings;       /* -W */
+  bool has_exec;       /* some -e */
+  bool help;           /* -h, --help */
+  const char *device;  /* --device */
+  const char *seed;    /* --seed */
+  int exit_code;
+} tf_cli;
+
+static void tf_print_usage(FILE *to) {
+  fputs("usage: tfhost [options] [script [args]]\n"
+        "Runs a Lua script, or the interactive REPL, with the tf engine loaded.\n"
+        "\n"
+        "Options:\n"
+        "  -e stat        execute string 'stat'\n"
+        "  -l mod         require module 'mod' into global 'mod' (-l g=mod: into global 'g')\n"
+        "  -i             enter interactive mode after running the script\n"
+        "  -v             show version information\n"
+        "  -W             turn Lua warnings on\n"
+        "  --device DEV   default device: cpu, cuda or cuda:N (default: cuda:0 when a GPU is present)\n"
+        "  --seed N       seed of the random number generators (default 0)\n"
+        "  -h, --help     show this help\n"
+        "  --             stop handling options\n"
+        "  -              run the script read from stdin\n"
+        "\n"
+        "A script's own options are listed by: tfhost script.lua --help\n"
+        "Environment: TFHOST_LUA_MEMORY caps the Lua heap (for example 512M or 8G).\n",
+        to);
+}
+
+static int tf_usage_error(const char *fmt, const char *arg) {
+  fputs("tfhost: ", stderr);
+  fprintf(stderr, fmt, arg);
+  fputs("\n(run tfhost --help for usage)\n", stderr);
+  return TF_EXIT_USAGE;
+}
+
+/* Takes the value of an option given as "--opt value" or "--opt=value". */
+static const char *tf_option_value(tf_cli *cli, int *i, const char *name) {
+  const char *a = cli->argv[*i];
+  size_t n = strlen(name);
+  if (a[n] == '=') return a + n + 1;
+  if (*i + 1 >= cli->argc) return NULL;
+  return cli->argv[++*i];
+}
+
+/* Scans tfhost's own options up to the script; 0 or an exit code. */
+static int tf_cli_parse(tf_cli *cli) {
+  cli->script = cli->argc;
+  for (int i = 1; i < cli->argc; i++) {
+    const char *a = cli->argv[i];
+    if (a[0] != '-' || strcmp(a, "-") == 0) {
+      cli->script = i;
+      cli->stdin_script = strcmp(a, "-") == 0;
+      return 0;
+    }
+    if (strcmp(a, "--") == 0) {
+      if (i + 1 < cli->argc) cli->script = i + 1;
+      return 0;
+    }
+    if (strcmp(a, "-i") == 0) {
+      cli->interactive = true;
+    } else if (strcmp(a, "-v") == 0) {
+      cli->version = true;
+    } else if (strcmp(a, "-W") == 0) {
+      cli->warnings = true;
+    } else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+      cli->help = true;
+    } else if (strcmp(a, "-e") == 0 || strcmp(a, "-l") == 0) {
+      if (i + 1 >= cli->argc) return tf_usage_error("option '%s' needs an argument", a);
+      cli->has_exec = cli->has_exec || a[1] == 'e';
+      i++;
+    } else if (strncmp(a, "-e", 2) == 0 || strncmp(a, "-l", 2) == 0) {
+      cli->has_exec = cli->has_exec || a[1] == 'e'; /* -estat, -lmod */
+    } else if (strncmp(a, "--device", 8) == 0 && (a[8] == '\0' || a[8] == '=')) {
+      if (!(cli->device = tf_option_value(cli, &i, "--device")))
+        return tf_usage_error("option '%s' needs an argument", "--device");
+    } else if (strncmp(a, "--seed", 6) == 0 && (a[6] == '\0' || a[6] == '=')) {
+      if (!(cli->seed = tf_option_value(cli, &i, "--seed")))
+        return tf_usage_error("option '%s' needs an argument", "--seed");
+    } else {
+      return tf_usage_error("unrecognized option '%s'", a);
+    }
+  }
+  return 0;
+}
+
+/* arg = {[0] = script, script args at 1..n, tfhost's own args negative}. */
+static void tf_create_arg_table(lua_State *L, const tf_cli *cli) {
+  int script = cli->script;
+  lua_createtable(L, cli->argc - script, script + 1);
+  for (int i = 0; i < cli->argc; i++) {
+    lua_pushstring(L, cli->argv[i]);
+    lua_rawseti(L, -2, i - script);
+  }
+  lua_setglobal(L, "arg");
+}
+
+static void tf_print_version(void) {
+  printf("tfhost %s (commit %s), %s, %s\n", tf_version, tf_commit, LUA_RELEASE,
+         tf_cuda_compiled() ? "CUDA backend" : "CPU backend only (built without CUDA)");
+  fflush(stdout);
+}
+
+/* Reports a failed call: a tf.exit request sets its code, anything else
+ * prints the error and means exit code 1. Returns whether to go on. */
+static bool tf_handle_status(lua_State *L, tf_cli *cli, int status) {
+  if (status == LUA_OK) return true;
+  int code;
+  if (tf_lua_exit_request(L, &code)) {
+    cli->exit_code = code;
+    return false;
+  }
+  tf_lua_report(L, status);
+  cli->exit_code = TF_EXIT_SCRIPT;
+  return false;
+}
+
+static int tf_dochunk(lua_State *L, int status) {
+  if (status == LUA_OK) status = tf_lua_docall(L, 0, 0);
+  return status;
+}
+
+/* -l mod or -l g=mod */
+static int tf_dolibrary(lua_State *L, const char *spec) {
+  const char *eq = strchr(spec, '=');
+  const char *mod = eq ? eq + 1 : spec;
+  lua_getglobal(L, "require");
+  lua_pushstring(L, mod);
+  int status = tf_lua_docall(L, 1, 1);
+  if (status == LUA_OK) {
+    if (eq)
+      lua_pushlstring(L, spec, (size_t)(eq - spec));
+    else
+      lua_pushstring(L, mod);
+    lua_insert(L, -2);
+    lua_setglobal(L, lua_tostring(L, -2));
+    lua_pop(L, 1);
+  }
+  return status;
+}
+
+/* Runs the -e and -l options in the order given. */
+static bool tf_run_args(lua_State *L, tf_cli *cli) {
+  for (int i = 1; i < cli->script; i++) {
+    const char *a = cli->argv[i];
+    if (a[0] != '-' || (a[1] != 'e' && a[1] != 'l')) {
+      if ((strcmp(a, "--device") == 0 || strcmp(a, "--seed") == 0)) i++;
+      continue;
+    }
+    const char *value = a[2] ? a + 2 : cli->argv[++i];
+    int status = a[1] == 'e' ? tf_dochunk(L, luaL_loadbuffer(L, value, strlen(value), "=(command line)"))
+                             : tf_dolibrary(L, value);
+    if (!tf_handle_status(L, cli, status)) return false;
+  }
+  return true;
+}
+
+static bool tf_run_script(lua_State *L, tf_cli *cli) {
+  const char *fname = cli->stdin_script ? NULL : cli->argv[cli->script];
+  tf_runtime_add_script_dir(L, fname);
+  int status = luaL_loadfile(L, fname);
+  if (status != LUA_OK) return tf_handle_status(L, cli, status);
+  int nargs = cli->argc - cli->script - 1;
+  luaL_checkstack(L, nargs + 3, "too many arguments to script");
+  for (int i = cli->script + 1; i < cli->argc; i++) lua_pushstring(L, cli->argv[i]);
+  return tf_handle_status(L, cli, tf_lua_docall(L, nargs, 0));
+}
+
+static bool tf_apply_cli_settings(lua_State *L, tf_cli *cli) {
+  (void)L;
+  if (cli->seed) {
+    char *end;
+    long long seed = strtoll(cli->seed, &end, 10);
+    if (*cli->seed == '\0' || *end != '\0') {
+      cli->exit_code = tf_usage_error("--seed needs an integer, not '%s'", cli->seed);
+      return false;
+    }
+    tf_seed_all((uint64_t)seed);
+  }
+  if (cli->device) {
+    tf_device d;
+    if (tf_device_parse(cli->device, &d) != TF_OK || tf_set_default_device(d) != TF_OK) {
+      cli->exit_code = tf_usage_error("--device: %s", tf_last_error());
+      return false;
+    }
+  }
+  return true;
+}
+
+static int tf_pmain(lua_State *L) {
+  tf_cli *cli = lua_touserdata(L, 1);
+  lua_settop(L, 0);
+  luaL_checkversion(L);
+  if (cli->warnings) lua_warning(L, "@on", 0);
+  if (!tf_apply_cli_settings(L, cli)) return 0;
+  tf_runtime_open(L);
+  tf_create_arg_table(L, cli);
+  if (cli->version) tf_print_version();
+  if (!tf_run_args(L, cli)) return 0;
+  bool has_script = cli->script < cli->argc;
+  if (has_script && !tf_run_script(L, cli)) return 0;
+  if (cli->interactive) {
+    cli->exit_code = tf_repl(L);
+  } else if (!has_script && !cli->has_exec && !cli->version) {
+    if (isatty(STDIN_FILENO)) {
+      tf_print_version();
+      cli->exit_code = tf_repl(L);
+    } else {
+      cli->stdin_script = true;
+      cli->script = cli->argc - 1 > 0 ? cli->argc - 1 : 0;
+      tf_handle_status(L, cli, tf_dochunk(L, luaL_loadfile(L, NULL)));
+    }
+  }
+  return 0;
+}
+
+/* "512M", "8G", "1048576" -> bytes; 0 when unset or malformed. */
+static size_t tf_parse_bytes(const char *s) {
+  if (!s || !*s) return 0;
+  char *end;
+  double v = strtod(s, &end);
+  if (v <= 0) return 0;
+  switch (*end) {
+    case 'k': case 'K': v *= 1024.0; break;
+    case 'm': case 'M': v *= 1024.0 * 1024.0; break;
+    case 'g': case 'G': v *= 1024.0 * 1024.0 * 1024.0; break;
+    case '\0': break;
+    default: return 0;
+  }
+  return (size_t)v;
+}
+
+/* The Lua heap cap: TFHOST_LUA_MEMORY, else half of physical memory. */
+static size_t tf_lua_heap_cap(void) {
+  size_t from_env = tf_parse_bytes(getenv("TFHOST_LUA_MEMORY"));
+  if (from_env) return from_env;
+  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? (size_t)pages * (size_t)page / 2 : 0;
+}
+
+int main(int argc, char **argv) {
+  tf_cli cli = {.argc = argc, .argv = argv};
+  int code = tf_cli_parse(&cli);
+  if (code != 0) return code;
+  if (cli.help) {
+    tf_print_usage(stdout);
+    return TF_EXIT_OK;
+  }
+  lua_State *L = tf_lua_newstate(tf_lua_heap_cap());
+  if (!L) {
+    fputs("tfhost: cannot create the Lua state: not enough memory\n", stderr);
+    return TF_EXIT_SCRIPT;
+  }
+  lua_pushcfunction(L, tf_pmain);
+  lua_pushlightuserdata(L, &cli);
+  int status = lua_pcall(L, 1, 0, 0);
+  if (status != LUA_OK) {
+    tf_lua_report(L, status);
+    cli.exit_code = TF_EXIT_SCRIPT;
+  }
+  fflush(stdout);
+  lua_close(L);
+  tf_devices_shutdown();
+  return cli.exit_code;
+}

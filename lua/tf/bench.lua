@@ -1,0 +1,53 @@
+--- Benchmarking: time a function with device synchronisation.
+local M = {}
+
+--- Statistics of a list of samples (ms): mean, std (n - 1), median, min, max.
+function M.summarize(samples)
+  local n = #samples
+  local s = { samples = samples, n = n }
+  if n == 0 then return s end
+  local sum, min, max = 0, math.huge, -math.huge
+  for _, v in ipairs(samples) do
+    sum = sum + v
+    if v < min then min = v end
+    if v > max then max = v end
+  end
+  local mean = sum / n
+  local var = 0
+  for _, v in ipairs(samples) do var = var + (v - mean) ^ 2 end
+  local sorted = table.move(samples, 1, n, 1, {})
+  table.sort(sorted)
+  local median = n % 2 == 1 and sorted[(n + 1) // 2] or (sorted[n // 2] + sorted[n // 2 + 1]) / 2
+  s.mean, s.std, s.median, s.min, s.max = mean, n > 1 and math.sqrt(var / (n - 1)) or 0, median, min, max
+  return s
+end
+
+--- tf.bench(fn, {warmup = 5, iters = 10}): runs fn `warmup` times, then
+-- `iters` timed times, synchronising every device before and after each
+-- call, so each sample is the wall time of one complete call. Returns
+-- {samples, mean, std, median, min, max, n, warmup} in milliseconds.
+function M.bench(fn, opts)
+  local tf = require "tf"
+  if type(fn) ~= "function" then error("tf.bench: expects a function", 2) end
+  opts = opts or {}
+  local warmup, iters = opts.warmup or 5, opts.iters or 10
+  if math.type(warmup) ~= "integer" or warmup < 0 then error("tf.bench: warmup must be an integer >= 0", 2) end
+  if math.type(iters) ~= "integer" or iters < 1 then error("tf.bench: iters must be an integer >= 1", 2) end
+  for _ = 1, warmup do
+    fn()
+    tf.sync()
+  end
+  local samples = {}
+  for i = 1, iters do
+    tf.sync()
+    local t0 = tf.now()
+    fn()
+    tf.sync()
+    samples[i] = tf.now() - t0
+  end
+  local s = M.summarize(samples)
+  s.warmup = warmup
+  return s
+end
+
+return M
