@@ -17,9 +17,10 @@ typedef struct tf_philox_block {
   uint32_t w[4];
 } tf_philox_block;
 
-TF_HD tf_philox_block tf_philox(uint64_t seed, uint64_t counter) {
-  uint32_t c0 = (uint32_t)counter, c1 = (uint32_t)(counter >> 32), c2 = 0, c3 = 0;
-  uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
+/* Philox4x32 with 10 rounds on a 128-bit counter and a 64-bit key. */
+TF_HD tf_philox_block tf_philox4x32(const uint32_t ctr[4], const uint32_t key[2]) {
+  uint32_t c0 = ctr[0], c1 = ctr[1], c2 = ctr[2], c3 = ctr[3];
+  uint32_t k0 = key[0], k1 = key[1];
   for (int round = 0; round < 10; round++) {
     uint64_t p0 = (uint64_t)0xD2511F53u * c0, p1 = (uint64_t)0xCD9E8D57u * c2;
     uint32_t hi0 = (uint32_t)(p0 >> 32), lo0 = (uint32_t)p0;
@@ -33,6 +34,13 @@ TF_HD tf_philox_block tf_philox(uint64_t seed, uint64_t counter) {
   }
   tf_philox_block b = {{c0, c1, c2, c3}};
   return b;
+}
+
+/* Block `counter` of the stream of `seed`. */
+TF_HD tf_philox_block tf_philox(uint64_t seed, uint64_t counter) {
+  uint32_t ctr[4] = {(uint32_t)counter, (uint32_t)(counter >> 32), 0, 0};
+  uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
+  return tf_philox4x32(ctr, key);
 }
 
 /* log(x) for x in (0, 1], from a series in s = (m - 1) / (m + 1). */

@@ -1,0 +1,54 @@
+-- Timers and tf.bench on the CPU device.
+local T = require "harness"
+
+local function spin(ms)
+  local t0 = tf.now()
+  while tf.now() - t0 < ms do end
+end
+
+T.test("tf.timer measures elapsed time", function()
+  local t = tf.timer("cpu")
+  spin(20)
+  t:stop()
+  local ms = t:ms()
+  T.ok(ms >= 19 and ms < 1000, "20 ms spin measured as " .. ms)
+  T.eq(t:ms(), ms) -- stopped: the reading does not change
+  t:start()
+  spin(5)
+  T.ok(t:ms() >= 4.5)
+  T.eq(tostring(t), "tf.Timer(stopped)")
+  t:free()
+  T.raises(function() t:ms() end, "timer has been freed")
+  do
+    local u <close> = tf.timer("cpu")
+    T.eq(tostring(u), "tf.Timer(running)")
+  end
+end)
+
+T.test("tf.bench runs warm-up and timed calls and summarises them", function()
+  local calls = 0
+  local s = tf.bench(function() calls = calls + 1; spin(2) end, { warmup = 3, iters = 7 })
+  T.eq(calls, 10)
+  T.eq(#s.samples, 7)
+  T.eq(s.n, 7)
+  T.eq(s.warmup, 3)
+  T.ok(s.min <= s.median and s.median <= s.max)
+  T.ok(s.min >= 1.9, "each sample covers the call")
+  local sum = 0
+  for _, v in ipairs(s.samples) do sum = sum + v end
+  T.near(s.mean, sum / 7, 1e-12)
+  T.ok(s.std >= 0)
+  local fixed = require("tf.bench").summarize({ 1, 2, 3, 4 })
+  T.eq(fixed.median, 2.5)
+  T.near(fixed.std, math.sqrt(5 / 3), 1e-12)
+  T.raises(function() tf.bench(1) end, "expects a function")
+  T.raises(function() tf.bench(function() end, { iters = 0 }) end, "iters must be an integer >= 1")
+end)
+
+T.test("tf.sync on every device in use", function()
+  tf.sync()
+  tf.sync("cpu")
+  T.ok(true)
+end)
+
+T.run()
