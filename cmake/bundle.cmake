@@ -1,0 +1,30 @@
+# Gathers tfhost and the shared libraries it needs that a plain Linux system
+# may lack into one relocatable folder (the binary finds them through its
+# $ORIGIN run path). glibc, libgcc and libstdc++ and the NVIDIA driver stay
+# the system's; the CUDA Toolkit's libraries (cuBLAS, ~600 MB) are copied
+# only with -DTF_BUNDLE_CUDA_LIBS=ON, otherwise they are found in the
+# toolkit's folder (recorded in the run path) or through LD_LIBRARY_PATH.
+# Usage: cmake -DBIN=<tfhost> -DOUT=<dir> -DBUNDLE_CUDA=ON|OFF -P bundle.cmake
+file(REMOVE_RECURSE ${OUT})
+file(MAKE_DIRECTORY ${OUT})
+file(COPY ${BIN} DESTINATION ${OUT})
+set(system_libs
+  "^/lib64/ld-linux" "/ld-linux[^/]*$" "/libc\\.so" "/libm\\.so" "/libdl\\.so" "/libpthread\\.so" "/librt\\.so"
+  "/libgcc_s\\.so" "/libstdc\\+\\+\\.so" "/libcuda\\.so" "/libnvidia-")
+if(NOT BUNDLE_CUDA)
+  list(APPEND system_libs "/libcublas" "/libcupti" "/libcudart" "/libnvToolsExt" "/libnvrtc" "/libnccl")
+endif()
+file(GET_RUNTIME_DEPENDENCIES
+  EXECUTABLES ${BIN}
+  RESOLVED_DEPENDENCIES_VAR deps
+  UNRESOLVED_DEPENDENCIES_VAR missing
+  POST_EXCLUDE_REGEXES ${system_libs})
+foreach(lib ${deps})
+  file(COPY ${lib} DESTINATION ${OUT} FOLLOW_SYMLINK_CHAIN)
+  get_filename_component(name ${lib} NAME)
+  message(STATUS "bundle: ${name}")
+endforeach()
+if(missing)
+  message(WARNING "bundle: unresolved libraries: ${missing}")
+endif()
+message(STATUS "bundle: ${OUT}/tfhost is ready; copy the folder anywhere and run it from there")

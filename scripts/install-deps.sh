@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs the Debian/Ubuntu packages tfhost builds and tests with, skipping
+# those already present. The CUDA Toolkit is optional and not installed here:
+# when nvcc is found (on PATH or in /usr/local/cuda/bin) the CUDA backend is
+# built, otherwise tfhost is CPU-only.
+set -euo pipefail
+
+packages=(
+  build-essential cmake pkg-config  # compiler and build system
+  liblua5.4-dev                     # Lua 5.4, linked statically
+  libcjson-dev                      # JSON
+  libedit-dev                       # line editing and history in the REPL
+  python3                           # the command-line tests
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all packages present"
+  exit 0
+fi
+
+echo "install-deps: installing ${missing[*]}"
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then
+  command -v sudo >/dev/null || { echo "install-deps: need root or sudo to install ${missing[*]}" >&2; exit 1; }
+  sudo="sudo"
+fi
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"

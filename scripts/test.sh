@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Command (2) of the README, and what CI runs: install what is missing, then
+# build and run every test in two configurations:
+#   build-test/  warnings as errors, the CUDA backend compiled when nvcc is
+#                found (GPU tests skip, saying why, when no GPU is present);
+#   build-asan/  the CPU backend under AddressSanitizer + UndefinedBehaviorSanitizer.
+# Pass --no-asan to run the first configuration only.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install-deps.sh
+[ -d /usr/local/cuda/bin ] && export PATH="$PATH:/usr/local/cuda/bin"
+jobs=$(nproc)
+
+run_config() {
+  local dir=$1
+  shift
+  echo "== $dir: $*"
+  cmake -S . -B "$dir" -DTF_WERROR=ON "$@"
+  cmake --build "$dir" -j"$jobs"
+  (cd "$dir" && ctest --output-on-failure -j"$jobs")
+}
+
+start=$(date +%s)
+run_config build-test -DCMAKE_BUILD_TYPE=RelWithDebInfo
+if [ "${1:-}" != "--no-asan" ]; then
+  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+    run_config build-asan -DCMAKE_BUILD_TYPE=Debug -DTF_CUDA=OFF -DTF_SANITIZE=ON
+fi
+echo "test: all configurations passed in $(( $(date +%s) - start )) s"
