@@ -11,17 +11,18 @@
 enum { TF_MM_BLOCK_K = 256, TF_MM_BLOCK_N = 512 };
 
 #define TF_CPU_GEMM(T, name)                                                                 \
-  static void name(const T *a, const T *b, T *c, int64_t m, int64_t n, int64_t k) {          \
+  static void name(const T *restrict a, const T *restrict b, T *restrict c, int64_t m, int64_t n, int64_t k) { \
     memset(c, 0, sizeof(T) * (size_t)(m * n));                                               \
     for (int64_t p0 = 0; p0 < k; p0 += TF_MM_BLOCK_K)                                        \
       for (int64_t j0 = 0; j0 < n; j0 += TF_MM_BLOCK_N) {                                    \
         int64_t p1 = p0 + TF_MM_BLOCK_K < k ? p0 + TF_MM_BLOCK_K : k;                        \
         int64_t j1 = j0 + TF_MM_BLOCK_N < n ? j0 + TF_MM_BLOCK_N : n;                        \
+        _Pragma("omp parallel for schedule(static) if (m * (p1 - p0) * (j1 - j0) > 65536)") \
         for (int64_t i = 0; i < m; i++) {                                                    \
-          T *crow = c + i * n;                                                               \
+          T *restrict crow = c + i * n;                                                      \
           for (int64_t p = p0; p < p1; p++) {                                                \
             T av = a[i * k + p];                                                             \
-            const T *brow = b + p * n;                                                       \
+            const T *restrict brow = b + p * n;                                              \
             for (int64_t j = j0; j < j1; j++) crow[j] += av * brow[j];                       \
           }                                                                                  \
         }                                                                                    \
@@ -34,6 +35,12 @@ TF_CPU_GEMM(double, tf_cpu_gemm_f64)
  * row-major buffer of the compute type (float or double). */
 static void tf_cpu_widen(const void *src, tf_dtype d, bool trans, int64_t ld, int64_t rows, int64_t cols, void *dst,
                          bool wide) {
+  if (!trans && (d == TF_F32 || d == TF_F64)) {
+    size_t es = tf_dtype_size(d);
+    for (int64_t i = 0; i < rows; i++)
+      memcpy((char *)dst + i * cols * (int64_t)es, (const char *)src + i * ld * (int64_t)es, (size_t)cols * es);
+    return;
+  }
   for (int64_t i = 0; i < rows; i++)
     for (int64_t j = 0; j < cols; j++) {
       int64_t at = trans ? j * ld + i : i * ld + j;
