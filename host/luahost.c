@@ -74,6 +74,12 @@ static tf_lua_heap *tf_lua_heap_of(lua_State *L) {
   return ud;
 }
 
+void tf_lua_close(lua_State *L) {
+  tf_lua_heap *heap = tf_lua_heap_of(L);
+  lua_close(L);
+  free(heap);
+}
+
 size_t tf_lua_heap_limit(lua_State *L) { return tf_lua_heap_of(L)->limit; }
 size_t tf_lua_heap_used(lua_State *L) { return tf_lua_heap_of(L)->used; }
 
@@ -155,10 +161,18 @@ bool tf_lua_exit_request(lua_State *L, int *code) {
   return true;
 }
 
-/* tf.exit([code [, message]]): message goes to stdout for code 0, else stderr. */
+/* tf.exit([code [, message]]): code is 0..255 (a wider one would be cut to
+ * 8 bits by the OS, 256 reading as success) or a boolean as in os.exit;
+ * message goes to stdout for code 0, else stderr. */
 static int tf_lua_exit(lua_State *L) {
-  int code = (int)luaL_optinteger(L, 1, 0);
-  if (lua_isboolean(L, 1)) code = lua_toboolean(L, 1) ? 0 : 1;
+  int code;
+  if (lua_isboolean(L, 1)) {
+    code = lua_toboolean(L, 1) ? TF_EXIT_OK : TF_EXIT_SCRIPT;
+  } else {
+    lua_Integer requested = luaL_optinteger(L, 1, TF_EXIT_OK);
+    luaL_argcheck(L, requested >= 0 && requested <= 255, 1, "exit code must be in 0..255");
+    code = (int)requested;
+  }
   const char *msg = luaL_optstring(L, 2, NULL);
   tf_exit_request *req = lua_newuserdatauv(L, sizeof *req, 1);
   req->code = code;

@@ -14,6 +14,8 @@ enum { TF_EXIT_OK = 0, TF_EXIT_SCRIPT = 1, TF_EXIT_USAGE = 2 };
 /* A new state with a counting allocator capped at `heap_limit` bytes (0 for
  * none) and the standard libraries open. NULL when even that fails. */
 lua_State *tf_lua_newstate(size_t heap_limit);
+/* lua_close, and frees the allocator's bookkeeping. */
+void tf_lua_close(lua_State *L);
 /* The cap in bytes and the bytes now in use. */
 size_t tf_lua_heap_limit(lua_State *L);
 size_t tf_lua_heap_used(lua_State *L);

@@ -8,7 +8,9 @@
  * 2 usage error. */
 #include <lauxlib.h>
 #include <lualib.h>
+#include <errno.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -199,8 +201,9 @@ static bool tf_apply_cli_settings(lua_State *L, tf_cli *cli) {
   (void)L;
   if (cli->seed) {
     char *end;
+    errno = 0;
     long long seed = strtoll(cli->seed, &end, 10);
-    if (*cli->seed == '\0' || *end != '\0') {
+    if (*cli->seed == '\0' || *end != '\0' || errno == ERANGE) {
       cli->exit_code = tf_usage_error("--seed needs an integer, not '%s'", cli->seed);
       return false;
     }
@@ -235,8 +238,6 @@ static int tf_pmain(lua_State *L) {
       tf_print_version();
       cli->exit_code = tf_repl(L);
     } else {
-      cli->stdin_script = true;
-      cli->script = cli->argc - 1 > 0 ? cli->argc - 1 : 0;
       tf_handle_status(L, cli, tf_dochunk(L, luaL_loadfile(L, NULL)));
     }
   }
@@ -248,7 +249,7 @@ static size_t tf_parse_bytes(const char *s) {
   if (!s || !*s) return 0;
   char *end;
   double v = strtod(s, &end);
-  if (v <= 0) return 0;
+  if (!(v > 0)) return 0;
   switch (*end) {
     case 'k': case 'K': v *= 1024.0; break;
     case 'm': case 'M': v *= 1024.0 * 1024.0; break;
@@ -256,6 +257,8 @@ static size_t tf_parse_bytes(const char *s) {
     case '\0': break;
     default: return 0;
   }
+  /* NaN, inf and values past size_t would make the cast undefined. */
+  if (!(v >= 1.0 && v < (double)SIZE_MAX)) return 0;
   return (size_t)v;
 }
 
@@ -288,7 +291,7 @@ int main(int argc, char **argv) {
     cli.exit_code = TF_EXIT_SCRIPT;
   }
   fflush(stdout);
-  lua_close(L);
+  tf_lua_close(L);
   tf_devices_shutdown();
   return cli.exit_code;
 }

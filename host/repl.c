@@ -12,8 +12,6 @@
 #include <editline/readline.h>
 #endif
 
-enum { TF_MAXLINE = 4096 };
-
 #define TF_PROMPT "tf> "
 #define TF_PROMPT2 "... "
 #define TF_EOFMARK "<eof>"
@@ -32,14 +30,25 @@ static int tf_readline(lua_State *L, const char *prompt) {
     return 1;
   }
 #endif
-  char buf[TF_MAXLINE];
   fputs(prompt, stdout);
   fflush(stdout);
-  if (!fgets(buf, sizeof buf, stdin)) return 0;
-  size_t n = strlen(buf);
-  if (n > 0 && buf[n - 1] == '\n') buf[--n] = '\0';
-  lua_pushlstring(L, buf, n);
-  return 1;
+  /* A line of any length, read in pieces: a fixed buffer would split a
+   * long pasted line into two chunks. */
+  luaL_Buffer b;
+  luaL_buffinit(L, &b);
+  int got = 0;
+  for (;;) {
+    char *piece = luaL_prepbuffer(&b);
+    if (!fgets(piece, LUAL_BUFFERSIZE, stdin)) break;
+    got = 1;
+    size_t n = strlen(piece);
+    int ends = n > 0 && piece[n - 1] == '\n';
+    luaL_addsize(&b, ends ? n - 1 : n);
+    if (ends) break;
+  }
+  luaL_pushresult(&b);
+  if (!got) lua_pop(L, 1);
+  return got;
 }
 
 static void tf_add_history(const char *line) {

@@ -5,8 +5,9 @@ local M = {}
 
 local EDGE = 3          -- items shown at each end of a summarised dim
 local THRESHOLD = 1000  -- tensors with more elements are summarised
+local GAP = setmetatable({}, { __name = "gap" }) -- marks the elided middle of a dim
 
--- Values of t as a nested Lua table, summarised dims marked by a false
+-- Values of t as a nested Lua table, summarised dims marked by a GAP
 -- entry between the two edges. Only the shown elements are copied back.
 local function gather(t, summarise)
   if t.ndim == 0 then return t:item() end
@@ -20,19 +21,19 @@ local function gather(t, summarise)
   local out = {}
   if t.ndim == 1 then
     for _, v in ipairs(t:narrow(0, 0, EDGE):tolist()) do out[#out + 1] = v end
-    out[#out + 1] = false
+    out[#out + 1] = GAP
     for _, v in ipairs(t:narrow(0, n - EDGE, EDGE):tolist()) do out[#out + 1] = v end
     return out
   end
   for i = 0, EDGE - 1 do out[#out + 1] = gather(t:select(0, i), summarise) end
-  out[#out + 1] = false
+  out[#out + 1] = GAP
   for i = n - EDGE, n - 1 do out[#out + 1] = gather(t:select(0, i), summarise) end
   return out
 end
 
 local function leaves(v, acc)
   if type(v) == "table" then
-    for _, x in ipairs(v) do if x ~= false then leaves(x, acc) end end
+    for _, x in ipairs(v) do if x ~= GAP then leaves(x, acc) end end
   else
     acc[#acc + 1] = v
   end
@@ -63,13 +64,13 @@ local function number_format(values, is_float)
 end
 
 local function render(v, fmt, width, indent)
-  if type(v) ~= "table" then
+  if type(v) ~= "table" or v == GAP then
     local s = type(v) == "boolean" and tostring(v) or fmt(v)
     return string.rep(" ", width - #s) .. s
   end
-  local parts, nested = {}, type(v[1]) == "table" or (v[1] == false and type(v[2]) == "table")
+  local parts, nested = {}, type(v[1]) == "table"
   for _, x in ipairs(v) do
-    parts[#parts + 1] = x == false and "..." or render(x, fmt, width, indent .. " ")
+    parts[#parts + 1] = x == GAP and "..." or render(x, fmt, width, indent .. " ")
   end
   if not nested then return "[" .. table.concat(parts, ", ") .. "]" end
   return "[" .. table.concat(parts, ",\n" .. indent .. " ") .. "]"

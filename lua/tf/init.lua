@@ -3,6 +3,8 @@
 -- this file adds the Lua half: printing, script options, benchmarking,
 -- reports and results files.
 local C = require "tf.core"
+-- Only tf reaches the core: tracebacks then name its functions tf.<name>.
+package.loaded["tf.core"] = nil
 
 local tf = {}
 for name, value in pairs(C) do

@@ -31,7 +31,8 @@ local function convert_scalar(kind, text)
   if kind == "int" then
     return math.tointeger(tonumber(text))
   elseif kind == "number" then
-    return tonumber(text)
+    local v = tonumber(text)
+    return v and v + 0.0
   end
   return text
 end
@@ -122,6 +123,18 @@ local function normalise(decl)
       local v, why = convert(s, s.default)
       if v == nil then error("tf.options: the default of '" .. s.name .. "' " .. why, 3) end
       s.default = v
+    elseif s.type == "number" and math.type(s.default) == "integer" then
+      s.default = s.default + 0.0
+    end
+    if s.choices and s.default ~= nil then
+      for _, v in ipairs(type(s.default) == "table" and s.default or { s.default }) do
+        local found = false
+        for _, c in ipairs(s.choices) do found = found or c == v end
+        if not found then
+          error("tf.options: the default of '" .. s.name .. "' must be one of " .. table.concat(s.choices, ", ") ..
+            " (got " .. tostring(v) .. ")", 3)
+        end
+      end
     end
     if s.type == "bool" and s.default == nil then s.default = false end
     specs[#specs + 1], by_name[s.name] = s, s
