@@ -2,6 +2,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 enum {
   TF_MIN_BLOCK = 512,                   /* every size rounds up to this */
@@ -164,7 +165,9 @@ static tf_status tf_out_of_memory(tf_allocator *a, size_t bytes) {
   char req[32], alloc[32], res[32], lim[32];
   a->stats.num_ooms++;
   char why[256];
-  snprintf(why, sizeof why, "%s", tf_last_error());
+  const char *cause = tf_last_error();
+  if (strncmp(cause, "out of memory: ", 15) == 0) cause += 15; /* said once is enough */
+  snprintf(why, sizeof why, "%s", cause);
   return tf_fail(TF_ERR_OOM,
                  "out of memory: tried to allocate %s on %s (%s allocated, %s reserved, limit %s; %s)",
                  tf_format_bytes(bytes, req, sizeof req), a->device_name,

@@ -59,7 +59,7 @@ struct tf_backend {
   tf_status (*fill)(tf_device_ctx *ctx, tf_tensor *out, double value);
   tf_status (*arange)(tf_device_ctx *ctx, tf_tensor *out, double start, double step);
   tf_status (*random)(tf_device_ctx *ctx, tf_tensor *out, const tf_random_args *args);
-  /* Strided src of any dtype into contiguous dst of any dtype, same shape. */
+  /* Strided src of any dtype into strided dst of any dtype, same shape. */
   tf_status (*convert)(tf_device_ctx *ctx, const tf_tensor *src, tf_tensor *dst);
   tf_status (*unary)(tf_device_ctx *ctx, tf_unary_op op, const tf_tensor *a, tf_tensor *out);
   /* b is NULL for a scalar operand on the given side. */

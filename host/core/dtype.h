@@ -8,6 +8,10 @@
 
 #include "status.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef enum tf_dtype {
   TF_F32 = 0,
   TF_F16,
@@ -39,4 +43,7 @@ tf_dtype tf_dtype_promote(tf_dtype a, tf_dtype b);
  * tensor within its category; a float scalar makes an integer tensor f32). */
 tf_dtype tf_dtype_promote_scalar(tf_dtype t, bool scalar_is_float);
 
+#ifdef __cplusplus
+}
+#endif
 #endif

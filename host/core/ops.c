@@ -230,7 +230,9 @@ tf_status tf_copy_into(tf_tensor *dst, const tf_tensor *src) {
   tf_shape ds = tf_tensor_shape(dst), ss = tf_tensor_shape(src);
   if (ds.ndim != ss.ndim || memcmp(ds.dims, ss.dims, sizeof(int64_t) * (size_t)ds.ndim) != 0)
     return tf_fail(TF_ERR_ARG, "copy: shapes differ");
-  if (!tf_tensor_is_contiguous(dst)) return tf_fail(TF_ERR_ARG, "copy: destination is not contiguous");
+  for (int i = 0; i < dst->ndim; i++)
+    if (dst->strides[i] == 0 && dst->shape[i] > 1)
+      return tf_fail(TF_ERR_ARG, "copy: the destination is a broadcast view (several elements share memory)");
   if (tf_tensor_numel(dst) == 0) return TF_OK;
   tf_device_ctx *ctx;
   TF_TRY(tf_ctx_of(dst, &ctx));

@@ -51,7 +51,7 @@ typedef enum tf_result_rule {
   X(RSQRT, rsqrt, FLOAT, ((T)1 / tf_sqrt(x)))                               \
   X(SIGMOID, sigmoid, FLOAT, ((T)1 / ((T)1 + tf_exp(-x))))                  \
   X(SILU, silu, FLOAT, (x / ((T)1 + tf_exp(-x))))                           \
-  X(GELU, gelu, FLOAT, ((T)0.5 * x * ((T)1 + tf_erf(x * (T)0.70710678118654752440)))) \
+  X(GELU, gelu, FLOAT, ((T)0.5 * x * tf_erfc(-x * (T)0.70710678118654752440)))      \
   X(TANH, tanh, FLOAT, tf_tanh(x))                                          \
   X(SIN, sin, FLOAT, tf_sin(x))                                             \
   X(COS, cos, FLOAT, tf_cos(x))

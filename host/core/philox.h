@@ -107,4 +107,19 @@ TF_HD double tf_det_random_value(tf_philox_block blk, int j, int kind, double a,
   return a + (double)(((uint64_t)blk.w[j] * range) >> 32);
 }
 
+/* The four values of a block, as tf_det_random_value gives them one by one,
+ * with each normal pair computed once. */
+TF_HD void tf_det_random_block(tf_philox_block blk, int kind, double a, double b, double v[4]) {
+  if (kind == 1) {
+    for (int p = 0; p < 4; p += 2) {
+      double z0, z1;
+      tf_det_normal2(blk.w[p], blk.w[p + 1], &z0, &z1);
+      v[p] = a + b * z0;
+      v[p + 1] = a + b * z1;
+    }
+    return;
+  }
+  for (int j = 0; j < 4; j++) v[j] = tf_det_random_value(blk, j, kind, a, b);
+}
+
 #endif

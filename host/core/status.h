@@ -6,6 +6,10 @@
 #ifndef TF_STATUS_H
 #define TF_STATUS_H
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef enum tf_status {
   TF_OK = 0,
   TF_ERR_ARG,      /* bad argument: shape, dtype, value out of range */
@@ -32,4 +36,7 @@ const char *tf_last_error(void);
     if (tf_try_s_ != TF_OK) return tf_try_s_; \
   } while (0)
 
+#ifdef __cplusplus
+}
+#endif
 #endif

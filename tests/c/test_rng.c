@@ -35,6 +35,17 @@ int main(void) {
   CHECK(worst_trig < 1e-14);
   CHECK_NEAR(tf_det_log(1.0), 0.0, 0.0);
 
+  /* a whole block at once gives the very same bits as element by element */
+  int block_mismatch = 0;
+  for (uint64_t c = 0; c < 10000; c++)
+    for (int kind = 0; kind < 3; kind++) {
+      tf_philox_block b = tf_philox(99, c);
+      double v[4];
+      tf_det_random_block(b, kind, -2.0, 5.0, v);
+      for (int j = 0; j < 4; j++) block_mismatch += v[j] != tf_det_random_value(b, j, kind, -2.0, 5.0);
+    }
+  CHECK_INT(block_mismatch, 0);
+
   /* moments of 4M normals and uniforms; integers stay in range */
   const int n = 1 << 22;
   double sum = 0, sum2 = 0, usum = 0, umin = 1, umax = 0;

@@ -145,9 +145,10 @@ T.test("reductions match the CPU, including large ones", function()
         local tol = (name == "sum" or name == "mean") and TOL[dtype] * (dtype == "f32" and 10 or 1) or 0
         T.ok(T.relerr(g[name](g, dim), x[name](x, dim)) <= tol, name .. " dim " .. dim .. " " .. dtype)
       end
+      -- a full sum is rounded once to dtype: the two backends may land on neighbouring values
       local c1, g1 = x[name](x), g[name](g)
-      T.near(g1:item(), c1:item(), name == "sum" and 1e-4 or 1e-5, name == "sum" and 1e-3 or 0,
-        name .. " all " .. dtype)
+      local atol = ({ sum = TOL[dtype] * math.sqrt(x:numel()), mean = TOL[dtype] * 1e-2 })[name] or 0
+      T.near(g1:item(), c1:item(), name == "sum" and TOL[dtype] or 0, atol, name .. " all " .. dtype)
     end
   end
   -- a full reduction of 2^24 + 3 elements takes the split path
@@ -178,7 +179,7 @@ T.test("matmul matches the CPU: 2-D, transposed, batched, broadcast", function()
     local a = tf.randn(3, 1, 33, 20, { device = "cpu", dtype = dtype })
     local b = tf.randn(5, 20, 9, { device = "cpu", dtype = dtype })
     T.ok(T.relerr(tf.matmul(a:to("cuda"), b:to("cuda")), tf.matmul(a, b)) <= TOL[dtype], "broadcast batch " .. dtype)
-    local v = tf.randn(20, { device = "cpu", dtype = dtype })
+    local v = tf.randn(9, { device = "cpu", dtype = dtype })
     T.ok(T.relerr(tf.matmul(b:to("cuda"), v:to("cuda")), tf.matmul(b, v)) <= TOL[dtype], "matrix-vector " .. dtype)
   end
   -- TF32 is opt-in and stays within TF32's accuracy
@@ -193,6 +194,7 @@ end)
 
 T.test("GPU memory: stats, out of memory as a Lua error, recovery", function()
   collectgarbage()
+  tf.mem.empty_cache("cuda") -- no cached block may serve the requests below
   tf.sync()
   local s0 = tf.mem.stats("cuda")
   T.eq(s0.device, "cuda:0")
@@ -200,11 +202,11 @@ T.test("GPU memory: stats, out of memory as a Lua error, recovery", function()
   T.eq(tf.mem.stats("cuda").allocated - s0.allocated, 4 << 20)
   x:free()
   T.eq(tf.mem.stats("cuda").allocated, s0.allocated)
-  -- a request larger than the device
-  local total = tf.device_info("cuda").total_memory
-  local ok, err = pcall(tf.empty, total // 2, { device = "cuda" }) -- 2x the device in f32
+  -- a request no device can serve: 1 PiB
+  local ok, err = pcall(tf.empty, 1 << 48, { device = "cuda" })
   T.eq(ok, false)
   T.eq(err:sub(1, 13), "out of memory")
+  T.ok(err:find("tried to allocate 1024.00 TiB on cuda:0", 1, true), err)
   T.eq(tf.mem.stats("cuda").allocated, s0.allocated)
   -- a limit
   tf.mem.set_limit(s0.reserved + (64 << 20), "cuda")

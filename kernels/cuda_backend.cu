@@ -1,0 +1,261 @@
+/* The CUDA backend: device setup, memory, copies, timing and the table that
+ * ties the kernel files together. Each device context owns one non-blocking
+ * stream and a cuBLAS handle bound to it; everything a device does is queued
+ * on that stream, so ops need no synchronisation among themselves and the
+ * host waits only where it reads results (copy, synchronize, timers). */
+#include "cuda_common.cuh"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct tf_event {
+  cudaEvent_t event;
+};
+
+/* Length of the function name at the start of a stringified call. */
+static int tf_cuda_call_name_len(const char *call) { return (int)strcspn(call, "("); }
+
+tf_status tf_cuda_error(cudaError_t err, const char *call) {
+  int len = tf_cuda_call_name_len(call);
+  (void)cudaGetLastError(); /* reported here: later calls must not see it again */
+  if (err == cudaErrorMemoryAllocation)
+    return tf_fail(TF_ERR_OOM, "out of memory: CUDA error in %.*s: %s", len, call, cudaGetErrorString(err));
+  return tf_fail(TF_ERR_BACKEND, "CUDA error in %.*s: %s", len, call, cudaGetErrorString(err));
+}
+
+tf_status tf_cublas_error(cublasStatus_t err, const char *call) {
+  int len = tf_cuda_call_name_len(call);
+  if (err == CUBLAS_STATUS_ALLOC_FAILED)
+    return tf_fail(TF_ERR_OOM, "out of memory: cuBLAS error in %.*s: %s", len, call, cublasGetStatusString(err));
+  return tf_fail(TF_ERR_BACKEND, "cuBLAS error in %.*s: %s", len, call, cublasGetStatusString(err));
+}
+
+void tf_cuda_report(cudaError_t err, const char *call) {
+  if (err == cudaSuccess) return;
+  (void)cudaGetLastError(); /* reported here: later calls must not see it again */
+  /* The runtime tearing itself down at process exit already freed everything. */
+  if (err == cudaErrorCudartUnloading) return;
+  fprintf(stderr, "tfhost: CUDA error in %.*s: %s\n", tf_cuda_call_name_len(call), call, cudaGetErrorString(err));
+}
+
+/* Checked after every launch: kernel launches report errors only this way. */
+tf_status tf_cuda_launched(const char *kernel) {
+  cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) return tf_cuda_error(err, kernel);
+  return TF_OK;
+}
+
+/* The device this host thread made current last; -1 before the first. */
+static thread_local int tf_cuda_current_device = -1;
+
+/* Skips cudaSetDevice when the device is already current: it is called on
+ * every op. */
+tf_status tf_cuda_use_device(tf_device_ctx *ctx) {
+  int index = ctx->device.index;
+  if (index == tf_cuda_current_device) return TF_OK;
+  TF_CUDA_CHECK(cudaSetDevice(index));
+  tf_cuda_current_device = index;
+  return TF_OK;
+}
+
+/* Counts GPUs once; a machine without a driver or a GPU simply has none, so
+ * that error is cleared rather than reported. At most TF_MAX_CUDA_DEVICES
+ * are used (the device table's size). */
+extern "C" int tf_cuda_backend_device_count(void) {
+  static int cached = -1;
+  if (cached >= 0) return cached;
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    (void)cudaGetLastError(); /* "no driver" or "no device" is an answer, not an error */
+    count = 0;
+  }
+  cached = count < TF_MAX_CUDA_DEVICES ? count : TF_MAX_CUDA_DEVICES;
+  return cached;
+}
+
+/* Releases whatever part of a state init managed to create. */
+static void tf_cuda_state_release(tf_cuda_state *st) {
+  if (st->blas) {
+    cublasStatus_t err = cublasDestroy(st->blas);
+    if (err != CUBLAS_STATUS_SUCCESS)
+      fprintf(stderr, "tfhost: cuBLAS error in cublasDestroy: %s\n", cublasGetStatusString(err));
+  }
+  if (st->stream) tf_cuda_report(cudaStreamDestroy(st->stream), "cudaStreamDestroy");
+  free(st);
+}
+
+/* f32 products stay true f32 unless a call asks for TF32 through its
+ * compute type, and mixed-precision (f16/bf16) products reduce in f32 like
+ * the CPU twin, never in the output type. */
+static const cublasMath_t tf_cuda_math_mode =
+    (cublasMath_t)(CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION);
+
+/* The steps of init that can fail, each checked; init releases the rest. */
+static tf_status tf_cuda_state_create(tf_device_ctx *ctx, tf_cuda_state *st) {
+  TF_TRY(tf_cuda_use_device(ctx));
+  TF_CUDA_CHECK(cudaDeviceGetAttribute(&st->multiprocessors, cudaDevAttrMultiProcessorCount, ctx->device.index));
+  if (st->multiprocessors < 1) st->multiprocessors = 1;
+  TF_CUDA_CHECK(cudaStreamCreateWithFlags(&st->stream, cudaStreamNonBlocking));
+  TF_CUBLAS_CHECK(cublasCreate(&st->blas));
+  TF_CUBLAS_CHECK(cublasSetStream(st->blas, st->stream));
+  TF_CUBLAS_CHECK(cublasSetMathMode(st->blas, tf_cuda_math_mode));
+  return TF_OK;
+}
+
+/* Creates the device's stream and cuBLAS handle on first use of the device. */
+static tf_status tf_cuda_init(tf_device_ctx *ctx) {
+  tf_cuda_state *st = (tf_cuda_state *)calloc(1, sizeof *st);
+  if (!st) return tf_fail(TF_ERR_OOM, "out of memory: no host memory for the CUDA device state");
+  tf_status s = tf_cuda_state_create(ctx, st);
+  if (s != TF_OK) {
+    tf_cuda_state_release(st);
+    return s;
+  }
+  ctx->backend_state = st;
+  return TF_OK;
+}
+
+/* Waits for queued work, then releases the stream and cuBLAS handle (the
+ * allocator has already returned its segments). */
+static void tf_cuda_shutdown(tf_device_ctx *ctx) {
+  tf_cuda_state *st = tf_cuda_state_of(ctx);
+  if (!st) return;
+  if (tf_cuda_use_device(ctx) != TF_OK) fprintf(stderr, "tfhost: %s\n", tf_last_error());
+  tf_cuda_report(cudaStreamSynchronize(st->stream), "cudaStreamSynchronize");
+  tf_cuda_state_release(st);
+  ctx->backend_state = NULL;
+}
+
+/* Static facts for results files: what ran, and with which driver and libraries. */
+static tf_status tf_cuda_info(tf_device_ctx *ctx, tf_device_info *info) {
+  TF_TRY(tf_cuda_use_device(ctx));
+  cudaDeviceProp prop;
+  TF_CUDA_CHECK(cudaGetDeviceProperties(&prop, ctx->device.index));
+  snprintf(info->name, sizeof info->name, "%.*s", (int)sizeof info->name - 1, prop.name);
+  info->total_memory = prop.totalGlobalMem;
+  info->multiprocessors = prop.multiProcessorCount;
+  info->cc_major = prop.major;
+  info->cc_minor = prop.minor;
+  TF_CUDA_CHECK(cudaDriverGetVersion(&info->driver_version));
+  TF_CUDA_CHECK(cudaRuntimeGetVersion(&info->runtime_version));
+  TF_CUBLAS_CHECK(cublasGetVersion(tf_cuda_state_of(ctx)->blas, &info->blas_version));
+  return TF_OK;
+}
+
+/* A segment for the caching allocator. Running out of device memory is an
+ * ordinary outcome the allocator recovers from (it frees its cache and
+ * retries), so it is TF_ERR_OOM and leaves no CUDA error behind. */
+static tf_status tf_cuda_raw_alloc(void *owner, size_t bytes, void **ptr) {
+  tf_device_ctx *ctx = (tf_device_ctx *)owner;
+  TF_TRY(tf_cuda_use_device(ctx));
+  cudaError_t err = cudaMalloc(ptr, bytes);
+  if (err == cudaErrorMemoryAllocation) {
+    (void)cudaGetLastError(); /* clear it: the allocator will retry */
+    *ptr = NULL;
+    return tf_fail(TF_ERR_OOM, "out of memory: cudaMalloc of %zu bytes failed on cuda:%d", bytes, ctx->device.index);
+  }
+  if (err != cudaSuccess) return tf_cuda_error(err, "cudaMalloc");
+  return TF_OK;
+}
+
+/* Returns a segment; cudaFree waits for the device, so no kernel still uses it. */
+static void tf_cuda_raw_free(void *owner, void *ptr) {
+  tf_device_ctx *ctx = (tf_device_ctx *)owner;
+  if (tf_cuda_use_device(ctx) != TF_OK) fprintf(stderr, "tfhost: %s\n", tf_last_error());
+  tf_cuda_report(cudaFree(ptr), "cudaFree");
+}
+
+/* Host buffers may be pageable and released as soon as this returns, so
+ * every copy completes before returning, whatever its direction. */
+static tf_status tf_cuda_copy(tf_device_ctx *ctx, void *dst, const void *src, size_t bytes, tf_copy_dir dir) {
+  if (bytes == 0) return TF_OK;
+  TF_TRY(tf_cuda_use_device(ctx));
+  tf_cuda_state *st = tf_cuda_state_of(ctx);
+  cudaMemcpyKind kind = dir == TF_COPY_H2D   ? cudaMemcpyHostToDevice
+                        : dir == TF_COPY_D2H ? cudaMemcpyDeviceToHost
+                                             : cudaMemcpyDeviceToDevice;
+  TF_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, st->stream));
+  TF_CUDA_CHECK(cudaStreamSynchronize(st->stream));
+  return TF_OK;
+}
+
+/* Waits for everything queued on the device's stream (tf.sync, timers). */
+static tf_status tf_cuda_synchronize(tf_device_ctx *ctx) {
+  TF_TRY(tf_cuda_use_device(ctx));
+  TF_CUDA_CHECK(cudaStreamSynchronize(tf_cuda_state_of(ctx)->stream));
+  return TF_OK;
+}
+
+/* A timestamp in the device's stream, so timers measure GPU time of the
+ * work queued between two of them. */
+static tf_status tf_cuda_event_record(tf_device_ctx *ctx, tf_event **out) {
+  TF_TRY(tf_cuda_use_device(ctx));
+  tf_event *ev = (tf_event *)malloc(sizeof *ev);
+  if (!ev) return tf_fail(TF_ERR_OOM, "out of memory: no host memory for a timer event");
+  cudaError_t err = cudaEventCreate(&ev->event);
+  if (err != cudaSuccess) {
+    free(ev);
+    return tf_cuda_error(err, "cudaEventCreate");
+  }
+  err = cudaEventRecord(ev->event, tf_cuda_state_of(ctx)->stream);
+  if (err != cudaSuccess) {
+    tf_status s = tf_cuda_error(err, "cudaEventRecord");
+    tf_cuda_report(cudaEventDestroy(ev->event), "cudaEventDestroy");
+    free(ev);
+    return s;
+  }
+  *out = ev;
+  return TF_OK;
+}
+
+/* Milliseconds between two recorded events, once the later one has happened. */
+static tf_status tf_cuda_event_elapsed(tf_device_ctx *ctx, tf_event *start, tf_event *end, double *ms) {
+  TF_TRY(tf_cuda_use_device(ctx));
+  float elapsed = 0.0f;
+  TF_CUDA_CHECK(cudaEventSynchronize(end->event));
+  TF_CUDA_CHECK(cudaEventElapsedTime(&elapsed, start->event, end->event));
+  *ms = elapsed;
+  return TF_OK;
+}
+
+/* Releases an event; harmless to call after a failed record returned NULL. */
+static void tf_cuda_event_destroy(tf_device_ctx *ctx, tf_event *ev) {
+  if (!ev) return;
+  if (tf_cuda_use_device(ctx) != TF_OK) fprintf(stderr, "tfhost: %s\n", tf_last_error());
+  tf_cuda_report(cudaEventDestroy(ev->event), "cudaEventDestroy");
+  free(ev);
+}
+
+/* C++ has no designated initialisers before C++20: the table is filled by
+ * name here, once. */
+static tf_backend tf_cuda_make_table(void) {
+  tf_backend b;
+  memset(&b, 0, sizeof b);
+  b.name = "cuda";
+  b.init = tf_cuda_init;
+  b.shutdown = tf_cuda_shutdown;
+  b.info = tf_cuda_info;
+  b.raw_alloc = tf_cuda_raw_alloc;
+  b.raw_free = tf_cuda_raw_free;
+  b.copy = tf_cuda_copy;
+  b.synchronize = tf_cuda_synchronize;
+  b.event_record = tf_cuda_event_record;
+  b.event_elapsed_ms = tf_cuda_event_elapsed;
+  b.event_destroy = tf_cuda_event_destroy;
+  b.fill = tf_cuda_fill;
+  b.arange = tf_cuda_arange;
+  b.random = tf_cuda_random;
+  b.convert = tf_cuda_convert;
+  b.unary = tf_cuda_unary;
+  b.binary = tf_cuda_binary;
+  b.reduce = tf_cuda_reduce;
+  b.matmul = tf_cuda_matmul;
+  return b;
+}
+
+/* The backend table, built once (thread-safe static initialisation). */
+extern "C" const tf_backend *tf_cuda_backend(void) {
+  static const tf_backend table = tf_cuda_make_table();
+  return &table;
+}
