@@ -315,27 +315,22 @@ static int tf_l_to(lua_State *L) {
   return 1;
 }
 
-static int tf_l_cpu(lua_State *L) {
+/* Returns x itself when it is already on dev, else a copy there. */
+static int tf_l_move(lua_State *L, tf_device dev, const char *fname) {
   tf_tensor *a = tf_lua_checktensor(L, 1), *out;
-  if (a->device.type == TF_DEV_CPU) {
-    lua_settop(L, 1);
-    return 1;
-  }
-  TF_LUA_CHECK(L, tf_to(a, a->dtype, tf_cpu(), &out), "cpu");
-  tf_lua_pushtensor(L, out);
-  return 1;
-}
-
-static int tf_l_cuda(lua_State *L) {
-  tf_tensor *a = tf_lua_checktensor(L, 1), *out;
-  tf_device dev = {TF_DEV_CUDA, (int)luaL_optinteger(L, 2, 0)};
   if (tf_device_eq(dev, a->device)) {
     lua_settop(L, 1);
     return 1;
   }
-  TF_LUA_CHECK(L, tf_to(a, a->dtype, dev, &out), "cuda");
+  TF_LUA_CHECK(L, tf_to(a, a->dtype, dev, &out), fname);
   tf_lua_pushtensor(L, out);
   return 1;
+}
+
+static int tf_l_cpu(lua_State *L) { return tf_l_move(L, tf_cpu(), "cpu"); }
+
+static int tf_l_cuda(lua_State *L) {
+  return tf_l_move(L, (tf_device){TF_DEV_CUDA, (int)luaL_optinteger(L, 2, 0)}, "cuda");
 }
 
 static int tf_l_contiguous(lua_State *L) {
@@ -544,30 +539,23 @@ static void tf_l_push_shape(lua_State *L, const int64_t *dims, int n) {
   luaL_setmetatable(L, "tf.Shape");
 }
 
-/* x:size() -> shape table; x:size(dim) -> integer (dims count from 0, negative from the end). */
-static int tf_l_size(lua_State *L) {
+/* x:size() / x:stride(): the table of sizes or strides, or with a dim (from
+ * 0, negative from the end) that one entry. */
+static int tf_l_dims_query(lua_State *L, bool strides, const char *fname) {
   tf_tensor *t = tf_lua_checktensor(L, 1);
+  const int64_t *dims = strides ? t->strides : t->shape;
   if (lua_isnoneornil(L, 2)) {
-    tf_l_push_shape(L, t->shape, t->ndim);
+    tf_l_push_shape(L, dims, t->ndim);
     return 1;
   }
   int d;
-  TF_LUA_CHECK(L, tf_wrap_dim((int)luaL_checkinteger(L, 2), t->ndim, &d), "size");
-  lua_pushinteger(L, t->ndim ? t->shape[d] : 1);
+  TF_LUA_CHECK(L, tf_wrap_dim((int)luaL_checkinteger(L, 2), t->ndim, &d), fname);
+  lua_pushinteger(L, t->ndim ? dims[d] : 1);
   return 1;
 }
 
-static int tf_l_stride(lua_State *L) {
-  tf_tensor *t = tf_lua_checktensor(L, 1);
-  if (lua_isnoneornil(L, 2)) {
-    tf_l_push_shape(L, t->strides, t->ndim);
-    return 1;
-  }
-  int d;
-  TF_LUA_CHECK(L, tf_wrap_dim((int)luaL_checkinteger(L, 2), t->ndim, &d), "stride");
-  lua_pushinteger(L, t->ndim ? t->strides[d] : 1);
-  return 1;
-}
+static int tf_l_size(lua_State *L) { return tf_l_dims_query(L, false, "size"); }
+static int tf_l_stride(lua_State *L) { return tf_l_dims_query(L, true, "stride"); }
 
 static int tf_l_numel(lua_State *L) {
   lua_pushinteger(L, tf_tensor_numel(tf_lua_checktensor(L, 1)));
