@@ -51,6 +51,9 @@ void tf_open_mem(lua_State *L);
 void tf_open_timer(lua_State *L);
 void tf_open_json(lua_State *L);
 void tf_open_sys(lua_State *L);
+void tf_open_autograd(lua_State *L);
+void tf_open_nn(lua_State *L);
+void tf_open_safetensors(lua_State *L);
 int luaopen_tf_core(lua_State *L);
 
 /* The running Lua state's main thread, for the allocator's reclaim hook. */

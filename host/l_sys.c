@@ -165,7 +165,10 @@ int luaopen_tf_core(lua_State *L) {
   tf_open_mem(L);
   tf_open_timer(L);
   tf_open_json(L);
+  tf_open_safetensors(L);
   tf_open_sys(L);
+  tf_open_autograd(L);
+  tf_open_nn(L);
   tf_lua_open_exit(L);
   return 1;
 }

@@ -8,7 +8,9 @@
 #include <string.h>
 
 #include "bind.h"
+#include "core/autograd.h"
 #include "core/elemio.h"
+#include "core/grad_ops.h"
 
 /* ---- from Lua tables ----------------------------------------------------- */
 
@@ -182,6 +184,21 @@ static int tf_l_random(lua_State *L) {
   return 1;
 }
 
+/* tf.trunc_normal(shape, std [, cut = 3 [, opts]]): normal(0, std) cut at cut standard deviations. */
+static int tf_l_trunc_normal(lua_State *L) {
+  tf_shape s;
+  luaL_checktype(L, 1, LUA_TTABLE);
+  tf_lua_checkshape(L, 1, &s, 0);
+  double std = luaL_checknumber(L, 2), cut = luaL_optnumber(L, 3, 3.0);
+  tf_dtype dtype;
+  tf_device dev;
+  tf_lua_checkopts(L, 4, &dtype, &dev, TF_F32);
+  tf_tensor *t;
+  TF_LUA_CHECK(L, tf_random(TF_RANDOM_TRUNC_NORMAL, &s, std, cut, dtype, dev, &t), "tf.trunc_normal");
+  tf_lua_pushtensor(L, t);
+  return 1;
+}
+
 /* tf.randint(low, high, shape [, opts]): integers in [low, high), i64 by default. */
 static int tf_l_randint(lua_State *L) {
   lua_Integer low = luaL_checkinteger(L, 1), high = luaL_checkinteger(L, 2);
@@ -210,27 +227,33 @@ static const char *tf_l_opname(const tf_op_info *info) {
 static int tf_l_unary(lua_State *L) {
   const tf_op_info *info = tf_l_opinfo(L);
   tf_tensor *a = tf_lua_checktensor(L, 1), *out;
-  TF_LUA_CHECK(L, tf_unary((tf_unary_op)info->code, a, &out), tf_l_opname(info));
+  TF_LUA_CHECK(L, tf_ag_unary((tf_unary_op)info->code, a, &out), tf_l_opname(info));
   tf_lua_pushtensor(L, out);
   return 1;
 }
 
+/* A Lua number (or boolean, as 0/1) as an operand. */
 static tf_scalar tf_l_scalar(lua_State *L, int idx) {
+  if (lua_isboolean(L, idx)) return (tf_scalar){lua_toboolean(L, idx) ? 1.0 : 0.0, false};
   tf_scalar s = {lua_tonumber(L, idx), !lua_isinteger(L, idx)};
   return s;
+}
+
+static bool tf_l_is_scalar(lua_State *L, int idx) {
+  return lua_type(L, idx) == LUA_TNUMBER || lua_isboolean(L, idx);
 }
 
 /* A binary op with a tensor or a number on either side. */
 static int tf_l_binary_code(lua_State *L, tf_binary_op op, const char *fname) {
   tf_tensor *a = tf_lua_totensor(L, 1), *b = tf_lua_totensor(L, 2), *out;
   if (a && b) {
-    TF_LUA_CHECK(L, tf_binary(op, a, b, &out), fname);
-  } else if (a && lua_type(L, 2) == LUA_TNUMBER) {
-    TF_LUA_CHECK(L, tf_binary_scalar(op, a, tf_l_scalar(L, 2), TF_SCALAR_RIGHT, &out), fname);
-  } else if (b && lua_type(L, 1) == LUA_TNUMBER) {
-    TF_LUA_CHECK(L, tf_binary_scalar(op, b, tf_l_scalar(L, 1), TF_SCALAR_LEFT, &out), fname);
+    TF_LUA_CHECK(L, tf_ag_binary(op, a, b, &out), fname);
+  } else if (a && tf_l_is_scalar(L, 2)) {
+    TF_LUA_CHECK(L, tf_ag_binary_scalar(op, a, tf_l_scalar(L, 2), TF_SCALAR_RIGHT, &out), fname);
+  } else if (b && tf_l_is_scalar(L, 1)) {
+    TF_LUA_CHECK(L, tf_ag_binary_scalar(op, b, tf_l_scalar(L, 1), TF_SCALAR_LEFT, &out), fname);
   } else {
-    int bad = (a || lua_type(L, 1) == LUA_TNUMBER) ? 2 : 1;
+    int bad = (a || tf_l_is_scalar(L, 1)) ? 2 : 1;
     if (luaL_testudata(L, bad, TF_TENSOR_TYPE)) tf_lua_checktensor(L, bad); /* freed: its own message */
     return luaL_error(L, "%s: operand %d must be a tensor or a number, not %s%s", fname, bad,
                       luaL_typename(L, bad), (a || b) ? "" : " (one operand must be a tensor)");
@@ -251,14 +274,14 @@ static int tf_l_reduce(lua_State *L) {
   bool all = lua_isnoneornil(L, 2);
   int dim = all ? 0 : (int)luaL_checkinteger(L, 2);
   bool keepdim = lua_toboolean(L, 3);
-  TF_LUA_CHECK(L, tf_reduce((tf_reduce_op)info->code, a, dim, all, keepdim, &out), tf_l_opname(info));
+  TF_LUA_CHECK(L, tf_ag_reduce((tf_reduce_op)info->code, a, dim, all, keepdim, &out), tf_l_opname(info));
   tf_lua_pushtensor(L, out);
   return 1;
 }
 
 static int tf_l_matmul(lua_State *L) {
   tf_tensor *a = tf_lua_checktensor(L, 1), *b = tf_lua_checktensor(L, 2), *out;
-  TF_LUA_CHECK(L, tf_matmul(a, b, &out), "tf.matmul");
+  TF_LUA_CHECK(L, tf_ag_matmul(a, b, &out), "tf.matmul");
   tf_lua_pushtensor(L, out);
   return 1;
 }
@@ -310,7 +333,7 @@ static int tf_l_to(lua_State *L) {
     lua_settop(L, 1);
     return 1;
   }
-  TF_LUA_CHECK(L, tf_to(a, dtype, dev, &out), "to");
+  TF_LUA_CHECK(L, tf_ag_to(a, dtype, dev, &out), "to");
   tf_lua_pushtensor(L, out);
   return 1;
 }
@@ -322,7 +345,7 @@ static int tf_l_move(lua_State *L, tf_device dev, const char *fname) {
     lua_settop(L, 1);
     return 1;
   }
-  TF_LUA_CHECK(L, tf_to(a, a->dtype, dev, &out), fname);
+  TF_LUA_CHECK(L, tf_ag_to(a, a->dtype, dev, &out), fname);
   tf_lua_pushtensor(L, out);
   return 1;
 }
@@ -339,14 +362,14 @@ static int tf_l_contiguous(lua_State *L) {
     lua_settop(L, 1);
     return 1;
   }
-  TF_LUA_CHECK(L, tf_contiguous(a, &out), "contiguous");
+  TF_LUA_CHECK(L, tf_ag_contiguous(a, &out), "contiguous");
   tf_lua_pushtensor(L, out);
   return 1;
 }
 
 static int tf_l_clone(lua_State *L) {
   tf_tensor *a = tf_lua_checktensor(L, 1), *out;
-  TF_LUA_CHECK(L, tf_to(a, a->dtype, a->device, &out), "clone");
+  TF_LUA_CHECK(L, tf_ag_to(a, a->dtype, a->device, &out), "clone");
   tf_lua_pushtensor(L, out);
   return 1;
 }
@@ -355,7 +378,7 @@ static int tf_l_reshape(lua_State *L) {
   tf_tensor *a = tf_lua_checktensor(L, 1), *out;
   tf_shape s;
   tf_lua_checkshape(L, 2, &s, 1);
-  TF_LUA_CHECK(L, tf_reshape(a, &s, &out), "reshape");
+  TF_LUA_CHECK(L, tf_ag_reshape(a, &s, &out), "reshape");
   tf_lua_pushtensor(L, out);
   return 1;
 }
@@ -371,7 +394,7 @@ static int tf_l_view(lua_State *L) {
 static int tf_l_transpose(lua_State *L) {
   tf_tensor *a = tf_lua_checktensor(L, 1), *out;
   int d0 = (int)luaL_checkinteger(L, 2), d1 = (int)luaL_checkinteger(L, 3);
-  TF_LUA_CHECK(L, tf_transpose(a, d0, d1, &out), "transpose");
+  TF_LUA_CHECK(L, tf_ag_transpose(a, d0, d1, &out), "transpose");
   tf_lua_pushtensor(L, out);
   return 1;
 }
@@ -384,7 +407,7 @@ static int tf_l_t(lua_State *L) {
     lua_settop(L, 1);
     return 1;
   }
-  TF_LUA_CHECK(L, tf_transpose(a, 0, 1, &out), "t");
+  TF_LUA_CHECK(L, tf_ag_transpose(a, 0, 1, &out), "t");
   tf_lua_pushtensor(L, out);
   return 1;
 }
@@ -396,14 +419,14 @@ static int tf_l_expand(lua_State *L) {
   int lead = s.ndim - a->ndim;
   for (int i = lead; i < s.ndim && i >= 0; i++)
     if (s.dims[i] == -1) s.dims[i] = a->shape[i - lead];
-  TF_LUA_CHECK(L, tf_expand(a, &s, &out), "expand");
+  TF_LUA_CHECK(L, tf_ag_expand(a, &s, &out), "expand");
   tf_lua_pushtensor(L, out);
   return 1;
 }
 
 static int tf_l_narrow(lua_State *L) {
   tf_tensor *a = tf_lua_checktensor(L, 1), *out;
-  TF_LUA_CHECK(L, tf_narrow(a, (int)luaL_checkinteger(L, 2), luaL_checkinteger(L, 3), luaL_checkinteger(L, 4), &out),
+  TF_LUA_CHECK(L, tf_ag_narrow(a, (int)luaL_checkinteger(L, 2), luaL_checkinteger(L, 3), luaL_checkinteger(L, 4), &out),
                "narrow");
   tf_lua_pushtensor(L, out);
   return 1;
@@ -411,7 +434,7 @@ static int tf_l_narrow(lua_State *L) {
 
 static int tf_l_select(lua_State *L) {
   tf_tensor *a = tf_lua_checktensor(L, 1), *out;
-  TF_LUA_CHECK(L, tf_select(a, (int)luaL_checkinteger(L, 2), luaL_checkinteger(L, 3), &out), "select");
+  TF_LUA_CHECK(L, tf_ag_select(a, (int)luaL_checkinteger(L, 2), luaL_checkinteger(L, 3), &out), "select");
   tf_lua_pushtensor(L, out);
   return 1;
 }
@@ -432,7 +455,7 @@ static int tf_l_unsqueeze(lua_State *L) {
     s.dims[i] = a->shape[j];
     strides[i] = a->strides[j++];
   }
-  TF_LUA_CHECK(L, tf_tensor_view(a, &s, strides, a->offset, &out), "unsqueeze");
+  TF_LUA_CHECK(L, tf_ag_alias(a, &s, strides, &out), "unsqueeze");
   tf_lua_pushtensor(L, out);
   return 1;
 }
@@ -449,15 +472,24 @@ static int tf_l_squeeze(lua_State *L) {
     s.dims[s.ndim] = a->shape[i];
     strides[s.ndim++] = a->strides[i];
   }
-  TF_LUA_CHECK(L, tf_tensor_view(a, &s, strides, a->offset, &out), "squeeze");
+  TF_LUA_CHECK(L, tf_ag_alias(a, &s, strides, &out), "squeeze");
   tf_lua_pushtensor(L, out);
   return 1;
+}
+
+/* In-place writes cannot be differentiated: refused on tensors that need
+ * grad while grad mode is on (an optimizer updates them under tf.no_grad). */
+static void tf_l_check_inplace(lua_State *L, tf_tensor *dst, const char *fname) {
+  if (tf_grad_enabled() && tf_tensor_needs_grad(dst))
+    luaL_error(L, "%s: in-place write to a tensor that requires grad (do it inside tf.no_grad)", fname);
 }
 
 /* x:copy_(src): copies src's values (any dtype, same device, same shape) into x. */
 static int tf_l_copy_(lua_State *L) {
   tf_tensor *dst = tf_lua_checktensor(L, 1), *src = tf_lua_checktensor(L, 2);
+  tf_l_check_inplace(L, dst, "copy_");
   TF_LUA_CHECK(L, tf_copy_into(dst, src), "copy_");
+  tf_tensor_bump_version(dst);
   lua_settop(L, 1);
   return 1;
 }
@@ -466,11 +498,13 @@ static int tf_l_copy_(lua_State *L) {
 static int tf_l_fill_(lua_State *L) {
   tf_tensor *dst = tf_lua_checktensor(L, 1), *tmp;
   double v = lua_isboolean(L, 2) ? lua_toboolean(L, 2) : luaL_checknumber(L, 2);
+  tf_l_check_inplace(L, dst, "fill_");
   tf_shape s = tf_tensor_shape(dst);
   TF_LUA_CHECK(L, tf_full(&s, v, dst->dtype, dst->device, &tmp), "fill_");
   tf_status st = tf_copy_into(dst, tmp);
   tf_tensor_release(tmp);
   TF_LUA_CHECK(L, st, "fill_");
+  tf_tensor_bump_version(dst);
   lua_settop(L, 1);
   return 1;
 }
@@ -612,13 +646,34 @@ static int tf_l_index(lua_State *L) {
     lua_pushinteger(L, (lua_Integer)tf_tensor_nbytes(t));
   else if (strcmp(key, "is_contiguous") == 0)
     lua_pushboolean(L, tf_tensor_is_contiguous(t));
+  else if (strcmp(key, "grad") == 0 && t->grad)
+    tf_lua_pushtensor(L, tf_tensor_retain(t->grad));
+  else if (strcmp(key, "is_leaf") == 0)
+    lua_pushboolean(L, t->grad_fn == NULL);
+  else if (strcmp(key, "grad_fn") == 0 && t->grad_fn)
+    lua_pushstring(L, t->grad_fn->name);
   else
     lua_pushnil(L);
   return 1;
 }
 
+/* Only grad can be assigned: nil, or a tensor of the same shape and device. */
 static int tf_l_newindex(lua_State *L) {
-  return luaL_error(L, "tf.Tensor: field '%s' cannot be assigned", luaL_tolstring(L, 2, NULL));
+  tf_tensor *t = tf_lua_checktensor(L, 1);
+  const char *key = lua_type(L, 2) == LUA_TSTRING ? lua_tostring(L, 2) : NULL;
+  if (!key || strcmp(key, "grad") != 0)
+    return luaL_error(L, "tf.Tensor: field '%s' cannot be assigned", luaL_tolstring(L, 2, NULL));
+  tf_tensor *g = lua_isnil(L, 3) ? NULL : tf_lua_checktensor(L, 3);
+  if (g) {
+    tf_shape a = tf_tensor_shape(t), b = tf_tensor_shape(g);
+    if (a.ndim != b.ndim || memcmp(a.dims, b.dims, sizeof(int64_t) * (size_t)a.ndim) != 0 ||
+        !tf_device_eq(t->device, g->device))
+      return luaL_error(L, "grad: the gradient must have the tensor's shape and device");
+    tf_tensor_retain(g);
+  }
+  tf_tensor_release(t->grad);
+  t->grad = g;
+  return 0;
 }
 
 /* The plain rendering; lua/tf/init.lua replaces it with one that shows values. */
@@ -653,7 +708,7 @@ TF_L_ARITH(pow, TF_OP_POW)
 
 static int tf_l_unm(lua_State *L) {
   tf_tensor *a = tf_lua_checktensor(L, 1), *out;
-  TF_LUA_CHECK(L, tf_unary(TF_OP_NEG, a, &out), "tf.neg");
+  TF_LUA_CHECK(L, tf_ag_unary(TF_OP_NEG, a, &out), "tf.neg");
   tf_lua_pushtensor(L, out);
   return 1;
 }
@@ -721,6 +776,7 @@ static const luaL_Reg tf_tensor_functions[] = {
     {"full", tf_l_full},
     {"arange", tf_l_arange},
     {"randint", tf_l_randint},
+    {"trunc_normal", tf_l_trunc_normal},
     {"is_tensor", tf_l_is_tensor},
     {NULL, NULL},
 };

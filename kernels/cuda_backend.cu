@@ -251,6 +251,13 @@ static tf_backend tf_cuda_make_table(void) {
   b.binary = tf_cuda_binary;
   b.reduce = tf_cuda_reduce;
   b.matmul = tf_cuda_matmul;
+  b.softmax = tf_cuda_softmax;
+  b.norm = tf_cuda_norm;
+  b.cross_entropy = tf_cuda_cross_entropy;
+  b.rope = tf_cuda_rope;
+  b.embedding = tf_cuda_embedding;
+  b.masked_fill = tf_cuda_masked_fill;
+  b.adamw = tf_cuda_adamw;
   return b;
 }
 

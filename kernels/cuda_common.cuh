@@ -159,5 +159,14 @@ tf_status tf_cuda_random(tf_device_ctx *ctx, tf_tensor *out, const tf_random_arg
 tf_status tf_cuda_reduce(tf_device_ctx *ctx, tf_reduce_op op, const tf_tensor *a, int64_t outer, int64_t r,
                          int64_t inner, tf_tensor *out);
 tf_status tf_cuda_matmul(tf_device_ctx *ctx, const tf_matmul_args *args);
+/* The fused neural-network ops (nnops.h), one file each; shared pieces in nn_common.cuh. */
+tf_status tf_cuda_softmax(tf_device_ctx *ctx, const tf_softmax_args *args);
+tf_status tf_cuda_norm(tf_device_ctx *ctx, const tf_norm_args *args);
+tf_status tf_cuda_cross_entropy(tf_device_ctx *ctx, const tf_cross_entropy_args *args, int64_t *bad);
+tf_status tf_cuda_rope(tf_device_ctx *ctx, const tf_rope_args *args);
+tf_status tf_cuda_embedding(tf_device_ctx *ctx, const tf_embedding_args *args, int64_t *bad);
+tf_status tf_cuda_masked_fill(tf_device_ctx *ctx, const tf_tensor *x, const tf_tensor *mask, double value,
+                              tf_tensor *out);
+tf_status tf_cuda_adamw(tf_device_ctx *ctx, const tf_adamw_update *args);
 
 #endif

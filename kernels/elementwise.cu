@@ -2,14 +2,18 @@
  * the dtypes the CPU backend instantiates (cpu_elementwise.c), with the same
  * formulas, compute types and f16/bf16 rounding. One kernel per (op, dtype)
  * holds both a dense loop (no index math) and a strided one (broadcast and
- * transposed inputs, 32-bit index math when the space allows). */
+ * transposed inputs, 32-bit index math when the space allows). Ops of the
+ * COMPARE kind (result rule TF_RESULT_BOOL) write the formula's truth as a
+ * bool byte instead of a value of the input's dtype. */
 #include "cuda_common.cuh"
 
 #include "../host/core/opmath.h"
 
-/* Each formula of the lists as a functor over the compute type T. */
+/* Each formula of the lists as a functor over the compute type T; to_bool
+ * says whether its result is stored as a bool. */
 #define TF_CUDA_UNARY_FUNCTOR(CODE, name, kind, formula)                     \
   struct tf_cuda_unary_##name {                                              \
+    static const bool to_bool = TF_KIND_##kind##_RULE == TF_RESULT_BOOL;     \
     template <typename T>                                                    \
     static __device__ __forceinline__ T apply(T x) {                         \
       return (T)(formula);                                                   \
@@ -20,6 +24,7 @@ TF_UNARY_OPS(TF_CUDA_UNARY_FUNCTOR)
 
 #define TF_CUDA_BINARY_FUNCTOR(CODE, name, kind, formula)                    \
   struct tf_cuda_binary_##name {                                             \
+    static const bool to_bool = TF_KIND_##kind##_RULE == TF_RESULT_BOOL;     \
     template <typename T>                                                    \
     static __device__ __forceinline__ T apply(T x, T y) {                    \
       return (T)(formula);                                                   \
@@ -27,6 +32,18 @@ TF_UNARY_OPS(TF_CUDA_UNARY_FUNCTOR)
   };
 TF_BINARY_OPS(TF_CUDA_BINARY_FUNCTOR)
 #undef TF_CUDA_BINARY_FUNCTOR
+
+/* A result as an output element: the dtype's storage, or a bool byte. */
+template <int DT, bool TO_BOOL> struct tf_cuda_result {
+  typedef typename tf_cuda_dtype<DT>::storage type;
+  static __device__ __forceinline__ type put(typename tf_cuda_dtype<DT>::compute v) {
+    return tf_cuda_dtype<DT>::store(v);
+  }
+};
+template <int DT> struct tf_cuda_result<DT, true> {
+  typedef uint8_t type;
+  static __device__ __forceinline__ uint8_t put(typename tf_cuda_dtype<DT>::compute v) { return v != 0; }
+};
 
 typedef struct tf_cuda_unary_args {
   void *out;
@@ -39,13 +56,14 @@ typedef struct tf_cuda_unary_args {
 template <class Op, int DT, typename I>
 __device__ __forceinline__ void tf_cuda_unary_strided(const tf_cuda_unary_args &p) {
   typedef tf_cuda_dtype<DT> D;
+  typedef tf_cuda_result<DT, Op::to_bool> R;
   typedef typename D::storage S;
-  S *out = (S *)p.out;
+  typename R::type *out = (typename R::type *)p.out;
   const S *a = (const S *)p.a;
   for (I i = (I)(blockIdx.x * blockDim.x + threadIdx.x); i < (I)p.n; i += (I)(gridDim.x * blockDim.x)) {
     int64_t off[1];
     tf_cuda_strided_offsets<1, I>(p.geom, i, off);
-    out[i] = D::store(Op::apply(D::load(a[off[0]])));
+    out[i] = R::put(Op::apply(D::load(a[off[0]])));
   }
 }
 
@@ -58,9 +76,10 @@ enum { TF_CUDA_UNROLL = 4 };
 template <class Op, int DT>
 __global__ void __launch_bounds__(TF_CUDA_THREADS) tf_cuda_unary_kernel(tf_cuda_unary_args p) {
   typedef tf_cuda_dtype<DT> D;
+  typedef tf_cuda_result<DT, Op::to_bool> R;
   typedef typename D::storage S;
   if (p.geom.contiguous) {
-    S *out = (S *)p.out;
+    typename R::type *out = (typename R::type *)p.out;
     const S *a = (const S *)p.a;
     const int64_t step = (int64_t)gridDim.x * blockDim.x;
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -69,9 +88,9 @@ __global__ void __launch_bounds__(TF_CUDA_THREADS) tf_cuda_unary_kernel(tf_cuda_
 #pragma unroll
       for (int u = 0; u < TF_CUDA_UNROLL; u++) v[u] = a[i + u * step];
 #pragma unroll
-      for (int u = 0; u < TF_CUDA_UNROLL; u++) out[i + u * step] = D::store(Op::apply(D::load(v[u])));
+      for (int u = 0; u < TF_CUDA_UNROLL; u++) out[i + u * step] = R::put(Op::apply(D::load(v[u])));
     }
-    for (; i < p.n; i += step) out[i] = D::store(Op::apply(D::load(a[i])));
+    for (; i < p.n; i += step) out[i] = R::put(Op::apply(D::load(a[i])));
   } else if (p.geom.narrow) {
     tf_cuda_unary_strided<Op, DT, uint32_t>(p);
   } else {
@@ -107,7 +126,7 @@ template <typename T> struct tf_cuda_binary_args {
 /* One result from the loaded operands: x op y with the scalar, when there
  * is one, on its side (sb is unused then). */
 template <class Op, int DT>
-__device__ __forceinline__ typename tf_cuda_dtype<DT>::storage tf_cuda_binary_apply(
+__device__ __forceinline__ typename tf_cuda_result<DT, Op::to_bool>::type tf_cuda_binary_apply(
     const tf_cuda_binary_args<typename tf_cuda_dtype<DT>::compute> &p, typename tf_cuda_dtype<DT>::storage sa,
     typename tf_cuda_dtype<DT>::storage sb) {
   typedef tf_cuda_dtype<DT> D;
@@ -116,7 +135,7 @@ __device__ __forceinline__ typename tf_cuda_dtype<DT>::storage tf_cuda_binary_ap
   T x = v, y = p.scalar;
   if (p.mode == TF_CUDA_OPERAND_TENSOR) y = D::load(sb);
   if (p.mode == TF_CUDA_OPERAND_SCALAR_LEFT) x = p.scalar, y = v;
-  return D::store(Op::apply(x, y));
+  return tf_cuda_result<DT, Op::to_bool>::put(Op::apply(x, y));
 }
 
 /* The element of b at ib, or zero when the operand is a scalar. */
@@ -132,7 +151,8 @@ template <class Op, int DT, typename I>
 __device__ __forceinline__ void tf_cuda_binary_strided(
     const tf_cuda_binary_args<typename tf_cuda_dtype<DT>::compute> &p) {
   typedef typename tf_cuda_dtype<DT>::storage S;
-  S *out = (S *)p.out;
+  typedef typename tf_cuda_result<DT, Op::to_bool>::type O;
+  O *out = (O *)p.out;
   for (I i = (I)(blockIdx.x * blockDim.x + threadIdx.x); i < (I)p.n; i += (I)(gridDim.x * blockDim.x)) {
     int64_t off[2];
     tf_cuda_strided_offsets<2, I>(p.geom, i, off);
@@ -145,8 +165,9 @@ template <class Op, int DT>
 __global__ void __launch_bounds__(TF_CUDA_THREADS)
     tf_cuda_binary_kernel(tf_cuda_binary_args<typename tf_cuda_dtype<DT>::compute> p) {
   typedef typename tf_cuda_dtype<DT>::storage S;
+  typedef typename tf_cuda_result<DT, Op::to_bool>::type O;
   if (p.geom.contiguous) {
-    S *out = (S *)p.out;
+    O *out = (O *)p.out;
     const S *a = (const S *)p.a;
     const int64_t step = (int64_t)gridDim.x * blockDim.x;
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;

@@ -17,7 +17,7 @@ __global__ void __launch_bounds__(TF_CUDA_THREADS) tf_cuda_random_kernel(void *o
   int64_t step = (int64_t)gridDim.x * blockDim.x;
   for (int64_t blk = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; blk < blocks; blk += step) {
     double v[4];
-    tf_det_random_block(tf_philox(args.seed, args.offset + (uint64_t)blk), (int)args.kind, args.a, args.b, v);
+    tf_det_random_block(args.seed, args.offset, (uint64_t)blk, (int)args.kind, args.a, args.b, v);
 #pragma unroll
     for (int j = 0; j < 4; j++)
       if (blk * 4 + j < n) tf_elem_set(out, DT, blk * 4 + j, v[j]);

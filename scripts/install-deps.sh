@@ -11,7 +11,24 @@ packages=(
   libcjson-dev                      # JSON
   libedit-dev                       # line editing and history in the REPL
   python3                           # the command-line tests
+  python3-numpy                     # the safetensors interoperability test
 )
+
+# The Python packages tests/cli/test_safetensors_python.py reads and writes
+# files with, for the python3 on PATH (which may not be Debian's): safetensors
+# is not a Debian package, so pip installs what is missing for the user when
+# it can. A failure is not an error: that test then skips and says why.
+install_python_packages() {
+  local need=()
+  python3 -c "import numpy" 2>/dev/null || need+=(numpy)
+  python3 -c "import safetensors" 2>/dev/null || need+=(safetensors)
+  [ ${#need[@]} -eq 0 ] && return 0
+  if python3 -m pip install --user --quiet --disable-pip-version-check "${need[@]}" >/dev/null 2>&1; then
+    echo "install-deps: pip installed ${need[*]}"
+  else
+    echo "install-deps: could not pip install ${need[*]}; the safetensors Python test will be skipped"
+  fi
+}
 
 missing=()
 for p in "${packages[@]}"; do
@@ -20,6 +37,7 @@ done
 
 if [ ${#missing[@]} -eq 0 ]; then
   echo "install-deps: all packages present"
+  install_python_packages
   exit 0
 fi
 
@@ -32,3 +50,4 @@ fi
 export DEBIAN_FRONTEND=noninteractive
 $sudo apt-get update -qq
 $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+install_python_packages

@@ -38,6 +38,81 @@ typedef struct tf_random_args {
 /* An opaque timestamp for tf.timer: a CUDA event or a host clock reading. */
 typedef struct tf_event tf_event;
 
+/* ---- fused neural-network ops (nnops.h) ----------------------------------
+ * nnops.c passes contiguous tensors only (masked_fill excepted). A row op
+ * sees x as (rows, cols), cols being the last dim. Statistics (mean, rstd,
+ * lse), norm weights and scalars such as dloss come in the statistics
+ * dtype: f64 when x is f64, else f32; kernels compute in that dtype. */
+
+typedef struct tf_softmax_args {
+  int64_t rows, cols;
+  bool log;
+  const tf_tensor *x;  /* forward: the input; backward: the forward output y */
+  const tf_tensor *dy; /* backward: the gradient of y; NULL in the forward pass */
+  tf_tensor *out;      /* y, or dx; x's dtype */
+} tf_softmax_args;
+
+typedef enum tf_norm_kind { TF_NORM_LAYER, TF_NORM_RMS } tf_norm_kind;
+
+typedef struct tf_norm_args {
+  tf_norm_kind kind;
+  bool backward;
+  int64_t rows, cols;
+  double eps;             /* forward */
+  const tf_tensor *x;     /* (rows, cols) */
+  const tf_tensor *w, *b; /* (cols,) or NULL; rms_norm's gain is w, it has no b */
+  /* Forward: y (x's dtype) written, mean and rstd (rows,) written unless
+   * NULL. Backward: mean (layer_norm) and rstd read. */
+  tf_tensor *y, *mean, *rstd;
+  const tf_tensor *dy;      /* backward: x's shape and dtype */
+  tf_tensor *dx, *dw, *db;  /* backward: dx of x's dtype; dw, db (cols,) or NULL to skip */
+} tf_norm_args;
+
+typedef struct tf_cross_entropy_args {
+  bool backward;
+  int64_t rows, cols;
+  const tf_tensor *logits;  /* (rows, cols) */
+  const tf_tensor *targets; /* (rows,) i64 */
+  tf_tensor *lse;           /* (rows,): written forward unless NULL, read backward */
+  tf_tensor *loss;          /* forward: 0-dim, logits' dtype */
+  const tf_tensor *dloss;   /* backward: 0-dim */
+  tf_tensor *dlogits;       /* backward: logits' shape and dtype */
+} tf_cross_entropy_args;
+
+typedef struct tf_rope_args {
+  int64_t rows, cols;
+  int64_t seq;                /* without positions, row r is at position r % seq */
+  double theta;
+  bool inverse;
+  const tf_tensor *x;
+  const tf_tensor *positions; /* (rows,) i64, or NULL */
+  tf_tensor *y;
+} tf_rope_args;
+
+typedef struct tf_embedding_args {
+  bool backward;
+  int64_t n, dim, vocab;    /* n ids; rows of dim elements */
+  const tf_tensor *ids;     /* (n,) i64 */
+  const tf_tensor *weight;  /* forward: (vocab, dim), any dtype */
+  tf_tensor *out;           /* forward: (n, dim), weight's dtype */
+  const tf_tensor *dout;    /* backward: (n, dim), any float dtype */
+  tf_tensor *dweight;       /* backward: (vocab, dim), f32 or f64 */
+} tf_embedding_args;
+
+/* One AdamW step with its step-dependent constants worked out once, in
+ * double, by the dispatcher (torch.optim.AdamW's single-tensor form):
+ *   p = p * decay; m = beta1 m + (1 - beta1) g; v = beta2 v + (1 - beta2) g^2;
+ *   p = p - step_size * m / (sqrt(v) / bias2_sqrt + eps) */
+typedef struct tf_adamw_update {
+  tf_tensor *p, *m, *v; /* f32 or f64, one dtype, updated in place */
+  const tf_tensor *g;   /* any float dtype, p's element count */
+  double decay;         /* 1 - lr * weight_decay */
+  double beta1, beta2;
+  double step_size;     /* lr / (1 - beta1^step) */
+  double bias2_sqrt;    /* sqrt(1 - beta2^step) */
+  double eps;
+} tf_adamw_update;
+
 struct tf_backend {
   const char *name;
   tf_status (*init)(tf_device_ctx *ctx);
@@ -69,6 +144,22 @@ struct tf_backend {
   tf_status (*reduce)(tf_device_ctx *ctx, tf_reduce_op op, const tf_tensor *a, int64_t outer, int64_t r,
                       int64_t inner, tf_tensor *out);
   tf_status (*matmul)(tf_device_ctx *ctx, const tf_matmul_args *args);
+
+  /* Fused neural-network ops (nnops.h); the arguments above. Index checks
+   * report the first bad index in *bad (-1 when every one is in range)
+   * instead of failing, so that both backends word the error the same. */
+  tf_status (*softmax)(tf_device_ctx *ctx, const tf_softmax_args *args);
+  tf_status (*norm)(tf_device_ctx *ctx, const tf_norm_args *args);
+  /* *bad: the first target outside [0, cols) (forward only). */
+  tf_status (*cross_entropy)(tf_device_ctx *ctx, const tf_cross_entropy_args *args, int64_t *bad);
+  tf_status (*rope)(tf_device_ctx *ctx, const tf_rope_args *args);
+  /* *bad: the first id outside [0, vocab); nothing is read out of bounds. */
+  tf_status (*embedding)(tf_device_ctx *ctx, const tf_embedding_args *args, int64_t *bad);
+  /* x and mask (bool) are strided views of out's shape; value is converted
+   * to x's dtype as a copy would convert it (elemio.h). */
+  tf_status (*masked_fill)(tf_device_ctx *ctx, const tf_tensor *x, const tf_tensor *mask, double value,
+                           tf_tensor *out);
+  tf_status (*adamw)(tf_device_ctx *ctx, const tf_adamw_update *args);
 };
 
 const tf_backend *tf_cpu_backend(void);

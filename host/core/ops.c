@@ -42,6 +42,11 @@ static const tf_op_info *tf_op_of(tf_op_family family, int code) {
   return NULL;
 }
 
+const char *tf_op_name(tf_op_family family, int code) {
+  const tf_op_info *info = tf_op_of(family, code);
+  return info ? info->name : "op";
+}
+
 /* ---- helpers ----------------------------------------------------------- */
 
 tf_status tf_wrap_dim(int dim, int ndim, int *out) {
@@ -71,6 +76,11 @@ static tf_status tf_check_dtype(const tf_op_info *info, tf_dtype d) {
 static tf_dtype tf_compute_dtype(const tf_op_info *info, tf_dtype promoted) {
   if (info->rule == TF_RESULT_FLOAT && !tf_dtype_is_float(promoted)) return TF_F32;
   return promoted;
+}
+
+/* The output dtype of an elementwise op computed in dtype cd. */
+static tf_dtype tf_result_dtype(const tf_op_info *info, tf_dtype cd) {
+  return info->rule == TF_RESULT_BOOL ? TF_BOOL : cd;
 }
 
 /* A tensor of dtype d with a's values: a itself (retained) when it already is. */
@@ -285,7 +295,7 @@ tf_status tf_unary(tf_unary_op op, const tf_tensor *a, tf_tensor **out) {
   tf_tensor *in, *res = NULL;
   TF_TRY(tf_as_dtype(a, cd, &in));
   tf_shape s = tf_tensor_shape(a);
-  tf_status st = tf_tensor_empty(&s, cd, a->device, &res);
+  tf_status st = tf_tensor_empty(&s, tf_result_dtype(info, cd), a->device, &res);
   if (st == TF_OK && tf_tensor_numel(res) > 0) st = ctx->backend->unary(ctx, op, in, res);
   tf_tensor_release(in);
   if (st != TF_OK) {
@@ -311,7 +321,7 @@ tf_status tf_binary(tf_binary_op op, const tf_tensor *a, const tf_tensor *b, tf_
   if (st == TF_OK) st = tf_as_dtype(b, cd, &cb);
   if (st == TF_OK) st = tf_expand(ca, &s, &ea);
   if (st == TF_OK) st = tf_expand(cb, &s, &eb);
-  if (st == TF_OK) st = tf_tensor_empty(&s, cd, a->device, &res);
+  if (st == TF_OK) st = tf_tensor_empty(&s, tf_result_dtype(info, cd), a->device, &res);
   if (st == TF_OK && tf_shape_numel(&s) > 0) st = ctx->backend->binary(ctx, op, ea, eb, 0.0, TF_SCALAR_NONE, res);
   tf_tensor_release(ca);
   tf_tensor_release(cb);
@@ -334,7 +344,7 @@ tf_status tf_binary_scalar(tf_binary_op op, const tf_tensor *a, tf_scalar s, tf_
   tf_tensor *ca = NULL, *res = NULL;
   TF_TRY(tf_as_dtype(a, cd, &ca));
   tf_shape shape = tf_tensor_shape(a);
-  tf_status st = tf_tensor_empty(&shape, cd, a->device, &res);
+  tf_status st = tf_tensor_empty(&shape, tf_result_dtype(info, cd), a->device, &res);
   if (st == TF_OK && tf_shape_numel(&shape) > 0) st = ctx->backend->binary(ctx, op, ca, NULL, s.value, side, res);
   tf_tensor_release(ca);
   if (st != TF_OK) {
@@ -577,6 +587,8 @@ tf_status tf_random(tf_random_kind kind, const tf_shape *shape, double a, double
     if (b - a > 4294967296.0) return tf_fail(TF_ERR_ARG, "randint: the range high - low must be at most 2^32");
   }
   if (kind == TF_RANDOM_NORMAL && !(b >= 0)) return tf_fail(TF_ERR_ARG, "randn: std must be >= 0");
+  if (kind == TF_RANDOM_TRUNC_NORMAL && !(a >= 0 && b > 0))
+    return tf_fail(TF_ERR_ARG, "trunc_normal: std must be >= 0 and the cut > 0");
   tf_tensor *t;
   TF_TRY(tf_tensor_empty(shape, dtype, device, &t));
   tf_device_ctx *ctx;
@@ -584,7 +596,8 @@ tf_status tf_random(tf_random_kind kind, const tf_shape *shape, double a, double
   int64_t n = tf_tensor_numel(t);
   if (st == TF_OK && n > 0) {
     tf_random_args args = {kind, a, b, ctx->rng_seed, ctx->rng_offset};
-    ctx->rng_offset += (uint64_t)(n + 3) / 4; /* one Philox block per 4 elements */
+    /* one Philox block per 4 elements; 4 blocks per element for truncated normals */
+    ctx->rng_offset += kind == TF_RANDOM_TRUNC_NORMAL ? (uint64_t)n * 4 : (uint64_t)(n + 3) / 4;
     st = ctx->backend->random(ctx, t, &args);
   }
   if (st != TF_OK) {

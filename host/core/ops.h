@@ -25,19 +25,25 @@ extern "C" {
 /* How an op's result dtype follows from its (promoted) input dtype. */
 typedef enum tf_result_rule {
   TF_RESULT_SAME,  /* the promoted input dtype */
-  TF_RESULT_FLOAT  /* integer/bool inputs are computed as f32 (exp, div, ...) */
+  TF_RESULT_FLOAT, /* integer/bool inputs are computed as f32 (exp, div, ...) */
+  TF_RESULT_BOOL   /* bool (0/1 bytes), computed in the promoted input dtype (eq, isnan, ...) */
 } tf_result_rule;
 
 /* The kind of an elementwise op:
  *   ARITH: numeric inputs, result in the promoted dtype, integer kernels too;
- *   FLOAT: any input, integer and bool inputs computed in f32, float kernels. */
+ *   FLOAT: any input, integer and bool inputs computed in f32, float kernels;
+ *   COMPARE: numeric inputs compared (or classified) in the promoted dtype,
+ *     a bool result (the formula's truth, stored as 0/1), integer kernels too. */
 #define TF_KIND_ARITH_DTYPES TF_DTYPES_NUMERIC
 #define TF_KIND_ARITH_RULE TF_RESULT_SAME
 #define TF_KIND_FLOAT_DTYPES TF_DTYPES_ALL
 #define TF_KIND_FLOAT_RULE TF_RESULT_FLOAT
+#define TF_KIND_COMPARE_DTYPES TF_DTYPES_NUMERIC
+#define TF_KIND_COMPARE_RULE TF_RESULT_BOOL
 /* TF_IF_INTS_<kind>(...) keeps its arguments only for ops with integer kernels. */
 #define TF_IF_INTS_ARITH(...) __VA_ARGS__
 #define TF_IF_INTS_FLOAT(...)
+#define TF_IF_INTS_COMPARE(...) __VA_ARGS__
 
 /* X(CODE, name, kind, formula over x of compute type T) */
 #define TF_UNARY_OPS(X)                                                     \
@@ -45,6 +51,7 @@ typedef enum tf_result_rule {
   X(ABS, abs, ARITH, tf_abs(x))                                             \
   X(RELU, relu, ARITH, (x < (T)0 ? (T)0 : x))                               \
   X(SQUARE, square, ARITH, (x * x))                                         \
+  X(SIGN, sign, ARITH, (T)((x > (T)0) - (x < (T)0)))                        \
   X(EXP, exp, FLOAT, tf_exp(x))                                             \
   X(LOG, log, FLOAT, tf_log(x))                                             \
   X(SQRT, sqrt, FLOAT, tf_sqrt(x))                                          \
@@ -54,7 +61,10 @@ typedef enum tf_result_rule {
   X(GELU, gelu, FLOAT, ((T)0.5 * x * tf_erfc(-x * (T)0.70710678118654752440)))      \
   X(TANH, tanh, FLOAT, tf_tanh(x))                                          \
   X(SIN, sin, FLOAT, tf_sin(x))                                             \
-  X(COS, cos, FLOAT, tf_cos(x))
+  X(COS, cos, FLOAT, tf_cos(x))                                             \
+  X(ERF, erf, FLOAT, tf_erf(x))                                             \
+  X(ISNAN, isnan, COMPARE, tf_isnan(x))                                     \
+  X(ISFINITE, isfinite, COMPARE, (x - x == (T)0)) /* inf - inf is NaN */
 
 /* X(CODE, name, kind, formula over x, y of compute type T) */
 #define TF_BINARY_OPS(X)                                                    \
@@ -64,7 +74,13 @@ typedef enum tf_result_rule {
   X(DIV, div, FLOAT, (x / y))                                               \
   X(MAXIMUM, maximum, ARITH, ((x > y || tf_isnan(x)) ? x : y))              \
   X(MINIMUM, minimum, ARITH, ((x < y || tf_isnan(x)) ? x : y))              \
-  X(POW, pow, FLOAT, tf_pow(x, y))
+  X(POW, pow, FLOAT, tf_pow(x, y))                                          \
+  X(EQ, eq, COMPARE, (x == y))                                              \
+  X(NE, ne, COMPARE, (x != y))                                              \
+  X(LT, lt, COMPARE, (x < y))                                               \
+  X(LE, le, COMPARE, (x <= y))                                              \
+  X(GT, gt, COMPARE, (x > y))                                               \
+  X(GE, ge, COMPARE, (x >= y))
 
 #define TF_OP_CODE(CODE, name, kind, formula) TF_OP_##CODE,
 typedef enum tf_unary_op { TF_UNARY_OPS(TF_OP_CODE) TF_UNARY_COUNT } tf_unary_op;
@@ -92,6 +108,8 @@ typedef struct tf_op_info {
 
 const tf_op_info *tf_op_registry(int *count);
 const tf_op_info *tf_op_find(const char *name);
+/* The name of op `code` of a family ("exp", "add", ...). */
+const char *tf_op_name(tf_op_family family, int code);
 
 /* Where the scalar goes in a tensor-scalar binary op. */
 typedef enum tf_scalar_side { TF_SCALAR_NONE, TF_SCALAR_RIGHT, TF_SCALAR_LEFT } tf_scalar_side;
@@ -135,8 +153,10 @@ tf_status tf_select(const tf_tensor *a, int dim, int64_t index, tf_tensor **out)
 tf_status tf_full(const tf_shape *shape, double value, tf_dtype dtype, tf_device device, tf_tensor **out);
 tf_status tf_arange(double start, double stop, double step, tf_dtype dtype, tf_device device, tf_tensor **out);
 
-typedef enum tf_random_kind { TF_RANDOM_UNIFORM, TF_RANDOM_NORMAL, TF_RANDOM_INT } tf_random_kind;
-/* Uniform in [a, b), normal with mean a and std b, or integers in [a, b). */
+typedef enum tf_random_kind { TF_RANDOM_UNIFORM, TF_RANDOM_NORMAL, TF_RANDOM_INT, TF_RANDOM_TRUNC_NORMAL } tf_random_kind;
+/* Uniform in [a, b), normal with mean a and std b, integers in [a, b), or a
+ * normal with mean 0 and std a truncated to [-b a, b a] (PyTorch's
+ * trunc_normal_ with a cut at b standard deviations). */
 tf_status tf_random(tf_random_kind kind, const tf_shape *shape, double a, double b, tf_dtype dtype,
                     tf_device device, tf_tensor **out);
 

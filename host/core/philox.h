@@ -107,19 +107,43 @@ TF_HD double tf_det_random_value(tf_philox_block blk, int j, int kind, double a,
   return a + (double)(((uint64_t)blk.w[j] * range) >> 32);
 }
 
-/* The four values of a block, as tf_det_random_value gives them one by one,
- * with each normal pair computed once. */
-TF_HD void tf_det_random_block(tf_philox_block blk, int kind, double a, double b, double v[4]) {
+/* Element i of a truncated normal tensor: std * z for the first of the 16
+ * normals drawn from blocks offset + 4i .. offset + 4i + 3 with |z| <= cut
+ * (the chance that none is, for cut = 3, is below 1e-40). */
+TF_HD double tf_det_trunc_normal(uint64_t seed, uint64_t offset, uint64_t i, double std, double cut) {
+  for (uint64_t k = 0; k < 4; k++) {
+    tf_philox_block b = tf_philox(seed, offset + 4 * i + k);
+    for (int p = 0; p < 4; p += 2) {
+      double z0, z1;
+      tf_det_normal2(b.w[p], b.w[p + 1], &z0, &z1);
+      if ((z0 < 0 ? -z0 : z0) <= cut) return std * z0;
+      if ((z1 < 0 ? -z1 : z1) <= cut) return std * z1;
+    }
+  }
+  return 0.0;
+}
+
+/* The values of elements 4 blk .. 4 blk + 3 of a random tensor of this kind
+ * (0 uniform, 1 normal, 2 integer, 3 truncated normal), as
+ * tf_det_random_value gives them one by one, with each normal pair computed
+ * once. offset is the tensor's first Philox block. */
+TF_HD void tf_det_random_block(uint64_t seed, uint64_t offset, uint64_t blk, int kind, double a, double b,
+                               double v[4]) {
+  if (kind == 3) {
+    for (int j = 0; j < 4; j++) v[j] = tf_det_trunc_normal(seed, offset, 4 * blk + (uint64_t)j, a, b);
+    return;
+  }
+  tf_philox_block block = tf_philox(seed, offset + blk);
   if (kind == 1) {
     for (int p = 0; p < 4; p += 2) {
       double z0, z1;
-      tf_det_normal2(blk.w[p], blk.w[p + 1], &z0, &z1);
+      tf_det_normal2(block.w[p], block.w[p + 1], &z0, &z1);
       v[p] = a + b * z0;
       v[p + 1] = a + b * z1;
     }
     return;
   }
-  for (int j = 0; j < 4; j++) v[j] = tf_det_random_value(blk, j, kind, a, b);
+  for (int j = 0; j < 4; j++) v[j] = tf_det_random_value(block, j, kind, a, b);
 }
 
 #endif

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "autograd.h"
 #include "backend.h"
 
 tf_status tf_shape_check(const tf_shape *s) {
@@ -111,6 +112,8 @@ static void tf_storage_release(tf_storage *st) {
 void tf_tensor_release(tf_tensor *t) {
   if (!t || --t->refcount > 0) return;
   tf_storage_release(t->storage);
+  tf_tensor_release(t->grad);
+  tf_node_release(t->grad_fn);
   free(t);
 }
 

@@ -28,7 +28,10 @@ typedef struct tf_storage {
   tf_block *block; /* NULL for an empty (0-element) tensor */
   void *data;
   size_t nbytes;
+  uint64_t version; /* bumped by every in-place write: autograd checks saved tensors */
 } tf_storage;
+
+typedef struct tf_node tf_node; /* autograd.h */
 
 typedef struct tf_tensor {
   int refcount;
@@ -39,6 +42,11 @@ typedef struct tf_tensor {
   int64_t strides[TF_MAX_DIMS]; /* in elements */
   int64_t offset;               /* in elements, into storage */
   tf_storage *storage;
+  /* autograd: a leaf that requires grad accumulates into grad; a tensor
+   * computed from such tensors has grad_fn, the op that made it. */
+  bool requires_grad;
+  struct tf_tensor *grad;
+  tf_node *grad_fn;
 } tf_tensor;
 
 /* A shape as it travels through the API. */

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "cpu.h"
+#include "cpu_nn.h"
 
 struct tf_event {
   struct timespec at;
@@ -111,6 +112,13 @@ static const tf_backend tf_cpu_backend_table = {
     .binary = tf_cpu_binary,
     .reduce = tf_cpu_reduce,
     .matmul = tf_cpu_matmul,
+    .softmax = tf_cpu_softmax,
+    .norm = tf_cpu_norm,
+    .cross_entropy = tf_cpu_cross_entropy,
+    .rope = tf_cpu_rope,
+    .embedding = tf_cpu_embedding,
+    .masked_fill = tf_cpu_masked_fill,
+    .adamw = tf_cpu_adamw,
 };
 
 const tf_backend *tf_cpu_backend(void) { return &tf_cpu_backend_table; }

@@ -61,7 +61,7 @@ tf_status tf_cpu_random(tf_device_ctx *ctx, tf_tensor *out, const tf_random_args
   void *data = tf_tensor_data(out);
   for (int64_t blk = 0; blk * 4 < n; blk++) {
     double v[4];
-    tf_det_random_block(tf_philox(args->seed, args->offset + (uint64_t)blk), (int)args->kind, args->a, args->b, v);
+    tf_det_random_block(args->seed, args->offset, (uint64_t)blk, (int)args->kind, args->a, args->b, v);
     for (int j = 0; j < 4 && blk * 4 + j < n; j++) tf_elem_set(data, out->dtype, blk * 4 + j, v[j]);
   }
   return TF_OK;

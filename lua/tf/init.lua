@@ -10,6 +10,7 @@ local tf = {}
 for name, value in pairs(C) do
   if name:sub(1, 1) ~= "_" then tf[name] = value end
 end
+tf._adamw_step = C._adamw_step -- for tf.optim
 
 C._tensor_metatable.__tostring = require("tf.format").tensor
 
@@ -42,9 +43,33 @@ function json.array(t)
 end
 tf.json = json
 
---- tf.no_op: handy default for callbacks.
-function tf.no_op() end
+--- Runs fn with a scope open and closes it however fn ends; without fn,
+-- returns the scope for `local _ <close> = ...`.
+local function scoped(scope, fn, ...)
+  if fn == nil then return scope end
+  local _ <close> = scope
+  return fn(...)
+end
 
+--- tf.no_grad([fn]): ops record no autograd history inside.
+function tf.no_grad(fn, ...) return scoped(C._grad_scope(false), fn, ...) end
+--- tf.enable_grad([fn]): turns recording back on inside a no_grad region.
+function tf.enable_grad(fn, ...) return scoped(C._grad_scope(true), fn, ...) end
+--- tf.autocast(dtype [, fn]): mixed precision ("bf16" or "f16"; nil disables it inside).
+function tf.autocast(dtype, fn, ...) return scoped(C._autocast_scope(dtype), fn, ...) end
+
+--- tf.causal_mask(n [, m] [, opts]): the (n, m) bool mask that is true where
+-- query i may attend to key j (j <= i), on opts.device.
+function tf.causal_mask(n, m, opts)
+  if type(m) == "table" then m, opts = nil, m end
+  m = m or n
+  local device = { device = opts and opts.device }
+  return tf.ge(tf.arange(n, device):unsqueeze(1), tf.arange(m, device):unsqueeze(0))
+end
+
+tf.nn = require "tf.nn"
+tf.optim = require "tf.optim"
+tf.amp = require "tf.amp"
 tf.options = require("tf.options").declare
 tf.bench = require("tf.bench").bench
 tf.report = require "tf.report"

@@ -38,11 +38,14 @@ function M.env()
   return env
 end
 
---- Writes {env = tf.results.env(), results = rows, ...extra} as JSON to
--- path and returns that table. extra may add fields (e.g. a summary).
-function M.write(path, rows, extra)
+--- Writes {env = tf.results.env(), results = results, ...extra} as JSON to
+-- path and returns that table. results is a list of rows or a table of
+-- named parts; extra may add fields (e.g. a summary).
+function M.write(path, results, extra)
   local tf = require "tf"
-  local doc = { env = M.env(), results = tf.json.array(rows or {}) }
+  results = results or {}
+  local is_list = results[1] ~= nil or next(results) == nil
+  local doc = { env = M.env(), results = is_list and tf.json.array(results) or results }
   for k, v in pairs(extra or {}) do doc[k] = v end
   tf.json.write(path, doc, { indent = true, nan = "null" })
   return doc

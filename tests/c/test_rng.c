@@ -41,10 +41,21 @@ int main(void) {
     for (int kind = 0; kind < 3; kind++) {
       tf_philox_block b = tf_philox(99, c);
       double v[4];
-      tf_det_random_block(b, kind, -2.0, 5.0, v);
+      tf_det_random_block(99, 0, c, kind, -2.0, 5.0, v);
       for (int j = 0; j < 4; j++) block_mismatch += v[j] != tf_det_random_value(b, j, kind, -2.0, 5.0);
     }
   CHECK_INT(block_mismatch, 0);
+
+  /* truncated normals stay within the cut and keep the truncated moments */
+  double tsum2 = 0, tmax = 0;
+  for (uint64_t i = 0; i < 200000; i++) {
+    double z = tf_det_trunc_normal(5, 0, i, 2.0, 1.5);
+    tsum2 += z * z;
+    tmax = fmax(tmax, fabs(z));
+  }
+  CHECK(tmax <= 3.0);
+  /* variance of a standard normal truncated at 1.5: 1 - 2 * 1.5 * phi(1.5) / (2 Phi(1.5) - 1) = 0.5518 */
+  CHECK_NEAR(tsum2 / 200000 / 4.0, 0.5518, 0.01);
 
   /* moments of 4M normals and uniforms; integers stay in range */
   const int n = 1 << 22;

@@ -1,0 +1,86 @@
+#include "autocast.h"
+
+#include <stdlib.h>
+
+#include "autograd.h"
+#include "grad_ops.h"
+
+enum { TF_AUTOCAST_MAX_DEPTH = 64 };
+
+typedef struct tf_cast_entry {
+  tf_tensor *src, *dst; /* both retained */
+  uint64_t version;     /* src's storage version when cast */
+} tf_cast_entry;
+
+/* Per thread: the stack of regions and the cast cache of the outermost one. */
+static _Thread_local int tf_ac_stack[TF_AUTOCAST_MAX_DEPTH];
+static _Thread_local int tf_ac_depth;
+static _Thread_local tf_cast_entry *tf_ac_cache;
+static _Thread_local size_t tf_ac_cached, tf_ac_cache_cap;
+
+int tf_autocast_dtype(void) { return tf_ac_depth > 0 ? tf_ac_stack[tf_ac_depth - 1] : -1; }
+
+tf_status tf_autocast_enter(int dtype, int *depth) {
+  if (dtype != -1 && dtype != TF_F16 && dtype != TF_BF16)
+    return tf_fail(TF_ERR_ARG, "autocast works with f16 or bf16, not %s", tf_dtype_name((tf_dtype)dtype));
+  if (tf_ac_depth == TF_AUTOCAST_MAX_DEPTH)
+    return tf_fail(TF_ERR_STATE, "autocast regions are nested more than %d deep", TF_AUTOCAST_MAX_DEPTH);
+  tf_ac_stack[tf_ac_depth++] = dtype;
+  *depth = tf_ac_depth;
+  return TF_OK;
+}
+
+static void tf_autocast_clear_cache(void) {
+  for (size_t i = 0; i < tf_ac_cached; i++) {
+    tf_tensor_release(tf_ac_cache[i].src);
+    tf_tensor_release(tf_ac_cache[i].dst);
+  }
+  free(tf_ac_cache);
+  tf_ac_cache = NULL;
+  tf_ac_cached = tf_ac_cache_cap = 0;
+}
+
+void tf_autocast_exit(int depth) {
+  if (depth < 1 || depth > tf_ac_depth) return; /* already left */
+  tf_ac_depth = depth - 1;
+  if (tf_ac_depth == 0) tf_autocast_clear_cache();
+}
+
+/* A parameter's cast from earlier in this region, still valid. */
+static tf_tensor *tf_autocast_cached(tf_tensor *t, tf_dtype dtype) {
+  for (size_t i = 0; i < tf_ac_cached; i++) {
+    tf_cast_entry *e = &tf_ac_cache[i];
+    if (e->src == t && e->dst->dtype == dtype && e->version == t->storage->version) return e->dst;
+  }
+  return NULL;
+}
+
+static void tf_autocast_remember(tf_tensor *src, tf_tensor *dst) {
+  if (tf_ac_cached == tf_ac_cache_cap) {
+    size_t cap = tf_ac_cache_cap ? tf_ac_cache_cap * 2 : 16;
+    tf_cast_entry *bigger = realloc(tf_ac_cache, sizeof *bigger * cap);
+    if (!bigger) return; /* no cache: the next call casts again */
+    tf_ac_cache = bigger;
+    tf_ac_cache_cap = cap;
+  }
+  tf_ac_cache[tf_ac_cached++] = (tf_cast_entry){tf_tensor_retain(src), tf_tensor_retain(dst), src->storage->version};
+}
+
+tf_status tf_autocast_input(tf_cast_policy policy, tf_tensor *t, tf_tensor **out) {
+  int region = tf_autocast_dtype();
+  tf_dtype want = policy == TF_CAST_LOW ? (tf_dtype)region : TF_F32;
+  bool eligible = t && region >= 0 && policy != TF_CAST_NONE && tf_dtype_is_float(t->dtype) && t->dtype != TF_F64;
+  if (!eligible || t->dtype == want) {
+    *out = t ? tf_tensor_retain(t) : NULL;
+    return TF_OK;
+  }
+  bool cacheable = t->requires_grad && !t->grad_fn && tf_grad_enabled();
+  tf_tensor *hit = cacheable ? tf_autocast_cached(t, want) : NULL;
+  if (hit) {
+    *out = tf_tensor_retain(hit);
+    return TF_OK;
+  }
+  TF_TRY(tf_ag_to(t, want, t->device, out));
+  if (cacheable) tf_autocast_remember(t, *out);
+  return TF_OK;
+}
