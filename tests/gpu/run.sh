@@ -1,52 +1,77 @@
 #!/usr/bin/env bash
-# Runs the whole test suite against a built tfhost on a GPU machine that has
-# no build tools (the bundle), and the hello experiment beside PyTorch's
-# figure for the same matrix product. Logs go to $OUT (or ./gpu-out).
-#   tests/gpu/run.sh build/bundle/tfhost
+# Runs the whole test suite on a GPU machine that has no build tools, from a
+# bundle folder (cmake --build build --target bundle; the C GPU tests such as
+# test_nnops_cuda may be copied beside tfhost), refreshes the PyTorch oracle
+# of the mixed-precision experiment when torch is there, and runs the
+# experiments. Logs go to $OUT (or ./gpu-out); a summary is printed last.
+#   tests/gpu/run.sh build/bundle
 set -uo pipefail
-bin=$(realpath "${1:?usage: tests/gpu/run.sh path/to/tfhost}")
-out=${OUT:-gpu-out}
+dir=$(realpath "${1:?usage: tests/gpu/run.sh path/to/bundle}")
+bin=$dir/tfhost
+out=${OUT:-gpu-out}/logs
 mkdir -p "$out"
 cd "$(dirname "$0")/../.."
+summary=()
 failed=0
+record() { # name, status, detail
+  summary+=("$(printf '%-28s %-5s %s' "$1" "$2" "$3")")
+  if [ "$2" = "FAIL" ]; then failed=1; fi
+  return 0
+}
 
 echo "== device"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 "$bin" -v
-"$bin" -e 'print(tf.device()); for k, v in pairs(tf.device_info()) do print(k, v) end'
 
-echo "== Lua tests"
-for t in tests/lua/test_*.lua; do
-  name=$(basename "$t" .lua)
-  if "$bin" "$t" > "$out/$name.log" 2>&1; then
-    echo "pass  $name ($(tail -1 "$out/$name.log"))"
+if python3 -c "import torch" 2>/dev/null; then
+  mkdir -p tests/reference/oracles
+  if python3 tests/reference/torch_mixed_precision.py "$out/mixed_precision_torch.json" > "$out/torch_oracle.log" 2>&1; then
+    cp "$out/mixed_precision_torch.json" tests/reference/oracles/mixed_precision.json
+    record "torch oracle" ok "tests/reference/oracles/mixed_precision.json"
   else
-    echo "FAIL  $name"; tail -30 "$out/$name.log"; failed=1
+    record "torch oracle" FAIL "$(tail -1 "$out/torch_oracle.log")"
   fi
-done
-
-echo "== CLI tests"
-if python3 tests/cli/test_cli.py "$bin" > "$out/cli.log" 2>&1; then
-  echo "pass  cli ($(grep -E '^(OK|Ran)' "$out/cli.log" | tr '\n' ' '))"
-else
-  echo "FAIL  cli"; tail -40 "$out/cli.log"; failed=1
 fi
 
-echo "== hello experiment, and PyTorch on the same product"
-for dtype in f32 bf16; do
-  "$bin" experiments/hello.lua --size 8192 --dtype "$dtype" --iters 20 --json "$out/hello_$dtype.json" | tail -3
+for t in "$dir"/test_*; do
+  [ -x "$t" ] || continue
+  name=$(basename "$t")
+  "$t" > "$out/$name.log" 2>&1
+  rc=$?
+  [ $rc -eq 0 ] && record "$name" ok "$(tail -1 "$out/$name.log")" || record "$name" FAIL "rc=$rc, see $name.log"
 done
-python3 - <<'PY'
-import torch
-for dt in (torch.float32, torch.bfloat16):
-    a = torch.randn(8192, 8192, device="cuda", dtype=dt); b = torch.randn(8192, 8192, device="cuda", dtype=dt)
-    for _ in range(3): a @ b
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(20):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record(); a @ b; e.record(); torch.cuda.synchronize(); ts.append(s.elapsed_time(e))
-    ts.sort(); med = ts[len(ts) // 2]
-    print(f"torch {torch.__version__} {dt}: median {med:.3f} ms, {2 * 8192**3 / med / 1e9:.1f} TFLOP/s")
-PY
+
+for t in tests/lua/test_*.lua; do
+  name=$(basename "$t" .lua)
+  "$bin" "$t" > "$out/$name.log" 2>&1
+  rc=$?
+  if [ $rc -eq 0 ]; then record "$name" ok "$(tail -1 "$out/$name.log")"
+  elif [ $rc -eq 77 ]; then record "$name" skip "$(grep SKIP "$out/$name.log")"
+  else record "$name" FAIL "rc=$rc"; grep -A6 FAIL "$out/$name.log" | head -40; fi
+done
+
+for t in tests/cli/test_*.py; do
+  name=$(basename "$t" .py)
+  python3 "$t" "$bin" > "$out/$name.log" 2>&1
+  rc=$?
+  if [ $rc -eq 0 ]; then record "$name" ok "$(grep -E '^Ran' "$out/$name.log")"
+  elif [ $rc -eq 77 ]; then record "$name" skip "$(grep SKIP "$out/$name.log")"
+  else record "$name" FAIL "rc=$rc"; tail -30 "$out/$name.log"; fi
+done
+
+if command -v compute-sanitizer >/dev/null && [ -x "$dir/test_nnops_cuda" ]; then
+  TF_TEST_SMALL=1 compute-sanitizer --tool memcheck "$dir/test_nnops_cuda" > "$out/memcheck.log" 2>&1
+  record "memcheck test_nnops_cuda" "$(grep -q 'ERROR SUMMARY: 0 errors' "$out/memcheck.log" && echo ok || echo FAIL)" \
+    "$(grep 'ERROR SUMMARY' "$out/memcheck.log")"
+fi
+
+echo "== experiments"
+"$bin" experiments/mixed_precision.lua --json "$out/mixed_precision.json" > "$out/mixed_precision.log" 2>&1 \
+  && record "mixed_precision.lua" ok "$(grep -A4 '## 4' "$out/mixed_precision.log" | tail -1)" \
+  || record "mixed_precision.lua" FAIL "see mixed_precision.log"
+
+echo "== summary"
+printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
+# one archive of every log (the results JSON files stay beside it)
+tar -C "$out" -czf "$out/../logs.tgz" . && cp "$out"/*.json "$out/.." 2>/dev/null
 exit $failed
