@@ -48,7 +48,9 @@ class MixedPrecisionMatchesPyTorch(unittest.TestCase):
             cls.oracle = json.load(f)
         with tempfile.TemporaryDirectory() as tmp:
             out = os.path.join(tmp, "mp.json")
-            run = subprocess.run([TFHOST, "experiments/mixed_precision.lua", "--sections", "1,2", "--json", out],
+            # all four sections; section 4's model kept small so that the CPU run is quick
+            run = subprocess.run([TFHOST, "experiments/mixed_precision.lua", "--json", out, "--d_model", "64",
+                                  "--tokens", "128", "--layers", "2", "--warmup", "1", "--steps", "2"],
                                  cwd=ROOT, capture_output=True, text=True, timeout=600)
             if run.returncode != 0:
                 raise AssertionError("the experiment failed:\n" + run.stdout + run.stderr)
@@ -68,6 +70,23 @@ class MixedPrecisionMatchesPyTorch(unittest.TestCase):
             got = mine[row["autocast"]]
             for key in ("parameters", "fc1", "relu", "ln", "logits", "loss", "gradients"):
                 self.assertEqual(got[key], row[key], f"{row['autocast']}: {key}")
+
+    def test_layer_norm_section_shows_f32_statistics_win(self):
+        rows = self.tf["layer_norm"]
+        self.assertEqual(len(rows), 9)
+        for row in rows:
+            self.assertLessEqual(row["fused"], row["eager"] + 1e-12, row)
+        large_f16 = [r for r in rows if r["dtype"] == "f16" and r["input"].startswith("large")][0]
+        self.assertGreater(large_f16["eager"], 1.0)   # x^2 overflowed in f16
+        self.assertLess(large_f16["fused"], 1e-2)
+
+    def test_timing_section_has_both_precisions(self):
+        rows = self.tf["timing"]
+        self.assertEqual([r["precision"] for r in rows], ["f32", "bf16"])
+        for row in rows:
+            self.assertGreater(row["forward_ms"], 0)
+            self.assertGreater(row["forward_backward_ms"], row["forward_ms"] * 0.5)
+        self.assertGreater(rows[1]["speedup"], 0)
 
     def test_each_op_follows_the_autocast_policy(self):
         run = subprocess.run([TFHOST, "-e", OP_POLICY_LUA], cwd=ROOT, capture_output=True, text=True, timeout=120)
