@@ -3,6 +3,31 @@
 
 #include <string.h>
 
+#define TF_OWNER_TYPE "tf.Owner"
+
+typedef struct tf_lua_owner {
+  void *ptr;
+  void (*release)(void *);
+} tf_lua_owner;
+
+static int tf_lua_owner_gc(lua_State *L) {
+  tf_lua_owner *o = luaL_checkudata(L, 1, TF_OWNER_TYPE);
+  if (o->ptr) o->release(o->ptr);
+  o->ptr = NULL;
+  return 0;
+}
+
+void **tf_lua_push_owner(lua_State *L, void (*release)(void *)) {
+  tf_lua_owner *o = lua_newuserdatauv(L, sizeof *o, 0);
+  *o = (tf_lua_owner){NULL, release};
+  if (luaL_newmetatable(L, TF_OWNER_TYPE)) {
+    lua_pushcfunction(L, tf_lua_owner_gc);
+    lua_setfield(L, -2, "__gc");
+  }
+  lua_setmetatable(L, -2);
+  return &o->ptr;
+}
+
 int tf_lua_raise(lua_State *L, tf_status st, const char *fname) {
   const char *msg = tf_last_error();
   if (st == TF_ERR_OOM) {

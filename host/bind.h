@@ -45,6 +45,12 @@ void tf_lua_checkopts(lua_State *L, int idx, tf_dtype *dtype, tf_device *device,
 tf_device tf_lua_checkdevice(lua_State *L, int idx);  /* string, or nil: default device */
 tf_dtype tf_lua_checkdtype(lua_State *L, int idx);
 
+/* A userdata that owns a C object and frees it with `release` when
+ * collected, so a Lua error part way through building a result leaks
+ * nothing. Returns the slot to store the object in (NULL at first); set it
+ * back to NULL to keep the object. */
+void **tf_lua_push_owner(lua_State *L, void (*release)(void *));
+
 /* Module parts, each adding its functions to the table on top of the stack. */
 void tf_open_tensor(lua_State *L);
 void tf_open_mem(lua_State *L);

@@ -14,7 +14,6 @@
 
 #include "bind.h"
 
-#define TF_JSON_HOLDER "tf.json.holder"
 enum { TF_JSON_MAX_DEPTH = 200 };
 
 /* The JSON null sentinel: a unique light userdata. */
@@ -23,24 +22,10 @@ static const char tf_json_null_tag = 0;
 
 typedef enum { TF_NAN_NULL, TF_NAN_STRING, TF_NAN_ERROR } tf_nan_policy;
 
-/* A cJSON tree owned by a userdata, so a Lua error mid-way frees it (__gc). */
-typedef struct tf_json_holder {
-  cJSON *root;
-} tf_json_holder;
+static void tf_json_delete(void *root) { cJSON_Delete(root); }
 
-static int tf_json_holder_gc(lua_State *L) {
-  tf_json_holder *h = luaL_checkudata(L, 1, TF_JSON_HOLDER);
-  cJSON_Delete(h->root);
-  h->root = NULL;
-  return 0;
-}
-
-static tf_json_holder *tf_json_push_holder(lua_State *L) {
-  tf_json_holder *h = lua_newuserdatauv(L, sizeof *h, 0);
-  h->root = NULL;
-  luaL_setmetatable(L, TF_JSON_HOLDER);
-  return h;
-}
+/* A cJSON tree owned by a userdata, so a Lua error mid-way frees it. */
+static void **tf_json_push_holder(lua_State *L) { return tf_lua_push_owner(L, tf_json_delete); }
 
 /* ---- encode ------------------------------------------------------------ */
 
@@ -118,8 +103,8 @@ static cJSON *tf_json_object(lua_State *L, int idx, const tf_json_enc *enc, int 
   }
   if (enc->sort_keys) qsort(names, (size_t)nkeys, sizeof *names, tf_json_key_cmp);
   cJSON *obj = cJSON_CreateObject();
-  tf_json_holder *h = tf_json_push_holder(L);
-  h->root = obj;
+  void **h = tf_json_push_holder(L);
+  *h = obj;
   for (int i = 0; i < nkeys; i++) {
     lua_getfield(L, idx, names[i]);
     if (lua_isnil(L, -1)) { /* an integer key */
@@ -130,7 +115,7 @@ static cJSON *tf_json_object(lua_State *L, int idx, const tf_json_enc *enc, int 
     cJSON_AddItemToObject(obj, names[i], tf_json_value(L, lua_gettop(L), enc, depth + 1));
     lua_pop(L, 1);
   }
-  h->root = NULL;
+  *h = NULL;
   lua_settop(L, keys - 1);
   return obj;
 }
@@ -149,15 +134,15 @@ static cJSON *tf_json_value(lua_State *L, int idx, const tf_json_enc *enc, int d
     case LUA_TTABLE: {
       if (!tf_json_is_array(L, idx)) return tf_json_object(L, idx, enc, depth);
       cJSON *arr = cJSON_CreateArray();
-      tf_json_holder *h = tf_json_push_holder(L);
-      h->root = arr;
+      void **h = tf_json_push_holder(L);
+      *h = arr;
       lua_Integer n = (lua_Integer)lua_rawlen(L, idx);
       for (lua_Integer i = 1; i <= n; i++) {
         lua_rawgeti(L, idx, i);
         cJSON_AddItemToArray(arr, tf_json_value(L, lua_gettop(L), enc, depth + 1));
         lua_pop(L, 1);
       }
-      h->root = NULL;
+      *h = NULL;
       lua_pop(L, 1);
       return arr;
     }
@@ -186,9 +171,9 @@ static int tf_l_json_encode(lua_State *L) {
     lua_pop(L, 3);
   }
   lua_settop(L, 1);
-  tf_json_holder *h = tf_json_push_holder(L);
-  h->root = tf_json_value(L, 1, &enc, 0);
-  char *text = indent ? cJSON_Print(h->root) : cJSON_PrintUnformatted(h->root);
+  void **h = tf_json_push_holder(L);
+  *h = tf_json_value(L, 1, &enc, 0);
+  char *text = indent ? cJSON_Print(*h) : cJSON_PrintUnformatted(*h);
   if (!text) return luaL_error(L, "tf.json.encode: out of memory");
   lua_pushstring(L, text);
   cJSON_free(text);
@@ -233,11 +218,11 @@ static void tf_json_push(lua_State *L, const cJSON *item, int depth) {
 static int tf_l_json_decode(lua_State *L) {
   size_t len;
   const char *text = luaL_checklstring(L, 1, &len);
-  tf_json_holder *h = tf_json_push_holder(L);
+  void **h = tf_json_push_holder(L);
   const char *end = NULL;
-  h->root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
+  *h = cJSON_ParseWithLengthOpts(text, len, &end, 0);
   const char *bad = NULL;
-  if (!h->root) {
+  if (!*h) {
     bad = cJSON_GetErrorPtr();
   } else {
     while (end && (size_t)(end - text) < len && strchr(" \t\r\n", *end)) end++;
@@ -248,7 +233,7 @@ static int tf_l_json_decode(lua_State *L) {
     return luaL_error(L, "tf.json.decode: invalid JSON at byte %d near '%s'", (int)at + 1,
                       lua_pushlstring(L, text + at, len - at < 20 ? len - at : 20) ? lua_tostring(L, -1) : "");
   }
-  tf_json_push(L, h->root, 0);
+  tf_json_push(L, *h, 0);
   return 1;
 }
 
@@ -259,11 +244,6 @@ static const luaL_Reg tf_json_functions[] = {
 };
 
 void tf_open_json(lua_State *L) {
-  if (luaL_newmetatable(L, TF_JSON_HOLDER)) {
-    lua_pushcfunction(L, tf_json_holder_gc);
-    lua_setfield(L, -2, "__gc");
-  }
-  lua_pop(L, 1);
   luaL_newlib(L, tf_json_functions);
   lua_pushlightuserdata(L, TF_JSON_NULL);
   lua_setfield(L, -2, "null");

@@ -10,27 +10,10 @@
 #include "bind.h"
 #include "core/safetensors.h"
 
-#define TF_ST_HOLDER "tf.safetensors.holder"
+static void tf_st_free(void *file) { tf_safetensors_free(file); }
 
 /* A file read by the core, owned by a userdata so that a Lua error part way
- * through building the result still frees it (__gc). */
-typedef struct tf_st_holder {
-  tf_safetensors_file *file;
-} tf_st_holder;
-
-static int tf_st_holder_gc(lua_State *L) {
-  tf_st_holder *h = luaL_checkudata(L, 1, TF_ST_HOLDER);
-  tf_safetensors_free(h->file);
-  h->file = NULL;
-  return 0;
-}
-
-static tf_st_holder *tf_st_push_holder(lua_State *L) {
-  tf_st_holder *h = lua_newuserdatauv(L, sizeof *h, 0);
-  h->file = NULL;
-  luaL_setmetatable(L, TF_ST_HOLDER);
-  return h;
-}
+ * through building the result still frees it. */
 
 static void tf_st_push_metadata(lua_State *L, const tf_safetensors_file *f) {
   lua_createtable(L, 0, f->nmeta);
@@ -64,9 +47,10 @@ static tf_device tf_st_checkopts(lua_State *L, int idx) {
 static int tf_l_st_load(lua_State *L) {
   const char *path = luaL_checkstring(L, 1);
   tf_device device = tf_st_checkopts(L, 2);
-  tf_st_holder *h = tf_st_push_holder(L);
-  TF_LUA_CHECK(L, tf_safetensors_read(path, device, &h->file), "tf.safetensors.load");
-  tf_safetensors_file *f = h->file;
+  void **owned = tf_lua_push_owner(L, tf_st_free);
+  tf_safetensors_file *f = NULL;
+  TF_LUA_CHECK(L, tf_safetensors_read(path, device, &f), "tf.safetensors.load");
+  *owned = f;
   lua_createtable(L, 0, f->ntensors);
   for (int i = 0; i < f->ntensors; i++) {
     tf_lua_pushtensor(L, f->tensors[i].tensor);
@@ -80,9 +64,10 @@ static int tf_l_st_load(lua_State *L) {
 /* tf.safetensors.read_header(path) -> {name = {dtype =, shape =, offsets =}}, metadata */
 static int tf_l_st_read_header(lua_State *L) {
   const char *path = luaL_checkstring(L, 1);
-  tf_st_holder *h = tf_st_push_holder(L);
-  TF_LUA_CHECK(L, tf_safetensors_read_header(path, &h->file), "tf.safetensors.read_header");
-  const tf_safetensors_file *f = h->file;
+  void **owned = tf_lua_push_owner(L, tf_st_free);
+  tf_safetensors_file *f = NULL;
+  TF_LUA_CHECK(L, tf_safetensors_read_header(path, &f), "tf.safetensors.read_header");
+  *owned = f;
   lua_createtable(L, 0, f->ntensors);
   for (int i = 0; i < f->ntensors; i++) {
     const tf_safetensors_entry *e = &f->tensors[i];
@@ -210,11 +195,6 @@ static const luaL_Reg tf_safetensors_functions[] = {
 };
 
 void tf_open_safetensors(lua_State *L) {
-  if (luaL_newmetatable(L, TF_ST_HOLDER)) {
-    lua_pushcfunction(L, tf_st_holder_gc);
-    lua_setfield(L, -2, "__gc");
-  }
-  lua_pop(L, 1);
   luaL_newlib(L, tf_safetensors_functions);
   lua_setfield(L, -2, "safetensors");
 }

@@ -119,6 +119,22 @@ void tf_node_finish(tf_node *n, tf_tensor *out) {
 
 void tf_node_discard(tf_node *n) { tf_node_release(n); }
 
+tf_status tf_node_save_all(tf_node *n, const tf_tensor *const *ts, int count) {
+  for (int i = 0; i < count; i++) TF_TRY(tf_node_save(n, ts[i]));
+  return TF_OK;
+}
+
+tf_status tf_node_complete(tf_status st, tf_node *node, tf_tensor *out, tf_tensor **result) {
+  if (st != TF_OK) {
+    if (node) tf_node_discard(node);
+    tf_tensor_release(out);
+    return st;
+  }
+  if (node) tf_node_finish(node, out);
+  *result = out;
+  return TF_OK;
+}
+
 tf_status tf_node_saved(tf_node *n, int i, const tf_tensor **out) {
   if (n->freed)
     return tf_fail(TF_ERR_STATE, "backward through %s a second time: its saved tensors were freed by the first "

@@ -74,6 +74,14 @@ void tf_node_discard(tf_node *n);
 /* Saved tensor i, after checking nothing modified it in place since. */
 tf_status tf_node_saved(tf_node *n, int i, const tf_tensor **out);
 
+/* Saves several tensors (NULL entries save nothing, keeping positions). */
+tf_status tf_node_save_all(tf_node *n, const tf_tensor *const *ts, int count);
+/* Whether input i's gradient is wanted (it leads to a leaf that requires grad). */
+static inline bool tf_node_wants(const tf_node *n, int i) { return n->next[i] || n->leaf[i]; }
+/* The last step of a differentiable op: on success the node (if any) goes
+ * on out and *result = out; on failure both are dropped. Returns st. */
+tf_status tf_node_complete(tf_status st, tf_node *node, tf_tensor *out, tf_tensor **result);
+
 /* Bumps the version of t's storage: every in-place write calls this. */
 void tf_tensor_bump_version(tf_tensor *t);
 

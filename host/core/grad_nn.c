@@ -5,26 +5,12 @@
 #include "grad_ops.h"
 #include "nnops.h"
 
-/* Shared tail: node (if any) finished on y, inputs released. */
+/* Shared tail: temporaries released, then the node (if any) finished on y. */
 static tf_status tf_nn_done(tf_status st, tf_node *node, tf_tensor *y, tf_tensor *const *temps, int ntemps,
                             tf_tensor **out) {
   for (int i = 0; i < ntemps; i++) tf_tensor_release(temps[i]);
-  if (st != TF_OK) {
-    if (node) tf_node_discard(node);
-    tf_tensor_release(y);
-    return st;
-  }
-  if (node) tf_node_finish(node, y);
-  *out = y;
-  return TF_OK;
+  return tf_node_complete(st, node, y, out);
 }
-
-static tf_status tf_nn_save(tf_node *n, const tf_tensor *const *ts, int count) {
-  for (int i = 0; i < count; i++) TF_TRY(tf_node_save(n, ts[i]));
-  return TF_OK;
-}
-
-static bool tf_nn_wants(const tf_node *n, int i) { return n->next[i] || n->leaf[i]; }
 
 /* ---- softmax / log_softmax ------------------------------------------------------ */
 
@@ -55,8 +41,8 @@ static tf_status tf_bw_layer_norm(tf_node *n, const tf_tensor *g, tf_tensor **gi
   TF_TRY(tf_node_saved(n, 1, &w));
   TF_TRY(tf_node_saved(n, 2, &mean));
   TF_TRY(tf_node_saved(n, 3, &rstd));
-  return tf_layer_norm_backward(g, x, w, mean, rstd, tf_nn_wants(n, 0) ? &gin[0] : NULL,
-                                tf_nn_wants(n, 1) ? &gin[1] : NULL, tf_nn_wants(n, 2) ? &gin[2] : NULL);
+  return tf_layer_norm_backward(g, x, w, mean, rstd, tf_node_wants(n, 0) ? &gin[0] : NULL,
+                                tf_node_wants(n, 1) ? &gin[1] : NULL, tf_node_wants(n, 2) ? &gin[2] : NULL);
 }
 
 tf_status tf_ag_layer_norm(tf_tensor *x, tf_tensor *w, tf_tensor *b, double eps, tf_tensor **out) {
@@ -69,7 +55,7 @@ tf_status tf_ag_layer_norm(tf_tensor *x, tf_tensor *w, tf_tensor *b, double eps,
   if (st == TF_OK) st = tf_node_begin("layer_norm", tf_bw_layer_norm, c, 3, &node);
   if (st == TF_OK && node) {
     const tf_tensor *saves[4] = {c[0], c[1], mean, rstd};
-    st = tf_nn_save(node, saves, 4);
+    st = tf_node_save_all(node, saves, 4);
   }
   tf_tensor *temps[5] = {c[0], c[1], c[2], mean, rstd};
   return tf_nn_done(st, node, y, temps, 5, out);
@@ -82,8 +68,8 @@ static tf_status tf_bw_rms_norm(tf_node *n, const tf_tensor *g, tf_tensor **gin)
   TF_TRY(tf_node_saved(n, 0, &x));
   TF_TRY(tf_node_saved(n, 1, &gain));
   TF_TRY(tf_node_saved(n, 2, &rstd));
-  return tf_rms_norm_backward(g, x, gain, rstd, tf_nn_wants(n, 0) ? &gin[0] : NULL,
-                              tf_nn_wants(n, 1) ? &gin[1] : NULL);
+  return tf_rms_norm_backward(g, x, gain, rstd, tf_node_wants(n, 0) ? &gin[0] : NULL,
+                              tf_node_wants(n, 1) ? &gin[1] : NULL);
 }
 
 /* Statistics are f32 whatever the region: the op is not cast by autocast. */
@@ -95,7 +81,7 @@ tf_status tf_ag_rms_norm(tf_tensor *x, tf_tensor *gain, double eps, tf_tensor **
   if (st == TF_OK) st = tf_node_begin("rms_norm", tf_bw_rms_norm, in, 2, &node);
   if (st == TF_OK && node) {
     const tf_tensor *saves[3] = {x, gain, rstd};
-    st = tf_nn_save(node, saves, 3);
+    st = tf_node_save_all(node, saves, 3);
   }
   return tf_nn_done(st, node, y, &rstd, 1, out);
 }
@@ -119,7 +105,7 @@ tf_status tf_ag_cross_entropy(tf_tensor *logits, tf_tensor *targets, tf_tensor *
   if (st == TF_OK) st = tf_node_begin("cross_entropy", tf_bw_cross_entropy, in, 2, &node);
   if (st == TF_OK && node) {
     const tf_tensor *saves[3] = {cl, targets, lse};
-    st = tf_nn_save(node, saves, 3);
+    st = tf_node_save_all(node, saves, 3);
   }
   tf_tensor *temps[2] = {cl, lse};
   return tf_nn_done(st, node, y, temps, 2, out);

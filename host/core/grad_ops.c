@@ -7,64 +7,30 @@
 
 #include "autocast.h"
 #include "autograd.h"
+#include "temps.h"
 
 /* ---- small helpers ------------------------------------------------------ */
-
-/* Temporaries of a backward computation, released together at the end. */
-typedef struct tf_temps {
-  tf_tensor *t[16];
-  int n;
-} tf_temps;
-
-static tf_tensor *tf_keep(tf_temps *tt, tf_tensor *t) {
-  tt->t[tt->n++] = t;
-  return t;
-}
-
-static void tf_temps_drop(tf_temps *tt) {
-  for (int i = 0; i < tt->n; i++) tf_tensor_release(tt->t[i]);
-  tt->n = 0;
-}
 
 /* o = a op b, o = a op s, o = op(a): the result joins the temporaries. */
 static tf_status tf_t2(tf_temps *tt, tf_binary_op op, const tf_tensor *a, const tf_tensor *b, tf_tensor **o) {
   TF_TRY(tf_binary(op, a, b, o));
-  tf_keep(tt, *o);
+  tf_temps_keep(tt, *o);
   return TF_OK;
 }
 
 static tf_status tf_ts(tf_temps *tt, tf_binary_op op, const tf_tensor *a, double s, tf_scalar_side side,
                        tf_tensor **o) {
   TF_TRY(tf_binary_scalar(op, a, (tf_scalar){s, true}, side, o));
-  tf_keep(tt, *o);
+  tf_temps_keep(tt, *o);
   return TF_OK;
 }
 
 static tf_status tf_t1(tf_temps *tt, tf_unary_op op, const tf_tensor *a, tf_tensor **o) {
   TF_TRY(tf_unary(op, a, o));
-  tf_keep(tt, *o);
+  tf_temps_keep(tt, *o);
   return TF_OK;
 }
 
-static bool tf_wants(const tf_node *n, int i) { return n->next[i] || n->leaf[i]; }
-
-/* Completes a differentiable op: records node (if any) on out, or cleans up
- * after an error. */
-static tf_status tf_ag_done(tf_status st, tf_node *node, tf_tensor *out, tf_tensor **result) {
-  if (st != TF_OK) {
-    if (node) tf_node_discard(node);
-    tf_tensor_release(out);
-    return st;
-  }
-  if (node) tf_node_finish(node, out);
-  *result = out;
-  return TF_OK;
-}
-
-static tf_status tf_save_all(tf_node *n, const tf_tensor *const *ts, int count) {
-  for (int i = 0; i < count; i++) TF_TRY(tf_node_save(n, ts[i]));
-  return TF_OK;
-}
 
 tf_status tf_sum_to(const tf_tensor *g, const tf_shape *shape, tf_tensor **out) {
   tf_tensor *cur = tf_tensor_retain((tf_tensor *)g), *next;
@@ -178,7 +144,7 @@ tf_status tf_ag_unary(tf_unary_op op, tf_tensor *a, tf_tensor **out) {
     if (st == TF_OK) st = tf_node_save(node, sy ? y : NULL);
   }
   tf_tensor_release(x);
-  return tf_ag_done(st, node, y, out);
+  return tf_node_complete(st, node, y, out);
 }
 
 /* ---- binary --------------------------------------------------------------- */
@@ -204,7 +170,7 @@ static tf_status tf_bw_binary(tf_node *n, const tf_tensor *g, tf_tensor **gin) {
   tf_temps tt = {0};
   tf_tensor *ga = NULL, *gb = NULL, *t1, *t2, *t3;
   tf_status st = TF_OK;
-  bool wa = tf_wants(n, 0), wb = tf_wants(n, 1);
+  bool wa = tf_node_wants(n, 0), wb = tf_node_wants(n, 1);
   switch (op) {
     case TF_OP_ADD:
     case TF_OP_SUB:
@@ -262,11 +228,11 @@ tf_status tf_ag_binary(tf_binary_op op, tf_tensor *a, tf_tensor *b, tf_tensor **
     bool needs_operands = op != TF_OP_ADD && op != TF_OP_SUB;
     node->param[0] = op;
     const tf_tensor *saves[3] = {needs_operands ? x : NULL, needs_operands ? z : NULL, op == TF_OP_POW ? y : NULL};
-    st = tf_save_all(node, saves, 3);
+    st = tf_node_save_all(node, saves, 3);
   }
   tf_tensor_release(x);
   tf_tensor_release(z);
-  return tf_ag_done(st, node, y, out);
+  return tf_node_complete(st, node, y, out);
 }
 
 static tf_status tf_bw_binary_scalar(tf_node *n, const tf_tensor *g, tf_tensor **gin) {
@@ -326,10 +292,10 @@ tf_status tf_ag_binary_scalar(tf_binary_op op, tf_tensor *a, tf_scalar s, tf_sca
     node->scalar[0] = s.value;
     bool needs_a = op == TF_OP_DIV || op == TF_OP_MAXIMUM || op == TF_OP_MINIMUM || op == TF_OP_POW;
     const tf_tensor *saves[2] = {needs_a ? x : NULL, op == TF_OP_POW ? y : NULL};
-    st = tf_save_all(node, saves, 2);
+    st = tf_node_save_all(node, saves, 2);
   }
   tf_tensor_release(x);
-  return tf_ag_done(st, node, y, out);
+  return tf_node_complete(st, node, y, out);
 }
 
 /* ---- reductions ------------------------------------------------------------ */
@@ -360,7 +326,7 @@ static tf_status tf_bw_reduce(tf_node *n, const tf_tensor *g, tf_tensor **gin) {
   tf_tensor *ge, *t1, *t2, *t3, *t4, *ye, *cnt;
   tf_status st = tf_unreduce(g, n, &ge);
   if (st != TF_OK) return st;
-  tf_keep(&tt, ge);
+  tf_temps_keep(&tt, ge);
   int64_t r = n->param[4];
   if (op == TF_REDUCE_SUM) {
     st = tf_contiguous(ge, &gin[0]);
@@ -370,12 +336,12 @@ static tf_status tf_bw_reduce(tf_node *n, const tf_tensor *g, tf_tensor **gin) {
     const tf_tensor *x, *y;
     if ((st = tf_node_saved(n, 0, &x)) == TF_OK && (st = tf_node_saved(n, 1, &y)) == TF_OK &&
         (st = tf_unreduce(y, n, &ye)) == TF_OK) {
-      tf_keep(&tt, ye);
+      tf_temps_keep(&tt, ye);
       if ((st = tf_t2(&tt, TF_OP_SUB, x, ye, &t1)) == TF_OK && (st = tf_t1(&tt, TF_OP_ABS, t1, &t2)) == TF_OK &&
           (st = tf_t1(&tt, TF_OP_SIGN, t2, &t3)) == TF_OK &&
           (st = tf_ts(&tt, TF_OP_SUB, t3, 1.0, TF_SCALAR_LEFT, &t4)) == TF_OK &&
           (st = tf_reduce(TF_REDUCE_SUM, t4, (int)n->param[1], n->param[2], true, &cnt)) == TF_OK) {
-        tf_keep(&tt, cnt);
+        tf_temps_keep(&tt, cnt);
         if ((st = tf_t2(&tt, TF_OP_MUL, ge, t4, &t1)) == TF_OK) st = tf_binary(TF_OP_DIV, t1, cnt, &gin[0]);
       }
     }
@@ -401,10 +367,10 @@ tf_status tf_ag_reduce(tf_reduce_op op, tf_tensor *a, int dim, bool all, bool ke
     node->param[4] = (all || x->ndim == 0) ? tf_tensor_numel(x) : x->shape[d];
     bool extremum = op == TF_REDUCE_MAX || op == TF_REDUCE_MIN;
     const tf_tensor *saves[2] = {extremum ? x : NULL, extremum ? y : NULL};
-    st = tf_save_all(node, saves, 2);
+    st = tf_node_save_all(node, saves, 2);
   }
   tf_tensor_release(x);
-  return tf_ag_done(st, node, y, out);
+  return tf_node_complete(st, node, y, out);
 }
 
 /* ---- matmul and linear ------------------------------------------------------- */
@@ -455,17 +421,17 @@ static tf_status tf_bw_matmul(tf_node *n, const tf_tensor *g, tf_tensor **gin) {
   tf_tensor *a2, *b2, *g2, *t;
   tf_status st = tf_as_matrix(a, true, &a2);
   if (st == TF_OK && (st = tf_as_matrix(b, false, &b2)) == TF_OK) {
-    tf_keep(&tt, a2);
-    tf_keep(&tt, b2);
+    tf_temps_keep(&tt, a2);
+    tf_temps_keep(&tt, b2);
     tf_shape full = tf_matmul_shape(a2, b2);
     if ((st = tf_reshape(g, &full, &g2)) == TF_OK) {
-      tf_keep(&tt, g2);
-      if (tf_wants(n, 0) && (st = tf_transpose(b2, -1, -2, &t)) == TF_OK) {
-        tf_keep(&tt, t);
+      tf_temps_keep(&tt, g2);
+      if (tf_node_wants(n, 0) && (st = tf_transpose(b2, -1, -2, &t)) == TF_OK) {
+        tf_temps_keep(&tt, t);
         st = tf_matmul_grad(g2, t, a2, &n->in_shape[0], &gin[0]);
       }
-      if (st == TF_OK && tf_wants(n, 1) && (st = tf_transpose(a2, -1, -2, &t)) == TF_OK) {
-        tf_keep(&tt, t);
+      if (st == TF_OK && tf_node_wants(n, 1) && (st = tf_transpose(a2, -1, -2, &t)) == TF_OK) {
+        tf_temps_keep(&tt, t);
         st = tf_matmul_grad(t, g2, b2, &n->in_shape[1], &gin[1]);
       }
     }
@@ -486,11 +452,11 @@ tf_status tf_ag_matmul(tf_tensor *a, tf_tensor *b, tf_tensor **out) {
   if (st == TF_OK) st = tf_node_begin("matmul", tf_bw_matmul, inputs, 2, &node);
   if (st == TF_OK && node) {
     const tf_tensor *saves[2] = {x, z};
-    st = tf_save_all(node, saves, 2);
+    st = tf_node_save_all(node, saves, 2);
   }
   tf_tensor_release(x);
   tf_tensor_release(z);
-  return tf_ag_done(st, node, y, out);
+  return tf_node_complete(st, node, y, out);
 }
 
 /* x as rows: (N, last dim). */
@@ -506,15 +472,15 @@ static tf_status tf_bw_linear(tf_node *n, const tf_tensor *g, tf_tensor **gin) {
   tf_temps tt = {0};
   tf_tensor *g2, *x2, *gt;
   tf_status st = TF_OK;
-  if (tf_wants(n, 0)) st = tf_matmul(g, w, &gin[0]); /* (..., out) @ (out, in) */
-  if (st == TF_OK && (tf_wants(n, 1) || tf_wants(n, 2)) && (st = tf_as_rows(g, &g2)) == TF_OK) {
-    tf_keep(&tt, g2);
-    if (tf_wants(n, 1) && (st = tf_as_rows(x, &x2)) == TF_OK && (st = tf_transpose(g2, 0, 1, &gt)) == TF_OK) {
-      tf_keep(&tt, x2);
-      tf_keep(&tt, gt);
+  if (tf_node_wants(n, 0)) st = tf_matmul(g, w, &gin[0]); /* (..., out) @ (out, in) */
+  if (st == TF_OK && (tf_node_wants(n, 1) || tf_node_wants(n, 2)) && (st = tf_as_rows(g, &g2)) == TF_OK) {
+    tf_temps_keep(&tt, g2);
+    if (tf_node_wants(n, 1) && (st = tf_as_rows(x, &x2)) == TF_OK && (st = tf_transpose(g2, 0, 1, &gt)) == TF_OK) {
+      tf_temps_keep(&tt, x2);
+      tf_temps_keep(&tt, gt);
       st = tf_matmul(gt, x2, &gin[1]); /* (out, N) @ (N, in) */
     }
-    if (st == TF_OK && tf_wants(n, 2)) st = tf_reduce(TF_REDUCE_SUM, g2, 0, false, false, &gin[2]);
+    if (st == TF_OK && tf_node_wants(n, 2)) st = tf_reduce(TF_REDUCE_SUM, g2, 0, false, false, &gin[2]);
   }
   tf_temps_drop(&tt);
   return st;
@@ -544,11 +510,11 @@ tf_status tf_ag_linear(tf_tensor *x, tf_tensor *w, tf_tensor *b, tf_tensor **out
   if (st == TF_OK) st = tf_node_begin("linear", tf_bw_linear, inputs, 3, &node);
   if (st == TF_OK && node) {
     const tf_tensor *saves[2] = {cx, cw};
-    st = tf_save_all(node, saves, 2);
+    st = tf_node_save_all(node, saves, 2);
   }
   tf_tensor *temps[] = {cx, cw, cb, wt, p};
   for (size_t i = 0; i < sizeof temps / sizeof temps[0]; i++) tf_tensor_release(temps[i]);
-  return tf_ag_done(st, node, y, out);
+  return tf_node_complete(st, node, y, out);
 }
 
 /* ---- conversion and views ------------------------------------------------------ */
@@ -567,7 +533,7 @@ tf_status tf_ag_to(tf_tensor *a, tf_dtype dtype, tf_device device, tf_tensor **o
     node->param[0] = a->device.type;
     node->param[1] = a->device.index;
   }
-  return tf_ag_done(st, node, y, out);
+  return tf_node_complete(st, node, y, out);
 }
 
 static tf_status tf_bw_reshape(tf_node *n, const tf_tensor *g, tf_tensor **gin) {
@@ -581,7 +547,7 @@ static tf_status tf_ag_view_done(const char *name, tf_backward_fn bw, tf_tensor 
   if (st == TF_OK) st = tf_node_begin(name, bw, &a, 1, &node);
   if (st == TF_OK && node)
     for (int i = 0; i < nparams; i++) node->param[i] = params[i];
-  return tf_ag_done(st, node, y, out);
+  return tf_node_complete(st, node, y, out);
 }
 
 tf_status tf_ag_contiguous(tf_tensor *a, tf_tensor **out) {

@@ -11,28 +11,13 @@
 #include <string.h>
 
 #include "backend.h"
+#include "temps.h"
 
 /* ---- helpers ----------------------------------------------------------- */
 
-/* Tensors made along the way (conversions, views), released at the end. */
-typedef struct tf_nn_temps {
-  tf_tensor *t[16];
-  int n;
-} tf_nn_temps;
-
-static tf_tensor *tf_nn_keep(tf_nn_temps *tt, tf_tensor *t) {
-  tt->t[tt->n++] = t;
-  return t;
-}
-
-static void tf_nn_release_temps(tf_nn_temps *tt) {
-  for (int i = 0; i < tt->n; i++) tf_tensor_release(tt->t[i]);
-  tt->n = 0;
-}
-
 /* Hands res to *out on success; releases it on failure. Temps go either way. */
-static tf_status tf_nn_finish(tf_nn_temps *tt, tf_status st, tf_tensor *res, tf_tensor **out) {
-  tf_nn_release_temps(tt);
+static tf_status tf_nn_finish(tf_temps *tt, tf_status st, tf_tensor *res, tf_tensor **out) {
+  tf_temps_drop(tt);
   if (st != TF_OK) {
     tf_tensor_release(res);
     return st;
@@ -108,13 +93,13 @@ static tf_status tf_nn_need_eps(const char *op, double eps) {
 
 /* A contiguous tensor of dtype d with t's values (t itself, retained, when
  * it already is one), kept in tt. */
-static tf_status tf_nn_prepare(tf_nn_temps *tt, const tf_tensor *t, tf_dtype d, const tf_tensor **out) {
+static tf_status tf_nn_prepare(tf_temps *tt, const tf_tensor *t, tf_dtype d, const tf_tensor **out) {
   tf_tensor *r;
   if (t->dtype == d && tf_tensor_is_contiguous(t))
     r = tf_tensor_retain((tf_tensor *)t);
   else
     TF_TRY(tf_to(t, d, t->device, &r));
-  *out = tf_nn_keep(tt, r);
+  *out = tf_temps_keep(tt, r);
   return TF_OK;
 }
 
@@ -190,7 +175,7 @@ tf_status tf_softmax(const tf_tensor *x, bool log, tf_tensor **y) {
   TF_TRY(tf_nn_rows(op, "x", x, &rows, &cols, NULL));
   tf_device_ctx *ctx;
   TF_TRY(tf_device_ctx_get(x->device, &ctx));
-  tf_nn_temps tt = {0};
+  tf_temps tt = {0};
   tf_tensor *res = NULL;
   const tf_tensor *cx;
   tf_shape s = tf_tensor_shape(x);
@@ -214,7 +199,7 @@ tf_status tf_softmax_backward(const tf_tensor *y, const tf_tensor *dy, bool log,
   TF_TRY(tf_nn_need_shape(op, "dy", dy, &s, "the shape of y"));
   tf_device_ctx *ctx;
   TF_TRY(tf_device_ctx_get(y->device, &ctx));
-  tf_nn_temps tt = {0};
+  tf_temps tt = {0};
   tf_tensor *res = NULL;
   const tf_tensor *cy, *cdy;
   tf_status st = tf_nn_prepare(&tt, y, y->dtype, &cy);
@@ -250,7 +235,7 @@ static tf_status tf_nn_norm_forward(tf_norm_kind kind, const tf_tensor *x, const
   tf_device_ctx *ctx;
   TF_TRY(tf_device_ctx_get(x->device, &ctx));
   tf_dtype sd = tf_nn_stat_dtype(x->dtype);
-  tf_nn_temps tt = {0};
+  tf_temps tt = {0};
   tf_tensor *res = NULL, *m = NULL, *r = NULL;
   const tf_tensor *cx, *cw = NULL, *cb = NULL;
   tf_shape s = tf_tensor_shape(x);
@@ -319,7 +304,7 @@ static tf_status tf_nn_norm_backward(tf_norm_kind kind, const tf_tensor *dy, con
   tf_dtype sd = tf_nn_stat_dtype(x->dtype);
   tf_dtype wd = w ? w->dtype : sd;
   tf_shape ws = {1, {cols}};
-  tf_nn_temps tt = {0};
+  tf_temps tt = {0};
   tf_tensor *gx = NULL, *gw = NULL, *gb = NULL;
   const tf_tensor *cx, *cdy, *cw = NULL, *cmean = NULL, *crstd;
   tf_status st = tf_nn_prepare(&tt, x, x->dtype, &cx);
@@ -340,7 +325,7 @@ static tf_status tf_nn_norm_backward(tf_norm_kind kind, const tf_tensor *dy, con
   }
   if (st == TF_OK && gw) st = tf_nn_to_dtype(&gw, wd);
   if (st == TF_OK && gb) st = tf_nn_to_dtype(&gb, wd);
-  tf_nn_release_temps(&tt);
+  tf_temps_drop(&tt);
   if (st != TF_OK) {
     tf_tensor_release(gx);
     tf_tensor_release(gw);
@@ -388,7 +373,7 @@ tf_status tf_cross_entropy(const tf_tensor *logits, const tf_tensor *targets, tf
   TF_TRY(tf_device_ctx_get(logits->device, &ctx));
   tf_dtype sd = tf_nn_stat_dtype(logits->dtype);
   tf_shape ls = {1, {rows}}, scalar = {0, {0}}, ts = tf_tensor_shape(targets);
-  tf_nn_temps tt = {0};
+  tf_temps tt = {0};
   tf_tensor *res = NULL, *l = NULL;
   const tf_tensor *cx, *ct;
   tf_status st = tf_nn_prepare(&tt, logits, logits->dtype, &cx);
@@ -434,7 +419,7 @@ tf_status tf_cross_entropy_backward(const tf_tensor *logits, const tf_tensor *ta
   TF_TRY(tf_device_ctx_get(logits->device, &ctx));
   tf_dtype sd = tf_nn_stat_dtype(logits->dtype);
   tf_shape s = tf_tensor_shape(logits);
-  tf_nn_temps tt = {0};
+  tf_temps tt = {0};
   tf_tensor *res = NULL;
   const tf_tensor *cx, *ct, *cl, *cd;
   tf_status st = tf_nn_prepare(&tt, logits, logits->dtype, &cx);
@@ -475,7 +460,7 @@ tf_status tf_rope(const tf_tensor *x, const tf_tensor *positions, double theta, 
   }
   tf_device_ctx *ctx;
   TF_TRY(tf_device_ctx_get(x->device, &ctx));
-  tf_nn_temps tt = {0};
+  tf_temps tt = {0};
   tf_tensor *res = NULL;
   const tf_tensor *cx, *cp = NULL;
   tf_shape s = tf_tensor_shape(x);
@@ -488,7 +473,7 @@ tf_status tf_rope(const tf_tensor *x, const tf_tensor *positions, double theta, 
       tf_fail_context("%s: positions must broadcast to %s (x's shape without its last dim)", op,
                       tf_shape_format(&rs, xs, sizeof xs));
     } else {
-      tf_nn_keep(&tt, ep);
+      tf_temps_keep(&tt, ep);
       st = tf_nn_prepare(&tt, ep, TF_I64, &cp);
     }
   }
@@ -520,7 +505,7 @@ tf_status tf_embedding(const tf_tensor *weight, const tf_tensor *ids, tf_tensor 
   os.dims[os.ndim++] = dim;
   tf_device_ctx *ctx;
   TF_TRY(tf_device_ctx_get(weight->device, &ctx));
-  tf_nn_temps tt = {0};
+  tf_temps tt = {0};
   tf_tensor *res = NULL;
   const tf_tensor *cw, *ci;
   tf_status st = tf_nn_prepare(&tt, weight, weight->dtype, &cw);
@@ -559,7 +544,7 @@ tf_status tf_embedding_backward(const tf_tensor *dout, const tf_tensor *ids, int
   TF_TRY(tf_shape_check(&ws));
   tf_device_ctx *ctx;
   TF_TRY(tf_device_ctx_get(dout->device, &ctx));
-  tf_nn_temps tt = {0};
+  tf_temps tt = {0};
   tf_tensor *res = NULL;
   const tf_tensor *cd, *ci;
   tf_status st = tf_nn_prepare(&tt, dout, dout->dtype, &cd);
@@ -649,7 +634,7 @@ tf_status tf_adamw_step(tf_tensor *p, const tf_tensor *g, tf_tensor *m, tf_tenso
   if (tf_tensor_numel(p) == 0) return TF_OK;
   tf_device_ctx *ctx;
   TF_TRY(tf_device_ctx_get(p->device, &ctx));
-  tf_nn_temps tt = {0};
+  tf_temps tt = {0};
   const tf_tensor *cg;
   tf_status st = tf_nn_prepare(&tt, g, g->dtype, &cg);
   if (st == TF_OK) {
@@ -662,6 +647,6 @@ tf_status tf_adamw_step(tf_tensor *p, const tf_tensor *g, tf_tensor *m, tf_tenso
                          .eps = a->eps};
     st = ctx->backend->adamw(ctx, &u);
   }
-  tf_nn_release_temps(&tt);
+  tf_temps_drop(&tt);
   return st;
 }

@@ -38,13 +38,8 @@ static tf_status tf_cpu_cross_entropy_forward(const tf_cross_entropy_args *a, in
 #pragma omp parallel for schedule(static) if (a->rows * cols > TF_CPU_NN_PARALLEL_MIN)
   for (int64_t r = 0; r < a->rows; r++) {
     int64_t base = r * cols;
-    double m = -INFINITY, sum = 0;
-    for (int64_t c = 0; c < cols; c++) {
-      double v = tf_elem_get(x, d, base + c);
-      if (v > m) m = v;
-    }
-    for (int64_t c = 0; c < cols; c++) sum += exp(tf_elem_get(x, d, base + c) - m);
-    double lse = m + log(sum);
+    double log_sum, m = tf_cpu_row_max_logsum(x, d, base, cols, &log_sum);
+    double lse = m + log_sum;
     row_loss[r] = lse - tf_elem_get(x, d, base + tf_cpu_index(a->targets, r));
     if (a->lse) tf_elem_set(tf_tensor_data(a->lse), a->lse->dtype, r, lse);
   }

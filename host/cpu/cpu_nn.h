@@ -4,7 +4,23 @@
 #ifndef TF_CPU_NN_H
 #define TF_CPU_NN_H
 
+#include <math.h>
+
 #include "../core/backend.h"
+#include "../core/elemio.h"
+
+/* The max of a row of n elements of x (dtype d) from base, and log of the
+ * sum of exp(x - max): log-sum-exp is max + *log_sum. */
+static inline double tf_cpu_row_max_logsum(const void *x, tf_dtype d, int64_t base, int64_t n, double *log_sum) {
+  double m = -INFINITY, sum = 0;
+  for (int64_t c = 0; c < n; c++) {
+    double v = tf_elem_get(x, d, base + c);
+    if (v > m) m = v;
+  }
+  for (int64_t c = 0; c < n; c++) sum += exp(tf_elem_get(x, d, base + c) - m);
+  *log_sum = log(sum);
+  return m;
+}
 
 /* cpu_norm.c: the row-wise ops. */
 tf_status tf_cpu_softmax(tf_device_ctx *ctx, const tf_softmax_args *args);

@@ -21,16 +21,10 @@ static tf_status tf_cpu_softmax_forward(const tf_softmax_args *a) {
 #pragma omp parallel for schedule(static) if (a->rows * cols > TF_CPU_NN_PARALLEL_MIN)
   for (int64_t r = 0; r < a->rows; r++) {
     int64_t base = r * cols;
-    double m = -INFINITY, sum = 0;
-    for (int64_t c = 0; c < cols; c++) {
-      double v = tf_elem_get(x, d, base + c);
-      if (v > m) m = v;
-    }
-    for (int64_t c = 0; c < cols; c++) sum += exp(tf_elem_get(x, d, base + c) - m);
-    double lsum = log(sum);
+    double lsum, m = tf_cpu_row_max_logsum(x, d, base, cols, &lsum);
     for (int64_t c = 0; c < cols; c++) {
       double v = tf_elem_get(x, d, base + c) - m;
-      tf_elem_set(y, d, base + c, a->log ? v - lsum : exp(v) / sum);
+      tf_elem_set(y, d, base + c, a->log ? v - lsum : exp(v - lsum));
     }
   }
   return TF_OK;
