@@ -70,6 +70,10 @@ end
 tf.nn = require "tf.nn"
 tf.optim = require "tf.optim"
 tf.amp = require "tf.amp"
+tf.model = require "tf.model"
+--- tf.optim.adamw(model, opts): the model's own AdamW (fused over all
+-- parameters in the C engine), torch.optim.AdamW's semantics and defaults.
+function tf.optim.adamw(model, opts) return model:optimizer(opts or {}) end
 tf.options = require("tf.options").declare
 tf.bench = require("tf.bench").bench
 tf.report = require "tf.report"

@@ -31,6 +31,12 @@ if python3 -c "import torch" 2>/dev/null; then
   else
     record "torch oracle" FAIL "$(tail -1 "$out/torch_oracle.log")"
   fi
+  if python3 tests/reference/torch_lm.py "$out/lm_tiny.safetensors" > "$out/torch_lm.log" 2>&1; then
+    cp "$out/lm_tiny.safetensors" tests/reference/oracles/lm_tiny.safetensors
+    record "torch LM oracle" ok "$(tail -1 "$out/torch_lm.log")"
+  else
+    record "torch LM oracle" FAIL "$(tail -3 "$out/torch_lm.log" | tr '\n' ' ')"
+  fi
 fi
 
 for t in "$dir"/test_*; do
@@ -73,5 +79,5 @@ echo "== experiments"
 echo "== summary"
 printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
 # one archive of every log (the results JSON files stay beside it)
-tar -C "$out" -czf "$out/../logs.tgz" . && cp "$out"/*.json "$out/.." 2>/dev/null
+tar -C "$out" -czf "$out/../logs.tgz" . && cp "$out"/*.json "$out"/*.safetensors "$out/.." 2>/dev/null
 exit $failed

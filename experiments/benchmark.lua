@@ -1,0 +1,116 @@
+--- End-to-end benchmark of the Transformer LM (CS336 benchmarking_script):
+-- forward, forward+backward and full training steps for each model size,
+-- context length and precision; mean and std of the step time, tokens/s,
+-- achieved TFLOP/s and peak memory. Out-of-memory configurations become rows
+-- marked OOM and the sweep goes on.
+--
+--   tfhost experiments/benchmark.lua --size small,medium --context 128,256 --precision f32,bf16
+--   tfhost experiments/benchmark.lua --size small --warmup 0,1,2,5      (the warm-up effect)
+local opt = tf.options{
+  description = "Time forward, forward+backward and training steps of the Transformer LM.",
+  { "size", "model sizes (small, medium, large, xl, 2.7B, or all)", default = "small", type = "list" },
+  { "context", "context lengths", default = "128,256,512,1024", type = "list:int" },
+  { "batch", "batch size", default = 4 },
+  { "vocab", "vocabulary size", default = 10000 },
+  { "warmup", "warm-up steps before timing (a list sweeps them)", default = "5", type = "list:int" },
+  { "steps", "timed steps", default = 10 },
+  { "mode", "what to time", default = "fwd,fwdbwd,step", type = "list", choices = { "fwd", "fwdbwd", "step" } },
+  { "precision", "precisions", default = "f32,bf16", type = "list", choices = { "f32", "bf16", "f16" } },
+  { "impl", "model implementation (default: fused when built in)", type = "string", choices = { "fused", "eager" } },
+  { "memory_limit", "cap the device memory tfhost may reserve, in GiB (0: none); shows OOM rows cheaply", default = 0.0 },
+  { "json", "write the rows and the environment to this file", type = "string" },
+}
+if opt.memory_limit > 0 then tf.mem.set_limit(math.floor(opt.memory_limit * 2 ^ 30)) end
+
+local sizes = opt.size
+if #sizes == 1 and sizes[1] == "all" then sizes = tf.model.preset_names end
+for _, s in ipairs(sizes) do
+  if not tf.model.presets[s] then tf.exit(2, "benchmark.lua: unknown size '" .. s .. "'\n") end
+end
+for _, w in ipairs(opt.warmup) do
+  if w < 0 then tf.exit(2, "benchmark.lua: --warmup must be >= 0\n") end
+end
+
+local function progress(fmt, ...) io.stderr:write(string.format(fmt, ...)) end
+
+-- Times one mode of one built model: warm-up, then timed steps, each
+-- followed by a device synchronisation (tf.bench).
+local function time_mode(m, mode, ids, targets, warmup)
+  local fn
+  if mode == "fwd" then
+    fn = function() m:forward(ids) end
+  elseif mode == "fwdbwd" then
+    fn = function()
+      m:loss(ids, targets)
+      m:backward()
+      m:zero_grad()
+    end
+  else
+    fn = function() m:step(ids, targets) end
+  end
+  return tf.bench(fn, { warmup = warmup, iters = opt.steps })
+end
+
+local function release(m)
+  if m and m.engine then m.engine:free() end
+  collectgarbage()
+  collectgarbage()
+  tf.mem.empty_cache()
+end
+
+local rows, total, done = {}, #sizes * #opt.context * #opt.precision * #opt.warmup, 0
+for _, size in ipairs(sizes) do
+  for _, ctx in ipairs(opt.context) do
+    for _, precision in ipairs(opt.precision) do
+      for _, warmup in ipairs(opt.warmup) do
+        done = done + 1
+        progress("[%d/%d] %s ctx %d %s warmup %d ...", done, total, size, ctx, precision, warmup)
+        local t0 = tf.now()
+        local m
+        local ok, err = pcall(function()
+          tf.seed(0)
+          m = tf.model.new{ preset = size, context_length = ctx, vocab_size = opt.vocab, precision = precision,
+            impl = opt.impl }
+          local ids = tf.randint(0, opt.vocab, { opt.batch, ctx })
+          local targets = tf.randint(0, opt.vocab, { opt.batch, ctx })
+          local flops = tf.model.step_flops(m.config, opt.batch, ctx)
+          for _, mode in ipairs(opt.mode) do
+            tf.sync()
+            tf.mem.reset_peak()
+            local s = time_mode(m, mode, ids, targets, warmup)
+            local mode_flops = mode == "fwd" and flops / 3 or flops
+            rows[#rows + 1] = {
+              size = size, context = ctx, precision = precision, impl = m.impl, mode = mode, warmup = warmup,
+              batch = opt.batch, mean_ms = s.mean, std_ms = s.std, median_ms = s.median,
+              tokens_per_s = opt.batch * ctx / (s.mean * 1e-3),
+              tflops = mode_flops / (s.mean * 1e-3) / 1e12,
+              peak_gib = tf.mem.stats().peak_allocated / 2 ^ 30,
+              params = m:num_parameters(),
+            }
+          end
+        end)
+        if not ok then
+          local oom = tostring(err):find("out of memory", 1, true) ~= nil
+          if not oom then error(err, 0) end
+          for _, mode in ipairs(opt.mode) do
+            rows[#rows + 1] = { size = size, context = ctx, precision = precision, mode = mode, warmup = warmup,
+              batch = opt.batch, oom = true, mean_ms = "OOM", impl = m and m.impl or opt.impl }
+          end
+        end
+        release(m)
+        progress(" %s (%.1f s)\n", ok and "done" or "OOM", (tf.now() - t0) / 1e3)
+      end
+    end
+  end
+end
+
+local function ms(v, row) return row.oom and "OOM" or string.format("%.2f", v) end
+tf.report.table(rows, {
+  columns = { "size", { "context", "ctx" }, { "precision", "prec" }, "impl", "mode", "warmup",
+    { "mean_ms", "mean ms", ms }, { "std_ms", "std ms", ms }, { "tokens_per_s", "tokens/s", "%.0f" },
+    { "tflops", "TFLOP/s", "%.1f" }, { "peak_gib", "peak GiB", "%.2f" } },
+})
+if opt.json then
+  tf.results.write(opt.json, rows)
+  print("wrote " .. opt.json)
+end

@@ -1,0 +1,297 @@
+--- tf.model: the CS336 Transformer LM, trained and benchmarked.
+--
+--   local m = tf.model.new{preset = "small", context_length = 256, precision = "bf16"}
+--   local loss = m:step(ids, targets)          -- forward, backward, AdamW
+--   local logits = m:forward(ids)              -- inference, keeps no activations
+--   m:save("w.safetensors");  local m2 = tf.model.load("w.safetensors")
+--
+-- Two implementations of one model: "fused", the C engine (explicit forward
+-- and backward over planned memory), and "eager", lua/tf/models/transformer.lua
+-- written with tf's autograd ops (the readable reference). Both have the same
+-- parameters (CS336's state-dict names) and the same methods.
+local M = {}
+
+M.presets = {
+  small = { d_model = 768, d_ff = 3072, num_layers = 12, num_heads = 12 },
+  medium = { d_model = 1024, d_ff = 4096, num_layers = 24, num_heads = 16 },
+  large = { d_model = 1280, d_ff = 5120, num_layers = 36, num_heads = 20 },
+  xl = { d_model = 1600, d_ff = 6400, num_layers = 48, num_heads = 25 },
+  ["2.7B"] = { d_model = 2560, d_ff = 10240, num_layers = 32, num_heads = 32 },
+}
+M.preset_names = { "small", "medium", "large", "xl", "2.7B" }
+
+local FIELDS = { "vocab_size", "context_length", "d_model", "num_layers", "num_heads", "d_ff", "rope_theta" }
+local DEFAULTS = { vocab_size = 10000, context_length = 256, rope_theta = 10000.0 }
+
+--- The full configuration of spec: a preset's sizes, the defaults, and any
+-- field given explicitly; checked.
+function M.config(spec)
+  local cfg = {}
+  if spec.preset then
+    local p = M.presets[spec.preset]
+    if not p then
+      error("tf.model: unknown preset '" .. tostring(spec.preset) .. "' (have " .. table.concat(M.preset_names, ", ") .. ")", 3)
+    end
+    for k, v in pairs(p) do cfg[k] = v end
+  end
+  for k, v in pairs(DEFAULTS) do cfg[k] = v end
+  for _, k in ipairs(FIELDS) do
+    if spec[k] ~= nil then cfg[k] = spec[k] end
+  end
+  for _, k in ipairs(FIELDS) do
+    local v = cfg[k]
+    if v == nil then error("tf.model: the config needs " .. k .. " (or a preset)", 3) end
+    if k == "rope_theta" then
+      if type(v) ~= "number" or v <= 0 then error("tf.model: rope_theta must be a positive number", 3) end
+      cfg[k] = v + 0.0
+    elseif math.type(v) ~= "integer" or v <= 0 then
+      error(string.format("tf.model: %s must be a positive integer, not %s", k, tostring(v)), 3)
+    end
+  end
+  if cfg.d_model % cfg.num_heads ~= 0 then
+    error(string.format("tf.model: d_model (%d) is not divisible by num_heads (%d)", cfg.d_model, cfg.num_heads), 3)
+  end
+  if (cfg.d_model // cfg.num_heads) % 2 ~= 0 then
+    error("tf.model: the head dimension must be even for RoPE", 3)
+  end
+  return cfg
+end
+
+--- Parameters of a configuration (a formula, no allocation).
+function M.num_parameters(cfg)
+  local d, f, l, v = cfg.d_model, cfg.d_ff, cfg.num_layers, cfg.vocab_size
+  return 2 * v * d + l * (4 * d * d + 3 * d * f + 2 * d) + d
+end
+
+--- FLOPs of one training step (forward + backward) over a (batch, seq)
+-- batch, as the PyTorch anchors count them: 6 P tokens + 12 L B T^2 d. A
+-- forward pass is a third of it.
+function M.step_flops(cfg, batch, seq)
+  return 6 * M.num_parameters(cfg) * batch * seq + 12 * cfg.num_layers * batch * seq * seq * cfg.d_model
+end
+
+local Model = {}
+Model.__index = Model
+
+local function check_batch(self, ids, targets)
+  if not tf.is_tensor(ids) or ids.ndim ~= 2 then error("tf.model: ids must be a (batch, seq) integer tensor", 3) end
+  if ids.dtype ~= "i64" and ids.dtype ~= "i32" then error("tf.model: ids must be i64 or i32, not " .. ids.dtype, 3) end
+  if ids:size(1) > self.config.context_length then
+    error(string.format("tf.model: sequence length %d is longer than the context length %d", ids:size(1),
+      self.config.context_length), 3)
+  end
+  if targets and (not tf.is_tensor(targets) or tostring(targets.shape) ~= tostring(ids.shape)) then
+    error("tf.model: targets must have the shape of ids " .. tostring(ids.shape), 3)
+  end
+end
+
+-- ---- the eager implementation -----------------------------------------------
+
+local Eager = setmetatable({}, { __index = Model })
+Eager.__index = Eager
+
+local function region(self) return self.precision ~= "f32" and self.precision or nil end
+
+function Eager:forward(ids)
+  check_batch(self, ids)
+  return tf.no_grad(function() return tf.autocast(region(self), function() return self.module(ids) end) end)
+end
+
+function Eager:loss(ids, targets)
+  check_batch(self, ids, targets)
+  local loss = tf.autocast(region(self), function()
+    local logits = self.module(ids)
+    return tf.cross_entropy(logits:reshape(-1, self.config.vocab_size), targets:reshape(-1))
+  end)
+  self._loss = loss
+  return loss
+end
+
+function Eager:backward()
+  if not self._loss then error("tf.model: backward needs a loss first (m:loss(ids, targets))", 2) end
+  self._loss:backward()
+  self._loss = nil
+end
+
+function Eager:zero_grad() self.module:zero_grad() end
+
+function Eager:named_parameters() return self.module:named_parameters() end
+
+function Eager:make_optimizer(opts) return tf.optim.AdamW(self.module, opts) end
+
+-- ---- the fused implementation -------------------------------------------------
+
+local Fused = setmetatable({}, { __index = Model })
+Fused.__index = Fused
+
+function Fused:forward(ids)
+  check_batch(self, ids)
+  return self.engine:forward(ids, false)
+end
+
+function Fused:loss(ids, targets)
+  check_batch(self, ids, targets)
+  self._has_loss = true
+  return self.engine:loss(ids, targets)
+end
+
+function Fused:backward()
+  if not self._has_loss then error("tf.model: backward needs a loss first (m:loss(ids, targets))", 2) end
+  self.engine:backward()
+  self._has_loss = false
+end
+
+function Fused:zero_grad() self.engine:zero_grad() end
+
+function Fused:named_parameters()
+  local list, i = self.engine:parameters(), 0
+  return function()
+    i = i + 1
+    if list[i] then return list[i][1], list[i][2] end
+  end
+end
+
+function Fused:grads()
+  local out = {}
+  for _, pair in ipairs(self.engine:grads()) do out[pair[1]] = pair[2] end
+  return out
+end
+
+function Fused:make_optimizer(opts)
+  opts = opts or {}
+  local betas = opts.betas or { 0.9, 0.999 }
+  local engine = self.engine
+  local o = { lr = opts.lr or 1e-3, beta1 = betas[1], beta2 = betas[2], eps = opts.eps or 1e-8,
+    weight_decay = opts.weight_decay or 0.01, t = 0 }
+  function o.step(opt)
+    opt.t = opt.t + 1
+    engine:adamw_step({ lr = opt.lr, beta1 = opt.beta1, beta2 = opt.beta2, eps = opt.eps,
+      weight_decay = opt.weight_decay, step = opt.t })
+  end
+  function o.zero_grad() engine:zero_grad() end
+  return o
+end
+
+-- ---- shared ------------------------------------------------------------------------
+
+--- name -> parameter tensor (views of the model: writing into them writes the model).
+function Model:parameters()
+  local t = {}
+  for name, p in self:named_parameters() do t[name] = p end
+  return t
+end
+
+--- name -> gradient tensor (eager: the parameters' .grad).
+function Model:grads()
+  local t = {}
+  for name, p in self:named_parameters() do t[name] = p.grad end
+  return t
+end
+
+--- The model's AdamW (torch.optim.AdamW semantics), made on first use.
+function Model:optimizer(opts)
+  if opts or not self._optimizer then self._optimizer = self:make_optimizer(opts) end
+  return self._optimizer
+end
+
+--- One training step: loss, backward, AdamW, zero_grad. Returns the loss tensor.
+function Model:step(ids, targets)
+  local loss = self:loss(ids, targets)
+  self:backward()
+  local opt = self:optimizer()
+  opt:step()
+  opt:zero_grad()
+  return loss
+end
+
+function Model:num_parameters() return M.num_parameters(self.config) end
+
+--- Writes the parameters and the config (header metadata) as safetensors.
+function Model:save(path)
+  local meta = {}
+  for _, k in ipairs(FIELDS) do meta[k] = tostring(self.config[k]) end
+  tf.safetensors.save(path, self:parameters(), meta)
+end
+
+--- Copies tensors (name -> tensor) into the parameters; every parameter
+-- must be given with its exact shape, and nothing else.
+function Model:load_state_dict(tensors, source)
+  source = source or "the state dict"
+  local params, problems = self:parameters(), {}
+  for name, p in pairs(params) do
+    local t = tensors[name]
+    if not t then
+      problems[#problems + 1] = "missing " .. name
+    elseif tostring(t.shape) ~= tostring(p.shape) then
+      problems[#problems + 1] = string.format("%s has shape %s, expected %s", name, tostring(t.shape), tostring(p.shape))
+    elseif t.dtype ~= "f32" and t.dtype ~= "f16" and t.dtype ~= "bf16" and t.dtype ~= "f64" then
+      problems[#problems + 1] = name .. " has dtype " .. t.dtype
+    end
+  end
+  for name in pairs(tensors) do
+    if not params[name] then problems[#problems + 1] = "unexpected " .. name end
+  end
+  if #problems > 0 then
+    table.sort(problems)
+    error("tf.model: " .. source .. " does not fit the model: " .. table.concat(problems, "; "), 3)
+  end
+  tf.no_grad(function()
+    for name, p in pairs(params) do p:copy_(tensors[name]:to(p.device)) end
+  end)
+  if self.engine and self.engine.sync_weights then self.engine:sync_weights() end
+end
+
+function Model:__tostring()
+  local c = self.config
+  return string.format("tf.model(%s, %s, %d layers, d_model %d, %d heads, d_ff %d, vocab %d, ctx %d, %.1fM parameters)",
+    self.impl, self.precision, c.num_layers, c.d_model, c.num_heads, c.d_ff, c.vocab_size, c.context_length,
+    self:num_parameters() / 1e6)
+end
+Eager.__tostring = Model.__tostring
+Fused.__tostring = Model.__tostring
+
+local function resolve_impl(impl)
+  if impl == nil then return tf._model and "fused" or "eager" end
+  if impl ~= "fused" and impl ~= "eager" then error("tf.model: impl must be \"fused\" or \"eager\"", 3) end
+  if impl == "fused" and not tf._model then error("tf.model: this tfhost has no fused engine", 3) end
+  return impl
+end
+
+--- tf.model.new{preset = "small" | ... or explicit sizes, context_length, vocab_size,
+--- precision = "f32" | "bf16" | "f16", impl = "fused" | "eager", device}
+function M.new(spec)
+  if type(spec) ~= "table" then error("tf.model.new: expects a table", 2) end
+  local cfg = M.config(spec)
+  local precision = spec.precision or "f32"
+  if precision ~= "f32" and precision ~= "bf16" and precision ~= "f16" then
+    error("tf.model.new: precision must be f32, bf16 or f16", 2)
+  end
+  local impl = resolve_impl(spec.impl)
+  local device = spec.device or tf.default_device()
+  local self = { config = cfg, precision = precision, impl = impl, device = device }
+  if impl == "eager" then
+    local T = require "tf.models.transformer"
+    self.module = T.TransformerLM(cfg, { device = device })
+    return setmetatable(self, Eager)
+  end
+  self.engine = tf._model.create(cfg, { device = device, precision = precision })
+  return setmetatable(self, Fused)
+end
+
+--- tf.model.load(path [, {precision, impl, device}]): a model from a safetensors
+--- file with the config in its metadata (as m:save writes it).
+function M.load(path, opts)
+  opts = opts or {}
+  local tensors, meta = tf.safetensors.load(path, { device = opts.device })
+  local spec = {}
+  for _, k in ipairs(FIELDS) do
+    if meta[k] == nil then error("tf.model.load: " .. path .. " has no '" .. k .. "' in its metadata", 2) end
+    spec[k] = math.tointeger(tonumber(meta[k])) or tonumber(meta[k])
+  end
+  for k, v in pairs(opts) do spec[k] = v end
+  local m = M.new(spec)
+  m:load_state_dict(tensors, path)
+  return m
+end
+
+return M

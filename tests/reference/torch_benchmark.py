@@ -1,0 +1,138 @@
+"""PyTorch's side of experiments/benchmark.lua, and the comparison of the two.
+
+Times the eager PyTorch reference model (torch_lm.py's TransformerLM; naive attention, as the
+CS336 reference) on the same configurations as tfhost's benchmark: batch 4, vocab 10000, the
+presets, forward / forward+backward / step with torch.optim.AdamW, f32 or bf16 autocast, CUDA
+events around each step after warm-up, peak memory from torch.cuda.max_memory_allocated.
+
+    python3 tests/reference/torch_benchmark.py --size small --context 128,256 --precision f32,bf16 \
+        --json torch.json [--compare tfhost.json]
+
+With --compare, prints tfhost / PyTorch ratios of time (lower is better for tfhost) and peak memory
+for every configuration both files have.
+"""
+import argparse
+import json
+import math
+import statistics
+import sys
+
+import torch
+
+sys.path.insert(0, __file__.rsplit("/", 1)[0])
+from torch_lm import TransformerLM  # noqa: E402
+
+PRESETS = {
+    "small": dict(d_model=768, d_ff=3072, num_layers=12, num_heads=12),
+    "medium": dict(d_model=1024, d_ff=4096, num_layers=24, num_heads=16),
+    "large": dict(d_model=1280, d_ff=5120, num_layers=36, num_heads=20),
+    "xl": dict(d_model=1600, d_ff=6400, num_layers=48, num_heads=25),
+    "2.7B": dict(d_model=2560, d_ff=10240, num_layers=32, num_heads=32),
+}
+
+
+def bench(size, ctx, precision, modes, batch, vocab, warmup, steps):
+    cfg = dict(PRESETS[size], vocab_size=vocab, context_length=ctx, rope_theta=10000.0)
+    torch.manual_seed(0)
+    model = TransformerLM(cfg).cuda()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    ids = torch.randint(0, vocab, (batch, ctx), device="cuda")
+    targets = torch.randint(0, vocab, (batch, ctx), device="cuda")
+    autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=precision == "bf16")
+    params = sum(p.numel() for p in model.parameters())
+    flops = 6 * params * batch * ctx + 12 * cfg["num_layers"] * batch * ctx * ctx * cfg["d_model"]
+
+    def loss_of():
+        with autocast:
+            logits = model(ids)
+            return torch.nn.functional.cross_entropy(logits.reshape(-1, vocab), targets.reshape(-1))
+
+    def run(mode):
+        if mode == "fwd":
+            with autocast:
+                model(ids)
+            return
+        loss_of().backward()
+        if mode == "step":
+            opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    rows = []
+    for mode in modes:
+        for _ in range(warmup):
+            run(mode)
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        times = []
+        for _ in range(steps):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            run(mode)
+            end.record()
+            torch.cuda.synchronize()
+            times.append(start.elapsed_time(end))
+        mean = statistics.mean(times)
+        f = flops / 3 if mode == "fwd" else flops
+        rows.append(dict(size=size, context=ctx, precision=precision, mode=mode, mean_ms=mean,
+                         std_ms=statistics.stdev(times) if len(times) > 1 else 0.0, tflops=f / (mean * 1e-3) / 1e12,
+                         peak_gib=torch.cuda.max_memory_allocated() / 2 ** 30, params=params))
+    del model, opt
+    torch.cuda.empty_cache()
+    return rows
+
+
+def compare(tf_rows, torch_rows):
+    key = lambda r: (r["size"], r["context"], r["precision"], r["mode"])
+    ours = {key(r): r for r in tf_rows if r.get("warmup", 5) == max(x.get("warmup", 5) for x in tf_rows)}
+    print("| size | ctx | prec | mode | tfhost ms | PyTorch ms | time ratio | tfhost GiB | PyTorch GiB | memory ratio |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for r in torch_rows:
+        o = ours.get(key(r))
+        if not o:
+            continue
+        if o.get("oom"):
+            print(f"| {r['size']} | {r['context']} | {r['precision']} | {r['mode']} | OOM | {r['mean_ms']:.2f} | | | | |")
+            continue
+        print(f"| {r['size']} | {r['context']} | {r['precision']} | {r['mode']} | {o['mean_ms']:.2f} | "
+              f"{r['mean_ms']:.2f} | {o['mean_ms'] / r['mean_ms']:.2f} | {o['peak_gib']:.2f} | "
+              f"{r['peak_gib']:.2f} | {o['peak_gib'] / r['peak_gib']:.2f} |")
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--size", default="small")
+    p.add_argument("--context", default="128,256,512,1024")
+    p.add_argument("--precision", default="f32,bf16")
+    p.add_argument("--mode", default="fwd,fwdbwd,step")
+    p.add_argument("--batch", type=int, default=4)
+    p.add_argument("--vocab", type=int, default=10000)
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--json")
+    p.add_argument("--compare")
+    a = p.parse_args()
+    torch.backends.cuda.matmul.allow_tf32 = False
+    rows = []
+    for size in a.size.split(","):
+        for ctx in map(int, a.context.split(",")):
+            for precision in a.precision.split(","):
+                try:
+                    rows += bench(size, ctx, precision, a.mode.split(","), a.batch, a.vocab, a.warmup, a.steps)
+                except torch.cuda.OutOfMemoryError:
+                    rows.append(dict(size=size, context=ctx, precision=precision, mode="all", oom=True))
+                    torch.cuda.empty_cache()
+                print(f"torch {size} ctx {ctx} {precision} done", file=sys.stderr)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"torch": torch.__version__, "device": torch.cuda.get_device_name(), "results": rows}, f, indent=1)
+    for r in rows:
+        if not r.get("oom"):
+            print(f"{r['size']:>6} {r['context']:>5} {r['precision']:>5} {r['mode']:>7} {r['mean_ms']:9.2f} ms "
+                  f"{r['tflops']:7.1f} TFLOP/s {r['peak_gib']:6.2f} GiB")
+    if a.compare:
+        with open(a.compare) as f:
+            compare(json.load(f)["results"], rows)
+
+
+if __name__ == "__main__":
+    main()
