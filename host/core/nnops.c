@@ -170,14 +170,14 @@ static tf_status tf_nn_zeros(const tf_shape *s, tf_dtype d, tf_device dev, tf_te
 
 tf_status tf_softmax(const tf_tensor *x, bool log, tf_tensor **y) {
   const char *op = log ? "log_softmax" : "softmax";
-  int64_t rows, cols;
+  int64_t rows = 0, cols = 0;
   TF_TRY(tf_nn_need_float(op, "x", x));
   TF_TRY(tf_nn_rows(op, "x", x, &rows, &cols, NULL));
   tf_device_ctx *ctx;
   TF_TRY(tf_device_ctx_get(x->device, &ctx));
   tf_temps tt = {0};
   tf_tensor *res = NULL;
-  const tf_tensor *cx;
+  const tf_tensor *cx = NULL;
   tf_shape s = tf_tensor_shape(x);
   tf_status st = tf_nn_prepare(&tt, x, x->dtype, &cx);
   if (st == TF_OK) st = tf_tensor_empty(&s, x->dtype, x->device, &res);
@@ -190,7 +190,7 @@ tf_status tf_softmax(const tf_tensor *x, bool log, tf_tensor **y) {
 
 tf_status tf_softmax_backward(const tf_tensor *y, const tf_tensor *dy, bool log, tf_tensor **dx) {
   const char *op = log ? "log_softmax_backward" : "softmax_backward";
-  int64_t rows, cols;
+  int64_t rows = 0, cols = 0;
   TF_TRY(tf_nn_need_float(op, "y", y));
   TF_TRY(tf_nn_need_float(op, "dy", dy));
   TF_TRY(tf_nn_same_device(op, "dy", dy, "y", y));
@@ -227,7 +227,7 @@ static tf_status tf_nn_norm_input(const char *op, const tf_tensor *x, double eps
 static tf_status tf_nn_norm_forward(tf_norm_kind kind, const tf_tensor *x, const tf_tensor *w, const tf_tensor *b,
                                     double eps, tf_tensor **y, tf_tensor **mean, tf_tensor **rstd) {
   const char *op = kind == TF_NORM_LAYER ? "layer_norm" : "rms_norm";
-  int64_t rows, cols;
+  int64_t rows = 0, cols = 0;
   tf_shape rs;
   TF_TRY(tf_nn_norm_input(op, x, eps, &rows, &cols, &rs));
   TF_TRY(tf_nn_check_weight(op, kind == TF_NORM_LAYER ? "w" : "g", w, x, cols));
@@ -237,7 +237,7 @@ static tf_status tf_nn_norm_forward(tf_norm_kind kind, const tf_tensor *x, const
   tf_dtype sd = tf_nn_stat_dtype(x->dtype);
   tf_temps tt = {0};
   tf_tensor *res = NULL, *m = NULL, *r = NULL;
-  const tf_tensor *cx, *cw = NULL, *cb = NULL;
+  const tf_tensor *cx = NULL, *cw = NULL, *cb = NULL;
   tf_shape s = tf_tensor_shape(x);
   tf_status st = tf_nn_prepare(&tt, x, x->dtype, &cx);
   if (st == TF_OK && w) st = tf_nn_prepare(&tt, w, sd, &cw);
@@ -284,7 +284,7 @@ static tf_status tf_nn_norm_backward(tf_norm_kind kind, const tf_tensor *dy, con
                                      tf_tensor **db) {
   const char *op = kind == TF_NORM_LAYER ? "layer_norm_backward" : "rms_norm_backward";
   const char *wname = kind == TF_NORM_LAYER ? "w" : "g";
-  int64_t rows, cols;
+  int64_t rows = 0, cols = 0;
   tf_shape rs;
   TF_TRY(tf_nn_need_float(op, "x", x));
   TF_TRY(tf_nn_rows(op, "x", x, &rows, &cols, &rs));
@@ -306,7 +306,7 @@ static tf_status tf_nn_norm_backward(tf_norm_kind kind, const tf_tensor *dy, con
   tf_shape ws = {1, {cols}};
   tf_temps tt = {0};
   tf_tensor *gx = NULL, *gw = NULL, *gb = NULL;
-  const tf_tensor *cx, *cdy, *cw = NULL, *cmean = NULL, *crstd;
+  const tf_tensor *cx = NULL, *cdy = NULL, *cw = NULL, *cmean = NULL, *crstd = NULL;
   tf_status st = tf_nn_prepare(&tt, x, x->dtype, &cx);
   if (st == TF_OK) st = tf_nn_prepare(&tt, dy, x->dtype, &cdy);
   if (st == TF_OK && w) st = tf_nn_prepare(&tt, w, sd, &cw);
@@ -367,7 +367,7 @@ static tf_status tf_nn_ce_inputs(const char *op, const tf_tensor *logits, const 
 
 tf_status tf_cross_entropy(const tf_tensor *logits, const tf_tensor *targets, tf_tensor **loss, tf_tensor **lse) {
   const char *op = "cross_entropy";
-  int64_t rows, cols;
+  int64_t rows = 0, cols = 0;
   TF_TRY(tf_nn_ce_inputs(op, logits, targets, &rows, &cols));
   tf_device_ctx *ctx;
   TF_TRY(tf_device_ctx_get(logits->device, &ctx));
@@ -375,7 +375,7 @@ tf_status tf_cross_entropy(const tf_tensor *logits, const tf_tensor *targets, tf
   tf_shape ls = {1, {rows}}, scalar = {0, {0}}, ts = tf_tensor_shape(targets);
   tf_temps tt = {0};
   tf_tensor *res = NULL, *l = NULL;
-  const tf_tensor *cx, *ct;
+  const tf_tensor *cx = NULL, *ct = NULL;
   tf_status st = tf_nn_prepare(&tt, logits, logits->dtype, &cx);
   if (st == TF_OK) st = tf_nn_prepare(&tt, targets, TF_I64, &ct);
   if (st == TF_OK && lse) st = tf_tensor_empty(&ls, sd, logits->device, &l);
@@ -401,7 +401,7 @@ tf_status tf_cross_entropy(const tf_tensor *logits, const tf_tensor *targets, tf
 tf_status tf_cross_entropy_backward(const tf_tensor *logits, const tf_tensor *targets, const tf_tensor *lse,
                                     const tf_tensor *dloss, tf_tensor **dlogits) {
   const char *op = "cross_entropy_backward";
-  int64_t rows, cols;
+  int64_t rows = 0, cols = 0;
   TF_TRY(tf_nn_ce_inputs(op, logits, targets, &rows, &cols));
   tf_shape ls = {1, {rows}};
   if (!lse) return tf_fail(TF_ERR_ARG, "%s: lse is required (the forward pass returns it)", op);
@@ -421,7 +421,7 @@ tf_status tf_cross_entropy_backward(const tf_tensor *logits, const tf_tensor *ta
   tf_shape s = tf_tensor_shape(logits);
   tf_temps tt = {0};
   tf_tensor *res = NULL;
-  const tf_tensor *cx, *ct, *cl, *cd;
+  const tf_tensor *cx = NULL, *ct = NULL, *cl = NULL, *cd = NULL;
   tf_status st = tf_nn_prepare(&tt, logits, logits->dtype, &cx);
   if (st == TF_OK) st = tf_nn_prepare(&tt, targets, TF_I64, &ct);
   if (st == TF_OK) st = tf_nn_prepare(&tt, lse, sd, &cl);
@@ -440,7 +440,7 @@ tf_status tf_cross_entropy_backward(const tf_tensor *logits, const tf_tensor *ta
 
 tf_status tf_rope(const tf_tensor *x, const tf_tensor *positions, double theta, bool inverse, tf_tensor **y) {
   const char *op = "rope";
-  int64_t rows, cols;
+  int64_t rows = 0, cols = 0;
   tf_shape rs;
   TF_TRY(tf_nn_need_float(op, "x", x));
   TF_TRY(tf_nn_rows(op, "x", x, &rows, &cols, &rs));
@@ -462,7 +462,7 @@ tf_status tf_rope(const tf_tensor *x, const tf_tensor *positions, double theta, 
   TF_TRY(tf_device_ctx_get(x->device, &ctx));
   tf_temps tt = {0};
   tf_tensor *res = NULL;
-  const tf_tensor *cx, *cp = NULL;
+  const tf_tensor *cx = NULL, *cp = NULL;
   tf_shape s = tf_tensor_shape(x);
   tf_status st = tf_nn_prepare(&tt, x, x->dtype, &cx);
   if (st == TF_OK && positions) {
