@@ -169,6 +169,7 @@ int luaopen_tf_core(lua_State *L) {
   tf_open_sys(L);
   tf_open_autograd(L);
   tf_open_nn(L);
+  tf_open_model(L);
   tf_lua_open_exit(L);
   return 1;
 }

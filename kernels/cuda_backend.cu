@@ -76,6 +76,7 @@ extern "C" int tf_cuda_backend_device_count(void) {
 
 /* Releases whatever part of a state init managed to create. */
 static void tf_cuda_state_release(tf_cuda_state *st) {
+  tf_cuda_gemm_release(st);
   if (st->blas) {
     cublasStatus_t err = cublasDestroy(st->blas);
     if (err != CUBLAS_STATUS_SUCCESS)
@@ -258,6 +259,7 @@ static tf_backend tf_cuda_make_table(void) {
   b.embedding = tf_cuda_embedding;
   b.masked_fill = tf_cuda_masked_fill;
   b.adamw = tf_cuda_adamw;
+  b.model = tf_cuda_model_kernels();
   return b;
 }
 

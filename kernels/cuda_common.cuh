@@ -16,6 +16,7 @@
 
 #include "../host/core/backend.h"
 #include "../host/core/half.h"
+#include "../host/core/model_kernels.h"
 
 enum { TF_CUDA_THREADS = 256 };
 
@@ -24,6 +25,7 @@ typedef struct tf_cuda_state {
   cudaStream_t stream; /* every kernel, copy and cuBLAS call of the device */
   cublasHandle_t blas; /* bound to stream */
   int multiprocessors; /* for sizing grids */
+  void *gemm;          /* the engine GEMM's cuBLASLt handle and plan cache (gemm.cu), made on first use */
 } tf_cuda_state;
 
 /* Records "CUDA error in <call>: <reason>" (TF_ERR_OOM with "out of memory"
@@ -168,5 +170,20 @@ tf_status tf_cuda_embedding(tf_device_ctx *ctx, const tf_embedding_args *args, i
 tf_status tf_cuda_masked_fill(tf_device_ctx *ctx, const tf_tensor *x, const tf_tensor *mask, double value,
                               tf_tensor *out);
 tf_status tf_cuda_adamw(tf_device_ctx *ctx, const tf_adamw_update *args);
+/* The Transformer engine's kernels (model_kernels.h), gathered into one
+ * table by model_backend.cu: gemm.cu, model_encoder.cu, model_norm.cu,
+ * model_swiglu.cu, model_attention.cu, model_loss.cu. */
+tf_status tf_cuda_gemm(tf_device_ctx *ctx, const tf_gemm_args *args);
+void tf_cuda_gemm_use_lt(tf_device_ctx *ctx, bool on);
+void tf_cuda_gemm_release(tf_cuda_state *st); /* at shutdown */
+tf_status tf_cuda_index_check(tf_device_ctx *ctx, const int64_t *idx, int64_t n, int64_t limit, int64_t *bad);
+tf_status tf_cuda_encoder(tf_device_ctx *ctx, const tf_encoder_args *args);
+tf_status tf_cuda_rmsnorm(tf_device_ctx *ctx, const tf_rmsnorm_args *args);
+tf_status tf_cuda_swiglu(tf_device_ctx *ctx, const tf_swiglu_args *args);
+tf_status tf_cuda_rope_heads(tf_device_ctx *ctx, const tf_rope_heads_args *args);
+tf_status tf_cuda_heads(tf_device_ctx *ctx, const tf_heads_args *args);
+tf_status tf_cuda_causal_softmax(tf_device_ctx *ctx, const tf_causal_softmax_args *args);
+tf_status tf_cuda_lm_loss(tf_device_ctx *ctx, const tf_lm_loss_args *args);
+const tf_model_kernels *tf_cuda_model_kernels(void);
 
 #endif

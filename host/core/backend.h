@@ -160,6 +160,9 @@ struct tf_backend {
   tf_status (*masked_fill)(tf_device_ctx *ctx, const tf_tensor *x, const tf_tensor *mask, double value,
                            tf_tensor *out);
   tf_status (*adamw)(tf_device_ctx *ctx, const tf_adamw_update *args);
+
+  /* The fused Transformer engine's kernels (model_kernels.h). */
+  const struct tf_model_kernels *model;
 };
 
 const tf_backend *tf_cpu_backend(void);

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "cpu.h"
+#include "cpu_model.h"
 #include "cpu_nn.h"
 
 struct tf_event {
@@ -119,6 +120,7 @@ static const tf_backend tf_cpu_backend_table = {
     .embedding = tf_cpu_embedding,
     .masked_fill = tf_cpu_masked_fill,
     .adamw = tf_cpu_adamw,
+    .model = &tf_cpu_model_kernels,
 };
 
 const tf_backend *tf_cpu_backend(void) { return &tf_cpu_backend_table; }

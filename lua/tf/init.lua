@@ -11,6 +11,7 @@ for name, value in pairs(C) do
   if name:sub(1, 1) ~= "_" then tf[name] = value end
 end
 tf._adamw_step = C._adamw_step -- for tf.optim
+tf._model = C._model -- the fused engine, for tf.model
 
 C._tensor_metatable.__tostring = require("tf.format").tensor
 

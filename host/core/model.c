@@ -1,0 +1,295 @@
+/* The engine's parameters: configuration checks, the layout of the flat
+ * buffers (parameters, gradients, AdamW state, low-precision weights), the
+ * seeded initialisation, the accessors, and the optimizer step. */
+#include "model_internal.h"
+
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Views start on 256-byte boundaries (64 f32 elements): vector loads and
+ * cuBLAS like aligned operands. */
+enum { TF_MODEL_ALIGN = 64 };
+
+/* Rounds an element offset up to the next view boundary. */
+static int64_t tf_model_align(int64_t elems) { return (elems + TF_MODEL_ALIGN - 1) / TF_MODEL_ALIGN * TF_MODEL_ALIGN; }
+
+/* ---- configuration -------------------------------------------------------------- */
+
+/* Every message names the field, so a bad preset or option reads clearly. */
+tf_status tf_model_config_check(const tf_model_config *c) {
+  const struct {
+    const char *name;
+    int64_t v;
+  } sizes[] = {{"vocab_size", c->vocab_size}, {"context_length", c->context_length}, {"d_model", c->d_model},
+               {"num_layers", c->num_layers}, {"num_heads", c->num_heads},           {"d_ff", c->d_ff}};
+  for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+    if (sizes[i].v <= 0)
+      return tf_fail(TF_ERR_ARG, "model config: %s must be a positive integer, not %lld", sizes[i].name,
+                     (long long)sizes[i].v);
+    /* GEMM dimensions and the embedding's sort keys are 32-bit on the GPU. */
+    if (sizes[i].v > INT32_MAX / 4)
+      return tf_fail(TF_ERR_ARG, "model config: %s is %lld, more than the engine's limit of %d", sizes[i].name,
+                     (long long)sizes[i].v, INT32_MAX / 4);
+  }
+  if (c->d_model % c->num_heads != 0)
+    return tf_fail(TF_ERR_ARG, "model config: d_model (%lld) must be divisible by num_heads (%lld)",
+                   (long long)c->d_model, (long long)c->num_heads);
+  int64_t hd = c->d_model / c->num_heads;
+  if (hd % 2 != 0)
+    return tf_fail(TF_ERR_ARG,
+                   "model config: the head dim d_model / num_heads = %lld must be even (RoPE turns pairs)",
+                   (long long)hd);
+  if (!(c->rope_theta > 0) || !isfinite(c->rope_theta))
+    return tf_fail(TF_ERR_ARG, "model config: rope_theta must be a finite number > 0, not %g", c->rope_theta);
+  double params = (double)c->vocab_size * (double)c->d_model * 2 +
+                  (double)c->num_layers * (4.0 * (double)c->d_model * (double)c->d_model +
+                                           3.0 * (double)c->d_model * (double)c->d_ff + 2.0 * (double)c->d_model);
+  if (params > 1e15) return tf_fail(TF_ERR_ARG, "model config: %.3g parameters is more than any device holds", params);
+  return TF_OK;
+}
+
+/* The closed form, so presets can be counted without making them. */
+int64_t tf_model_config_parameters(const tf_model_config *c) {
+  int64_t d = c->d_model;
+  return 2 * c->vocab_size * d + c->num_layers * (4 * d * d + 3 * d * c->d_ff + 2 * d) + d;
+}
+
+/* ---- layout ---------------------------------------------------------------------- */
+
+/* Appends a named tensor (shape (d0,) or (d0, d1)) to the state-dict list. */
+static tf_model_tensor *tf_model_add(tf_model *m, const char *name, int ndim, int64_t d0, int64_t d1, double std) {
+  tf_model_tensor *t = &m->tensors[m->ntensors++];
+  snprintf(t->name, sizeof t->name, "%s", name);
+  t->shape = (tf_shape){ndim, {d0, d1}};
+  t->numel = tf_shape_numel(&t->shape);
+  t->init_std = std;
+  return t;
+}
+
+/* Linear layers: truncated normal with std sqrt(2 / (in + out)). */
+static double tf_model_linear_std(int64_t out, int64_t in) { return sqrt(2.0 / (double)(in + out)); }
+
+/* The named tensors in state-dict order, then their offsets in storage
+ * order: a group of tensors that one GEMM reads as one matrix is placed
+ * back to back; groups start aligned. */
+static tf_status tf_model_layout(tf_model *m) {
+  const tf_model_config *c = &m->cfg;
+  const int64_t d = c->d_model, f = c->d_ff, V = c->vocab_size;
+  char name[48];
+  tf_model_tensor **per = calloc((size_t)c->num_layers * 9, sizeof *per);
+  if (!per) return tf_fail(TF_ERR_OOM, "out of memory: no host memory for the model's tables");
+  tf_model_tensor *wte = tf_model_add(m, "token_embeddings.weight", 2, V, d, 1.0);
+  for (int64_t l = 0; l < c->num_layers; l++) {
+    static const char *const suffix[9] = {"ln1.weight", "attn.q_proj.weight", "attn.k_proj.weight",
+                                          "attn.v_proj.weight", "attn.output_proj.weight", "ln2.weight",
+                                          "ffn.w1.weight", "ffn.w2.weight", "ffn.w3.weight"};
+    for (int j = 0; j < 9; j++) {
+      snprintf(name, sizeof name, "layers.%lld.%s", (long long)l, suffix[j]);
+      int64_t rows = j == 7 ? d : j >= 6 ? f : d, cols = j == 7 ? f : d;
+      bool norm = j == 0 || j == 5;
+      per[l * 9 + j] = tf_model_add(m, name, norm ? 1 : 2, norm ? d : rows, norm ? 0 : cols,
+                                    norm ? 0.0 : tf_model_linear_std(rows, cols));
+    }
+  }
+  tf_model_tensor *lnf = tf_model_add(m, "ln_final.weight", 1, d, 0, 0.0);
+  tf_model_tensor *head = tf_model_add(m, "lm_head.weight", 2, V, d, tf_model_linear_std(V, d));
+
+  /* Storage: matmul weights first (layer by layer, then lm_head), then the rest. */
+  int64_t at = 0;
+#define TF_PLACE(t) ((t)->offset = at, at += (t)->numel)
+  for (int64_t l = 0; l < c->num_layers; l++) {
+    tf_model_tensor **t = per + l * 9;
+    tf_model_layer_weights *w = &m->layers[l];
+    at = tf_model_align(at);
+    w->qkv = at;
+    TF_PLACE(t[1]), TF_PLACE(t[2]), TF_PLACE(t[3]);
+    at = tf_model_align(at);
+    w->out = at;
+    TF_PLACE(t[4]);
+    at = tf_model_align(at);
+    w->w13 = at;
+    TF_PLACE(t[6]), TF_PLACE(t[8]);
+    at = tf_model_align(at);
+    w->w2 = at;
+    TF_PLACE(t[7]);
+  }
+  at = tf_model_align(at);
+  m->lm_head = at;
+  TF_PLACE(head);
+  m->matmul_total = tf_model_align(at);
+  at = m->matmul_total;
+  m->wte = at;
+  TF_PLACE(wte);
+  for (int64_t l = 0; l < c->num_layers; l++) {
+    at = tf_model_align(at);
+    m->layers[l].ln1 = at;
+    TF_PLACE(per[l * 9 + 0]);
+    at = tf_model_align(at);
+    m->layers[l].ln2 = at;
+    TF_PLACE(per[l * 9 + 5]);
+  }
+  at = tf_model_align(at);
+  m->lnf = at;
+  TF_PLACE(lnf);
+#undef TF_PLACE
+  m->total = tf_model_align(at);
+  free(per);
+  return TF_OK;
+}
+
+/* ---- creation ---------------------------------------------------------------------- */
+
+/* One flat buffer of the model (parameters, gradients, moments, low copy). */
+static tf_status tf_model_flat(tf_model *m, int64_t n, tf_dtype d, tf_tensor **out) {
+  tf_shape s = {1, {n}};
+  return tf_tensor_empty(&s, d, m->device, out);
+}
+
+/* Fills a whole buffer or view with one value (one kernel). */
+static tf_status tf_model_fill(tf_model *m, tf_tensor *t, double v) { return m->ctx->backend->fill(m->ctx, t, v); }
+
+/* Parameters in state-dict order from the device's generator: the same
+ * seed gives the same model on every backend. */
+static tf_status tf_model_init(tf_model *m) {
+  TF_TRY(tf_model_fill(m, m->params, 0.0));
+  TF_TRY(tf_model_fill(m, m->grads, 0.0));
+  TF_TRY(tf_model_fill(m, m->adam_m, 0.0));
+  TF_TRY(tf_model_fill(m, m->adam_v, 0.0));
+  for (int i = 0; i < m->ntensors; i++) {
+    tf_model_tensor *t = &m->tensors[i];
+    if (t->init_std == 0) {
+      TF_TRY(tf_model_fill(m, t->param, 1.0));
+      continue;
+    }
+    tf_tensor *r = NULL;
+    TF_TRY(tf_random(TF_RANDOM_TRUNC_NORMAL, &t->shape, t->init_std, 3.0, TF_F32, m->device, &r));
+    tf_status st = tf_copy_into(t->param, r);
+    tf_tensor_release(r);
+    TF_TRY(st);
+  }
+  return TF_OK;
+}
+
+/* Tables, layout, the flat buffers, the named views, then the seeded init. */
+static tf_status tf_model_build(tf_model *m) {
+  int nt = 1 + 9 * (int)m->cfg.num_layers + 2;
+  m->tensors = calloc((size_t)nt, sizeof *m->tensors);
+  m->layers = calloc((size_t)m->cfg.num_layers, sizeof *m->layers);
+  if (!m->tensors || !m->layers) return tf_fail(TF_ERR_OOM, "out of memory: no host memory for the model's tables");
+  TF_TRY(tf_model_layout(m));
+  TF_TRY(tf_model_flat(m, m->total, TF_F32, &m->params));
+  TF_TRY(tf_model_flat(m, m->total, TF_F32, &m->grads));
+  TF_TRY(tf_model_flat(m, m->total, TF_F32, &m->adam_m));
+  TF_TRY(tf_model_flat(m, m->total, TF_F32, &m->adam_v));
+  if (m->dtype != TF_F32) TF_TRY(tf_model_flat(m, m->matmul_total, m->dtype, &m->low));
+  tf_shape ms = {1, {m->matmul_total}};
+  int64_t one = 1;
+  TF_TRY(tf_tensor_view(m->params, &ms, &one, 0, &m->matmul_params));
+  for (int i = 0; i < m->ntensors; i++) {
+    tf_model_tensor *t = &m->tensors[i];
+    int64_t strides[TF_MAX_DIMS];
+    tf_contiguous_strides(&t->shape, strides);
+    TF_TRY(tf_tensor_view(m->params, &t->shape, strides, t->offset, &t->param));
+    TF_TRY(tf_tensor_view(m->grads, &t->shape, strides, t->offset, &t->grad));
+  }
+  TF_TRY(tf_model_init(m));
+  m->low_version = m->params->storage->version - 1; /* stale: the first sync converts */
+  return tf_model_sync_weights(m);
+}
+
+/* Checks, then builds; a failure part way releases everything made so far. */
+tf_status tf_model_create(const tf_model_config *cfg, tf_device device, tf_dtype precision, tf_model **out) {
+  TF_TRY(tf_model_config_check(cfg));
+  if (precision != TF_F32 && precision != TF_BF16 && precision != TF_F16)
+    return tf_fail(TF_ERR_ARG, "model: precision must be f32, bf16 or f16 (mixed), not %s",
+                   (unsigned)precision < TF_NDTYPES ? tf_dtype_name(precision) : "unknown");
+  tf_device_ctx *ctx;
+  TF_TRY(tf_device_ctx_get(device, &ctx));
+  if (!ctx->backend->model)
+    return tf_fail(TF_ERR_DEVICE, "model: the %s backend has no Transformer kernels", ctx->backend->name);
+  tf_model *m = calloc(1, sizeof *m);
+  if (!m) return tf_fail(TF_ERR_OOM, "out of memory: no host memory for a model");
+  m->cfg = *cfg;
+  m->device = device;
+  m->dtype = precision;
+  m->ctx = ctx;
+  m->k = ctx->backend->model;
+  tf_status st = tf_model_build(m);
+  if (st != TF_OK) {
+    tf_model_free(m);
+    return st;
+  }
+  *out = m;
+  return TF_OK;
+}
+
+/* Views handed out keep their storage: only the engine's references go here. */
+void tf_model_free(tf_model *m) {
+  if (!m) return;
+  tf_model_plan_release(m);
+  for (int i = 0; i < m->ntensors; i++) {
+    tf_tensor_release(m->tensors[i].param);
+    tf_tensor_release(m->tensors[i].grad);
+  }
+  tf_tensor *bufs[] = {m->matmul_params, m->params, m->grads, m->adam_m, m->adam_v, m->low};
+  for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) tf_tensor_release(bufs[i]);
+  free(m->tensors);
+  free(m->layers);
+  free(m);
+}
+
+/* ---- accessors ----------------------------------------------------------------------- */
+
+const tf_model_config *tf_model_get_config(const tf_model *m) { return &m->cfg; }
+tf_dtype tf_model_precision(const tf_model *m) { return m->dtype; }
+tf_device tf_model_device(const tf_model *m) { return m->device; }
+int tf_model_num_tensors(const tf_model *m) { return m->ntensors; }
+
+const char *tf_model_tensor_name(const tf_model *m, int i) {
+  return i >= 0 && i < m->ntensors ? m->tensors[i].name : NULL;
+}
+
+tf_tensor *tf_model_param(const tf_model *m, int i) { return i >= 0 && i < m->ntensors ? m->tensors[i].param : NULL; }
+tf_tensor *tf_model_grad(const tf_model *m, int i) { return i >= 0 && i < m->ntensors ? m->tensors[i].grad : NULL; }
+
+/* A linear search: a model has a few hundred names at most. */
+int tf_model_find(const tf_model *m, const char *name) {
+  for (int i = 0; i < m->ntensors; i++)
+    if (strcmp(m->tensors[i].name, name) == 0) return i;
+  return -1;
+}
+
+/* Sizes of the allocations the engine holds now. */
+tf_model_memory tf_model_memory_use(const tf_model *m) {
+  tf_model_memory u = {0};
+  u.params = tf_tensor_nbytes(m->params);
+  u.grads = tf_tensor_nbytes(m->grads);
+  u.optimizer = tf_tensor_nbytes(m->adam_m) + tf_tensor_nbytes(m->adam_v);
+  u.low_precision = m->low ? tf_tensor_nbytes(m->low) : 0;
+  u.activations = m->plan.storage ? m->plan.bytes : 0;
+  return u;
+}
+
+/* ---- gradients and the optimizer ---------------------------------------------------- */
+
+/* One conversion of the whole matmul prefix, only when the parameters moved. */
+tf_status tf_model_sync_weights(tf_model *m) {
+  if (!m->low || m->low_version == m->params->storage->version) return TF_OK;
+  TF_TRY(tf_copy_into(m->low, m->matmul_params));
+  m->low_version = m->params->storage->version;
+  return TF_OK;
+}
+
+/* One fill over the flat gradient buffer. */
+tf_status tf_model_zero_grad(tf_model *m) { return tf_model_fill(m, m->grads, 0.0); }
+
+/* One fused kernel over every parameter (alignment gaps hold zeros and stay
+ * zero), then the low-precision copy refreshed from the new weights. */
+tf_status tf_model_adamw_step(tf_model *m, const tf_adamw_args *args) {
+  TF_TRY(tf_adamw_step(m->params, m->grads, m->adam_m, m->adam_v, args));
+  m->params->storage->version++; /* an in-place write, as autograd counts them */
+  return tf_model_sync_weights(m);
+}

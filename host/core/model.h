@@ -1,0 +1,103 @@
+/* The fused Transformer-LM engine: the CS336 "basics" model (DESIGN.md,
+ * "Reference semantics") with an explicit forward and backward pass, llm.c
+ * style. A training step reads top to bottom as a short list of kernel
+ * calls (model_kernels.h) over named, preallocated tensors:
+ *
+ *   parameters (f32), gradients (f32), AdamW's m and v (f32) and, under
+ *   mixed precision, a bf16/f16 copy of the matmul weights: one allocation
+ *   each, with a named view per tensor, all laid out alike so the optimizer
+ *   runs once over the whole flat buffer;
+ *   activations: one allocation planned per (batch, seq), reused while the
+ *   shape stays the same, re-planned when it changes.
+ *
+ * Precision TF_F32 computes in f32 throughout. TF_BF16 / TF_F16 follow
+ * PyTorch's autocast: matmuls in the low dtype accumulating in f32, from a
+ * low-precision weight copy that the optimizer step refreshes (never
+ * re-cast per forward); the residual stream, RMSNorm statistics, softmax
+ * and the loss in f32; parameters and their gradients f32.
+ *
+ * Not thread-safe: one model is driven by one thread at a time. */
+#ifndef TF_MODEL_H
+#define TF_MODEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "nnops.h"
+#include "tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct tf_model_config {
+  int64_t vocab_size, context_length, d_model, num_layers, num_heads, d_ff;
+  double rope_theta; /* 10000 in CS336 */
+} tf_model_config;
+
+/* Checks every field (positive sizes, d_model divisible by num_heads, an
+ * even head dim for RoPE, a finite theta > 0, sizes the kernels can index). */
+tf_status tf_model_config_check(const tf_model_config *cfg);
+/* The number of scalar parameters: V d (embedding) + V d (lm_head) +
+ * L (4 d^2 + 3 d d_ff + 2 d) + d. */
+int64_t tf_model_config_parameters(const tf_model_config *cfg);
+
+typedef struct tf_model tf_model;
+
+/* A new model on device with precision TF_F32, TF_BF16 or TF_F16 (mixed),
+ * initialised from the device's seeded generator in state-dict order
+ * (truncated normals cut at 3 std: std sqrt(2 / (in + out)) for linears, 1
+ * for the embedding; norm gains 1), gradients and optimizer state zero. */
+tf_status tf_model_create(const tf_model_config *cfg, tf_device device, tf_dtype precision, tf_model **out);
+/* Releases the engine; views handed out keep their storage alive. NULL is fine. */
+void tf_model_free(tf_model *m);
+
+const tf_model_config *tf_model_get_config(const tf_model *m);
+tf_dtype tf_model_precision(const tf_model *m);
+tf_device tf_model_device(const tf_model *m);
+
+/* The named tensors, in state-dict order: token_embeddings.weight,
+ * layers.{i}.ln1.weight, layers.{i}.attn.{q,k,v,output}_proj.weight,
+ * layers.{i}.ln2.weight, layers.{i}.ffn.w{1,2,3}.weight, ln_final.weight,
+ * lm_head.weight. Views are borrowed (retain them to keep them); they share
+ * the engine's storage, so writing into a parameter view writes the model
+ * (bump its version, as copy_ does, so the low-precision copy follows). */
+int tf_model_num_tensors(const tf_model *m);
+const char *tf_model_tensor_name(const tf_model *m, int i);
+tf_tensor *tf_model_param(const tf_model *m, int i);
+tf_tensor *tf_model_grad(const tf_model *m, int i);
+/* The index of a name, or -1. */
+int tf_model_find(const tf_model *m, const char *name);
+/* Refreshes the low-precision weight copy now if the parameters' storage
+ * version moved since it was made (forward passes check this themselves). */
+tf_status tf_model_sync_weights(tf_model *m);
+
+/* Bytes held by each part of the engine (activations: the current plan). */
+typedef struct tf_model_memory {
+  size_t params, grads, optimizer, low_precision, activations;
+} tf_model_memory;
+tf_model_memory tf_model_memory_use(const tf_model *m);
+
+/* logits (batch, seq, vocab) for ids (batch, seq) of i32/i64 on the
+ * model's device or the CPU: a new tensor of the compute dtype (f32, or
+ * bf16/f16: lm_head is a linear). training=false keeps no activations
+ * (one layer's worth of buffers, reused by every layer); training=true
+ * runs the forward pass of a training step, activations kept. */
+tf_status tf_model_forward(tf_model *m, const tf_tensor *ids, bool training, tf_tensor **logits);
+/* The mean cross-entropy (a new 0-dim f32 tensor) of the model on ids
+ * against targets (same shape), keeping what backward needs: the forward
+ * pass of a training step plus the fused loss and its gradient. */
+tf_status tf_model_loss(tf_model *m, const tf_tensor *ids, const tf_tensor *targets, tf_tensor **loss);
+/* Adds d loss / d parameter of the last tf_model_loss into the gradients
+ * (as PyTorch's .grad accumulates); one backward per loss. */
+tf_status tf_model_backward(tf_model *m);
+tf_status tf_model_zero_grad(tf_model *m);
+/* One AdamW step over every parameter (one fused kernel over the flat
+ * buffers), then the low-precision weight copy refreshed (one conversion). */
+tf_status tf_model_adamw_step(tf_model *m, const tf_adamw_args *args);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

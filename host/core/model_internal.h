@@ -1,0 +1,157 @@
+/* The engine's insides, shared by model.c (parameters, optimizer),
+ * model_plan.c (activation memory), model_forward.c, model_attention.c and
+ * model_backward.c. Buffers are named raw pointers into one allocation
+ * each, as in llm.c; the tensors the API hands out are views of the same
+ * allocations. */
+#ifndef TF_MODEL_INTERNAL_H
+#define TF_MODEL_INTERNAL_H
+
+#include "backend.h"
+#include "model.h"
+#include "model_kernels.h"
+
+/* RMSNorm's eps (CS336). */
+#define TF_MODEL_NORM_EPS 1e-5
+
+/* One named parameter: its place in the flat buffers and its init. */
+typedef struct tf_model_tensor {
+  char name[48];
+  tf_shape shape;
+  int64_t offset, numel; /* elements, into params / grads / m / v (and low for matmul weights) */
+  double init_std;       /* truncated normal's std; 0 for a norm gain (ones) */
+  tf_tensor *param, *grad;
+} tf_model_tensor;
+
+/* Where a layer's weights start in the flat buffers. Storage keeps the
+ * matmul weights of every layer first (so the low-precision copy is one
+ * prefix of the buffer), q, k, v back to back (one (3d, d) GEMM) and w1,
+ * w3 back to back (one (2 d_ff, d) GEMM). */
+typedef struct tf_model_layer_weights {
+  int64_t ln1, qkv, out, ln2, w13, w2;
+} tf_model_layer_weights;
+
+/* One layer's activations: kept per layer for the backward pass
+ * (training plans), or one set every layer reuses (inference plans). */
+typedef struct tf_model_layer_acts {
+  void *h1;        /* (n, d): ln1's output */
+  float *rstd1;    /* (n,) */
+  void *q, *k, *v; /* (B, H, T, hd) each, q and k after RoPE */
+  void *p;         /* (B, H, T, T): attention probabilities */
+  void *atty;      /* (n, d): attention output, heads merged */
+  void *h2;        /* (n, d): ln2's output */
+  float *rstd2;
+  void *ab;        /* (n, 2 d_ff): [w1 h2 | w3 h2] */
+  void *gate;      /* (n, d_ff): silu(w1 h2) * w3 h2 */
+} tf_model_layer_acts;
+
+/* The activation plan for one (batch, seq): every buffer a step touches,
+ * carved out of one allocation. n = batch * seq rows; tensors marked dtype
+ * are in the compute dtype, the others f32 (ids i64). */
+typedef struct tf_model_plan {
+  int64_t batch, seq;
+  bool training;      /* per-layer activations and backward buffers exist */
+  tf_tensor *storage; /* the allocation; NULL while nothing is planned */
+  size_t bytes;
+  int64_t *ids, *targets;     /* (n,) */
+  float *rope_cos, *rope_sin; /* (T, hd / 2) */
+  /* training: 2L + 1 residual streams, x_l at 2l and x_l + attention at
+   * 2l + 1; inference: one, updated in place */
+  float **resid;
+  tf_model_layer_acts *layers; /* training: L; inference: 1 */
+  void *hf;                    /* (n, d): ln_final's output */
+  float *rstdf;
+  void *logits;                /* training: (n, V), then their gradient */
+  float *row_loss;             /* training: (n,) */
+  /* scratch, shared by the layers */
+  void *qkv;   /* (n, 3d): projections; backward: their gradient */
+  void *heads; /* (n, d) in heads layout: attention output; backward: its gradient */
+  void *proj;  /* (n, d): output_proj's or w2's output; backward: a norm output's gradient */
+  /* backward (training plans) */
+  float *dres;      /* (n, d): gradient of the residual stream */
+  void *dres_low;   /* (n, d) dtype (dres itself under f32) */
+  void *dqkv_heads; /* 3 (n, d): dq, dk, dv in heads layout */
+  void *dp;         /* (B, H, T, T) */
+  void *dab;        /* (n, 2 d_ff) */
+  void *dgate;      /* (n, d_ff) */
+} tf_model_plan;
+
+struct tf_model {
+  tf_model_config cfg;
+  tf_device device;
+  tf_dtype dtype; /* compute dtype: f32, f16 or bf16 */
+  tf_device_ctx *ctx;
+  const tf_model_kernels *k;
+  int ntensors;
+  tf_model_tensor *tensors;       /* state-dict order */
+  tf_model_layer_weights *layers; /* num_layers */
+  int64_t wte, lnf, lm_head;
+  int64_t total;        /* elements of each flat buffer (with alignment gaps) */
+  int64_t matmul_total; /* the prefix holding the matmul weights */
+  tf_tensor *params, *grads, *adam_m, *adam_v; /* flat f32 (total,) */
+  tf_tensor *low;           /* flat dtype (matmul_total,), or NULL under f32 */
+  tf_tensor *matmul_params; /* params' first matmul_total elements */
+  uint64_t low_version;     /* params' storage version the low copy was made from */
+  tf_model_plan plan;
+  bool loss_ready; /* the plan holds a loss's activations and logits' gradient */
+};
+
+/* model_plan.c */
+/* Makes the plan fit (batch, seq) and the mode: kept when it already does
+ * (a training plan serves inference too), else released and made anew. */
+tf_status tf_model_plan_ensure(tf_model *m, int64_t batch, int64_t seq, bool training);
+void tf_model_plan_release(tf_model *m);
+/* A tensor view of plan memory at ptr (for copies into the plan). */
+tf_status tf_model_plan_view(const tf_model *m, void *ptr, tf_dtype dtype, const tf_shape *shape, tf_tensor **out);
+
+/* model_forward.c */
+/* The forward pass over the plan's ids: keep = training (activations per
+ * layer); logits (n, V) of the compute dtype go to `logits`. */
+tf_status tf_model_run_forward(tf_model *m, bool keep, void *logits);
+
+/* model_attention.c: causal self-attention of one layer, behind one pair
+ * of functions (naive now; FlashAttention replaces them later). Forward:
+ * qkv (n, 3d) -> acts->atty (n, d), saving q, k, v and p in acts. Backward:
+ * datty (n, d) -> dqkv (n, 3d). */
+tf_status tf_model_attention_forward(tf_model *m, tf_model_layer_acts *acts, const void *qkv);
+tf_status tf_model_attention_backward(tf_model *m, const tf_model_layer_acts *acts, const void *datty, void *dqkv);
+
+/* ---- pointers into the flat buffers ---------------------------------------- */
+
+static inline float *tf_model_pw(const tf_model *m, int64_t off) { return (float *)tf_tensor_data(m->params) + off; }
+static inline float *tf_model_gw(const tf_model *m, int64_t off) { return (float *)tf_tensor_data(m->grads) + off; }
+/* A matmul weight as the GEMMs read it: the low copy, or the f32 parameter. */
+static inline void *tf_model_mw(const tf_model *m, int64_t off) {
+  if (!m->low) return tf_model_pw(m, off);
+  return (char *)tf_tensor_data(m->low) + off * (int64_t)tf_dtype_size(m->dtype);
+}
+/* Element i of a buffer of the compute dtype. */
+static inline void *tf_model_at(const tf_model *m, void *base, int64_t i) {
+  return (char *)base + i * (int64_t)tf_dtype_size(m->dtype);
+}
+
+/* ---- GEMMs ---------------------------------------------------------------------- */
+
+/* y (rows, out) = x (rows, in) W^T, W (out, in): a bias-free linear layer. */
+static inline tf_status tf_model_linear(tf_model *m, const void *x, int64_t rows, int64_t in, int64_t out,
+                                        const void *w, void *y) {
+  tf_gemm_args g = {.a = x, .b = w, .c = y, .ab_dtype = m->dtype, .c_dtype = m->dtype, .batch = 1,
+                    .m = rows, .n = out, .k = in, .trans_b = true, .lda = in, .ldb = in, .ldc = out,
+                    .allow_tf32 = m->ctx->allow_tf32};
+  return m->k->gemm(m->ctx, &g);
+}
+
+/* The linear layer's backward pass: dx (rows, in) = dy W (unless dx is
+ * NULL), and dW (f32) += dy^T x. */
+static inline tf_status tf_model_linear_backward(tf_model *m, const void *dy, const void *x, int64_t rows, int64_t in,
+                                                 int64_t out, const void *w, float *dw, void *dx) {
+  tf_gemm_args gw = {.a = dy, .b = x, .c = dw, .ab_dtype = m->dtype, .c_dtype = TF_F32, .batch = 1, .m = out,
+                     .n = in, .k = rows, .trans_a = true, .lda = out, .ldb = in, .ldc = in, .accumulate = true,
+                     .allow_tf32 = m->ctx->allow_tf32};
+  TF_TRY(m->k->gemm(m->ctx, &gw));
+  if (!dx) return TF_OK;
+  tf_gemm_args gx = {.a = dy, .b = w, .c = dx, .ab_dtype = m->dtype, .c_dtype = m->dtype, .batch = 1, .m = rows,
+                     .n = in, .k = out, .lda = out, .ldb = in, .ldc = in, .allow_tf32 = m->ctx->allow_tf32};
+  return m->k->gemm(m->ctx, &gx);
+}
+
+#endif

@@ -1,0 +1,169 @@
+/* The kernels of the fused Transformer-LM engine (model.h): what a backend
+ * implements for it, beside the general ops of backend.h.
+ *
+ * The engine owns every buffer (parameters, gradients, planned activations)
+ * and hands kernels raw pointers with their dtypes, as llm.c does; shapes
+ * are checked once by the engine, never per kernel. "dtype" below is the
+ * compute dtype: f32, or f16/bf16 under mixed precision. Residual streams,
+ * norm gains, statistics and gradients of parameters are always f32, and
+ * every kernel computes in f32 whatever it stores. Each kernel has a CPU
+ * twin (host/cpu/cpu_model.c, cpu_gemm.c) that its CUDA version
+ * (kernels/model_*.cu, gemm.cu) is tested against; both are deterministic:
+ * sums run in a fixed order, never through float atomics. Index tensors
+ * are i64, already checked by index_check; kernels read a bad index as 0
+ * so that nothing is ever read out of bounds. */
+#ifndef TF_MODEL_KERNELS_H
+#define TF_MODEL_KERNELS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "device.h"
+#include "dtype.h"
+#include "status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* C = A B, or C += A B (accumulate), per batch; row-major operands as in
+ * tf_matmul_args: A is (m, k), stored (k, m) when trans_a; B is (k, n),
+ * stored (n, k) when trans_b. A and B have ab_dtype (f32, f16, bf16); C has
+ * c_dtype (ab_dtype, or f32 to add low-precision products into f32
+ * gradients). Products accumulate in f32 (TF32 only when allow_tf32). */
+typedef struct tf_gemm_args {
+  const void *a, *b;
+  void *c;
+  tf_dtype ab_dtype, c_dtype;
+  int64_t batch, m, n, k;
+  bool trans_a, trans_b;
+  int64_t lda, ldb, ldc;             /* row strides, in elements */
+  int64_t batch_a, batch_b, batch_c; /* element strides between batches */
+  bool accumulate;
+  bool allow_tf32;
+} tf_gemm_args;
+
+/* Token embedding. Forward: out[i] = wte[ids[i]]. Backward: dwte[ids[i]] +=
+ * dout[i], each id's rows added in position order (the same bits on every
+ * backend). */
+typedef struct tf_encoder_args {
+  bool backward;
+  int64_t n, dim, vocab;
+  const int64_t *ids;  /* (n,) */
+  const float *wte;    /* forward: (vocab, dim) */
+  float *out;          /* forward: (n, dim) */
+  const float *dout;   /* backward: (n, dim) */
+  float *dwte;         /* backward: (vocab, dim), added to */
+} tf_encoder_args;
+
+/* RMSNorm over rows of dim (CS336: h = x rstd g, rstd = 1 / sqrt(mean(x^2)
+ * + eps), computed in f32) with the residual add fused in front of it.
+ * Forward: when delta is given, x_out = x + delta (f32; may be x itself)
+ * and x_out is normalised, else x is; h (dtype) and rstd written.
+ * Backward, x being the normalised input and xhat = x rstd:
+ *   dx = rstd (dh g - xhat mean(dh g xhat)),
+ *   dres = dx (+ dres when accumulate), dres_low = dres in dtype (optional),
+ *   dg += sum over rows of dh xhat. */
+typedef struct tf_rmsnorm_args {
+  bool backward;
+  int64_t rows, dim;
+  double eps;
+  tf_dtype dtype;    /* of delta, h, dh and dres_low */
+  const float *x;    /* (rows, dim) */
+  const void *delta; /* forward: (rows, dim) or NULL */
+  float *x_out;      /* forward: with delta */
+  const float *g;    /* (dim,) */
+  void *h;           /* forward */
+  float *rstd;       /* (rows,): written forward, read backward */
+  const void *dh;    /* backward */
+  float *dres;       /* backward: (rows, dim) */
+  bool accumulate;
+  void *dres_low;    /* backward: NULL to skip */
+  float *dg;         /* backward: (dim,), added to */
+} tf_rmsnorm_args;
+
+/* SwiGLU's gate on rows of ab = [a | b] (2 f wide): forward y = silu(a) b
+ * (rows, f); backward dab = [dy b silu'(a) | dy silu(a)]. */
+typedef struct tf_swiglu_args {
+  bool backward;
+  int64_t rows, f;
+  tf_dtype dtype;
+  const void *ab;
+  void *y;        /* forward */
+  const void *dy; /* backward */
+  void *dab;      /* backward */
+} tf_swiglu_args;
+
+/* Queries, keys and values into heads, with RoPE on q and k (interleaved
+ * pairs; cos and sin of position t and pair i at [t * head_dim / 2 + i]).
+ * Forward: qkv (batch, seq, 3, heads, head_dim) -> q, k, v each (batch,
+ * heads, seq, head_dim). Backward: the gradients dq, dk, dv (in q, k, v)
+ * -> dqkv (in qkv), q and k rotated back. */
+typedef struct tf_rope_heads_args {
+  bool backward;
+  int64_t batch, seq, heads, head_dim;
+  tf_dtype dtype;
+  const float *cos, *sin;
+  void *qkv;
+  void *q, *k, *v;
+} tf_rope_heads_args;
+
+/* (batch, heads, seq, head_dim) -> (batch, seq, heads * head_dim) (merge),
+ * or back (split). */
+typedef struct tf_heads_args {
+  bool split;
+  int64_t batch, seq, heads, head_dim;
+  tf_dtype dtype;
+  const void *src;
+  void *dst;
+} tf_heads_args;
+
+/* Causal softmax over the rows of batch (seq, seq) matrices, in place; row
+ * t sees columns 0..t. Forward: s -> p = softmax(scale s) on the visible
+ * columns, 0 above the diagonal. Backward: s holds dp and becomes
+ * ds = scale p (dp - sum(p dp)) (0 above the diagonal). */
+typedef struct tf_causal_softmax_args {
+  bool backward;
+  int64_t batch, seq;
+  double scale;
+  tf_dtype dtype;
+  void *s;
+  const void *p; /* backward */
+} tf_causal_softmax_args;
+
+/* Mean cross-entropy of logits (rows, vocab) against targets, fused with
+ * its gradient: row_loss[r] = lse_r - logits[r, target_r]; *loss = their
+ * mean (f32, added in a fixed order); when grad, the logits are overwritten
+ * by d loss / d logits = (softmax - onehot) / rows. */
+typedef struct tf_lm_loss_args {
+  int64_t rows, vocab;
+  tf_dtype dtype;
+  void *logits;
+  const int64_t *targets;
+  float *row_loss; /* (rows,) workspace */
+  float *loss;     /* one value */
+  bool grad;
+} tf_lm_loss_args;
+
+typedef struct tf_model_kernels {
+  tf_status (*gemm)(tf_device_ctx *ctx, const tf_gemm_args *a);
+  /* *bad: the first i in [0, n) with idx[i] outside [0, limit), or -1.
+   * Waits for the device (the answer is needed on the host). */
+  tf_status (*index_check)(tf_device_ctx *ctx, const int64_t *idx, int64_t n, int64_t limit, int64_t *bad);
+  tf_status (*encoder)(tf_device_ctx *ctx, const tf_encoder_args *a);
+  tf_status (*rmsnorm)(tf_device_ctx *ctx, const tf_rmsnorm_args *a);
+  tf_status (*swiglu)(tf_device_ctx *ctx, const tf_swiglu_args *a);
+  tf_status (*rope_heads)(tf_device_ctx *ctx, const tf_rope_heads_args *a);
+  tf_status (*heads)(tf_device_ctx *ctx, const tf_heads_args *a);
+  tf_status (*causal_softmax)(tf_device_ctx *ctx, const tf_causal_softmax_args *a);
+  tf_status (*lm_loss)(tf_device_ctx *ctx, const tf_lm_loss_args *a);
+  /* Chooses the GEMM path: cuBLASLt with cached plans (true, the default)
+   * or plain cuBLAS (false), so tests can compare them; NULL where a
+   * backend has one path only. */
+  void (*gemm_use_lt)(tf_device_ctx *ctx, bool on);
+} tf_model_kernels;
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,265 @@
+/* The engine's GEMM (model_kernels.h) on the GPU: cuBLASLt with cached
+ * plans, plain cuBLAS as the fallback.
+ *
+ * Operands are row-major; as in matmul.cu, C = A B is computed as the
+ * column-major C^T = B^T A^T, so cuBLAS's first operand is our B.
+ *
+ * A plan (matmul descriptor, three layouts, the heuristic's algorithm) is
+ * made the first time a (dtypes, transposes, sizes, strides, alignments)
+ * combination is seen and kept in a small per-device cache, so steady
+ * state pays no descriptor or heuristic cost. Split-K reductions are held
+ * to f32 (no reduction in the output type), as the cuBLAS handle's math
+ * mode does for the fallback. A shape Lt has no algorithm for, or a call
+ * Lt refuses, goes to cublasGemmStridedBatchedEx from then on; so does
+ * everything when TF_CUBLASLT=0 is set or gemm_use_lt(ctx, false) was
+ * called. The workspace (32 MiB) is a cudaMalloc of its own, like
+ * cuBLAS's internal one, outside the caching allocator's accounting. */
+#include "cuda_common.cuh"
+
+#include <cublasLt.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { TF_GEMM_PLANS = 128 };
+static const size_t TF_GEMM_WORKSPACE = (size_t)32 << 20;
+
+/* Everything a plan depends on; zeroed before filling so memcmp compares it. */
+typedef struct tf_gemm_key {
+  int ab_dtype, c_dtype, trans_a, trans_b, accumulate, tf32;
+  int64_t batch, m, n, k, lda, ldb, ldc, batch_a, batch_b, batch_c;
+  unsigned align_a, align_b, align_c;
+} tf_gemm_key;
+
+typedef struct tf_gemm_plan {
+  tf_gemm_key key;
+  bool used;
+  bool lt; /* false: this combination runs through plain cuBLAS */
+  cublasLtMatmulDesc_t op;
+  cublasLtMatrixLayout_t la, lb, lc; /* cuBLAS's A (our B), B (our A), C */
+  cublasLtMatmulAlgo_t algo;
+} tf_gemm_plan;
+
+typedef struct tf_gemm_state {
+  cublasLtHandle_t lt; /* NULL: Lt unavailable */
+  void *workspace;
+  bool use_lt;
+  int next; /* the slot the next new plan evicts, round robin */
+  tf_gemm_plan plans[TF_GEMM_PLANS];
+} tf_gemm_state;
+
+/* ---- plans ------------------------------------------------------------------------------ */
+
+/* Destroys a plan's descriptors and frees its slot. */
+static void tf_gemm_plan_drop(tf_gemm_plan *p) {
+  if (p->op) cublasLtMatmulDescDestroy(p->op);
+  if (p->la) cublasLtMatrixLayoutDestroy(p->la);
+  if (p->lb) cublasLtMatrixLayoutDestroy(p->lb);
+  if (p->lc) cublasLtMatrixLayoutDestroy(p->lc);
+  memset(p, 0, sizeof *p);
+}
+
+/* The largest power of two up to 256 dividing the address and, when
+ * batched, the byte stride between batches. */
+static unsigned tf_gemm_align(const void *ptr, int64_t batch, int64_t stride, size_t es) {
+  uintptr_t v = (uintptr_t)ptr | 256u;
+  if (batch > 1) v |= (uintptr_t)((uint64_t)stride * es);
+  return (unsigned)(v & (~v + 1));
+}
+
+/* The CUDA type of an engine dtype (f32, f16, bf16). */
+static cudaDataType tf_gemm_type(tf_dtype d) {
+  return d == TF_F16 ? CUDA_R_16F : d == TF_BF16 ? CUDA_R_16BF : CUDA_R_32F;
+}
+
+/* A column-major layout, strided-batched when batch > 1; *ok turns false on any failure. */
+static cublasLtMatrixLayout_t tf_gemm_layout(cudaDataType type, int64_t rows, int64_t cols, int64_t ld, int64_t batch,
+                                             int64_t stride, bool *ok) {
+  cublasLtMatrixLayout_t l = NULL;
+  if (cublasLtMatrixLayoutCreate(&l, type, (uint64_t)rows, (uint64_t)cols, ld) != CUBLAS_STATUS_SUCCESS) {
+    *ok = false;
+    return NULL;
+  }
+  if (batch > 1) {
+    int32_t count = (int32_t)batch;
+    *ok = *ok && cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count) ==
+                     CUBLAS_STATUS_SUCCESS;
+    *ok = *ok && cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
+                                                  sizeof stride) == CUBLAS_STATUS_SUCCESS;
+  }
+  return l;
+}
+
+/* Descriptors and the heuristic's best algorithm; p->lt stays false when
+ * Lt cannot run this combination. */
+static void tf_gemm_plan_make(tf_gemm_state *gs, const tf_gemm_key *key, tf_gemm_plan *p) {
+  memset(p, 0, sizeof *p);
+  p->key = *key;
+  p->used = true;
+  const cudaDataType ab = tf_gemm_type((tf_dtype)key->ab_dtype), c = tf_gemm_type((tf_dtype)key->c_dtype);
+  const cublasOperation_t opa = key->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, opb = key->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  bool ok = cublasLtMatmulDescCreate(&p->op, key->tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F,
+                                     CUDA_R_32F) == CUBLAS_STATUS_SUCCESS;
+  ok = ok && cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa) ==
+                 CUBLAS_STATUS_SUCCESS;
+  ok = ok && cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb) ==
+                 CUBLAS_STATUS_SUCCESS;
+  if (ok) {
+    const bool na = opa == CUBLAS_OP_N, nb = opb == CUBLAS_OP_N;
+    p->la = tf_gemm_layout(ab, na ? key->n : key->k, na ? key->k : key->n, key->ldb, key->batch, key->batch_b, &ok);
+    if (ok) p->lb = tf_gemm_layout(ab, nb ? key->k : key->m, nb ? key->m : key->k, key->lda, key->batch, key->batch_a, &ok);
+    if (ok) p->lc = tf_gemm_layout(c, key->n, key->m, key->ldc, key->batch, key->batch_c, &ok);
+  }
+  cublasLtMatmulPreference_t pref = NULL;
+  ok = ok && cublasLtMatmulPreferenceCreate(&pref) == CUBLAS_STATUS_SUCCESS;
+  if (ok) {
+    const size_t ws = TF_GEMM_WORKSPACE;
+    const uint32_t reductions = CUBLASLT_REDUCTION_SCHEME_INPLACE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+    const uint32_t aa = key->align_b, ab_ = key->align_a, ac = key->align_c; /* cuBLAS's A is our B */
+    ok = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws) ==
+             CUBLAS_STATUS_SUCCESS &&
+         cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &reductions,
+                                              sizeof reductions) == CUBLAS_STATUS_SUCCESS &&
+         cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &aa, sizeof aa) ==
+             CUBLAS_STATUS_SUCCESS &&
+         cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &ab_, sizeof ab_) ==
+             CUBLAS_STATUS_SUCCESS &&
+         cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &ac, sizeof ac) ==
+             CUBLAS_STATUS_SUCCESS &&
+         cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &ac, sizeof ac) ==
+             CUBLAS_STATUS_SUCCESS;
+  }
+  if (ok) {
+    cublasLtMatmulHeuristicResult_t result;
+    int found = 0;
+    memset(&result, 0, sizeof result);
+    ok = cublasLtMatmulAlgoGetHeuristic(gs->lt, p->op, p->la, p->lb, p->lc, p->lc, pref, 1, &result, &found) ==
+             CUBLAS_STATUS_SUCCESS &&
+         found > 0 && result.state == CUBLAS_STATUS_SUCCESS && result.workspaceSize <= TF_GEMM_WORKSPACE;
+    if (ok) p->algo = result.algo;
+  }
+  if (pref) cublasLtMatmulPreferenceDestroy(pref);
+  p->lt = ok;
+}
+
+/* The cached plan for key, made (evicting round robin) on a miss. */
+static tf_gemm_plan *tf_gemm_plan_for(tf_gemm_state *gs, const tf_gemm_key *key) {
+  for (int i = 0; i < TF_GEMM_PLANS; i++)
+    if (gs->plans[i].used && memcmp(&gs->plans[i].key, key, sizeof *key) == 0) return &gs->plans[i];
+  tf_gemm_plan *p = &gs->plans[gs->next];
+  gs->next = (gs->next + 1) % TF_GEMM_PLANS;
+  tf_gemm_plan_drop(p);
+  tf_gemm_plan_make(gs, key, p);
+  return p;
+}
+
+/* ---- device state ---------------------------------------------------------------------- */
+
+/* Made on the first GEMM of a device: the Lt handle and its workspace, or
+ * neither (plain cuBLAS only) when either cannot be had. */
+static tf_status tf_gemm_state_of(tf_cuda_state *st, tf_gemm_state **out) {
+  if (!st->gemm) {
+    tf_gemm_state *gs = (tf_gemm_state *)calloc(1, sizeof *gs);
+    if (!gs) return tf_fail(TF_ERR_OOM, "out of memory: no host memory for the GEMM plan cache");
+    const char *env = getenv("TF_CUBLASLT");
+    gs->use_lt = !(env && strcmp(env, "0") == 0);
+    if (cublasLtCreate(&gs->lt) != CUBLAS_STATUS_SUCCESS) gs->lt = NULL;
+    if (gs->lt && cudaMalloc(&gs->workspace, TF_GEMM_WORKSPACE) != cudaSuccess) {
+      (void)cudaGetLastError();
+      gs->workspace = NULL;
+    }
+    if (!gs->lt || !gs->workspace) gs->use_lt = false;
+    st->gemm = gs;
+  }
+  *out = (tf_gemm_state *)st->gemm;
+  return TF_OK;
+}
+
+/* At device shutdown: plans, the Lt handle and the workspace. */
+void tf_cuda_gemm_release(tf_cuda_state *st) {
+  tf_gemm_state *gs = (tf_gemm_state *)st->gemm;
+  if (!gs) return;
+  for (int i = 0; i < TF_GEMM_PLANS; i++) tf_gemm_plan_drop(&gs->plans[i]);
+  if (gs->workspace) tf_cuda_report(cudaFree(gs->workspace), "cudaFree");
+  if (gs->lt) cublasLtDestroy(gs->lt);
+  free(gs);
+  st->gemm = NULL;
+}
+
+/* Switches between the two paths (tests compare them). */
+void tf_cuda_gemm_use_lt(tf_device_ctx *ctx, bool on) {
+  tf_gemm_state *gs = NULL;
+  if (tf_cuda_use_device(ctx) != TF_OK || tf_gemm_state_of(tf_cuda_state_of(ctx), &gs) != TF_OK) return;
+  gs->use_lt = on && gs->lt && gs->workspace;
+}
+
+/* ---- the GEMM ---------------------------------------------------------------------------- */
+
+/* Refuses a size cuBLAS's 32-bit arguments cannot carry. */
+static tf_status tf_gemm_fits(const char *what, int64_t v) {
+  if (v < 0 || v > INT_MAX)
+    return tf_fail(TF_ERR_ARG, "gemm: %s is %lld, more than the CUDA backend's limit of %d", what, (long long)v, INT_MAX);
+  return TF_OK;
+}
+
+/* The fallback: one strided-batched cublasGemmEx call. */
+static tf_status tf_gemm_cublas(tf_cuda_state *st, const tf_gemm_args *g, const float *alpha, const float *beta) {
+  const cudaDataType ab = tf_gemm_type(g->ab_dtype), c = tf_gemm_type(g->c_dtype);
+  const cublasComputeType_t compute =
+      g->allow_tf32 && g->ab_dtype == TF_F32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  TF_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
+      st->blas, g->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, g->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, (int)g->n, (int)g->m,
+      (int)g->k, alpha, g->b, ab, (int)g->ldb, (long long)g->batch_b, g->a, ab, (int)g->lda, (long long)g->batch_a,
+      beta, g->c, c, (int)g->ldc, (long long)g->batch_c, (int)g->batch, compute, CUBLAS_GEMM_DEFAULT));
+  return TF_OK;
+}
+
+/* The backend entry: the cached Lt plan when there is one, else plain cuBLAS. */
+tf_status tf_cuda_gemm(tf_device_ctx *ctx, const tf_gemm_args *g) {
+  TF_TRY(tf_gemm_fits("the batch count", g->batch));
+  TF_TRY(tf_gemm_fits("m", g->m));
+  TF_TRY(tf_gemm_fits("n", g->n));
+  TF_TRY(tf_gemm_fits("k", g->k));
+  if (g->ab_dtype != TF_F32 && g->ab_dtype != TF_F16 && g->ab_dtype != TF_BF16)
+    return tf_fail(TF_ERR_ARG, "gemm: operands must be f32, f16 or bf16, not %s", tf_dtype_name(g->ab_dtype));
+  if (g->c_dtype != g->ab_dtype && g->c_dtype != TF_F32)
+    return tf_fail(TF_ERR_ARG, "gemm: C must be %s or f32, not %s", tf_dtype_name(g->ab_dtype),
+                   tf_dtype_name(g->c_dtype));
+  if (g->batch == 0 || g->m == 0 || g->n == 0) return TF_OK;
+  TF_TRY(tf_cuda_use_device(ctx));
+  tf_cuda_state *st = tf_cuda_state_of(ctx);
+  const float one = 1.0f, zero = 0.0f;
+  const float *alpha = &one, *beta = g->accumulate ? &one : &zero;
+  if (g->k == 0) { /* a sum of nothing: C = 0 (+ C) */
+    if (g->accumulate) return TF_OK;
+    const size_t es = tf_dtype_size(g->c_dtype);
+    for (int64_t b = 0; b < g->batch; b++)
+      TF_CUDA_CHECK(cudaMemset2DAsync((char *)g->c + (size_t)(b * g->batch_c) * es, (size_t)g->ldc * es, 0,
+                                      (size_t)g->n * es, (size_t)g->m, st->stream));
+    return TF_OK;
+  }
+  tf_gemm_state *gs = NULL;
+  TF_TRY(tf_gemm_state_of(st, &gs));
+  if (gs->use_lt) {
+    const size_t as = tf_dtype_size(g->ab_dtype), cs = tf_dtype_size(g->c_dtype);
+    tf_gemm_key key;
+    memset(&key, 0, sizeof key);
+    key.ab_dtype = g->ab_dtype, key.c_dtype = g->c_dtype, key.trans_a = g->trans_a, key.trans_b = g->trans_b;
+    key.accumulate = g->accumulate, key.tf32 = g->allow_tf32 && g->ab_dtype == TF_F32;
+    key.batch = g->batch, key.m = g->m, key.n = g->n, key.k = g->k;
+    key.lda = g->lda, key.ldb = g->ldb, key.ldc = g->ldc;
+    if (g->batch > 1) key.batch_a = g->batch_a, key.batch_b = g->batch_b, key.batch_c = g->batch_c;
+    key.align_a = tf_gemm_align(g->a, g->batch, g->batch_a, as);
+    key.align_b = tf_gemm_align(g->b, g->batch, g->batch_b, as);
+    key.align_c = tf_gemm_align(g->c, g->batch, g->batch_c, cs);
+    tf_gemm_plan *p = tf_gemm_plan_for(gs, &key);
+    if (p->lt) {
+      cublasStatus_t s = cublasLtMatmul(gs->lt, p->op, alpha, g->b, p->la, g->a, p->lb, beta, g->c, p->lc, g->c,
+                                        p->lc, &p->algo, gs->workspace, TF_GEMM_WORKSPACE, st->stream);
+      if (s == CUBLAS_STATUS_SUCCESS) return TF_OK;
+      p->lt = false; /* refused at launch: this combination uses cuBLAS from now on */
+    }
+  }
+  return tf_gemm_cublas(st, g, alpha, beta);
+}

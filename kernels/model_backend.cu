@@ -1,0 +1,26 @@
+/* The Transformer engine's kernel table for the CUDA backend
+ * (model_kernels.h), registered by cuda_backend.cu. */
+#include "cuda_common.cuh"
+
+/* Filled by name (no designated initialisers in C++17). */
+static tf_model_kernels tf_cuda_make_model_table(void) {
+  tf_model_kernels k;
+  memset(&k, 0, sizeof k);
+  k.gemm = tf_cuda_gemm;
+  k.index_check = tf_cuda_index_check;
+  k.encoder = tf_cuda_encoder;
+  k.rmsnorm = tf_cuda_rmsnorm;
+  k.swiglu = tf_cuda_swiglu;
+  k.rope_heads = tf_cuda_rope_heads;
+  k.heads = tf_cuda_heads;
+  k.causal_softmax = tf_cuda_causal_softmax;
+  k.lm_loss = tf_cuda_lm_loss;
+  k.gemm_use_lt = tf_cuda_gemm_use_lt;
+  return k;
+}
+
+/* Built once (thread-safe static initialisation). */
+const tf_model_kernels *tf_cuda_model_kernels(void) {
+  static const tf_model_kernels table = tf_cuda_make_model_table();
+  return &table;
+}

@@ -1,0 +1,626 @@
+/* The Transformer engine on the GPU against its CPU twins, so that one run
+ * tells everything (the seed is printed; TF_TEST_SEED repeats a run):
+ *   - every kernel of model_kernels.h on the same random inputs on both
+ *     backends, f32 / f16 / bf16, at shapes covering each kernel path
+ *     (16-byte vectors and scalar fallbacks, misaligned buffers, many short
+ *     rows, few long ones), the GEMM through cuBLASLt and through plain
+ *     cuBLAS: f32 within 1e-5 relative error, f16/bf16 outputs within 1e-2
+ *     (one rounding apart); the embedding's gradient bit-identical;
+ *   - whole models, GPU vs CPU from the same seed: identical parameters,
+ *     then logits, loss, gradients and two AdamW steps (f32: 1e-5, 1e-5,
+ *     1e-4, 1e-5; bf16/f16: logits 2e-2, loss 5e-3, gradients 1e-1 and
+ *     parameters 5e-2, where one rounding flip of a tiny gradient moves an
+ *     AdamW update by up to 2 lr), both GEMM paths;
+ *   - bit-identical losses run to run, stable memory across steps, input
+ *     errors with the CPU's messages and the GPU usable afterwards;
+ *   - a table of the worst errors, then (unless TF_TEST_SMALL is set, for
+ *     compute-sanitizer runs) timings of the small preset, batch 4, at
+ *     T = 128 and 512, f32 and bf16.
+ * Exits 77 without a GPU. */
+#include <time.h>
+
+#include "backend.h"
+#include "model.h"
+#include "model_kernels.h"
+#include "nnref.h"
+
+static const tf_device GPU = {TF_DEV_CUDA, 0};
+static tf_device_ctx *cctx, *gctx;
+static const tf_model_kernels *KC, *KG;
+static bool small_run;
+static const tf_dtype DTYPES[3] = {TF_F32, TF_F16, TF_BF16};
+
+static double tol_of(tf_dtype d) { return d == TF_F32 ? 1e-5 : 1e-2; }
+
+/* ---- the worst error per (check, dtype), printed at the end ------------------------------ */
+
+enum { MAX_ROWS = 256 };
+static struct {
+  char op[48];
+  tf_dtype dtype;
+  double worst, tol;
+  int cases;
+} table[MAX_ROWS];
+static int table_rows;
+
+static void record(const char *op, tf_dtype d, double err, double tol) {
+  int i = 0;
+  while (i < table_rows && !(strcmp(table[i].op, op) == 0 && table[i].dtype == d)) i++;
+  if (i == table_rows) {
+    if (table_rows == MAX_ROWS) return;
+    snprintf(table[i].op, sizeof table[i].op, "%s", op);
+    table[i].dtype = d;
+    table_rows++;
+  }
+  if (!(err <= table[i].worst)) table[i].worst = err; /* NaN and inf stick */
+  table[i].tol = tol;
+  table[i].cases++;
+}
+
+static void print_table(void) {
+  printf("\n%-40s %-5s %6s  %-10s %s\n", "check", "dtype", "cases", "tolerance", "worst relative error, GPU vs CPU");
+  for (int i = 0; i < table_rows; i++)
+    printf("%-40s %-5s %6d  %-10.2g %.3g%s\n", table[i].op, tf_dtype_name(table[i].dtype), table[i].cases,
+           table[i].tol, table[i].worst, table[i].worst <= table[i].tol ? "" : "  FAIL");
+}
+
+/* ---- buffers on both devices ------------------------------------------------------------------ */
+
+/* The same values on the CPU (c) and the GPU (g), used from element off
+ * (off 1 misaligns vector loads). */
+typedef struct {
+  tf_tensor *c, *g;
+  int64_t off, n;
+  tf_dtype d;
+} pair;
+
+static pair pair_of_values(const double *v, int64_t n, tf_dtype d, int64_t off) {
+  double *all = values_alloc(n + off);
+  memcpy(all + off, v, sizeof(double) * (size_t)n);
+  pair p = {tensor_from(all, SHAPE(n + off), d), NULL, off, n, d};
+  free(all);
+  if (!CHECK_OK(tf_to(p.c, d, GPU, &p.g))) exit(1);
+  return p;
+}
+
+static pair pair_randn(int64_t n, tf_dtype d, double scale, int64_t off) {
+  double *v = random_values(n, d, scale);
+  pair p = pair_of_values(v, n, d, off);
+  free(v);
+  return p;
+}
+
+static pair pair_zeros(int64_t n, tf_dtype d) {
+  double *v = values_alloc(n);
+  pair p = pair_of_values(v, n, d, 0);
+  free(v);
+  return p;
+}
+
+static pair pair_ints(int64_t n, int64_t lo, int64_t hi) {
+  double *v = values_alloc(n);
+  for (int64_t i = 0; i < n; i++) v[i] = (double)rng_int(lo, hi);
+  pair p = pair_of_values(v, n, TF_I64, 0);
+  free(v);
+  return p;
+}
+
+static void *CP(pair p) { return (char *)tf_tensor_data(p.c) + p.off * (int64_t)tf_dtype_size(p.d); }
+static void *GP(pair p) { return (char *)tf_tensor_data(p.g) + p.off * (int64_t)tf_dtype_size(p.d); }
+
+static void pair_free(pair *p) {
+  tf_tensor_release(p->c);
+  tf_tensor_release(p->g);
+  p->c = p->g = NULL;
+}
+
+/* GPU values against CPU values (normwise relative error), recorded. */
+static bool same_values(const char *op, tf_dtype d, const double *g, const double *c, int64_t n, double tol) {
+  double e = rel_error(g, c, n);
+  record(op, d, e, tol);
+  if (!(e <= tol)) fprintf(stderr, "FAIL %s %s: relative error %.3g > %.3g\n", op, tf_dtype_name(d), e, tol);
+  return CHECK(e <= tol);
+}
+
+static bool same(const char *op, tf_dtype d, pair p, double tol) {
+  double *g = tensor_values(p.g), *c = tensor_values(p.c);
+  bool ok = same_values(op, d, g + p.off, c + p.off, p.n, tol);
+  free(g), free(c);
+  return ok;
+}
+
+static bool identical(const char *op, pair p) {
+  double *g = tensor_values(p.g), *c = tensor_values(p.c);
+  bool ok = memcmp(g, c, sizeof(double) * (size_t)(p.n + p.off)) == 0;
+  record(op, p.d, ok ? 0 : INFINITY, 0);
+  if (!ok) fprintf(stderr, "FAIL %s: GPU and CPU differ in some bits\n", op);
+  free(g), free(c);
+  return CHECK(ok);
+}
+
+/* ---- gemm ------------------------------------------------------------------------------------- */
+
+static void gemm_case(tf_dtype d, int64_t batch, int64_t m, int64_t n, int64_t k, int variant, int64_t off, bool lt) {
+  const bool ta = variant & 1, tb = variant & 2, acc = variant & 4, c32 = acc || (variant & 8) || d == TF_F32;
+  const tf_dtype cd = c32 ? TF_F32 : d;
+  const int64_t arows = ta ? k : m, acols = ta ? m : k, brows = tb ? n : k, bcols = tb ? k : n, pad = 8;
+  const int64_t lda = acols + pad, ldb = bcols + pad, ldc = n + pad;
+  const int64_t sa = arows * lda, sb = brows * ldb, sc = m * ldc;
+  pair a = pair_randn(batch * sa, d, 1.0, off), b = pair_randn(batch * sb, d, 1.0, off),
+       c = pair_randn(batch * sc, cd, 1.0, off);
+  tf_gemm_args g = {.ab_dtype = d, .c_dtype = cd, .batch = batch, .m = m, .n = n, .k = k, .trans_a = ta,
+                    .trans_b = tb, .lda = lda, .ldb = ldb, .ldc = ldc, .batch_a = sa, .batch_b = sb,
+                    .batch_c = sc, .accumulate = acc};
+  g.a = CP(a), g.b = CP(b), g.c = CP(c);
+  CHECK_OK(KC->gemm(cctx, &g));
+  g.a = GP(a), g.b = GP(b), g.c = GP(c);
+  KG->gemm_use_lt(gctx, lt);
+  CHECK_OK(KG->gemm(gctx, &g));
+  char op[48];
+  snprintf(op, sizeof op, "gemm %s%s%s", lt ? "cublasLt" : "cublas", c32 && d != TF_F32 ? " f32 out" : "",
+           acc ? " accumulate" : "");
+  same(op, d, c, c32 ? 1e-5 : tol_of(d));
+  pair_free(&a), pair_free(&b), pair_free(&c);
+}
+
+static void test_gemm(void) {
+  const int64_t shapes[][4] = {{1, 64, 96, 128}, {4, 33, 17, 19}, {2, 128, 128, 64}, {24, 16, 16, 64}};
+  for (int lt = 0; lt < 2; lt++)
+    for (int di = 0; di < 3; di++)
+      for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (int variant = 0; variant < 16; variant++) {
+          if ((variant & 8) && DTYPES[di] == TF_F32) continue;
+          gemm_case(DTYPES[di], shapes[s][0], shapes[s][1], shapes[s][2], shapes[s][3], variant, 0, lt);
+        }
+  for (int lt = 0; lt < 2; lt++) /* misaligned operands: Lt must pick a plan for their alignment */
+    for (int di = 0; di < 3; di++) gemm_case(DTYPES[di], 2, 40, 24, 32, 5, 1, lt);
+  KG->gemm_use_lt(gctx, true);
+}
+
+/* ---- rmsnorm ---------------------------------------------------------------------------------- */
+
+static void rmsnorm_case(tf_dtype d, int64_t rows, int64_t dim, bool delta, bool accumulate, int64_t off) {
+  pair x = pair_randn(rows * dim, TF_F32, 1.5, off), dl = pair_randn(rows * dim, d, 1.0, off);
+  pair g = pair_randn(dim, TF_F32, 1.0, 0), xo = pair_zeros(rows * dim, TF_F32), h = pair_zeros(rows * dim, d);
+  pair rstd = pair_zeros(rows, TF_F32);
+  tf_rmsnorm_args a = {.rows = rows, .dim = dim, .eps = 1e-5, .dtype = d};
+#define RMS_FWD(P)                                                                             \
+  a.x = P(x), a.delta = delta ? P(dl) : NULL, a.x_out = delta ? P(xo) : NULL, a.g = P(g), a.h = P(h), \
+  a.rstd = P(rstd)
+  RMS_FWD(CP);
+  CHECK_OK(KC->rmsnorm(cctx, &a));
+  RMS_FWD(GP);
+  CHECK_OK(KG->rmsnorm(gctx, &a));
+#undef RMS_FWD
+  if (delta) same("rmsnorm x + delta", TF_F32, xo, 1e-7);
+  same("rmsnorm h", d, h, tol_of(d));
+  same("rmsnorm rstd", TF_F32, rstd, 1e-5);
+  /* backward, from the CPU's statistics on both sides */
+  pair dh = pair_randn(rows * dim, d, 1.0, off), dres = pair_randn(rows * dim, TF_F32, 1.0, off);
+  pair low = pair_zeros(rows * dim, d), dg = pair_randn(dim, TF_F32, 1.0, 0);
+  tf_tensor *rc = NULL;
+  CHECK_OK(tf_to(rstd.c, TF_F32, GPU, &rc));
+  tf_rmsnorm_args b = {.backward = true, .rows = rows, .dim = dim, .eps = 1e-5, .dtype = d, .accumulate = accumulate};
+  pair *xs = delta ? &xo : &x;
+  b.x = CP(*xs), b.g = CP(g), b.rstd = CP(rstd), b.dh = CP(dh), b.dres = CP(dres), b.dres_low = CP(low),
+  b.dg = CP(dg);
+  CHECK_OK(KC->rmsnorm(cctx, &b));
+  tf_tensor *xg = NULL;
+  CHECK_OK(tf_to(xs->c, TF_F32, GPU, &xg)); /* the CPU's x_out, so both start alike */
+  b.x = (float *)tf_tensor_data(xg) + xs->off, b.g = GP(g), b.rstd = tf_tensor_data(rc), b.dh = GP(dh),
+  b.dres = GP(dres), b.dres_low = GP(low), b.dg = GP(dg);
+  CHECK_OK(KG->rmsnorm(gctx, &b));
+  same("rmsnorm backward dres", TF_F32, dres, 1e-5);
+  same("rmsnorm backward dres_low", d, low, tol_of(d));
+  same("rmsnorm backward dg", TF_F32, dg, 2e-5);
+  tf_tensor_release(rc), tf_tensor_release(xg);
+  pair_free(&x), pair_free(&dl), pair_free(&g), pair_free(&xo), pair_free(&h), pair_free(&rstd);
+  pair_free(&dh), pair_free(&dres), pair_free(&low), pair_free(&dg);
+}
+
+static void test_rmsnorm(void) {
+  const int64_t shapes[][2] = {{37, 768}, {5, 100}, {4096, 64}, {3, 5000}, {600, 1600}};
+  for (int di = 0; di < 3; di++)
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+      for (int v = 0; v < 4; v++) rmsnorm_case(DTYPES[di], shapes[s][0], shapes[s][1], v & 1, v & 2, 0);
+  for (int di = 0; di < 3; di++) rmsnorm_case(DTYPES[di], 9, 64, true, true, 1);
+}
+
+/* ---- swiglu ---------------------------------------------------------------------------------- */
+
+static void swiglu_case(tf_dtype d, int64_t rows, int64_t f, int64_t off) {
+  pair ab = pair_randn(rows * 2 * f, d, 2.0, off), y = pair_zeros(rows * f, d), dy = pair_randn(rows * f, d, 1.0, off);
+  pair dab = pair_zeros(rows * 2 * f, d);
+  tf_swiglu_args a = {.rows = rows, .f = f, .dtype = d, .ab = CP(ab), .y = CP(y)};
+  CHECK_OK(KC->swiglu(cctx, &a));
+  a.ab = GP(ab), a.y = GP(y);
+  CHECK_OK(KG->swiglu(gctx, &a));
+  same("swiglu", d, y, tol_of(d));
+  tf_swiglu_args b = {.backward = true, .rows = rows, .f = f, .dtype = d, .ab = CP(ab), .dy = CP(dy), .dab = CP(dab)};
+  CHECK_OK(KC->swiglu(cctx, &b));
+  b.ab = GP(ab), b.dy = GP(dy), b.dab = GP(dab);
+  CHECK_OK(KG->swiglu(gctx, &b));
+  same("swiglu backward", d, dab, tol_of(d));
+  pair_free(&ab), pair_free(&y), pair_free(&dy), pair_free(&dab);
+}
+
+static void test_swiglu(void) {
+  for (int di = 0; di < 3; di++) {
+    swiglu_case(DTYPES[di], 64, 3072, 0);
+    swiglu_case(DTYPES[di], 7, 13, 0);
+    swiglu_case(DTYPES[di], 5, 64, 1);
+  }
+}
+
+/* ---- attention's kernels ------------------------------------------------------------------------ */
+
+static void rope_heads_case(tf_dtype d, int64_t B, int64_t T, int64_t H, int64_t hd) {
+  const int64_t n = B * T * H * hd, half = hd / 2;
+  double *cs = values_alloc(T * half), *sn = values_alloc(T * half);
+  for (int64_t t = 0; t < T; t++)
+    for (int64_t i = 0; i < half; i++) {
+      double ang = (double)t * pow(10000.0, -(double)(2 * i) / (double)hd);
+      cs[t * half + i] = (float)cos(ang), sn[t * half + i] = (float)sin(ang);
+    }
+  pair pc = pair_of_values(cs, T * half, TF_F32, 0), ps = pair_of_values(sn, T * half, TF_F32, 0);
+  pair qkv = pair_randn(3 * n, d, 1.0, 0), q = pair_zeros(n, d), k = pair_zeros(n, d), v = pair_zeros(n, d);
+  tf_rope_heads_args a = {.batch = B, .seq = T, .heads = H, .head_dim = hd, .dtype = d};
+#define ROPE_PTRS(P) a.cos = P(pc), a.sin = P(ps), a.qkv = P(qkv), a.q = P(q), a.k = P(k), a.v = P(v)
+  ROPE_PTRS(CP);
+  CHECK_OK(KC->rope_heads(cctx, &a));
+  ROPE_PTRS(GP);
+  CHECK_OK(KG->rope_heads(gctx, &a));
+  same("rope_heads q", d, q, tol_of(d));
+  same("rope_heads k", d, k, tol_of(d));
+  same("rope_heads v", d, v, 0);
+  /* backward from fresh gradients */
+  pair dq = pair_randn(n, d, 1.0, 0), dk = pair_randn(n, d, 1.0, 0), dv = pair_randn(n, d, 1.0, 0);
+  pair dqkv = pair_zeros(3 * n, d);
+  a.backward = true;
+  a.cos = CP(pc), a.sin = CP(ps), a.qkv = CP(dqkv), a.q = CP(dq), a.k = CP(dk), a.v = CP(dv);
+  CHECK_OK(KC->rope_heads(cctx, &a));
+  a.cos = GP(pc), a.sin = GP(ps), a.qkv = GP(dqkv), a.q = GP(dq), a.k = GP(dk), a.v = GP(dv);
+  CHECK_OK(KG->rope_heads(gctx, &a));
+#undef ROPE_PTRS
+  same("rope_heads backward", d, dqkv, tol_of(d));
+  free(cs), free(sn);
+  pair_free(&pc), pair_free(&ps), pair_free(&qkv), pair_free(&q), pair_free(&k), pair_free(&v);
+  pair_free(&dq), pair_free(&dk), pair_free(&dv), pair_free(&dqkv);
+}
+
+static void heads_case(tf_dtype d, int64_t B, int64_t T, int64_t H, int64_t hd) {
+  const int64_t n = B * T * H * hd;
+  pair src = pair_randn(n, d, 1.0, 0), dst = pair_zeros(n, d), back = pair_zeros(n, d);
+  tf_heads_args a = {.batch = B, .seq = T, .heads = H, .head_dim = hd, .dtype = d, .src = CP(src), .dst = CP(dst)};
+  CHECK_OK(KC->heads(cctx, &a));
+  a.src = GP(src), a.dst = GP(dst);
+  CHECK_OK(KG->heads(gctx, &a));
+  identical("heads merge", dst);
+  a.split = true, a.src = CP(dst), a.dst = CP(back);
+  CHECK_OK(KC->heads(cctx, &a));
+  a.src = GP(dst), a.dst = GP(back);
+  CHECK_OK(KG->heads(gctx, &a));
+  identical("heads split", back);
+  pair_free(&src), pair_free(&dst), pair_free(&back);
+}
+
+static void causal_case(tf_dtype d, int64_t batch, int64_t T, double scale) {
+  pair s = pair_randn(batch * T * T, d, 3.0, 0), dp = pair_randn(batch * T * T, d, 1.0, 0);
+  tf_causal_softmax_args a = {.batch = batch, .seq = T, .scale = scale, .dtype = d, .s = CP(s)};
+  CHECK_OK(KC->causal_softmax(cctx, &a));
+  a.s = GP(s);
+  CHECK_OK(KG->causal_softmax(gctx, &a));
+  same("causal_softmax", d, s, tol_of(d));
+  /* backward from the CPU's probabilities on both sides */
+  tf_tensor *pg = NULL;
+  CHECK_OK(tf_to(s.c, d, GPU, &pg));
+  tf_causal_softmax_args b = {.backward = true, .batch = batch, .seq = T, .scale = scale, .dtype = d, .s = CP(dp),
+                              .p = CP(s)};
+  CHECK_OK(KC->causal_softmax(cctx, &b));
+  b.s = GP(dp), b.p = tf_tensor_data(pg);
+  CHECK_OK(KG->causal_softmax(gctx, &b));
+  same("causal_softmax backward", d, dp, tol_of(d));
+  tf_tensor_release(pg);
+  pair_free(&s), pair_free(&dp);
+}
+
+static void test_attention_kernels(void) {
+  for (int di = 0; di < 3; di++) {
+    const tf_dtype d = DTYPES[di];
+    rope_heads_case(d, 2, 17, 3, 64);
+    rope_heads_case(d, 1, 5, 2, 6);
+    heads_case(d, 2, 33, 12, 64);
+    heads_case(d, 1, 3, 2, 5);
+    heads_case(d, 2, 4, 3, 2);
+    causal_case(d, 24, 128, 0.125);
+    causal_case(d, 3, 1024, 0.125);
+    causal_case(d, 4, 13, 0.3);
+  }
+}
+
+/* ---- the loss, the embedding, the index check ---------------------------------------------- */
+
+static void lm_loss_case(tf_dtype d, int64_t rows, int64_t V, bool grad) {
+  pair x = pair_randn(rows * V, d, 2.0, 0), t = pair_ints(rows, 0, V), rl = pair_zeros(rows, TF_F32),
+       loss = pair_zeros(1, TF_F32);
+  tf_lm_loss_args a = {.rows = rows, .vocab = V, .dtype = d, .grad = grad};
+  a.logits = CP(x), a.targets = CP(t), a.row_loss = CP(rl), a.loss = CP(loss);
+  CHECK_OK(KC->lm_loss(cctx, &a));
+  a.logits = GP(x), a.targets = GP(t), a.row_loss = GP(rl), a.loss = GP(loss);
+  CHECK_OK(KG->lm_loss(gctx, &a));
+  same("lm_loss", d, loss, 1e-5);
+  same("lm_loss row losses", d, rl, 1e-5);
+  if (grad) same("lm_loss gradient (in place)", d, x, tol_of(d));
+  pair_free(&x), pair_free(&t), pair_free(&rl), pair_free(&loss);
+}
+
+static void test_loss_and_embedding(void) {
+  for (int di = 0; di < 3; di++) {
+    lm_loss_case(DTYPES[di], 512, 10000, true);
+    lm_loss_case(DTYPES[di], 7, 13, true);
+    lm_loss_case(DTYPES[di], 33, 100, false);
+  }
+  /* embedding: rows copied exactly; gradients added in position order: the same bits */
+  const int64_t n = 4096, dim = 96, V = 500;
+  pair ids = pair_ints(n, 0, V), wte = pair_randn(V * dim, TF_F32, 1.0, 0), out = pair_zeros(n * dim, TF_F32);
+  pair dout = pair_randn(n * dim, TF_F32, 1.0, 0), dwte = pair_randn(V * dim, TF_F32, 1.0, 0);
+  tf_encoder_args a = {.n = n, .dim = dim, .vocab = V};
+  a.ids = CP(ids), a.wte = CP(wte), a.out = CP(out);
+  CHECK_OK(KC->encoder(cctx, &a));
+  a.ids = GP(ids), a.wte = GP(wte), a.out = GP(out);
+  CHECK_OK(KG->encoder(gctx, &a));
+  identical("encoder", out);
+  tf_encoder_args b = {.backward = true, .n = n, .dim = dim, .vocab = V};
+  b.ids = CP(ids), b.dout = CP(dout), b.dwte = CP(dwte);
+  CHECK_OK(KC->encoder(cctx, &b));
+  b.ids = GP(ids), b.dout = GP(dout), b.dwte = GP(dwte);
+  CHECK_OK(KG->encoder(gctx, &b));
+  identical("encoder backward (accumulates)", dwte);
+  /* index check: the first bad index, whatever the timing */
+  double vals[3000];
+  for (int i = 0; i < 3000; i++) vals[i] = i % 7;
+  vals[2100] = 7, vals[2999] = -4, vals[2500] = 100;
+  pair idx = pair_of_values(vals, 3000, TF_I64, 0);
+  int64_t bad = 0;
+  CHECK_OK(KG->index_check(gctx, GP(idx), 3000, 7, &bad));
+  CHECK_INT(bad, 2100);
+  CHECK_OK(KG->index_check(gctx, GP(idx), 2100, 7, &bad));
+  CHECK_INT(bad, -1);
+  pair_free(&idx);
+  pair_free(&ids), pair_free(&wte), pair_free(&out), pair_free(&dout), pair_free(&dwte);
+}
+
+/* ---- whole models ------------------------------------------------------------------------------- */
+
+static tf_model *make(const tf_model_config *cfg, tf_device dev, tf_dtype precision, uint64_t seed) {
+  tf_seed_all(seed);
+  tf_model *m = NULL;
+  if (!CHECK_OK(tf_model_create(cfg, dev, precision, &m))) exit(1);
+  return m;
+}
+
+static tf_tensor *batch_ids(int64_t b, int64_t t, int64_t V, tf_device dev) {
+  double *v = values_alloc(b * t);
+  for (int64_t i = 0; i < b * t; i++) v[i] = (double)rng_int(0, V);
+  tf_tensor *c = tensor_from(v, SHAPE(b, t), TF_I64), *g = NULL;
+  free(v);
+  if (dev.type == TF_DEV_CPU) return c;
+  CHECK_OK(tf_to(c, TF_I64, dev, &g));
+  tf_tensor_release(c);
+  return g;
+}
+
+static bool model_same(const char *what, tf_dtype d, const tf_tensor *g, const tf_tensor *c, double tol) {
+  double *gv = tensor_values(g), *cv = tensor_values(c);
+  bool ok = same_values(what, d, gv, cv, tf_tensor_numel(c), tol);
+  free(gv), free(cv);
+  return ok;
+}
+
+/* Both models from one seed: the same parameters; then a forward pass, a
+ * loss, backward and two AdamW steps on the same batch, compared. */
+static void model_case(const tf_model_config *cfg, tf_dtype precision, int64_t B, int64_t T, bool lt) {
+  tf_model *mc = make(cfg, tf_cpu(), precision, 77), *mg = make(cfg, GPU, precision, 77);
+  KG->gemm_use_lt(gctx, lt);
+  const int nt = tf_model_num_tensors(mc);
+  bool params_same = true;
+  for (int i = 0; i < nt; i++) {
+    double *a = tensor_values(tf_model_param(mc, i)), *b = tensor_values(tf_model_param(mg, i));
+    params_same &= memcmp(a, b, sizeof(double) * (size_t)tf_tensor_numel(tf_model_param(mc, i))) == 0;
+    free(a), free(b);
+  }
+  record("model init: the same parameters", TF_F32, params_same ? 0 : INFINITY, 0);
+  CHECK(params_same);
+  tf_tensor *ic = batch_ids(B, T, cfg->vocab_size, tf_cpu()), *tc = batch_ids(B, T, cfg->vocab_size, tf_cpu());
+  tf_tensor *ig = NULL, *tg = NULL, *lc = NULL, *lg = NULL;
+  CHECK_OK(tf_to(ic, TF_I64, GPU, &ig));
+  CHECK_OK(tf_to(tc, TF_I32, GPU, &tg)); /* i32 targets on the GPU, i64 on the CPU */
+  const bool f32 = precision == TF_F32;
+  char what[64];
+  const char *path = lt ? "lt" : "cublas";
+#define NAME(s) (snprintf(what, sizeof what, "model %s (%s)", s, path), what)
+  CHECK_OK(tf_model_forward(mc, ic, false, &lc));
+  CHECK_OK(tf_model_forward(mg, ig, false, &lg));
+  model_same(NAME("logits"), precision, lg, lc, f32 ? 1e-5 : 2e-2);
+  tf_tensor_release(lc), tf_tensor_release(lg);
+  CHECK_OK(tf_model_loss(mc, ic, tc, &lc));
+  CHECK_OK(tf_model_loss(mg, ig, tg, &lg));
+  model_same(NAME("loss"), precision, lg, lc, f32 ? 1e-5 : 5e-3);
+  CHECK_OK(tf_model_backward(mc));
+  CHECK_OK(tf_model_backward(mg));
+  for (int i = 0; i < nt; i++) {
+    const char *nm = tf_model_tensor_name(mc, i);
+    const char *kind = strstr(nm, "ln") ? "norm gains" : strstr(nm, "token_emb") ? "embedding" : "matmul weights";
+    char g[48];
+    snprintf(g, sizeof g, "gradients: %s", kind);
+    if (!model_same(NAME(g), precision, tf_model_grad(mg, i), tf_model_grad(mc, i), f32 ? 1e-4 : 1e-1))
+      fprintf(stderr, "  (%s)\n", nm);
+  }
+  tf_adamw_args args = {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.01};
+  for (int step = 1; step <= 2; step++) {
+    args.step = step;
+    CHECK_OK(tf_model_adamw_step(mc, &args));
+    CHECK_OK(tf_model_adamw_step(mg, &args));
+  }
+  for (int i = 0; i < nt; i++)
+    model_same(NAME("parameters after 2 AdamW steps"), precision, tf_model_param(mg, i), tf_model_param(mc, i),
+               f32 ? 1e-5 : 5e-2);
+#undef NAME
+  tf_tensor_release(lc), tf_tensor_release(lg);
+  tf_tensor_release(ic), tf_tensor_release(tc), tf_tensor_release(ig), tf_tensor_release(tg);
+  tf_model_free(mc), tf_model_free(mg);
+  KG->gemm_use_lt(gctx, true);
+}
+
+static double loss_value(const tf_tensor *t) {
+  double *v = tensor_values(t), x = v[0];
+  free(v);
+  return x;
+}
+
+/* Same seed, same batch: the same bits; memory flat across steps; errors. */
+static void test_model_behaviour(const tf_model_config *cfg) {
+  tf_tensor *ids = batch_ids(4, 32, cfg->vocab_size, GPU), *targets = batch_ids(4, 32, cfg->vocab_size, GPU);
+  double losses[2][4];
+  size_t allocated[4] = {0};
+  uint64_t segments[4] = {0};
+  for (int run = 0; run < 2; run++) {
+    tf_model *m = NULL;
+    for (int pass = 0; pass < 2; pass++) {
+      tf_model_free(m);
+      m = make(cfg, GPU, run ? TF_BF16 : TF_F32, 5);
+      for (int s = 0; s < 4; s++) {
+        tf_tensor *l = NULL;
+        CHECK_OK(tf_model_loss(m, ids, targets, &l));
+        CHECK_OK(tf_model_backward(m));
+        tf_adamw_args a = {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.01, .step = s + 1};
+        CHECK_OK(tf_model_adamw_step(m, &a));
+        CHECK_OK(tf_model_zero_grad(m));
+        double v = loss_value(l);
+        tf_tensor_release(l);
+        if (pass == 0) losses[run][s] = v;
+        else {
+          record(run ? "bf16 losses bit-identical run to run" : "f32 losses bit-identical run to run", TF_F32,
+                 v == losses[run][s] ? 0 : INFINITY, 0);
+          CHECK(v == losses[run][s]);
+        }
+        allocated[s] = gctx->alloc.stats.allocated;
+        segments[s] = gctx->alloc.stats.num_segment_allocs;
+      }
+      CHECK(allocated[1] == allocated[0] && allocated[3] == allocated[0]);
+      CHECK(segments[3] == segments[1]);
+    }
+    CHECK(losses[run][3] < losses[run][0]);
+    /* errors on the GPU read as on the CPU, and the model keeps working */
+    double vals[8] = {1, 2, 3, 4, 5, 6, 7, (double)cfg->vocab_size};
+    tf_tensor *bc = tensor_from(vals, SHAPE(2, 4), TF_I64), *bg = NULL, *out = NULL;
+    CHECK_OK(tf_to(bc, TF_I64, GPU, &bg));
+    CHECK_INT(tf_model_forward(m, bg, false, &out), TF_ERR_ARG);
+    CHECK(strstr(tf_last_error(), "at position [1, 3] is out of range") != NULL);
+    CHECK_INT(tf_model_forward(m, bc, false, &out), TF_ERR_ARG); /* CPU ids, GPU model */
+    tf_tensor_release(bg), tf_tensor_release(bc);
+    CHECK_OK(tf_model_forward(m, ids, false, &out));
+    tf_tensor_release(out);
+    tf_model_free(m);
+  }
+  tf_tensor_release(ids), tf_tensor_release(targets);
+}
+
+/* ---- timings ---------------------------------------------------------------------------------- */
+
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+static void bench_model(tf_dtype precision, int64_t B, int64_t T, bool lt) {
+  const tf_model_config small = {10000, 1024, 768, 12, 12, 3072, 10000.0};
+  tf_model *m = NULL;
+  tf_seed_all(1);
+  tf_alloc_empty_cache(&gctx->alloc);
+  tf_alloc_reset_peak(&gctx->alloc);
+  if (tf_model_create(&small, GPU, precision, &m) != TF_OK) {
+    printf("small %-4s T=%-4lld: could not be created: %s\n", tf_dtype_name(precision), (long long)T, tf_last_error());
+    return;
+  }
+  KG->gemm_use_lt(gctx, lt);
+  tf_tensor *ids = batch_ids(B, T, small.vocab_size, GPU), *targets = batch_ids(B, T, small.vocab_size, GPU);
+  tf_adamw_args a = {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.01};
+  enum { WARMUP = 3, ITERS = 10 };
+  double fwd = 0, step = 0;
+  tf_status st = TF_OK;
+  for (int i = 0; i < WARMUP + ITERS && st == TF_OK; i++) {
+    tf_tensor *out = NULL;
+    CHECK_OK(tf_device_sync(GPU));
+    double t0 = now_ms();
+    st = tf_model_forward(m, ids, false, &out);
+    CHECK_OK(tf_device_sync(GPU));
+    double t1 = now_ms();
+    tf_tensor_release(out);
+    out = NULL;
+    if (st == TF_OK) st = tf_model_loss(m, ids, targets, &out);
+    if (st == TF_OK) st = tf_model_backward(m);
+    a.step = i + 1;
+    if (st == TF_OK) st = tf_model_adamw_step(m, &a);
+    if (st == TF_OK) st = tf_model_zero_grad(m);
+    CHECK_OK(tf_device_sync(GPU));
+    double t2 = now_ms();
+    tf_tensor_release(out);
+    if (i >= WARMUP) fwd += t1 - t0, step += t2 - t1;
+  }
+  if (st != TF_OK) {
+    printf("small %-4s T=%-4lld: %s\n", tf_dtype_name(precision), (long long)T, tf_last_error());
+  } else {
+    fwd /= ITERS, step /= ITERS;
+    const double P = (double)tf_model_config_parameters(&small), tokens = (double)(B * T);
+    const double flops = 6 * P * tokens + 12.0 * 12 * (double)B * (double)(T * T) * 768;
+    tf_model_memory mem = tf_model_memory_use(m);
+    printf("small %-4s B=%lld T=%-4lld %-7s  forward %8.2f ms   train step %8.2f ms  %9.0f tok/s  %6.1f TFLOP/s"
+           "  activations %7.1f MiB  peak %7.1f MiB\n",
+           tf_dtype_name(precision), (long long)B, (long long)T, lt ? "Lt" : "cuBLAS", fwd, step, tokens / step * 1e3,
+           flops / step * 1e-9, (double)mem.activations / 1048576.0,
+           (double)gctx->alloc.stats.peak_allocated / 1048576.0);
+  }
+  tf_tensor_release(ids), tf_tensor_release(targets);
+  tf_model_free(m);
+  KG->gemm_use_lt(gctx, true);
+}
+
+int main(void) {
+  if (tf_cuda_device_count() == 0) tf_check_skip("no CUDA device (or a build without CUDA)");
+  test_seed();
+  small_run = getenv("TF_TEST_SMALL") != NULL;
+  tf_device_info info;
+  if (CHECK_OK(tf_device_info_get(GPU, &info))) printf("device: %s\n", info.name);
+  if (!CHECK_OK(tf_device_ctx_get(tf_cpu(), &cctx)) || !CHECK_OK(tf_device_ctx_get(GPU, &gctx))) return 1;
+  KC = cctx->backend->model;
+  KG = gctx->backend->model;
+  if (!CHECK(KC && KG && KG->gemm_use_lt)) return tf_check_done();
+  test_gemm();
+  test_rmsnorm();
+  test_swiglu();
+  test_attention_kernels();
+  test_loss_and_embedding();
+  /* tiny: every row a multiple of 8 (vector paths); mid: d_ff and vocab that are not (scalar paths) */
+  const tf_model_config tiny = {64, 16, 32, 2, 4, 64, 10000.0}, mid = {1001, 128, 128, 3, 4, 350, 10000.0};
+  for (int lt = 0; lt < 2; lt++) {
+    model_case(&tiny, TF_F32, 2, 8, lt);
+    model_case(&mid, TF_F32, 3, 64, lt);
+    model_case(&mid, TF_BF16, 3, 64, lt);
+    model_case(&mid, TF_F16, 2, 128, lt);
+  }
+  test_model_behaviour(&mid);
+  CHECK_OK(tf_device_sync(GPU));
+  print_table();
+  CHECK_INT(gctx->alloc.stats.active_blocks, 0);
+  if (!small_run) {
+    printf("\ntimings (mean of 10 after 3 warm-up; forward = inference; train step = loss, backward, AdamW, zero_grad)\n");
+    const int64_t seqs[2] = {128, 512};
+    const tf_dtype precs[2] = {TF_F32, TF_BF16};
+    for (int s = 0; s < 2; s++)
+      for (int p = 0; p < 2; p++)
+        for (int lt = 1; lt >= 0; lt--) bench_model(precs[p], 4, seqs[s], lt);
+  }
+  return tf_check_done();
+}
