@@ -36,17 +36,18 @@ local function progress(fmt, ...) io.stderr:write(string.format(fmt, ...)) end
 -- Times one mode of one built model: warm-up, then timed steps, each
 -- followed by a device synchronisation (tf.bench).
 local function time_mode(m, mode, ids, targets, warmup)
+  -- results are freed at once: garbage logits would inflate the peak
   local fn
   if mode == "fwd" then
-    fn = function() m:forward(ids) end
+    fn = function() m:forward(ids):free() end
   elseif mode == "fwdbwd" then
     fn = function()
-      m:loss(ids, targets)
+      m:loss(ids, targets):free()
       m:backward()
       m:zero_grad()
     end
   else
-    fn = function() m:step(ids, targets) end
+    fn = function() m:step(ids, targets):free() end
   end
   return tf.bench(fn, { warmup = warmup, iters = opt.steps })
 end
@@ -75,6 +76,7 @@ for _, size in ipairs(sizes) do
           local targets = tf.randint(0, opt.vocab, { opt.batch, ctx })
           local flops = tf.model.step_flops(m.config, opt.batch, ctx)
           for _, mode in ipairs(opt.mode) do
+            collectgarbage()
             tf.sync()
             tf.mem.reset_peak()
             local s = time_mode(m, mode, ids, targets, warmup)

@@ -156,8 +156,6 @@ static tf_status tf_model_fill(tf_model *m, tf_tensor *t, double v) { return m->
 static tf_status tf_model_init(tf_model *m) {
   TF_TRY(tf_model_fill(m, m->params, 0.0));
   TF_TRY(tf_model_fill(m, m->grads, 0.0));
-  TF_TRY(tf_model_fill(m, m->adam_m, 0.0));
-  TF_TRY(tf_model_fill(m, m->adam_v, 0.0));
   for (int i = 0; i < m->ntensors; i++) {
     tf_model_tensor *t = &m->tensors[i];
     if (t->init_std == 0) {
@@ -182,8 +180,6 @@ static tf_status tf_model_build(tf_model *m) {
   TF_TRY(tf_model_layout(m));
   TF_TRY(tf_model_flat(m, m->total, TF_F32, &m->params));
   TF_TRY(tf_model_flat(m, m->total, TF_F32, &m->grads));
-  TF_TRY(tf_model_flat(m, m->total, TF_F32, &m->adam_m));
-  TF_TRY(tf_model_flat(m, m->total, TF_F32, &m->adam_v));
   if (m->dtype != TF_F32) TF_TRY(tf_model_flat(m, m->matmul_total, m->dtype, &m->low));
   tf_shape ms = {1, {m->matmul_total}};
   int64_t one = 1;
@@ -267,7 +263,7 @@ tf_model_memory tf_model_memory_use(const tf_model *m) {
   tf_model_memory u = {0};
   u.params = tf_tensor_nbytes(m->params);
   u.grads = tf_tensor_nbytes(m->grads);
-  u.optimizer = tf_tensor_nbytes(m->adam_m) + tf_tensor_nbytes(m->adam_v);
+  u.optimizer = m->adam_m ? tf_tensor_nbytes(m->adam_m) + tf_tensor_nbytes(m->adam_v) : 0;
   u.low_precision = m->low ? tf_tensor_nbytes(m->low) : 0;
   u.activations = m->plan.storage ? m->plan.bytes : 0;
   return u;
@@ -286,9 +282,26 @@ tf_status tf_model_sync_weights(tf_model *m) {
 /* One fill over the flat gradient buffer. */
 tf_status tf_model_zero_grad(tf_model *m) { return tf_model_fill(m, m->grads, 0.0); }
 
+/* The moments are allocated (zeroed) by the first step: a model only run
+ * forward never holds optimizer state. */
+static tf_status tf_model_ensure_moments(tf_model *m) {
+  if (m->adam_m) return TF_OK;
+  tf_status st = tf_model_flat(m, m->total, TF_F32, &m->adam_m);
+  if (st == TF_OK) st = tf_model_flat(m, m->total, TF_F32, &m->adam_v);
+  if (st == TF_OK) st = tf_model_fill(m, m->adam_m, 0.0);
+  if (st == TF_OK) st = tf_model_fill(m, m->adam_v, 0.0);
+  if (st != TF_OK) {
+    tf_tensor_release(m->adam_m);
+    tf_tensor_release(m->adam_v);
+    m->adam_m = m->adam_v = NULL;
+  }
+  return st;
+}
+
 /* One fused kernel over every parameter (alignment gaps hold zeros and stay
  * zero), then the low-precision copy refreshed from the new weights. */
 tf_status tf_model_adamw_step(tf_model *m, const tf_adamw_args *args) {
+  TF_TRY(tf_model_ensure_moments(m));
   TF_TRY(tf_adamw_step(m->params, m->grads, m->adam_m, m->adam_v, args));
   m->params->storage->version++; /* an in-place write, as autograd counts them */
   return tf_model_sync_weights(m);

