@@ -22,6 +22,7 @@
 #include "backend.h"
 #include "model.h"
 #include "model_kernels.h"
+#include "err_table.h"
 #include "nnref.h"
 
 static const tf_device GPU = {TF_DEV_CUDA, 0};
@@ -34,35 +35,6 @@ static double tol_of(tf_dtype d) { return d == TF_F32 ? 1e-5 : 1e-2; }
 
 /* ---- the worst error per (check, dtype), printed at the end ------------------------------ */
 
-enum { MAX_ROWS = 256 };
-static struct {
-  char op[48];
-  tf_dtype dtype;
-  double worst, tol;
-  int cases;
-} table[MAX_ROWS];
-static int table_rows;
-
-static void record(const char *op, tf_dtype d, double err, double tol) {
-  int i = 0;
-  while (i < table_rows && !(strcmp(table[i].op, op) == 0 && table[i].dtype == d)) i++;
-  if (i == table_rows) {
-    if (table_rows == MAX_ROWS) return;
-    snprintf(table[i].op, sizeof table[i].op, "%s", op);
-    table[i].dtype = d;
-    table_rows++;
-  }
-  if (!(err <= table[i].worst)) table[i].worst = err; /* NaN and inf stick */
-  table[i].tol = tol;
-  table[i].cases++;
-}
-
-static void print_table(void) {
-  printf("\n%-40s %-5s %6s  %-10s %s\n", "check", "dtype", "cases", "tolerance", "worst relative error, GPU vs CPU");
-  for (int i = 0; i < table_rows; i++)
-    printf("%-40s %-5s %6d  %-10.2g %.3g%s\n", table[i].op, tf_dtype_name(table[i].dtype), table[i].cases,
-           table[i].tol, table[i].worst, table[i].worst <= table[i].tol ? "" : "  FAIL");
-}
 
 /* ---- buffers on both devices ------------------------------------------------------------------ */
 

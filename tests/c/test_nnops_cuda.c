@@ -9,6 +9,7 @@
  * short ones). Ends with a table of the worst errors and, unless
  * TF_TEST_SMALL is set (for compute-sanitizer runs), timings at Transformer
  * shapes. Exits 77 without a GPU. */
+#include "err_table.h"
 #include "nnref.h"
 
 static const tf_device GPU = {TF_DEV_CUDA, 0};
@@ -28,33 +29,6 @@ static double sum_tol(tf_dtype d) { return d == TF_F64 ? 1e-11 : gpu_tol(d); }
 
 /* ---- the worst error per (op, dtype), printed at the end ------------------------ */
 
-enum { MAX_ROWS = 256 };
-static struct {
-  char op[32];
-  tf_dtype dtype;
-  double worst;
-  int cases;
-} table[MAX_ROWS];
-static int table_rows;
-
-static void record(const char *op, tf_dtype d, double err) {
-  int i = 0;
-  while (i < table_rows && !(strcmp(table[i].op, op) == 0 && table[i].dtype == d)) i++;
-  if (i == table_rows) {
-    if (table_rows == MAX_ROWS) return;
-    snprintf(table[i].op, sizeof table[i].op, "%s", op);
-    table[i].dtype = d;
-    table_rows++;
-  }
-  if (!(err <= table[i].worst)) table[i].worst = err; /* NaN and inf stick */
-  table[i].cases++;
-}
-
-static void print_table(void) {
-  printf("\n%-28s %-5s %6s  %s\n", "op", "dtype", "cases", "worst relative error, GPU vs CPU");
-  for (int i = 0; i < table_rows; i++)
-    printf("%-28s %-5s %6d  %.3g\n", table[i].op, tf_dtype_name(table[i].dtype), table[i].cases, table[i].worst);
-}
 
 /* ---- tensors on both devices ------------------------------------------------------ */
 
@@ -110,7 +84,7 @@ static bool same(const char *op, const char *shape_note, const tf_tensor *g, con
   double *gv = tensor_values(g), *cv = tensor_values(c);
   double e = rel_error(gv, cv, tf_tensor_numel(c));
   free(gv), free(cv);
-  record(op, c->dtype, e);
+  record(op, c->dtype, e, tol);
   if (!(e <= tol)) fprintf(stderr, "FAIL %s %s %s: relative error %.3g > %.3g\n", op, tf_dtype_name(c->dtype),
                            shape_note, e, tol);
   return CHECK(e <= tol);
@@ -125,7 +99,7 @@ static bool identical(const char *op, const tf_tensor *a, const tf_tensor *b) {
   CHECK_OK(tf_to(b, b->dtype, tf_cpu(), &cb));
   bool eq = tf_tensor_nbytes(ca) == 0 || memcmp(tf_tensor_data(ca), tf_tensor_data(cb), tf_tensor_nbytes(ca)) == 0;
   tf_tensor_release(ca), tf_tensor_release(cb);
-  record(op, a->dtype, eq ? 0.0 : INFINITY);
+  record(op, a->dtype, eq ? 0.0 : INFINITY, 0.0);
   if (!eq) fprintf(stderr, "FAIL %s %s: results differ in their bits\n", op, tf_dtype_name(a->dtype));
   return CHECK(eq);
 }
