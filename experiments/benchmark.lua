@@ -8,7 +8,8 @@
 --   tfhost experiments/benchmark.lua --size small --warmup 0,1,2,5      (the warm-up effect)
 local opt = tf.options{
   description = "Time forward, forward+backward and training steps of the Transformer LM.",
-  { "size", "model sizes (small, medium, large, xl, 2.7B, or all)", default = "small", type = "list" },
+  { "size", "model sizes (small, medium, large, xl, 2.7B, or all; tiny for a quick CPU run)", default = "small",
+    type = "list" },
   { "context", "context lengths", default = "128,256,512,1024", type = "list:int" },
   { "batch", "batch size", default = 4 },
   { "vocab", "vocabulary size", default = 10000 },
@@ -96,7 +97,8 @@ for _, size in ipairs(sizes) do
           if not oom then error(err, 0) end
           for _, mode in ipairs(opt.mode) do
             rows[#rows + 1] = { size = size, context = ctx, precision = precision, mode = mode, warmup = warmup,
-              batch = opt.batch, oom = true, mean_ms = "OOM", impl = m and m.impl or opt.impl }
+              batch = opt.batch, oom = true, mean_ms = "OOM",
+              impl = m and m.impl or opt.impl or (tf._model and "fused" or "eager") }
           end
         end
         release(m)

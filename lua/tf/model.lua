@@ -17,7 +17,10 @@ M.presets = {
   large = { d_model = 1280, d_ff = 5120, num_layers = 36, num_heads = 20 },
   xl = { d_model = 1600, d_ff = 6400, num_layers = 48, num_heads = 25 },
   ["2.7B"] = { d_model = 2560, d_ff = 10240, num_layers = 32, num_heads = 32 },
+  -- not a CS336 size: quick runs on a CPU and in tests
+  tiny = { d_model = 64, d_ff = 256, num_layers = 2, num_heads = 4 },
 }
+--- The CS336 sizes, in order ("all" in experiments).
 M.preset_names = { "small", "medium", "large", "xl", "2.7B" }
 
 local FIELDS = { "vocab_size", "context_length", "d_model", "num_layers", "num_heads", "d_ff", "rope_theta" }
@@ -30,7 +33,8 @@ function M.config(spec)
   if spec.preset then
     local p = M.presets[spec.preset]
     if not p then
-      error("tf.model: unknown preset '" .. tostring(spec.preset) .. "' (have " .. table.concat(M.preset_names, ", ") .. ")", 3)
+      error("tf.model: unknown preset '" .. tostring(spec.preset) .. "' (have " .. table.concat(M.preset_names, ", ") ..
+        ", tiny)", 3)
     end
     for k, v in pairs(p) do cfg[k] = v end
   end
