@@ -1,7 +1,8 @@
 /* Causal self-attention of one layer, naive: S = Q K^T, P = causal
- * softmax(S / sqrt(hd)) in f32 statistics, O = P V, with P (the compute
- * dtype, as it feeds the P V GEMM) saved for the backward pass rather than
- * recomputed. Heads are split out of the fused q/k/v projection with RoPE
+ * softmax(S / sqrt(hd)) in f32 statistics, O = P V. P (the compute dtype,
+ * as it feeds the P V GEMM) is not kept per layer: the backward pass
+ * recomputes it from the saved Q and K with the same kernels, so it gets
+ * the same bits while the plan holds one P buffer instead of L. Heads are split out of the fused q/k/v projection with RoPE
  * in one kernel and merged back in another, so the batched GEMMs see
  * (batch * heads) contiguous (seq, hd) matrices. FlashAttention replaces
  * these two functions later; nothing else in the engine depends on them. */
@@ -26,8 +27,17 @@ static double tf_model_attention_scale(const tf_model *m) {
   return 1.0 / sqrt((double)(m->cfg.d_model / m->cfg.num_heads));
 }
 
-/* RoPE and head split, S = Q K^T, causal softmax in place (P saved), O = P V,
- * heads merged. */
+/* S = Q K^T, then P = causal softmax in place, into a->p. */
+static tf_status tf_model_attention_probs(tf_model *m, const tf_model_layer_acts *a) {
+  const tf_model_plan *p = &m->plan;
+  const int64_t B = p->batch, T = p->seq, H = m->cfg.num_heads, hd = m->cfg.d_model / H;
+  TF_TRY(tf_model_heads_gemm(m, a->q, false, hd, T * hd, a->k, true, hd, T * hd, a->p, T, T * T, T, T, hd));
+  tf_causal_softmax_args sm = {.batch = B * H, .seq = T, .scale = tf_model_attention_scale(m), .dtype = m->dtype,
+                               .s = a->p};
+  return m->k->causal_softmax(m->ctx, &sm);
+}
+
+/* RoPE and head split, P, O = P V, heads merged. */
 tf_status tf_model_attention_forward(tf_model *m, tf_model_layer_acts *a, const void *qkv) {
   const tf_model_plan *p = &m->plan;
   const int64_t B = p->batch, T = p->seq, H = m->cfg.num_heads, hd = m->cfg.d_model / H;
@@ -35,11 +45,7 @@ tf_status tf_model_attention_forward(tf_model *m, tf_model_layer_acts *a, const 
                              .cos = p->rope_cos, .sin = p->rope_sin, .qkv = (void *)qkv, .q = a->q, .k = a->k,
                              .v = a->v};
   TF_TRY(m->k->rope_heads(m->ctx, &rope));
-  /* S = Q K^T, then P in place */
-  TF_TRY(tf_model_heads_gemm(m, a->q, false, hd, T * hd, a->k, true, hd, T * hd, a->p, T, T * T, T, T, hd));
-  tf_causal_softmax_args sm = {.batch = B * H, .seq = T, .scale = tf_model_attention_scale(m), .dtype = m->dtype,
-                               .s = a->p};
-  TF_TRY(m->k->causal_softmax(m->ctx, &sm));
+  TF_TRY(tf_model_attention_probs(m, a));
   /* O = P V, heads merged into (n, d) */
   TF_TRY(tf_model_heads_gemm(m, a->p, false, T, T * T, a->v, false, hd, T * hd, p->heads, hd, T * hd, T, hd, T));
   tf_heads_args merge = {.batch = B, .seq = T, .heads = H, .head_dim = hd, .dtype = m->dtype, .src = p->heads,
@@ -47,8 +53,8 @@ tf_status tf_model_attention_forward(tf_model *m, tf_model_layer_acts *a, const 
   return m->k->heads(m->ctx, &merge);
 }
 
-/* The forward in reverse: dO split into heads, dP and dV, dS in place of dP,
- * dQ and dK, then back through RoPE into dqkv. */
+/* The forward in reverse: P recomputed, dO split into heads, dP and dV, dS
+ * in place of dP, dQ and dK, then back through RoPE into dqkv. */
 tf_status tf_model_attention_backward(tf_model *m, const tf_model_layer_acts *a, const void *datty, void *dqkv) {
   const tf_model_plan *p = &m->plan;
   const int64_t B = p->batch, T = p->seq, H = m->cfg.num_heads, hd = m->cfg.d_model / H, n = B * T;
@@ -58,6 +64,7 @@ tf_status tf_model_attention_backward(tf_model *m, const tf_model_layer_acts *a,
   tf_heads_args split = {.split = true, .batch = B, .seq = T, .heads = H, .head_dim = hd, .dtype = m->dtype,
                          .src = datty, .dst = dout};
   TF_TRY(m->k->heads(m->ctx, &split));
+  TF_TRY(tf_model_attention_probs(m, a));
   /* dP = dO V^T; dV = P^T dO */
   TF_TRY(tf_model_heads_gemm(m, dout, false, hd, T * hd, a->v, true, hd, T * hd, p->dp, T, T * T, T, T, hd));
   TF_TRY(tf_model_heads_gemm(m, a->p, true, T, T * T, dout, false, hd, T * hd, dv, hd, T * hd, T, hd, T));

@@ -34,7 +34,9 @@ tf_status tf_model_backward(tf_model *m) {
   for (int64_t l = L - 1; l >= 0; l--) {
     const tf_model_layer_weights *w = &m->layers[l];
     const tf_model_layer_acts *a = &p->layers[l];
-    /* x_{l+1} = xmid + w2(silu(w1 h2) * w3 h2), h2 = ln2(xmid) */
+    /* x_{l+1} = xmid + w2(silu(w1 h2) * w3 h2), h2 = ln2(xmid); h2 and the gate recomputed */
+    TF_TRY(tf_model_norm(m, p->resid[2 * l + 1], NULL, NULL, w->ln2, a->h2, a->rstd2));
+    TF_TRY(tf_model_swiglu(m, a));
     TF_TRY(tf_model_linear_backward(m, dlow, a->gate, n, f, d, tf_model_mw(m, w->w2), tf_model_gw(m, w->w2),
                                     p->dgate));
     tf_swiglu_args sw = {.backward = true, .rows = n, .f = f, .dtype = m->dtype, .ab = a->ab, .dy = p->dgate,
@@ -47,6 +49,7 @@ tf_status tf_model_backward(tf_model *m) {
     TF_TRY(tf_model_linear_backward(m, dlow, a->atty, n, d, d, tf_model_mw(m, w->out), tf_model_gw(m, w->out),
                                     p->proj));
     TF_TRY(tf_model_attention_backward(m, a, p->proj, p->qkv));
+    TF_TRY(tf_model_norm(m, p->resid[2 * l], NULL, NULL, w->ln1, a->h1, a->rstd1)); /* h1 recomputed */
     TF_TRY(tf_model_linear_backward(m, p->qkv, a->h1, n, d, 3 * d, tf_model_mw(m, w->qkv), tf_model_gw(m, w->qkv),
                                     p->proj));
     TF_TRY(tf_model_norm_backward(m, p->resid[2 * l], w->ln1, a->rstd1, p->proj, true, l > 0));

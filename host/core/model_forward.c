@@ -80,13 +80,20 @@ static tf_status tf_model_take_inputs(tf_model *m, const char *op, const tf_tens
 /* ---- the pass ------------------------------------------------------------------------- */
 
 /* RMSNorm of x (after adding delta into x_out, when delta is given). */
-static tf_status tf_model_norm(tf_model *m, const float *x, const void *delta, float *x_out, int64_t gain, void *h,
-                               float *rstd) {
+tf_status tf_model_norm(tf_model *m, const float *x, const void *delta, float *x_out, int64_t gain, void *h,
+                        float *rstd) {
   const tf_model_plan *p = &m->plan;
   tf_rmsnorm_args a = {.rows = p->batch * p->seq, .dim = m->cfg.d_model, .eps = TF_MODEL_NORM_EPS,
                        .dtype = m->dtype, .x = x, .delta = delta, .x_out = x_out, .g = tf_model_pw(m, gain),
                        .h = h, .rstd = rstd};
   return m->k->rmsnorm(m->ctx, &a);
+}
+
+/* The SwiGLU gate silu(a) * b of one layer from its w1|w3 output. */
+tf_status tf_model_swiglu(tf_model *m, const tf_model_layer_acts *a) {
+  const tf_model_plan *p = &m->plan;
+  tf_swiglu_args sw = {.rows = p->batch * p->seq, .f = m->cfg.d_ff, .dtype = m->dtype, .ab = a->ab, .y = a->gate};
+  return m->k->swiglu(m->ctx, &sw);
 }
 
 /* encoder, ln1; per layer: qkv GEMM, attention, output_proj, residual add +
@@ -113,8 +120,7 @@ tf_status tf_model_run_forward(tf_model *m, bool keep, void *logits) {
     TF_TRY(tf_model_norm(m, x, p->proj, xmid, w->ln2, a->h2, a->rstd2));
     /* + w2(silu(w1 ln2(x)) * w3 ln2(x)) */
     TF_TRY(tf_model_linear(m, a->h2, n, d, 2 * f, tf_model_mw(m, w->w13), a->ab));
-    tf_swiglu_args sw = {.rows = n, .f = f, .dtype = m->dtype, .ab = a->ab, .y = a->gate};
-    TF_TRY(m->k->swiglu(m->ctx, &sw));
+    TF_TRY(tf_model_swiglu(m, a));
     TF_TRY(tf_model_linear(m, a->gate, n, f, d, tf_model_mw(m, w->w2), p->proj));
     /* the residual add, fused with the next norm (ln1 of the next layer, or ln_final) */
     if (l + 1 < L) {

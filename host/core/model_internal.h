@@ -30,8 +30,11 @@ typedef struct tf_model_layer_weights {
   int64_t ln1, qkv, out, ln2, w13, w2;
 } tf_model_layer_weights;
 
-/* One layer's activations: kept per layer for the backward pass
- * (training plans), or one set every layer reuses (inference plans). */
+/* One layer's activations. Training plans keep per layer what is costly to
+ * recompute (q, k, v, the attention output, the w1|w3 output, the norm
+ * statistics) and share one buffer among all layers for what the backward
+ * pass recomputes cheaply and exactly (the norm outputs h1 and h2, the
+ * attention probabilities p, the SwiGLU gate); inference plans share all. */
 typedef struct tf_model_layer_acts {
   void *h1;        /* (n, d): ln1's output */
   float *rstd1;    /* (n,) */
@@ -107,6 +110,11 @@ tf_status tf_model_plan_view(const tf_model *m, void *ptr, tf_dtype dtype, const
 /* The forward pass over the plan's ids: keep = training (activations per
  * layer); logits (n, V) of the compute dtype go to `logits`. */
 tf_status tf_model_run_forward(tf_model *m, bool keep, void *logits);
+/* RMSNorm of x into h and rstd (delta added into x_out first, when given). */
+tf_status tf_model_norm(tf_model *m, const float *x, const void *delta, float *x_out, int64_t gain, void *h,
+                        float *rstd);
+/* The SwiGLU gate of one layer from its w1|w3 output (a->ab into a->gate). */
+tf_status tf_model_swiglu(tf_model *m, const tf_model_layer_acts *a);
 
 /* model_attention.c: causal self-attention of one layer, behind one pair
  * of functions (naive now; FlashAttention replaces them later). Forward:

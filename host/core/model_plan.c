@@ -2,11 +2,13 @@
  * buffers of model_internal.h's tf_model_plan, made once and reused while
  * the shape stays the same.
  *
- * A training plan keeps per layer what the backward pass reads (2L + 1 f32
- * residual streams; each layer's norm outputs and statistics, q, k, v after
- * RoPE, the attention probabilities P (the naive attention saves P rather
- * than recomputing it), the heads-merged attention output, w1/w3 outputs
- * and the SwiGLU gate) plus the backward pass's scratch. An inference plan
+ * A training plan keeps per layer what the backward pass reads and would
+ * be costly to recompute (2L + 1 f32 residual streams; each layer's norm
+ * statistics, q, k, v after RoPE, the heads-merged attention output and the
+ * w1/w3 outputs) plus the backward pass's scratch. The norm outputs, the
+ * attention probabilities P and the SwiGLU gate are recomputed there, exactly
+ * (the same kernels on the same inputs), so each has one buffer for all
+ * layers: the plan is about half of what keeping them would take. An inference plan
  * holds one layer's buffers that every layer reuses and a residual stream
  * updated in place: nothing is kept. */
 #include "model_internal.h"
@@ -45,19 +47,22 @@ static void tf_model_plan_carve(const tf_model *m, tf_model_plan *p, tf_carver *
   p->rope_sin = tf_carve(c, T * (hd / 2) * fs);
   const int64_t nresid = p->training ? 2 * L + 1 : 1, nlayers = p->training ? L : 1;
   for (int64_t i = 0; i < nresid; i++) p->resid[i] = tf_carve(c, n * d * fs);
+  /* recomputed in the backward pass: one buffer each, shared by the layers */
+  void *h1 = tf_carve(c, act), *h2 = tf_carve(c, act), *probs_buf = tf_carve(c, probs);
+  void *gate = tf_carve(c, n * f * es);
   for (int64_t l = 0; l < nlayers; l++) {
     tf_model_layer_acts *a = &p->layers[l];
-    a->h1 = tf_carve(c, act);
+    a->h1 = h1;
     a->rstd1 = tf_carve(c, n * fs);
     a->q = tf_carve(c, act);
     a->k = tf_carve(c, act);
     a->v = tf_carve(c, act);
-    a->p = tf_carve(c, probs);
+    a->p = probs_buf;
     a->atty = tf_carve(c, act);
-    a->h2 = tf_carve(c, act);
+    a->h2 = h2;
     a->rstd2 = tf_carve(c, n * fs);
     a->ab = tf_carve(c, 2 * n * f * es);
-    a->gate = tf_carve(c, n * f * es);
+    a->gate = gate;
   }
   p->hf = tf_carve(c, act);
   p->rstdf = tf_carve(c, n * fs);

@@ -10,11 +10,12 @@ out=${OUT:-gpu-out}
 mkdir -p "$out"
 cd "$(dirname "$0")/../.."
 tag=${sizes//,/-}
-common=(--size "$sizes" --context 128,256,512,1024 --precision f32,bf16 --mode step --warmup 2 --steps 5)
+contexts=${CONTEXTS:-128,256,512,1024}
+common=(--size "$sizes" --context "$contexts" --precision f32,bf16 --mode step --warmup 2 --steps 5)
 "$bin" experiments/benchmark.lua "${common[@]}" "$@" --json "$out/tf_$tag.json" > "$out/tf_$tag.md" 2> "$out/tf_$tag.err"
 "$bin" experiments/benchmark.lua --size small --context 128 --precision bf16 --mode fwd --warmup 5 --steps 10 \
   --json "$out/tf_fwd.json" > /dev/null 2>&1
-python3 tests/reference/torch_benchmark.py --size "$sizes" --context 128,256,512,1024 --precision f32,bf16 \
+python3 tests/reference/torch_benchmark.py --size "$sizes" --context "$contexts" --precision f32,bf16 \
   --mode step --warmup 2 --steps 5 --json "$out/torch_$tag.json" --compare "$out/tf_$tag.json" 2> "$out/torch_$tag.err" \
   | tee "$out/compare_$tag.md" | grep "^|"
 python3 tests/reference/torch_benchmark.py --size small --context 128 --precision bf16 --mode fwd --warmup 5 --steps 10 \
