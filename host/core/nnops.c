@@ -486,6 +486,19 @@ tf_status tf_rope(const tf_tensor *x, const tf_tensor *positions, double theta, 
   return tf_nn_finish(&tt, st, res, y);
 }
 
+/* The embedding kernel, either pass, over n > 0 ids (i64, of shape is): an id
+ * outside [0, vocab) (every id, when vocab is 0) is reported by position. */
+static tf_status tf_nn_embedding_kernel(tf_device_ctx *ctx, const char *op, const tf_embedding_args *a,
+                                        const tf_tensor *ids, const tf_shape *is) {
+  int64_t bad = 0;
+  if (a->vocab > 0) {
+    bad = -1;
+    TF_TRY(ctx->backend->embedding(ctx, a, &bad));
+  }
+  if (bad >= 0) return tf_nn_bad_index(ctx, op, "id", ids, is, bad, a->vocab, "the vocabulary size");
+  return TF_OK;
+}
+
 /* ---- embedding ----------------------------------------------------------------- */
 
 tf_status tf_embedding(const tf_tensor *weight, const tf_tensor *ids, tf_tensor **out) {
@@ -511,12 +524,9 @@ tf_status tf_embedding(const tf_tensor *weight, const tf_tensor *ids, tf_tensor 
   tf_status st = tf_nn_prepare(&tt, weight, weight->dtype, &cw);
   if (st == TF_OK) st = tf_nn_prepare(&tt, ids, TF_I64, &ci);
   if (st == TF_OK) st = tf_tensor_empty(&os, weight->dtype, weight->device, &res);
-  if (st == TF_OK && n > 0 && vocab == 0) st = tf_nn_bad_index(ctx, op, "id", ci, &is, 0, vocab, "the vocabulary size");
   if (st == TF_OK && n > 0) {
     tf_embedding_args a = {.n = n, .dim = dim, .vocab = vocab, .ids = ci, .weight = cw, .out = res};
-    int64_t bad = -1;
-    st = ctx->backend->embedding(ctx, &a, &bad);
-    if (st == TF_OK && bad >= 0) st = tf_nn_bad_index(ctx, op, "id", ci, &is, bad, vocab, "the vocabulary size");
+    st = tf_nn_embedding_kernel(ctx, op, &a, ci, &is);
   }
   return tf_nn_finish(&tt, st, res, out);
 }
@@ -550,13 +560,10 @@ tf_status tf_embedding_backward(const tf_tensor *dout, const tf_tensor *ids, int
   tf_status st = tf_nn_prepare(&tt, dout, dout->dtype, &cd);
   if (st == TF_OK) st = tf_nn_prepare(&tt, ids, TF_I64, &ci);
   if (st == TF_OK) st = n > 0 ? tf_tensor_empty(&ws, sd, dout->device, &res) : tf_nn_zeros(&ws, sd, dout->device, &res);
-  if (st == TF_OK && n > 0 && vocab == 0) st = tf_nn_bad_index(ctx, op, "id", ci, &is, 0, vocab, "the vocabulary size");
   if (st == TF_OK && n > 0) {
     tf_embedding_args a = {.backward = true, .n = n, .dim = dim, .vocab = vocab, .ids = ci, .dout = cd,
                            .dweight = res};
-    int64_t bad = -1;
-    st = ctx->backend->embedding(ctx, &a, &bad);
-    if (st == TF_OK && bad >= 0) st = tf_nn_bad_index(ctx, op, "id", ci, &is, bad, vocab, "the vocabulary size");
+    st = tf_nn_embedding_kernel(ctx, op, &a, ci, &is);
   }
   if (st == TF_OK) st = tf_nn_to_dtype(&res, dtype);
   return tf_nn_finish(&tt, st, res, dweight);

@@ -10,6 +10,7 @@
 #include "../core/elemio.h"
 #include "cpu.h"
 #include "cpu_model.h"
+#include "cpu_nn.h"
 
 enum { TF_CPU_MODEL_PARALLEL_MIN = 1 << 15 };
 
@@ -221,10 +222,8 @@ static tf_status tf_cpu_lm_loss(tf_device_ctx *ctx, const tf_lm_loss_args *a) {
 #pragma omp parallel for schedule(static) if (a->rows * V > TF_CPU_MODEL_PARALLEL_MIN)
   for (int64_t r = 0; r < a->rows; r++) {
     const int64_t base = r * V, target = tf_cpu_id(a->targets, r, V);
-    double m = -INFINITY, sum = 0;
-    for (int64_t c = 0; c < V; c++) m = fmax(m, tf_cpu_get(a->logits, d, base + c));
-    for (int64_t c = 0; c < V; c++) sum += exp(tf_cpu_get(a->logits, d, base + c) - m);
-    const double lse = m + log(sum);
+    double log_sum, m = tf_cpu_row_max_logsum(a->logits, d, base, V, &log_sum);
+    const double lse = m + log_sum;
     a->row_loss[r] = (float)(lse - tf_cpu_get(a->logits, d, base + target));
     if (!a->grad) continue;
     for (int64_t c = 0; c < V; c++) {
