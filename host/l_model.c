@@ -91,6 +91,7 @@ static int tf_l_model_create(lua_State *L) {
   tf_model_config cfg = tf_l_checkconfig(L, 1, fname);
   tf_device device = tf_default_device();
   tf_dtype precision = TF_F32;
+  int flash = -1; /* the engine's default */
   if (!lua_isnoneornil(L, 2)) {
     luaL_checktype(L, 2, LUA_TTABLE);
     lua_pushnil(L);
@@ -102,8 +103,13 @@ static int tf_l_model_create(lua_State *L) {
       } else if (strcmp(key, "precision") == 0) {
         if (tf_dtype_parse(luaL_tolstring(L, -1, NULL), &precision) != TF_OK) luaL_error(L, "%s: %s", fname, tf_last_error());
         lua_pop(L, 1);
+      } else if (strcmp(key, "attention") == 0) {
+        const char *impl = lua_tostring(L, -1);
+        if (!impl || (strcmp(impl, "flash") != 0 && strcmp(impl, "naive") != 0))
+          luaL_error(L, "%s: attention must be \"flash\" or \"naive\"", fname);
+        flash = strcmp(impl, "flash") == 0;
       } else {
-        luaL_error(L, "%s: unknown option '%s' (expected device or precision)", fname, key);
+        luaL_error(L, "%s: unknown option '%s' (expected device, precision or attention)", fname, key);
       }
       lua_pop(L, 1);
     }
@@ -112,6 +118,7 @@ static int tf_l_model_create(lua_State *L) {
   u->m = NULL;
   luaL_setmetatable(L, TF_MODEL_TYPE);
   TF_LUA_CHECK(L, tf_model_create(&cfg, device, precision, &u->m), fname);
+  if (flash >= 0) TF_LUA_CHECK(L, tf_model_set_attention(u->m, flash), fname);
   return 1;
 }
 
@@ -227,6 +234,8 @@ static int tf_l_model_info(lua_State *L) {
   lua_setfield(L, -2, "parameters");
   lua_pushinteger(L, tf_model_num_tensors(m));
   lua_setfield(L, -2, "tensors");
+  lua_pushstring(L, tf_model_uses_flash(m) ? "flash" : "naive");
+  lua_setfield(L, -2, "attention");
   return 1;
 }
 

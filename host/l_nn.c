@@ -1,7 +1,10 @@
 /* Neural-network functions: tf.linear, softmax, log_softmax, layer_norm,
- * rms_norm, cross_entropy, rope, embedding, masked_fill (differentiable,
- * autocast-aware: core/grad_ops.h). */
+ * rms_norm, cross_entropy, rope, embedding, masked_fill, attention
+ * (differentiable, autocast-aware: core/grad_ops.h, core/attention.h). */
+#include <string.h>
+
 #include "bind.h"
+#include "core/attention.h"
 #include "core/autograd.h"
 #include "core/grad_ops.h"
 #include "core/nnops.h"
@@ -93,6 +96,67 @@ static int tf_l_masked_fill(lua_State *L) {
   return 1;
 }
 
+/* A boolean option of tf.attention's table (the value is on top of the stack). */
+static bool tf_l_attention_bool(lua_State *L, const char *key) {
+  if (!lua_isboolean(L, -1))
+    luaL_error(L, "tf.attention: option '%s' must be a boolean, not %s", key, luaL_typename(L, -1));
+  return lua_toboolean(L, -1);
+}
+
+/* tf.attention's options {causal, impl, scale, deterministic, return_lse}
+ * at idx; unknown keys and wrong types are errors. */
+static bool tf_l_attention_opts(lua_State *L, int idx, tf_attention_opts *o) {
+  *o = (tf_attention_opts){.impl = TF_ATTENTION_FLASH};
+  bool return_lse = false;
+  if (lua_isnoneornil(L, idx)) return false;
+  if (!lua_istable(L, idx))
+    luaL_error(L, "tf.attention: argument #%d must be a table of options, not %s", idx, luaL_typename(L, idx));
+  lua_pushnil(L);
+  while (lua_next(L, idx)) {
+    const char *key = lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : "";
+    if (strcmp(key, "causal") == 0) {
+      o->causal = tf_l_attention_bool(L, key);
+    } else if (strcmp(key, "deterministic") == 0) {
+      o->deterministic = tf_l_attention_bool(L, key);
+    } else if (strcmp(key, "return_lse") == 0) {
+      return_lse = tf_l_attention_bool(L, key);
+    } else if (strcmp(key, "scale") == 0) {
+      if (lua_type(L, -1) != LUA_TNUMBER)
+        luaL_error(L, "tf.attention: option 'scale' must be a number, not %s", luaL_typename(L, -1));
+      o->has_scale = true;
+      o->scale = lua_tonumber(L, -1);
+    } else if (strcmp(key, "impl") == 0) {
+      const char *impl = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
+      if (impl && strcmp(impl, "flash") == 0)
+        o->impl = TF_ATTENTION_FLASH;
+      else if (impl && strcmp(impl, "naive") == 0)
+        o->impl = TF_ATTENTION_NAIVE;
+      else
+        luaL_error(L, "tf.attention: option 'impl' must be \"naive\" or \"flash\", not %s",
+                   luaL_tolstring(L, -1, NULL));
+    } else {
+      luaL_error(L, "tf.attention: unknown option '%s' (expected causal, impl, scale, deterministic or return_lse)",
+                 luaL_tolstring(L, -2, NULL));
+    }
+    lua_pop(L, 1);
+  }
+  return return_lse;
+}
+
+/* tf.attention(q, k, v [, {causal, impl, scale, deterministic, return_lse}]):
+ * softmax(scale q k^T, masked) v; with return_lse also the log-sum-exp of
+ * each row of scaled, masked scores. */
+static int tf_l_attention(lua_State *L) {
+  tf_tensor *q = tf_lua_checktensor(L, 1), *k = tf_lua_checktensor(L, 2), *v = tf_lua_checktensor(L, 3);
+  tf_tensor *out = NULL, *lse = NULL;
+  tf_attention_opts opts;
+  bool return_lse = tf_l_attention_opts(L, 4, &opts);
+  tf_l_push_result(L, tf_ag_attention(q, k, v, &opts, &out, return_lse ? &lse : NULL), &out, "tf.attention");
+  if (!return_lse) return 1;
+  tf_lua_pushtensor(L, lse);
+  return 2;
+}
+
 static double tf_l_field(lua_State *L, int idx, const char *key) {
   lua_getfield(L, idx, key);
   int ok;
@@ -121,7 +185,7 @@ static const luaL_Reg tf_nn_functions[] = {
     {"linear", tf_l_linear},         {"softmax", tf_l_softmax},     {"log_softmax", tf_l_log_softmax},
     {"layer_norm", tf_l_layer_norm}, {"rms_norm", tf_l_rms_norm},   {"cross_entropy", tf_l_cross_entropy},
     {"rope", tf_l_rope},             {"embedding", tf_l_embedding}, {"masked_fill", tf_l_masked_fill},
-    {NULL, NULL},
+    {"attention", tf_l_attention},   {NULL, NULL},
 };
 
 /* Also methods: x:softmax(dim), x:log_softmax(dim), x:masked_fill(mask, v), ... */

@@ -159,6 +159,8 @@ void tf_open_sys(lua_State *L) {
   lua_setfield(L, -2, "build_options");
 }
 
+void tf_open_prof(lua_State *L); /* l_prof.c: tf._prof */
+
 int luaopen_tf_core(lua_State *L) {
   lua_newtable(L);
   tf_open_tensor(L);
@@ -170,6 +172,7 @@ int luaopen_tf_core(lua_State *L) {
   tf_open_autograd(L);
   tf_open_nn(L);
   tf_open_model(L);
+  tf_open_prof(L);
   tf_lua_open_exit(L);
   return 1;
 }

@@ -596,6 +596,14 @@ static int tf_l_numel(lua_State *L) {
   return 1;
 }
 
+/* t:data_ptr() -> the address of the first element, as memory snapshots
+ * show it (0 for an empty tensor). */
+static int tf_l_data_ptr(lua_State *L) {
+  tf_tensor *t = tf_lua_checktensor(L, 1);
+  lua_pushinteger(L, t->storage->data ? (lua_Integer)(uintptr_t)tf_tensor_data(t) : 0);
+  return 1;
+}
+
 static int tf_l_dim(lua_State *L) {
   lua_pushinteger(L, tf_lua_checktensor(L, 1)->ndim);
   return 1;
@@ -757,6 +765,7 @@ static const luaL_Reg tf_tensor_methods[] = {
     {"size", tf_l_size},
     {"stride", tf_l_stride},
     {"numel", tf_l_numel},
+    {"data_ptr", tf_l_data_ptr},
     {"dim", tf_l_dim},
     {"element_size", tf_l_element_size},
     {"free", tf_l_release},

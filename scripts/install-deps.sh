@@ -12,6 +12,7 @@ packages=(
   libedit-dev                       # line editing and history in the REPL
   python3                           # the command-line tests
   python3-numpy                     # the safetensors interoperability test
+  chromium                          # for the memory-plot test (renders tf.memviz's page)
 )
 
 # The Python packages tests/cli/test_safetensors_python.py reads and writes

@@ -13,6 +13,14 @@ enum {
   TF_ROUND_LARGE = 2 << 20              /* larger requests get their own 2 MiB multiple */
 };
 
+struct tf_alloc_parts {
+  const void *base;
+  int n;
+  tf_mem_region *regions; /* names interned: region.name is tf_mem_string(id) */
+  uint32_t *what;
+  tf_alloc_parts *next;
+};
+
 struct tf_segment {
   void *ptr;
   size_t size;
@@ -133,6 +141,11 @@ static tf_status tf_new_segment(tf_allocator *a, size_t size, tf_block **out) {
   a->stats.num_segments++;
   a->stats.num_segment_allocs++;
   tf_note_peaks(&a->stats);
+  if (a->history.on) {
+    tf_mem_origin o;
+    tf_mem_origin_now(&o, false);
+    tf_mem_record(&a->history, TF_MEM_SEGMENT_ALLOC, (uintptr_t)s->ptr, seg_size, seg_size, &o, 0);
+  }
   *out = b;
   return TF_OK;
 }
@@ -145,6 +158,7 @@ static void tf_release_segment(tf_allocator *a, tf_segment *s) {
     a->segments = s->next;
   if (s->next) s->next->prev = s->prev;
   a->raw.free(a->raw.ctx, s->ptr);
+  tf_mem_record(&a->history, TF_MEM_SEGMENT_FREE, (uintptr_t)s->ptr, s->size, s->size, NULL, 0);
   a->stats.reserved -= s->size;
   a->stats.num_segments--;
   a->stats.num_segment_frees++;
@@ -164,6 +178,12 @@ void tf_alloc_empty_cache(tf_allocator *a) {
 static tf_status tf_out_of_memory(tf_allocator *a, size_t bytes) {
   char req[32], alloc[32], res[32], lim[32];
   a->stats.num_ooms++;
+  if (a->history.on) {
+    tf_mem_origin o;
+    tf_mem_origin_now(&o, true);
+    uint64_t left = a->limit > a->stats.reserved ? a->limit - a->stats.reserved : 0;
+    tf_mem_record(&a->history, TF_MEM_OOM, 0, bytes, bytes, &o, left);
+  }
   char why[256];
   const char *cause = tf_last_error();
   if (strncmp(cause, "out of memory: ", 15) == 0) cause += 15; /* said once is enough */
@@ -219,6 +239,8 @@ tf_status tf_alloc(tf_allocator *a, size_t bytes, tf_block **out) {
   a->stats.num_allocs++;
   a->stats.active_blocks++;
   tf_note_peaks(&a->stats);
+  tf_mem_origin_now(&b->origin, a->history.on);
+  tf_mem_record(&a->history, TF_MEM_ALLOC, (uintptr_t)b->ptr, b->size, bytes, &b->origin, 0);
   *out = b;
   return TF_OK;
 }
@@ -231,8 +253,49 @@ static void tf_absorb(tf_block *x, tf_block *y) {
   free(y);
 }
 
+static void tf_parts_drop(tf_alloc_parts *p) {
+  free(p->regions);
+  free(p->what);
+  free(p);
+}
+
+/* The description of the block at base, unlinked from the list (or NULL). */
+static tf_alloc_parts *tf_parts_take(tf_allocator *a, const void *base) {
+  for (tf_alloc_parts **link = &a->parts; *link; link = &(*link)->next)
+    if ((*link)->base == base) {
+      tf_alloc_parts *p = *link;
+      *link = p->next;
+      return p;
+    }
+  return NULL;
+}
+
+static void tf_parts_origin(const tf_alloc_parts *p, int i, tf_mem_origin *o, const tf_mem_origin *block) {
+  *o = *block;
+  o->tag = (uint8_t)p->regions[i].tag;
+  o->what = p->what[i];
+}
+
+/* Each part as its own event, so histories show the engine's buffers. */
+static void tf_parts_record(tf_allocator *a, const tf_alloc_parts *p, tf_mem_action action, const tf_block *b) {
+  for (int i = 0; i < p->n; i++) {
+    tf_mem_origin o;
+    tf_parts_origin(p, i, &o, &b->origin);
+    tf_mem_record(&a->history, action, (uintptr_t)b->ptr + p->regions[i].offset, p->regions[i].size,
+                  p->regions[i].size, &o, 0);
+  }
+}
+
 void tf_alloc_free(tf_allocator *a, tf_block *b) {
   tf_pool *pool = tf_pool_of(a, b->segment);
+  tf_alloc_parts *parts = a->parts ? tf_parts_take(a, b->ptr) : NULL;
+  if (parts) {
+    tf_parts_record(a, parts, TF_MEM_FREE, b);
+    tf_parts_drop(parts);
+  } else {
+    tf_mem_record(&a->history, TF_MEM_FREE, (uintptr_t)b->ptr, b->size, b->requested, &b->origin, 0);
+  }
+  b->origin = (tf_mem_origin){0};
   a->stats.allocated -= b->size;
   a->stats.requested -= b->requested;
   a->stats.num_frees++;
@@ -261,6 +324,12 @@ void tf_alloc_set_limit(tf_allocator *a, size_t limit) { a->limit = limit; }
 
 uint64_t tf_alloc_destroy(tf_allocator *a) {
   uint64_t live = a->stats.active_blocks;
+  while (a->parts) {
+    tf_alloc_parts *p = a->parts;
+    a->parts = p->next;
+    tf_parts_drop(p);
+  }
+  tf_mem_recorder_free(&a->history);
   while (a->segments) {
     tf_segment *s = a->segments;
     a->segments = s->next;
@@ -276,4 +345,129 @@ uint64_t tf_alloc_destroy(tf_allocator *a) {
   a->stats.reserved = 0;
   a->stats.num_segments = 0;
   return live;
+}
+
+/* ---- history and descriptions ------------------------------------------------------------ */
+
+tf_status tf_alloc_record(tf_allocator *a, bool on, size_t max_entries) {
+  if (!on) {
+    tf_mem_recorder_stop(&a->history);
+    return TF_OK;
+  }
+  TF_TRY(tf_mem_recorder_start(&a->history, max_entries));
+  a->history.live = a->history.peak = a->stats.allocated; /* what was live before counts */
+  a->history.peak_time_us = tf_mem_now_us();
+  return TF_OK;
+}
+
+static tf_block *tf_find_live(const tf_allocator *a, const void *ptr) {
+  for (tf_segment *s = a->segments; s; s = s->next) {
+    if ((const char *)ptr < (const char *)s->ptr || (const char *)ptr >= (const char *)s->ptr + s->size) continue;
+    for (tf_block *b = s->first; b; b = b->next)
+      if (b->ptr == ptr && b->allocated) return b;
+  }
+  return NULL;
+}
+
+/* When the block's own alloc event is the latest one, it is taken back
+ * and replaced by one per part; otherwise the block is shown freed and its
+ * parts allocated in its place. */
+tf_status tf_alloc_describe(tf_allocator *a, const void *base, int n, const tf_mem_region *regions) {
+  tf_block *b = tf_find_live(a, base);
+  if (!b) return tf_fail(TF_ERR_ARG, "no live block at %p to describe", base);
+  tf_alloc_parts *p = calloc(1, sizeof *p);
+  if (p) p->regions = calloc((size_t)n, sizeof *p->regions);
+  if (p) p->what = calloc((size_t)n, sizeof *p->what);
+  if (!p || !p->regions || !p->what) {
+    if (p) tf_parts_drop(p);
+    return tf_fail(TF_ERR_OOM, "out of memory: no host memory for a block description");
+  }
+  p->base = base;
+  p->n = n;
+  for (int i = 0; i < n; i++) {
+    if (regions[i].offset + regions[i].size > b->size) {
+      tf_parts_drop(p);
+      return tf_fail(TF_ERR_ARG, "part %s lies outside its block", regions[i].name);
+    }
+    p->regions[i] = regions[i];
+    p->what[i] = tf_mem_intern(regions[i].name);
+    p->regions[i].name = tf_mem_string(p->what[i]);
+  }
+  for (int i = 1; i < n; i++) /* in address order (insertion sort: descriptions are short and nearly sorted) */
+    for (int j = i; j > 0 && p->regions[j].offset < p->regions[j - 1].offset; j--) {
+      tf_mem_region r = p->regions[j];
+      uint32_t w = p->what[j];
+      p->regions[j] = p->regions[j - 1];
+      p->what[j] = p->what[j - 1];
+      p->regions[j - 1] = r;
+      p->what[j - 1] = w;
+    }
+  tf_alloc_parts *old = tf_parts_take(a, base);
+  tf_mem_recorder *h = &a->history;
+  if (h->on) {
+    const tf_mem_event *last = h->count ? tf_mem_event_at(h, h->count - 1) : NULL;
+    if (!old && last && last->action == TF_MEM_ALLOC && last->addr == (uintptr_t)base) {
+      h->head = (h->head + h->cap - 1) % h->cap;
+      h->count--;
+      h->seq--;
+      h->live -= b->size;
+    } else if (old) {
+      tf_parts_record(a, old, TF_MEM_FREE, b);
+    } else {
+      tf_mem_record(h, TF_MEM_FREE, (uintptr_t)b->ptr, b->size, b->requested, &b->origin, 0);
+    }
+    tf_parts_record(a, p, TF_MEM_ALLOC, b);
+  }
+  if (old) tf_parts_drop(old);
+  p->next = a->parts;
+  a->parts = p;
+  return TF_OK;
+}
+
+void tf_alloc_retag(tf_allocator *a, tf_block *b, int tag) {
+  b->origin.tag = (uint8_t)tag;
+  tf_mem_recorder *h = &a->history;
+  for (size_t back = 0; back < h->count && back < 4096; back++) {
+    tf_mem_event *e = (tf_mem_event *)tf_mem_event_at(h, h->count - 1 - back);
+    if (e->addr != (uintptr_t)b->ptr) continue;
+    if (e->action == TF_MEM_ALLOC) e->origin.tag = (uint8_t)tag;
+    break;
+  }
+}
+
+static int tf_segment_order(const void *x, const void *y) {
+  uintptr_t a = (uintptr_t)(*(tf_segment *const *)x)->ptr, b = (uintptr_t)(*(tf_segment *const *)y)->ptr;
+  return a < b ? -1 : a > b;
+}
+
+void tf_alloc_walk(const tf_allocator *a, tf_alloc_visit_fn fn, void *ud) {
+  size_t n = 0;
+  for (tf_segment *s = a->segments; s; s = s->next) n++;
+  tf_segment **order = malloc((n ? n : 1) * sizeof *order);
+  if (!order) return;
+  n = 0;
+  for (tf_segment *s = a->segments; s; s = s->next) order[n++] = s;
+  qsort(order, n, sizeof *order, tf_segment_order);
+  for (size_t i = 0; i < n; i++) {
+    const tf_segment *s = order[i];
+    for (const tf_block *b = s->first; b; b = b->next) {
+      tf_alloc_visit v = {.segment = s->ptr, .segment_size = s->size, .small = s->small, .ptr = b->ptr,
+                          .size = b->size, .requested = b->requested, .allocated = b->allocated,
+                          .origin = b->origin};
+      const tf_alloc_parts *p = NULL;
+      for (const tf_alloc_parts *q = b->allocated ? a->parts : NULL; q && !p; q = q->next)
+        if (q->base == b->ptr) p = q;
+      if (!p) {
+        fn(ud, &v);
+        continue;
+      }
+      for (int k = 0; k < p->n; k++) {
+        v.ptr = (const char *)b->ptr + p->regions[k].offset;
+        v.size = v.requested = p->regions[k].size;
+        tf_parts_origin(p, k, &v.origin, &b->origin);
+        fn(ud, &v);
+      }
+    }
+  }
+  free(order);
 }

@@ -18,6 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "memrec.h"
 #include "status.h"
 
 #ifdef __cplusplus
@@ -31,6 +32,7 @@ typedef struct tf_block {
   size_t size;      /* bytes this block spans (rounded) */
   size_t requested; /* bytes asked for, while allocated */
   bool allocated;
+  tf_mem_origin origin;   /* what it is for, while allocated */
   tf_segment *segment;
   struct tf_block *prev, *next;           /* neighbours in the segment, by address */
   struct tf_block *free_prev, *free_next; /* position in the pool's free list */
@@ -62,6 +64,16 @@ typedef struct tf_pool {
   tf_block *free_head; /* free blocks sorted by (size, address) */
 } tf_pool;
 
+/* Named parts of one block (the engine's planned buffers): shown in
+ * snapshots and histories in place of the block itself. */
+typedef struct tf_mem_region {
+  const char *name;
+  int tag; /* tf_mem_tag */
+  size_t offset, size;
+} tf_mem_region;
+
+typedef struct tf_alloc_parts tf_alloc_parts;
+
 typedef struct tf_allocator {
   const char *device_name;
   tf_alloc_backend raw;
@@ -69,6 +81,8 @@ typedef struct tf_allocator {
   tf_segment *segments;
   size_t limit; /* 0: no limit besides the device's own */
   tf_alloc_stats stats;
+  tf_mem_recorder history;
+  tf_alloc_parts *parts; /* blocks described by tf_alloc_describe */
 } tf_allocator;
 
 /* Called before a failed allocation is reported, so the owner can free
@@ -90,6 +104,31 @@ void tf_alloc_reset_peak(tf_allocator *a);
 /* Caps reserved memory (bytes, 0 for none): lets tests and users provoke
  * and study out-of-memory without filling a whole device. */
 void tf_alloc_set_limit(tf_allocator *a, size_t limit);
+
+/* Starts (again) or stops recording this allocator's events. */
+tf_status tf_alloc_record(tf_allocator *a, bool on, size_t max_entries);
+
+/* Names the parts of the live block at base (regions by offset, within the
+ * block, in address order); replaces an earlier description. */
+tf_status tf_alloc_describe(tf_allocator *a, const void *base, int n, const tf_mem_region *regions);
+
+/* Changes what a live block is for (a gradient that autograd keeps), in
+ * the block and in its recent alloc event. */
+void tf_alloc_retag(tf_allocator *a, tf_block *b, int tag);
+
+/* Walks segments (by address) and their blocks; a described block is
+ * visited once per named part (origin from the part). */
+typedef struct tf_alloc_visit {
+  const void *segment;      /* segment start */
+  size_t segment_size;
+  bool small;
+  const void *ptr;          /* block or part */
+  size_t size, requested;
+  bool allocated;
+  tf_mem_origin origin;
+} tf_alloc_visit;
+typedef void (*tf_alloc_visit_fn)(void *ud, const tf_alloc_visit *v);
+void tf_alloc_walk(const tf_allocator *a, tf_alloc_visit_fn fn, void *ud);
 
 /* Size-rounding and segment-size rules, exposed for tests. */
 size_t tf_alloc_round(size_t bytes);

@@ -1,3 +1,13 @@
+/* Autocast regions and the cast cache. The policy lists (autocast.h) are
+ * applied where each differentiable op asks for its inputs:
+ *   TF_CAST_LOW:  matmul, linear, attention (tf.attention, both the naive
+ *                 and the flash implementation: torch's
+ *                 scaled_dot_product_attention is on its lower-precision
+ *                 list; the naive one's softmax still runs in f32, as the
+ *                 same ops do in PyTorch);
+ *   TF_CAST_F32:  exp, log, pow, rsqrt, sum, softmax, log_softmax,
+ *                 layer_norm, cross_entropy;
+ *   TF_CAST_NONE: every other op. */
 #include "autocast.h"
 
 #include <stdlib.h>

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "device.h"
 #include "ops.h"
 
 static _Thread_local bool tf_grad_off; /* grad mode is on unless turned off */
@@ -176,7 +177,11 @@ static tf_status tf_accumulate_leaf(tf_tensor *leaf, tf_tensor *g) {
     if (st != TF_OK) return st;
     g = own;
   }
-  return tf_accumulate(&leaf->grad, g);
+  TF_TRY(tf_accumulate(&leaf->grad, g));
+  tf_device_ctx *ctx;
+  if (leaf->grad->storage->block && tf_device_ctx_get(leaf->grad->device, &ctx) == TF_OK)
+    tf_alloc_retag(&ctx->alloc, leaf->grad->storage->block, TF_TAG_GRADIENT);
+  return TF_OK;
 }
 
 /* Gives g the input's dtype (gradients match their tensors, as in PyTorch). */
@@ -244,7 +249,9 @@ static tf_status tf_run_node(tf_node *x, bool retain, tf_node_list *ready) {
     return tf_node_saved(x, 0, &unused); /* the "second backward" message */
   }
   tf_tensor *gin[TF_NODE_MAX_INPUTS] = {0};
+  tf_mem_scope outer = tf_mem_scope_enter(TF_TAG_TEMPORARY, x->name);
   tf_status st = x->backward(x, x->gsum, gin);
+  tf_mem_scope_leave(outer);
   for (int i = 0; i < x->ninputs; i++) {
     tf_tensor *g = gin[i];
     gin[i] = NULL;

@@ -113,6 +113,35 @@ typedef struct tf_adamw_update {
   double eps;
 } tf_adamw_update;
 
+/* FlashAttention-2 over batch independent problems (all leading dims of
+ * q/k/v folded into batch). q is (batch, seq_q, head_dim), k and v are
+ * (batch, seq_k, head_dim), o is q's shape; all contiguous, one dtype (f32,
+ * f16, bf16; the CPU also takes f64). Scores are s = scale q.k; with causal,
+ * key j is visible to query i iff j <= i (top-left aligned, as torch's
+ * is_causal), so no row is ever fully masked. lse (batch, seq_q) is the
+ * natural-log log-sum-exp of each row of scaled, masked scores, in f32 (f64
+ * for f64). Products accumulate in f32 (f64 for f64); tiles that are fully
+ * masked are skipped.
+ * Backward reads q, k, v, o, lse and dout and writes dq, dk, dv (q/k/v's
+ * shapes and dtype): D = rowsum(dout * o), P = exp(s - lse), dV = P^T dO,
+ * dP = dO V^T, dS = P (dP - D), dQ = scale dS K, dK = scale dS^T Q.
+ * workspace holds flash_workspace(args) bytes of device memory (may be 0).
+ * deterministic asks for the same bits on every run (no float atomics). */
+typedef struct tf_flash_args {
+  bool backward;
+  bool causal;
+  bool deterministic;
+  tf_dtype dtype;
+  int64_t batch, seq_q, seq_k, head_dim;
+  double scale;
+  const void *q, *k, *v;
+  void *o;          /* forward: written; backward: read */
+  void *lse;        /* forward: written; backward: read */
+  const void *dout; /* backward */
+  void *dq, *dk, *dv;
+  void *workspace;  /* backward */
+} tf_flash_args;
+
 struct tf_backend {
   const char *name;
   tf_status (*init)(tf_device_ctx *ctx);
@@ -160,6 +189,10 @@ struct tf_backend {
   tf_status (*masked_fill)(tf_device_ctx *ctx, const tf_tensor *x, const tf_tensor *mask, double value,
                            tf_tensor *out);
   tf_status (*adamw)(tf_device_ctx *ctx, const tf_adamw_update *args);
+  /* Head dims 16..128 (multiples of 8 on the GPU's tensor-core path);
+   * flash_workspace gives the backward pass's scratch bytes. */
+  tf_status (*flash_attention)(tf_device_ctx *ctx, const tf_flash_args *args);
+  size_t (*flash_workspace)(const tf_flash_args *args);
 
   /* The fused Transformer engine's kernels (model_kernels.h). */
   const struct tf_model_kernels *model;

@@ -142,18 +142,44 @@ static tf_status tf_model_layout(tf_model *m) {
 
 /* ---- creation ---------------------------------------------------------------------- */
 
-/* One flat buffer of the model (parameters, gradients, moments, low copy). */
-static tf_status tf_model_flat(tf_model *m, int64_t n, tf_dtype d, tf_tensor **out) {
+/* Names each tensor's range of a flat buffer for memory snapshots
+ * ("layers.0.ffn.w1.weight.grad"); the buffer may hold a prefix. */
+static tf_status tf_model_describe(tf_model *m, const tf_tensor *buf, int64_t n, int tag, const char *suffix) {
+  const size_t es = tf_dtype_size(buf->dtype);
+  tf_mem_region *regions = calloc((size_t)m->ntensors, sizeof *regions);
+  char(*names)[80] = calloc((size_t)m->ntensors, sizeof *names);
+  int count = 0;
+  for (int i = 0; regions && names && i < m->ntensors; i++) {
+    const tf_model_tensor *t = &m->tensors[i];
+    if (t->offset + t->numel > n) continue;
+    snprintf(names[count], sizeof names[count], "%s%s", t->name, suffix);
+    regions[count] = (tf_mem_region){names[count], tag, (size_t)t->offset * es, (size_t)t->numel * es};
+    count++;
+  }
+  tf_status st = regions && names ? tf_alloc_describe(&m->ctx->alloc, tf_tensor_data(buf), count, regions)
+                                  : tf_fail(TF_ERR_OOM, "out of memory: no host memory for buffer names");
+  free(regions);
+  free(names);
+  return st;
+}
+
+/* One flat buffer of the model (parameters, gradients, moments, low copy),
+ * tagged and named for memory snapshots. */
+static tf_status tf_model_flat(tf_model *m, int64_t n, tf_dtype d, int tag, const char *suffix, tf_tensor **out) {
   tf_shape s = {1, {n}};
-  return tf_tensor_empty(&s, d, m->device, out);
+  tf_mem_scope outer = tf_mem_scope_enter(tag, "model");
+  tf_status st = tf_tensor_empty(&s, d, m->device, out);
+  tf_mem_scope_leave(outer);
+  return st == TF_OK ? tf_model_describe(m, *out, n, tag, suffix) : st;
 }
 
 /* Fills a whole buffer or view with one value (one kernel). */
 static tf_status tf_model_fill(tf_model *m, tf_tensor *t, double v) { return m->ctx->backend->fill(m->ctx, t, v); }
 
 /* Parameters in state-dict order from the device's generator: the same
- * seed gives the same model on every backend. */
-static tf_status tf_model_init(tf_model *m) {
+ * seed gives the same model on every backend (the random draws are
+ * temporaries). */
+static tf_status tf_model_init_params(tf_model *m) {
   TF_TRY(tf_model_fill(m, m->params, 0.0));
   TF_TRY(tf_model_fill(m, m->grads, 0.0));
   for (int i = 0; i < m->ntensors; i++) {
@@ -178,9 +204,11 @@ static tf_status tf_model_build(tf_model *m) {
   m->layers = calloc((size_t)m->cfg.num_layers, sizeof *m->layers);
   if (!m->tensors || !m->layers) return tf_fail(TF_ERR_OOM, "out of memory: no host memory for the model's tables");
   TF_TRY(tf_model_layout(m));
-  TF_TRY(tf_model_flat(m, m->total, TF_F32, &m->params));
-  TF_TRY(tf_model_flat(m, m->total, TF_F32, &m->grads));
-  if (m->dtype != TF_F32) TF_TRY(tf_model_flat(m, m->matmul_total, m->dtype, &m->low));
+  TF_TRY(tf_model_flat(m, m->total, TF_F32, TF_TAG_PARAMETER, "", &m->params));
+  TF_TRY(tf_model_flat(m, m->total, TF_F32, TF_TAG_GRADIENT, ".grad", &m->grads));
+  if (m->dtype != TF_F32)
+    TF_TRY(tf_model_flat(m, m->matmul_total, m->dtype, TF_TAG_PARAMETER, m->dtype == TF_BF16 ? ".bf16" : ".f16",
+                         &m->low));
   tf_shape ms = {1, {m->matmul_total}};
   int64_t one = 1;
   TF_TRY(tf_tensor_view(m->params, &ms, &one, 0, &m->matmul_params));
@@ -191,7 +219,10 @@ static tf_status tf_model_build(tf_model *m) {
     TF_TRY(tf_tensor_view(m->params, &t->shape, strides, t->offset, &t->param));
     TF_TRY(tf_tensor_view(m->grads, &t->shape, strides, t->offset, &t->grad));
   }
-  TF_TRY(tf_model_init(m));
+  tf_mem_scope outer = tf_mem_scope_enter(TF_TAG_TEMPORARY, "model init");
+  tf_status st = tf_model_init_params(m);
+  tf_mem_scope_leave(outer);
+  TF_TRY(st);
   m->low_version = m->params->storage->version - 1; /* stale: the first sync converts */
   return tf_model_sync_weights(m);
 }
@@ -213,6 +244,7 @@ tf_status tf_model_create(const tf_model_config *cfg, tf_device device, tf_dtype
   m->dtype = precision;
   m->ctx = ctx;
   m->k = ctx->backend->model;
+  m->flash = ctx->backend->flash_attention != NULL && cfg->d_model / cfg->num_heads <= 128;
   tf_status st = tf_model_build(m);
   if (st != TF_OK) {
     tf_model_free(m);
@@ -279,6 +311,19 @@ tf_status tf_model_sync_weights(tf_model *m) {
   return TF_OK;
 }
 
+tf_status tf_model_set_attention(tf_model *m, bool flash) {
+  if (flash && !m->ctx->backend->flash_attention)
+    return tf_fail(TF_ERR_ARG, "flash attention is not available on %s", m->ctx->backend->name);
+  if (flash && m->cfg.d_model / m->cfg.num_heads > 128)
+    return tf_fail(TF_ERR_ARG, "flash attention takes head dims up to 128 (this model's is %lld)",
+                   (long long)(m->cfg.d_model / m->cfg.num_heads));
+  if (flash != m->flash) tf_model_plan_release(m);
+  m->flash = flash;
+  return TF_OK;
+}
+
+bool tf_model_uses_flash(const tf_model *m) { return m->flash; }
+
 /* One fill over the flat gradient buffer. */
 tf_status tf_model_zero_grad(tf_model *m) { return tf_model_fill(m, m->grads, 0.0); }
 
@@ -286,8 +331,8 @@ tf_status tf_model_zero_grad(tf_model *m) { return tf_model_fill(m, m->grads, 0.
  * forward never holds optimizer state. */
 static tf_status tf_model_ensure_moments(tf_model *m) {
   if (m->adam_m) return TF_OK;
-  tf_status st = tf_model_flat(m, m->total, TF_F32, &m->adam_m);
-  if (st == TF_OK) st = tf_model_flat(m, m->total, TF_F32, &m->adam_v);
+  tf_status st = tf_model_flat(m, m->total, TF_F32, TF_TAG_OPTIMIZER, ".exp_avg", &m->adam_m);
+  if (st == TF_OK) st = tf_model_flat(m, m->total, TF_F32, TF_TAG_OPTIMIZER, ".exp_avg_sq", &m->adam_v);
   if (st == TF_OK) st = tf_model_fill(m, m->adam_m, 0.0);
   if (st == TF_OK) st = tf_model_fill(m, m->adam_v, 0.0);
   if (st != TF_OK) {
@@ -300,9 +345,14 @@ static tf_status tf_model_ensure_moments(tf_model *m) {
 
 /* One fused kernel over every parameter (alignment gaps hold zeros and stay
  * zero), then the low-precision copy refreshed from the new weights. */
-tf_status tf_model_adamw_step(tf_model *m, const tf_adamw_args *args) {
+static tf_status tf_model_run_adamw(tf_model *m, const tf_adamw_args *args) {
   TF_TRY(tf_model_ensure_moments(m));
   TF_TRY(tf_adamw_step(m->params, m->grads, m->adam_m, m->adam_v, args));
   m->params->storage->version++; /* an in-place write, as autograd counts them */
   return tf_model_sync_weights(m);
+}
+
+tf_status tf_model_adamw_step(tf_model *m, const tf_adamw_args *args) {
+  TF_RANGED("optimizer", tf_model_run_adamw(m, args));
+  return TF_OK;
 }

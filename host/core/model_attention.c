@@ -1,11 +1,16 @@
-/* Causal self-attention of one layer, naive: S = Q K^T, P = causal
- * softmax(S / sqrt(hd)) in f32 statistics, O = P V. P (the compute dtype,
- * as it feeds the P V GEMM) is not kept per layer: the backward pass
- * recomputes it from the saved Q and K with the same kernels, so it gets
- * the same bits while the plan holds one P buffer instead of L. Heads are split out of the fused q/k/v projection with RoPE
- * in one kernel and merged back in another, so the batched GEMMs see
- * (batch * heads) contiguous (seq, hd) matrices. FlashAttention replaces
- * these two functions later; nothing else in the engine depends on them. */
+/* Causal self-attention of one layer. Heads are split out of the fused
+ * q/k/v projection with RoPE in one kernel and merged back in another, so
+ * the attention itself sees (batch * heads) contiguous (seq, hd) matrices.
+ *
+ * Flash (the default): the backend's FlashAttention-2 kernels; per layer
+ * only the log-sum-exp of each row is kept beside q, k, v, and the
+ * backward pass recomputes P tile by tile.
+ *
+ * Naive: S = Q K^T, P = causal softmax(S / sqrt(hd)) in f32 statistics,
+ * O = P V through batched GEMMs. P (the compute dtype, as it feeds the P V
+ * GEMM) is not kept per layer: the backward pass recomputes it from the
+ * saved Q and K with the same kernels, so it gets the same bits while the
+ * plan holds one P buffer instead of L. */
 #include "model_internal.h"
 
 #include <math.h>
@@ -27,17 +32,33 @@ static double tf_model_attention_scale(const tf_model *m) {
   return 1.0 / sqrt((double)(m->cfg.d_model / m->cfg.num_heads));
 }
 
-/* S = Q K^T, then P = causal softmax in place, into a->p. */
+/* S = Q K^T, then P = causal softmax in place, into a->p (in the ranges
+ * CS336's annotated attention uses). */
 static tf_status tf_model_attention_probs(tf_model *m, const tf_model_layer_acts *a) {
   const tf_model_plan *p = &m->plan;
   const int64_t B = p->batch, T = p->seq, H = m->cfg.num_heads, hd = m->cfg.d_model / H;
-  TF_TRY(tf_model_heads_gemm(m, a->q, false, hd, T * hd, a->k, true, hd, T * hd, a->p, T, T * T, T, T, hd));
+  TF_RANGED("computing attention scores", tf_model_heads_gemm(m, a->q, false, hd, T * hd, a->k, true, hd, T * hd,
+                                                              a->p, T, T * T, T, T, hd));
   tf_causal_softmax_args sm = {.batch = B * H, .seq = T, .scale = tf_model_attention_scale(m), .dtype = m->dtype,
                                .s = a->p};
-  return m->k->causal_softmax(m->ctx, &sm);
+  TF_RANGED("computing softmax", m->k->causal_softmax(m->ctx, &sm));
+  return TF_OK;
 }
 
-/* RoPE and head split, P, O = P V, heads merged. */
+tf_flash_args tf_model_flash_args(const tf_model *m, int64_t batch, int64_t seq) {
+  const int64_t H = m->cfg.num_heads;
+  return (tf_flash_args){.causal = true, .deterministic = true, .dtype = m->dtype, .batch = batch * H,
+                         .seq_q = seq, .seq_k = seq, .head_dim = m->cfg.d_model / H,
+                         .scale = tf_model_attention_scale(m)};
+}
+
+static tf_status tf_model_flash(tf_model *m, tf_flash_args *fa) {
+  const tf_backend *be = m->ctx->backend;
+  if (!be->flash_attention) return tf_fail(TF_ERR_BACKEND, "flash attention is not available on %s", be->name);
+  return be->flash_attention(m->ctx, fa);
+}
+
+/* RoPE and head split, attention, heads merged. */
 tf_status tf_model_attention_forward(tf_model *m, tf_model_layer_acts *a, const void *qkv) {
   const tf_model_plan *p = &m->plan;
   const int64_t B = p->batch, T = p->seq, H = m->cfg.num_heads, hd = m->cfg.d_model / H;
@@ -45,11 +66,22 @@ tf_status tf_model_attention_forward(tf_model *m, tf_model_layer_acts *a, const 
                              .cos = p->rope_cos, .sin = p->rope_sin, .qkv = (void *)qkv, .q = a->q, .k = a->k,
                              .v = a->v};
   TF_TRY(m->k->rope_heads(m->ctx, &rope));
-  TF_TRY(tf_model_attention_probs(m, a));
-  /* O = P V, heads merged into (n, d) */
-  TF_TRY(tf_model_heads_gemm(m, a->p, false, T, T * T, a->v, false, hd, T * hd, p->heads, hd, T * hd, T, hd, T));
   tf_heads_args merge = {.batch = B, .seq = T, .heads = H, .head_dim = hd, .dtype = m->dtype, .src = p->heads,
                          .dst = a->atty};
+  if (m->flash) {
+    tf_flash_args fa = tf_model_flash_args(m, B, T);
+    fa.q = a->q;
+    fa.k = a->k;
+    fa.v = a->v;
+    fa.o = p->heads;
+    fa.lse = a->lse;
+    TF_RANGED("flash attention", tf_model_flash(m, &fa));
+    return m->k->heads(m->ctx, &merge);
+  }
+  TF_TRY(tf_model_attention_probs(m, a));
+  /* O = P V, heads merged into (n, d) */
+  TF_RANGED("final matmul",
+            tf_model_heads_gemm(m, a->p, false, T, T * T, a->v, false, hd, T * hd, p->heads, hd, T * hd, T, hd, T));
   return m->k->heads(m->ctx, &merge);
 }
 
@@ -64,6 +96,28 @@ tf_status tf_model_attention_backward(tf_model *m, const tf_model_layer_acts *a,
   tf_heads_args split = {.split = true, .batch = B, .seq = T, .heads = H, .head_dim = hd, .dtype = m->dtype,
                          .src = datty, .dst = dout};
   TF_TRY(m->k->heads(m->ctx, &split));
+  tf_rope_heads_args rope = {.backward = true, .batch = B, .seq = T, .heads = H, .head_dim = hd, .dtype = m->dtype,
+                             .cos = p->rope_cos, .sin = p->rope_sin, .qkv = dqkv, .q = dq, .k = dk, .v = dv};
+  if (m->flash) {
+    tf_heads_args o_split = split;
+    o_split.src = a->atty;
+    o_split.dst = p->o_heads;
+    TF_TRY(m->k->heads(m->ctx, &o_split));
+    tf_flash_args fa = tf_model_flash_args(m, B, T);
+    fa.backward = true;
+    fa.q = a->q;
+    fa.k = a->k;
+    fa.v = a->v;
+    fa.o = p->o_heads;
+    fa.lse = a->lse;
+    fa.dout = dout;
+    fa.dq = dq;
+    fa.dk = dk;
+    fa.dv = dv;
+    fa.workspace = p->flash_ws;
+    TF_RANGED("flash attention", tf_model_flash(m, &fa));
+    return m->k->rope_heads(m->ctx, &rope);
+  }
   TF_TRY(tf_model_attention_probs(m, a));
   /* dP = dO V^T; dV = P^T dO */
   TF_TRY(tf_model_heads_gemm(m, dout, false, hd, T * hd, a->v, true, hd, T * hd, p->dp, T, T * T, T, T, hd));
@@ -75,7 +129,5 @@ tf_status tf_model_attention_backward(tf_model *m, const tf_model_layer_acts *a,
   /* dQ = dS K; dK = dS^T Q */
   TF_TRY(tf_model_heads_gemm(m, p->dp, false, T, T * T, a->k, false, hd, T * hd, dq, hd, T * hd, T, hd, T));
   TF_TRY(tf_model_heads_gemm(m, p->dp, true, T, T * T, a->q, false, hd, T * hd, dk, hd, T * hd, T, hd, T));
-  tf_rope_heads_args rope = {.backward = true, .batch = B, .seq = T, .heads = H, .head_dim = hd, .dtype = m->dtype,
-                             .cos = p->rope_cos, .sin = p->rope_sin, .qkv = dqkv, .q = dq, .k = dk, .v = dv};
   return m->k->rope_heads(m->ctx, &rope);
 }

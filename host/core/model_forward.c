@@ -96,39 +96,50 @@ tf_status tf_model_swiglu(tf_model *m, const tf_model_layer_acts *a) {
   return m->k->swiglu(m->ctx, &sw);
 }
 
+/* Layer l: x + attention(ln1(x)), then + w2(silu(w1 ln2(x)) * w3 ln2(x)). */
+static tf_status tf_model_layer_forward(tf_model *m, int64_t l, bool keep) {
+  const tf_model_config *c = &m->cfg;
+  tf_model_plan *p = &m->plan;
+  const int64_t n = p->batch * p->seq, d = c->d_model, f = c->d_ff, L = c->num_layers;
+  const tf_model_layer_weights *w = &m->layers[l];
+  tf_model_layer_acts *a = &p->layers[keep ? l : 0];
+  float *x = p->resid[keep ? 2 * l : 0], *xmid = p->resid[keep ? 2 * l + 1 : 0];
+  float *xnext = p->resid[keep ? 2 * l + 2 : 0];
+  /* x + attention(ln1(x)) */
+  TF_TRY(tf_model_linear(m, a->h1, n, d, 3 * d, tf_model_mw(m, w->qkv), p->qkv));
+  TF_RANGED("scaled dot product attention", tf_model_attention_forward(m, a, p->qkv));
+  TF_TRY(tf_model_linear(m, a->atty, n, d, d, tf_model_mw(m, w->out), p->proj));
+  TF_TRY(tf_model_norm(m, x, p->proj, xmid, w->ln2, a->h2, a->rstd2));
+  /* + w2(silu(w1 ln2(x)) * w3 ln2(x)) */
+  TF_TRY(tf_model_linear(m, a->h2, n, d, 2 * f, tf_model_mw(m, w->w13), a->ab));
+  TF_TRY(tf_model_swiglu(m, a));
+  TF_TRY(tf_model_linear(m, a->gate, n, f, d, tf_model_mw(m, w->w2), p->proj));
+  /* the residual add, fused with the next norm (ln1 of the next layer, or ln_final) */
+  if (l + 1 < L) {
+    tf_model_layer_acts *next = &p->layers[keep ? l + 1 : 0];
+    TF_TRY(tf_model_norm(m, xmid, p->proj, xnext, m->layers[l + 1].ln1, next->h1, next->rstd1));
+  } else {
+    TF_TRY(tf_model_norm(m, xmid, p->proj, xnext, m->lnf, p->hf, p->rstdf));
+  }
+  return TF_OK;
+}
+
 /* encoder, ln1; per layer: qkv GEMM, attention, output_proj, residual add +
  * ln2, w1|w3 GEMM, SwiGLU, w2, residual add + the next norm; lm_head. */
 tf_status tf_model_run_forward(tf_model *m, bool keep, void *logits) {
   TF_TRY(tf_model_sync_weights(m));
   const tf_model_config *c = &m->cfg;
   tf_model_plan *p = &m->plan;
-  const int64_t n = p->batch * p->seq, d = c->d_model, f = c->d_ff, L = c->num_layers;
+  const int64_t n = p->batch * p->seq, d = c->d_model, L = c->num_layers;
   tf_encoder_args enc = {.n = n, .dim = d, .vocab = c->vocab_size, .ids = p->ids, .wte = tf_model_pw(m, m->wte),
                          .out = p->resid[0]};
   TF_TRY(m->k->encoder(m->ctx, &enc));
   tf_model_layer_acts *a0 = &p->layers[0];
   TF_TRY(tf_model_norm(m, p->resid[0], NULL, NULL, m->layers[0].ln1, a0->h1, a0->rstd1));
   for (int64_t l = 0; l < L; l++) {
-    const tf_model_layer_weights *w = &m->layers[l];
-    tf_model_layer_acts *a = &p->layers[keep ? l : 0];
-    float *x = p->resid[keep ? 2 * l : 0], *xmid = p->resid[keep ? 2 * l + 1 : 0];
-    float *xnext = p->resid[keep ? 2 * l + 2 : 0];
-    /* x + attention(ln1(x)) */
-    TF_TRY(tf_model_linear(m, a->h1, n, d, 3 * d, tf_model_mw(m, w->qkv), p->qkv));
-    TF_TRY(tf_model_attention_forward(m, a, p->qkv));
-    TF_TRY(tf_model_linear(m, a->atty, n, d, d, tf_model_mw(m, w->out), p->proj));
-    TF_TRY(tf_model_norm(m, x, p->proj, xmid, w->ln2, a->h2, a->rstd2));
-    /* + w2(silu(w1 ln2(x)) * w3 ln2(x)) */
-    TF_TRY(tf_model_linear(m, a->h2, n, d, 2 * f, tf_model_mw(m, w->w13), a->ab));
-    TF_TRY(tf_model_swiglu(m, a));
-    TF_TRY(tf_model_linear(m, a->gate, n, f, d, tf_model_mw(m, w->w2), p->proj));
-    /* the residual add, fused with the next norm (ln1 of the next layer, or ln_final) */
-    if (l + 1 < L) {
-      tf_model_layer_acts *next = &p->layers[keep ? l + 1 : 0];
-      TF_TRY(tf_model_norm(m, xmid, p->proj, xnext, m->layers[l + 1].ln1, next->h1, next->rstd1));
-    } else {
-      TF_TRY(tf_model_norm(m, xmid, p->proj, xnext, m->lnf, p->hf, p->rstdf));
-    }
+    char name[32];
+    snprintf(name, sizeof name, "layer %lld", (long long)l);
+    TF_RANGED(name, tf_model_layer_forward(m, l, keep));
   }
   return tf_model_linear(m, p->hf, n, d, c->vocab_size, tf_model_mw(m, m->lm_head), logits);
 }
@@ -139,7 +150,10 @@ tf_status tf_model_forward(tf_model *m, const tf_tensor *ids, bool training, tf_
   tf_shape s = {3, {ids->shape[0], ids->shape[1], m->cfg.vocab_size}};
   tf_tensor *out = NULL;
   TF_TRY(tf_tensor_empty(&s, m->dtype, m->device, &out));
-  tf_status st = tf_model_run_forward(m, training, tf_tensor_data(out));
+  tf_status st = tf_range_push("forward");
+  bool pushed = st == TF_OK;
+  st = tf_model_run_forward(m, training, tf_tensor_data(out));
+  if (pushed) (void)tf_range_pop();
   if (st != TF_OK) {
     tf_tensor_release(out);
     return st;
@@ -156,12 +170,16 @@ tf_status tf_model_loss(tf_model *m, const tf_tensor *ids, const tf_tensor *targ
   tf_shape scalar = {0, {0}};
   tf_tensor *out = NULL;
   TF_TRY(tf_tensor_empty(&scalar, TF_F32, m->device, &out));
+  bool pushed = tf_range_push("forward") == TF_OK;
   tf_status st = tf_model_run_forward(m, true, p->logits);
+  if (pushed) (void)tf_range_pop();
   if (st == TF_OK) {
     tf_lm_loss_args a = {.rows = p->batch * p->seq, .vocab = m->cfg.vocab_size, .dtype = m->dtype,
                          .logits = p->logits, .targets = p->targets, .row_loss = p->row_loss,
                          .loss = tf_tensor_data(out), .grad = true};
+    pushed = tf_range_push("loss") == TF_OK;
     st = m->k->lm_loss(m->ctx, &a);
+    if (pushed) (void)tf_range_pop();
   }
   if (st != TF_OK) {
     tf_tensor_release(out);

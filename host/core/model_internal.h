@@ -9,6 +9,17 @@
 #include "backend.h"
 #include "model.h"
 #include "model_kernels.h"
+#include "prof.h"
+
+/* Runs expr inside the range name (NVTX and the profiler see it), closing
+ * the range whether expr fails or not; returns expr's failure. */
+#define TF_RANGED(name, expr)                               \
+  do {                                                      \
+    bool tf_pushed_ = tf_range_push(name) == TF_OK;         \
+    tf_status tf_ranged_st_ = (expr);                       \
+    if (tf_pushed_) (void)tf_range_pop();                   \
+    if (tf_ranged_st_ != TF_OK) return tf_ranged_st_;       \
+  } while (0)
 
 /* RMSNorm's eps (CS336). */
 #define TF_MODEL_NORM_EPS 1e-5
@@ -39,7 +50,8 @@ typedef struct tf_model_layer_acts {
   void *h1;        /* (n, d): ln1's output */
   float *rstd1;    /* (n,) */
   void *q, *k, *v; /* (B, H, T, hd) each, q and k after RoPE */
-  void *p;         /* (B, H, T, T): attention probabilities */
+  void *p;         /* (B, H, T, T): attention probabilities (naive attention) */
+  float *lse;      /* (B, H, T): log-sum-exp of the scaled scores (flash attention) */
   void *atty;      /* (n, d): attention output, heads merged */
   void *h2;        /* (n, d): ln2's output */
   float *rstd2;
@@ -73,7 +85,9 @@ typedef struct tf_model_plan {
   float *dres;      /* (n, d): gradient of the residual stream */
   void *dres_low;   /* (n, d) dtype (dres itself under f32) */
   void *dqkv_heads; /* 3 (n, d): dq, dk, dv in heads layout */
-  void *dp;         /* (B, H, T, T) */
+  void *dp;         /* (B, H, T, T) (naive attention) */
+  void *o_heads;    /* (n, d) heads layout: the attention output again (flash backward) */
+  void *flash_ws;   /* the flash backward's workspace */
   void *dab;        /* (n, 2 d_ff) */
   void *dgate;      /* (n, d_ff) */
 } tf_model_plan;
@@ -95,6 +109,7 @@ struct tf_model {
   tf_tensor *matmul_params; /* params' first matmul_total elements */
   uint64_t low_version;     /* params' storage version the low copy was made from */
   tf_model_plan plan;
+  bool flash;      /* FlashAttention (default) or naive attention with P materialised */
   bool loss_ready; /* the plan holds a loss's activations and logits' gradient */
 };
 
@@ -116,10 +131,11 @@ tf_status tf_model_norm(tf_model *m, const float *x, const void *delta, float *x
 /* The SwiGLU gate of one layer from its w1|w3 output (a->ab into a->gate). */
 tf_status tf_model_swiglu(tf_model *m, const tf_model_layer_acts *a);
 
-/* model_attention.c: causal self-attention of one layer, behind one pair
- * of functions (naive now; FlashAttention replaces them later). Forward:
- * qkv (n, 3d) -> acts->atty (n, d), saving q, k, v and p in acts. Backward:
- * datty (n, d) -> dqkv (n, 3d). */
+/* model_attention.c: causal self-attention of one layer. Forward: qkv (n,
+ * 3d) -> acts->atty (n, d), saving q, k, v (and lse with flash attention)
+ * in acts. Backward: datty (n, d) -> dqkv (n, 3d). */
+/* The flash arguments of the plan's shape (pointers left for the caller). */
+tf_flash_args tf_model_flash_args(const tf_model *m, int64_t batch, int64_t seq);
 tf_status tf_model_attention_forward(tf_model *m, tf_model_layer_acts *acts, const void *qkv);
 tf_status tf_model_attention_backward(tf_model *m, const tf_model_layer_acts *acts, const void *datty, void *dqkv);
 

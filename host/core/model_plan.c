@@ -14,24 +14,36 @@
 #include "model_internal.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 enum { TF_PLAN_ALIGN = 256 };
 
 /* Hands out aligned ranges of the allocation; a first pass without a base
- * only measures. */
+ * only measures. The second also names each range (for memory snapshots). */
 typedef struct tf_carver {
   char *base;
   size_t at;
+  tf_mem_region *regions; /* room for one per range, or NULL */
+  char (*names)[64];
+  int n;
 } tf_carver;
 
-/* The next aligned range of the given size (NULL while measuring). */
-static void *tf_carve(tf_carver *c, size_t bytes) {
+/* The next aligned range of the given size (NULL while measuring), named
+ * name (printf-style, with the layer index) and tagged. */
+static void *tf_carve(tf_carver *c, size_t bytes, int tag, const char *name, int64_t layer) {
   size_t off = (c->at + TF_PLAN_ALIGN - 1) / TF_PLAN_ALIGN * TF_PLAN_ALIGN;
   c->at = off + bytes;
+  if (c->regions) {
+    snprintf(c->names[c->n], sizeof c->names[c->n], name, (long long)layer);
+    c->regions[c->n] = (tf_mem_region){c->names[c->n], tag, off, bytes};
+  }
+  c->n++;
   return c->base ? c->base + off : NULL;
 }
+
+enum { TF_ACT = TF_TAG_ACTIVATION, TF_WS = TF_TAG_WORKSPACE };
 
 /* Every buffer of the plan p (whose batch, seq and mode are set). */
 static void tf_model_plan_carve(const tf_model *m, tf_model_plan *p, tf_carver *c) {
@@ -41,43 +53,53 @@ static void tf_model_plan_carve(const tf_model *m, tf_model_plan *p, tf_carver *
   const size_t es = tf_dtype_size(m->dtype), fs = sizeof(float), act = n * d * es;
   const size_t probs = (size_t)p->batch * H * T * T * es;
   const int64_t L = cfg->num_layers;
-  p->ids = tf_carve(c, 2 * n * sizeof(int64_t)); /* ids, then targets: one range check covers both */
+  p->ids = tf_carve(c, 2 * n * sizeof(int64_t), TF_WS, "ids and targets", 0); /* ids, then targets: one range check covers both */
   p->targets = p->ids ? p->ids + n : NULL;
-  p->rope_cos = tf_carve(c, T * (hd / 2) * fs);
-  p->rope_sin = tf_carve(c, T * (hd / 2) * fs);
+  p->rope_cos = tf_carve(c, T * (hd / 2) * fs, TF_WS, "rope cos", 0);
+  p->rope_sin = tf_carve(c, T * (hd / 2) * fs, TF_WS, "rope sin", 0);
   const int64_t nresid = p->training ? 2 * L + 1 : 1, nlayers = p->training ? L : 1;
-  for (int64_t i = 0; i < nresid; i++) p->resid[i] = tf_carve(c, n * d * fs);
+  for (int64_t i = 0; i < nresid; i++) p->resid[i] = tf_carve(c, n * d * fs, TF_ACT, "residual.%lld", i);
   /* recomputed in the backward pass: one buffer each, shared by the layers */
-  void *h1 = tf_carve(c, act), *h2 = tf_carve(c, act), *probs_buf = tf_carve(c, probs);
-  void *gate = tf_carve(c, n * f * es);
+  void *h1 = tf_carve(c, act, TF_WS, "norm1 out (shared)", 0), *h2 = tf_carve(c, act, TF_WS, "norm2 out (shared)", 0);
+  void *probs_buf = m->flash ? NULL : tf_carve(c, probs, TF_WS, "attention probs (shared)", 0);
+  void *gate = tf_carve(c, n * f * es, TF_WS, "swiglu gate (shared)", 0);
   for (int64_t l = 0; l < nlayers; l++) {
     tf_model_layer_acts *a = &p->layers[l];
     a->h1 = h1;
-    a->rstd1 = tf_carve(c, n * fs);
-    a->q = tf_carve(c, act);
-    a->k = tf_carve(c, act);
-    a->v = tf_carve(c, act);
+    a->rstd1 = tf_carve(c, n * fs, TF_ACT, "layers.%lld.rstd1", l);
+    a->q = tf_carve(c, act, TF_ACT, "layers.%lld.q", l);
+    a->k = tf_carve(c, act, TF_ACT, "layers.%lld.k", l);
+    a->v = tf_carve(c, act, TF_ACT, "layers.%lld.v", l);
     a->p = probs_buf;
-    a->atty = tf_carve(c, act);
+    a->lse = m->flash ? tf_carve(c, (size_t)p->batch * H * T * fs, TF_ACT, "layers.%lld.lse", l) : NULL;
+    a->atty = tf_carve(c, act, TF_ACT, "layers.%lld.attn_out", l);
     a->h2 = h2;
-    a->rstd2 = tf_carve(c, n * fs);
-    a->ab = tf_carve(c, 2 * n * f * es);
+    a->rstd2 = tf_carve(c, n * fs, TF_ACT, "layers.%lld.rstd2", l);
+    a->ab = tf_carve(c, 2 * n * f * es, TF_ACT, "layers.%lld.w1_w3_out", l);
     a->gate = gate;
   }
-  p->hf = tf_carve(c, act);
-  p->rstdf = tf_carve(c, n * fs);
-  p->qkv = tf_carve(c, 3 * act);
-  p->heads = tf_carve(c, act);
-  p->proj = tf_carve(c, act);
+  p->hf = tf_carve(c, act, TF_ACT, "final norm out", 0);
+  p->rstdf = tf_carve(c, n * fs, TF_ACT, "final norm rstd", 0);
+  p->qkv = tf_carve(c, 3 * act, TF_WS, "qkv scratch", 0);
+  p->heads = tf_carve(c, act, TF_WS, "heads scratch", 0);
+  p->proj = tf_carve(c, act, TF_WS, "projection scratch", 0);
   if (!p->training) return;
-  p->logits = tf_carve(c, n * V * es);
-  p->row_loss = tf_carve(c, n * fs);
-  p->dres = tf_carve(c, n * d * fs);
-  p->dres_low = m->dtype == TF_F32 ? (void *)p->dres : tf_carve(c, act);
-  p->dqkv_heads = tf_carve(c, 3 * act);
-  p->dp = tf_carve(c, probs);
-  p->dab = tf_carve(c, 2 * n * f * es);
-  p->dgate = tf_carve(c, n * f * es);
+  p->logits = tf_carve(c, n * V * es, TF_ACT, "logits", 0);
+  p->row_loss = tf_carve(c, n * fs, TF_ACT, "row losses", 0);
+  p->dres = tf_carve(c, n * d * fs, TF_WS, "d residual", 0);
+  p->dres_low = m->dtype == TF_F32 ? (void *)p->dres : tf_carve(c, act, TF_WS, "d residual (low)", 0);
+  p->dqkv_heads = tf_carve(c, 3 * act, TF_WS, "d qkv heads", 0);
+  if (m->flash) {
+    p->o_heads = tf_carve(c, act, TF_WS, "attention out heads", 0);
+    tf_flash_args fa = tf_model_flash_args(m, p->batch, p->seq);
+    fa.backward = true;
+    size_t ws = m->ctx->backend->flash_workspace ? m->ctx->backend->flash_workspace(&fa) : 0;
+    p->flash_ws = ws ? tf_carve(c, ws, TF_WS, "flash workspace", 0) : NULL;
+  } else {
+    p->dp = tf_carve(c, probs, TF_WS, "d attention probs", 0);
+  }
+  p->dab = tf_carve(c, 2 * n * f * es, TF_WS, "d w1_w3 out", 0);
+  p->dgate = tf_carve(c, n * f * es, TF_WS, "d swiglu gate", 0);
 }
 
 /* cos and sin of t * theta^(-2i / hd), in double as nnops' rope takes them
@@ -120,13 +142,28 @@ static tf_status tf_model_plan_make(tf_model *m, int64_t batch, int64_t seq, boo
   p->resid = calloc((size_t)(training ? 2 * L + 1 : 1), sizeof *p->resid);
   p->layers = calloc((size_t)(training ? L : 1), sizeof *p->layers);
   if (!p->resid || !p->layers) return tf_fail(TF_ERR_OOM, "out of memory: no host memory for the activation plan");
-  tf_carver measure = {NULL, 0};
+  tf_carver measure = {0};
   tf_model_plan_carve(m, p, &measure);
   p->bytes = measure.at;
   tf_shape s = {1, {(int64_t)p->bytes}};
-  TF_TRY(tf_tensor_empty(&s, TF_BOOL, m->device, &p->storage));
-  tf_carver carve = {tf_tensor_data(p->storage), 0};
+  tf_mem_scope outer = tf_mem_scope_enter(TF_TAG_ACTIVATION, "model plan");
+  tf_status st = tf_tensor_empty(&s, TF_BOOL, m->device, &p->storage);
+  tf_mem_scope_leave(outer);
+  TF_TRY(st);
+  tf_carver carve = {.base = tf_tensor_data(p->storage)};
+  carve.regions = calloc((size_t)measure.n, sizeof *carve.regions);
+  carve.names = calloc((size_t)measure.n, sizeof *carve.names);
+  if (!carve.regions || !carve.names) {
+    free(carve.regions);
+    free(carve.names);
+    carve.regions = NULL;
+    carve.names = NULL;
+  }
   tf_model_plan_carve(m, p, &carve);
+  st = carve.regions ? tf_alloc_describe(&m->ctx->alloc, carve.base, carve.n, carve.regions) : TF_OK;
+  free(carve.regions);
+  free(carve.names);
+  TF_TRY(st);
   return tf_model_plan_rope(m);
 }
 

@@ -10,6 +10,7 @@
 
 #include "cpu.h"
 #include "cpu_model.h"
+#include "cpu_prof.h"
 #include "cpu_nn.h"
 
 struct tf_event {
@@ -120,7 +121,11 @@ static const tf_backend tf_cpu_backend_table = {
     .embedding = tf_cpu_embedding,
     .masked_fill = tf_cpu_masked_fill,
     .adamw = tf_cpu_adamw,
+    .flash_attention = tf_cpu_flash_attention,
+    .flash_workspace = tf_cpu_flash_workspace,
     .model = &tf_cpu_model_kernels,
 };
 
-const tf_backend *tf_cpu_backend(void) { return &tf_cpu_backend_table; }
+/* Wrapped so that a running tf.prof collector times each op on the host
+ * (the CPU's "kernels"); the wrapper costs a flag test otherwise. */
+const tf_backend *tf_cpu_backend(void) { return tf_cpu_prof_backend(&tf_cpu_backend_table); }

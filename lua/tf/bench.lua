@@ -22,10 +22,13 @@ function M.summarize(samples)
   return s
 end
 
---- tf.bench(fn, {warmup = 5, iters = 10}): runs fn `warmup` times, then
--- `iters` timed times, synchronising every device before and after each
--- call, so each sample is the wall time of one complete call. Returns
--- {samples, mean, std, median, min, max, n, warmup} in milliseconds.
+--- tf.bench(fn, {warmup = 5, iters = 10, setup, teardown}): runs fn `warmup`
+-- times, then `iters` timed times, synchronising every device before and
+-- after each call, so each sample is the wall time of one complete call.
+-- With setup, every call is fn(setup()) and teardown(setup's results)
+-- follows it, both untimed (e.g. a fresh forward pass before each timed
+-- backward pass). Returns {samples, mean, std, median, min, max, n,
+-- warmup} in milliseconds.
 function M.bench(fn, opts)
   local tf = require "tf"
   if type(fn) ~= "function" then error("tf.bench: expects a function", 2) end
@@ -33,18 +36,22 @@ function M.bench(fn, opts)
   local warmup, iters = opts.warmup or 5, opts.iters or 10
   if math.type(warmup) ~= "integer" or warmup < 0 then error("tf.bench: warmup must be an integer >= 0", 2) end
   if math.type(iters) ~= "integer" or iters < 1 then error("tf.bench: iters must be an integer >= 1", 2) end
-  for _ = 1, warmup do
-    fn()
-    tf.sync()
-  end
-  local samples = {}
-  for i = 1, iters do
+  local setup, teardown = opts.setup, opts.teardown
+  if setup ~= nil and type(setup) ~= "function" then error("tf.bench: setup must be a function", 2) end
+  if teardown ~= nil and type(teardown) ~= "function" then error("tf.bench: teardown must be a function", 2) end
+  local function sample()
+    local args = setup and table.pack(setup()) or { n = 0 }
     tf.sync()
     local t0 = tf.now()
-    fn()
+    fn(table.unpack(args, 1, args.n))
     tf.sync()
-    samples[i] = tf.now() - t0
+    local ms = tf.now() - t0
+    if teardown then teardown(table.unpack(args, 1, args.n)) end
+    return ms
   end
+  for _ = 1, warmup do sample() end
+  local samples = {}
+  for i = 1, iters do samples[i] = sample() end
   local s = M.summarize(samples)
   s.warmup = warmup
   return s

@@ -12,6 +12,7 @@ for name, value in pairs(C) do
 end
 tf._adamw_step = C._adamw_step -- for tf.optim
 tf._model = C._model -- the fused engine, for tf.model
+tf._prof = C._prof -- ranges and the collector, for tf.prof
 
 C._tensor_metatable.__tostring = require("tf.format").tensor
 
@@ -68,10 +69,48 @@ function tf.causal_mask(n, m, opts)
   return tf.ge(tf.arange(n, device):unsqueeze(1), tf.arange(m, device):unsqueeze(0))
 end
 
+--- tf.mem.dump(path [, snapshot]): writes a snapshot (default: the default
+-- device's, now) as a PyTorch-format .pickle (pytorch.org/memory_viz opens
+-- it) or as .json, by the file's extension.
+function tf.mem.dump(path, snap)
+  if type(path) ~= "string" then error("tf.mem.dump: expected a file path", 2) end
+  local memviz = require "tf.memviz"
+  snap = snap or tf.mem.snapshot()
+  local text
+  if path:match("%.pickle$") or path:match("%.pkl$") then
+    text = memviz.pickle(snap)
+  elseif path:match("%.json$") then
+    text = memviz.json(snap)
+  else
+    error("tf.mem.dump: " .. path .. ": the name must end in .pickle, .pkl or .json", 2)
+  end
+  local f, err = io.open(path, "wb")
+  if not f then error("tf.mem.dump: " .. err, 2) end
+  f:write(text)
+  f:close()
+  return path
+end
+--- tf.mem.plot(path [, opts]): the active memory timeline as a self-contained
+-- HTML page; opts.snapshot (default: taken now) and opts.title.
+function tf.mem.plot(path, opts)
+  if type(path) ~= "string" then error("tf.mem.plot: expected a file path", 2) end
+  opts = opts or {}
+  local html = require("tf.memviz").html(opts.snapshot or tf.mem.snapshot(), opts)
+  local f, err = io.open(path, "wb")
+  if not f then error("tf.mem.plot: " .. err, 2) end
+  f:write(html)
+  f:close()
+  return path
+end
+--- tf.mem.summary(snapshot): bytes live per tag at the recorded peak.
+function tf.mem.summary(snap) return require("tf.memviz").summary(snap or tf.mem.snapshot()) end
+
 tf.nn = require "tf.nn"
 tf.optim = require "tf.optim"
 tf.amp = require "tf.amp"
 tf.model = require "tf.model"
+tf.prof = require "tf.prof"
+tf.range = tf.prof.range
 --- tf.optim.adamw(model, opts): the model's own AdamW (fused over all
 -- parameters in the C engine), torch.optim.AdamW's semantics and defaults.
 function tf.optim.adamw(model, opts) return model:optimizer(opts or {}) end

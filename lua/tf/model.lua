@@ -98,13 +98,15 @@ local function region(self) return self.precision ~= "f32" and self.precision or
 
 function Eager:forward(ids)
   check_batch(self, ids)
+  local _ <close> = tf.range("forward")
   return tf.no_grad(function() return tf.autocast(region(self), function() return self.module(ids) end) end)
 end
 
 function Eager:loss(ids, targets)
   check_batch(self, ids, targets)
   local loss = tf.autocast(region(self), function()
-    local logits = self.module(ids)
+    local logits = tf.range("forward", self.module, ids)
+    local _ <close> = tf.range("loss")
     return tf.cross_entropy(logits:reshape(-1, self.config.vocab_size), targets:reshape(-1))
   end)
   self._loss = loss
@@ -113,6 +115,7 @@ end
 
 function Eager:backward()
   if not self._loss then error("tf.model: backward needs a loss first (m:loss(ids, targets))", 2) end
+  local _ <close> = tf.range("backward")
   self._loss:backward()
   self._loss = nil
 end
@@ -168,7 +171,7 @@ function Fused:make_optimizer(opts)
   local o = { lr = opts.lr or 1e-3, beta1 = betas[1], beta2 = betas[2], eps = opts.eps or 1e-8,
     weight_decay = opts.weight_decay or 0.01, t = 0 }
   function o.step(opt)
-    opt.t = opt.t + 1
+    opt.t = opt.t + 1 -- the engine opens the "optimizer" range itself
     engine:adamw_step({ lr = opt.lr, beta1 = opt.beta1, beta2 = opt.beta2, eps = opt.eps,
       weight_decay = opt.weight_decay, step = opt.t })
   end
@@ -203,7 +206,11 @@ function Model:step(ids, targets)
   local loss = self:loss(ids, targets)
   self:backward()
   local opt = self:optimizer()
-  opt:step()
+  if self.engine then
+    opt:step()
+  else
+    tf.range("optimizer", opt.step, opt)
+  end
   opt:zero_grad()
   return loss
 end
@@ -262,7 +269,8 @@ local function resolve_impl(impl)
 end
 
 --- tf.model.new{preset = "small" | ... or explicit sizes, context_length, vocab_size,
---- precision = "f32" | "bf16" | "f16", impl = "fused" | "eager", device}
+--- precision = "f32" | "bf16" | "f16", impl = "fused" | "eager", device,
+--- attention = "flash" | "naive" (default: flash where the device has it)}
 function M.new(spec)
   if type(spec) ~= "table" then error("tf.model.new: expects a table", 2) end
   local cfg = M.config(spec)
@@ -271,14 +279,18 @@ function M.new(spec)
     error("tf.model.new: precision must be f32, bf16 or f16", 2)
   end
   local impl = resolve_impl(spec.impl)
+  if spec.attention ~= nil and spec.attention ~= "flash" and spec.attention ~= "naive" then
+    error("tf.model.new: attention must be \"flash\" or \"naive\"", 2)
+  end
   local device = spec.device or tf.default_device()
-  local self = { config = cfg, precision = precision, impl = impl, device = device }
+  local self = { config = cfg, precision = precision, impl = impl, device = device, attention = spec.attention }
   if impl == "eager" then
     local T = require "tf.models.transformer"
     self.module = T.TransformerLM(cfg, { device = device })
     return setmetatable(self, Eager)
   end
-  self.engine = tf._model.create(cfg, { device = device, precision = precision })
+  self.engine = tf._model.create(cfg, { device = device, precision = precision, attention = spec.attention })
+  self.attention = self.engine:info().attention
   return setmetatable(self, Fused)
 end
 

@@ -29,9 +29,10 @@ function Module:extend(name)
   return cls
 end
 
+--- What init allocates is tagged "parameter" in memory snapshots.
 function Module:new(...)
   local m = setmetatable({ _names = {}, _items = {} }, self)
-  if m.init then m:init(...) end
+  if m.init then tf.mem.scope("parameter", self.__name, m.init, m, ...) end
   return m
 end
 

@@ -55,7 +55,7 @@ function optim.SGD(params, opts)
           if o.weight_decay ~= 0 then g = g + p * o.weight_decay end
           if o.momentum ~= 0 then
             local buf = o.state[i]
-            if buf then buf:copy_(buf * o.momentum + g) else buf = g:clone() end
+            if buf then buf:copy_(buf * o.momentum + g) else buf = tf.mem.scope("optimizer state", "SGD", g.clone, g) end
             o.state[i] = buf
             g = buf
           end
@@ -90,6 +90,7 @@ function optim.AdamW(params, opts)
         local s = o.state[i]
         if not s then
           local moment = { device = p.device, dtype = p.dtype == "f64" and "f64" or "f32" }
+          local _ <close> = tf.mem.scope("optimizer state", "AdamW")
           s = { m = tf.zeros(p:size(), moment), v = tf.zeros(p:size(), moment) }
           o.state[i] = s
         end

@@ -44,15 +44,26 @@ function Attention:future_mask(t, device)
   return cache
 end
 
+-- softmax(Q K^T / sqrt(d_k)) V under a causal mask, in the ranges CS336's
+-- annotated attention uses.
+function Attention:attend(q, k, v, t, device)
+  local scores = tf.range("computing attention scores", function()
+    return tf.matmul(q, k:transpose(-1, -2)) / math.sqrt(self.head_dim)
+  end)
+  local probs = tf.range("computing softmax", function()
+    return scores:masked_fill(self:future_mask(t, device), -math.huge):softmax(-1)
+  end)
+  local _ <close> = tf.range("final matmul")
+  return tf.matmul(probs, v)
+end
+
 function Attention:forward(x)
   local b, t, d = x:size(0), x:size(1), x:size(2)
   local q = tf.rope(self:split(self.q_proj(x)), self.theta)
   local k = tf.rope(self:split(self.k_proj(x)), self.theta)
   local v = self:split(self.v_proj(x))
-  local scores = tf.matmul(q, k:transpose(-1, -2)) / math.sqrt(self.head_dim)
-  local probs = scores:masked_fill(self:future_mask(t, x.device), -math.huge):softmax(-1)
-  local out = tf.matmul(probs, v):transpose(1, 2):reshape(b, t, d)
-  return self.output_proj(out)
+  local out = tf.range("scaled dot product attention", self.attend, self, q, k, v, t, x.device)
+  return self.output_proj(out:transpose(1, 2):reshape(b, t, d))
 end
 
 local SwiGLU = nn.Module:extend("SwiGLU")
@@ -99,7 +110,7 @@ function LM:forward(ids)
       self.config.context_length), 2)
   end
   local x = self.token_embeddings(ids)
-  for _, name in ipairs(self.layers._names) do x = self.layers[name](x) end
+  for _, name in ipairs(self.layers._names) do x = tf.range("layer " .. name, self.layers[name], x) end
   return self.lm_head(self.ln_final(x))
 end
 

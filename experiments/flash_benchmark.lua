@@ -1,0 +1,157 @@
+--- FlashAttention-2 against naive attention (CS336 "Systems",
+-- flash_benchmarking): batch 1, causal, for each sequence length, head dim
+-- and dtype, the latency of the forward pass, the backward pass and both,
+-- and the TFLOP/s they achieve. Naive attention runs out of memory at long
+-- sequences; those rows are marked OOM and the sweep goes on.
+--
+-- Timing (as tf.bench): `warmup` untimed calls, then `iters` timed calls,
+-- each between two device synchronisations; the table shows the median.
+-- The backward pass is timed alone: each call follows a fresh, untimed
+-- forward pass and runs o:backward(dout) with a fixed random dout. The
+-- forward runs on inputs that require grad (it records what backward needs).
+-- FLOPs: 4 * batch * heads * seq^2 * d for the forward pass (the two
+-- matmuls), halved when causal; the backward pass counts 2.5 times that.
+--
+--   tfhost experiments/flash_benchmark.lua                        (the full CS336 sweep)
+--   tfhost experiments/flash_benchmark.lua --seq 1024,16384 --d 64 --dtype bf16 --json out.json
+--   tfhost experiments/flash_benchmark.lua --quick                (a CPU smoke run in seconds)
+local opt = tf.options{
+  description = "FlashAttention-2 vs naive attention: forward, backward and forward+backward latency and TFLOP/s.",
+  { "seq", "sequence lengths", default = "128,256,512,1024,2048,4096,8192,16384,32768,65536", type = "list:int" },
+  { "d", "head dims", default = "16,32,64,128", type = "list:int" },
+  { "dtype", "dtypes", default = "bf16,f32", type = "list", choices = { "bf16", "f16", "f32" } },
+  { "impl", "implementations", default = "naive,flash", type = "list", choices = { "naive", "flash" } },
+  { "batch", "batch size", default = 1 },
+  { "heads", "heads per problem", default = 1 },
+  { "causal", "causal mask (--no-causal for full attention)", default = true },
+  { "warmup", "untimed calls before timing", default = 5 },
+  { "iters", "timed calls (the median is reported)", default = 20 },
+  { "memory_limit", "cap the device memory tfhost may reserve, in GiB (0: none); shows OOM rows cheaply",
+    default = 0.0 },
+  { "quick", "tiny sizes for a smoke run (seq 64,128; d 16,32; 2 timed calls after 1 warm-up)", type = "bool" },
+  { "json", "write the rows and the environment to this file", type = "string" },
+}
+if opt.quick then
+  opt.seq, opt.d, opt.warmup, opt.iters = { 64, 128 }, { 16, 32 }, 1, 2
+end
+for _, name in ipairs({ "batch", "heads", "iters" }) do
+  if opt[name] < 1 then tf.exit(2, "flash_benchmark.lua: --" .. name .. " must be >= 1\n") end
+end
+if opt.warmup < 0 then tf.exit(2, "flash_benchmark.lua: --warmup must be >= 0\n") end
+for _, list in ipairs({ "d", "seq" }) do
+  for _, n in ipairs(opt[list]) do
+    if n < 1 then tf.exit(2, "flash_benchmark.lua: --" .. list .. " values must be >= 1\n") end
+  end
+end
+if opt.memory_limit > 0 then tf.mem.set_limit(math.floor(opt.memory_limit * 2 ^ 30)) end
+
+
+local function progress(fmt, ...) io.stderr:write(string.format(fmt, ...)) end
+local function is_oom(err) return tostring(err):find("out of memory", 1, true) ~= nil end
+
+-- Backward passes alone, each after a fresh untimed forward pass: the
+-- sample is o:backward(dout) between two synchronisations.
+local function bench_backward(q, k, v, dout, attn)
+  return tf.bench(function(o) o:backward(dout) end, {
+    warmup = opt.warmup, iters = opt.iters,
+    setup = function() return tf.attention(q, k, v, attn) end,
+    teardown = function(o)
+      o:free()
+      q:zero_grad()
+      k:zero_grad()
+      v:zero_grad()
+    end,
+  })
+end
+
+local function measure(dtype, d, seq, impl)
+  local row = { dtype = dtype, d = d, seq = seq, impl = impl, batch = opt.batch, heads = opt.heads,
+    causal = opt.causal }
+  local flops = 4 * opt.batch * opt.heads * seq * seq * d * (opt.causal and 0.5 or 1)
+  local attn = { impl = impl, causal = opt.causal }
+  local q, k, v, dout
+  local ok, err = pcall(function()
+    tf.seed(0)
+    local shape, o = { opt.batch, opt.heads, seq, d }, { dtype = dtype }
+    q = tf.randn(shape, o):requires_grad(true)
+    k = tf.randn(shape, o):requires_grad(true)
+    v = tf.randn(shape, o):requires_grad(true)
+    dout = tf.randn(shape, o)
+    local runs = {
+      { "fwd", 1, function() return tf.bench(function() tf.attention(q, k, v, attn):free() end,
+          { warmup = opt.warmup, iters = opt.iters }) end },
+      { "bwd", 2.5, function() return bench_backward(q, k, v, dout, attn) end },
+      { "fwdbwd", 3.5, function()
+        return tf.bench(function()
+          local out = tf.attention(q, k, v, attn)
+          out:backward(dout)
+          out:free()
+          q:zero_grad()
+          k:zero_grad()
+          v:zero_grad()
+        end, { warmup = opt.warmup, iters = opt.iters })
+      end },
+    }
+    for _, r in ipairs(runs) do
+      local name, factor, run = r[1], r[2], r[3]
+      local s = run()
+      row[name .. "_ms"] = s.median
+      row[name .. "_tflops"] = factor * flops / (s.median * 1e-3) / 1e12
+    end
+  end)
+  if not ok then
+    if not is_oom(err) then error(err, 0) end
+    row.oom = true
+    for _, name in ipairs({ "fwd", "bwd", "fwdbwd" }) do
+      if type(row[name .. "_ms"]) ~= "number" then row[name .. "_ms"] = "OOM" end
+    end
+  end
+  q, k, v, dout = nil, nil, nil, nil
+  collectgarbage()
+  collectgarbage()
+  tf.mem.empty_cache()
+  return row
+end
+
+local configs = {}
+for _, dtype in ipairs(opt.dtype) do
+  for _, d in ipairs(opt.d) do
+    for _, seq in ipairs(opt.seq) do
+      for _, impl in ipairs(opt.impl) do configs[#configs + 1] = { dtype, d, seq, impl } end
+    end
+  end
+end
+
+print(string.format("tfhost %s (%s), device %s; batch %d, heads %d, %s; median of %d calls after %d warm-up",
+  tf.version, tf.commit, tf.device(), opt.batch, opt.heads, opt.causal and "causal" or "not causal", opt.iters,
+  opt.warmup))
+local rows, naive_of = {}, {}
+for i, c in ipairs(configs) do
+  local dtype, d, seq, impl = table.unpack(c)
+  progress("[%d/%d] %s d %d seq %d %s ...", i, #configs, dtype, d, seq, impl)
+  local t0 = tf.now()
+  local row = measure(dtype, d, seq, impl)
+  local key = dtype .. "/" .. d .. "/" .. seq
+  if impl == "naive" then naive_of[key] = row end
+  local naive = naive_of[key]
+  if impl == "flash" and naive and type(naive.fwdbwd_ms) == "number" and type(row.fwdbwd_ms) == "number" then
+    row.speedup = naive.fwdbwd_ms / row.fwdbwd_ms
+  end
+  rows[#rows + 1] = row
+  progress(" %s (%.1f s)\n", row.oom and "OOM" or "done", (tf.now() - t0) / 1e3)
+end
+
+local function num(fmt) return function(v) return type(v) == "number" and string.format(fmt, v) or tostring(v) end end
+tf.report.table(rows, {
+  title = string.format("Attention latency, batch %d, heads %d, %s", opt.batch, opt.heads,
+    opt.causal and "causal" or "not causal"),
+  columns = { "dtype", "d", "seq", "impl",
+    { "fwd_ms", "fwd ms", num("%.3f") }, { "bwd_ms", "bwd ms", num("%.3f") },
+    { "fwdbwd_ms", "fwd+bwd ms", num("%.3f") },
+    { "fwd_tflops", "fwd TFLOP/s", num("%.3g") }, { "bwd_tflops", "bwd TFLOP/s", num("%.3g") },
+    { "fwdbwd_tflops", "fwd+bwd TFLOP/s", num("%.3g") }, { "speedup", "fwd+bwd speedup vs naive", num("%.2fx") } },
+})
+if opt.json then
+  tf.results.write(opt.json, rows)
+  print("wrote " .. opt.json)
+end

@@ -1,0 +1,166 @@
+--- Fused vs eager (CS336 torch_compile): what fusing buys.
+--   (a) attention: the eager op chain (matmul, scale, mask, softmax, matmul:
+--       one kernel per op, P materialised) against the fused FlashAttention
+--       kernels, forward and forward+backward;
+--   (b) the whole Transformer LM: the eager Lua model (tf ops + autograd,
+--       like PyTorch eager) against the fused C engine (planned memory,
+--       fused kernels, FlashAttention), forward and full training step.
+--
+--   tfhost experiments/fused_vs_eager.lua
+--   tfhost experiments/fused_vs_eager.lua --part model --size small --context 256
+--   tfhost experiments/fused_vs_eager.lua --quick            (tiny sizes: a CPU smoke run)
+local opt = tf.options{
+  description = "Eager ops vs fused kernels: attention, and the whole Transformer LM.",
+  { "part", "which parts to run", default = "attention,model", type = "list", choices = { "attention", "model" } },
+  { "batch", "attention: batch", default = 8 },
+  { "d", "attention: head dims", default = "16,32,64,128", type = "list:int" },
+  { "seq", "attention: sequence lengths", default = "256,1024,4096,8192,16384", type = "list:int" },
+  { "attn_dtype", "attention: dtype", default = "f32", choices = { "f32", "bf16", "f16" } },
+  { "size", "model: sizes", default = "small,medium,large", type = "list" },
+  { "context", "model: context length", default = 512 },
+  { "model_batch", "model: batch", default = 4 },
+  { "precision", "model: precisions", default = "f32,bf16", type = "list", choices = { "f32", "bf16", "f16" } },
+  { "warmup", "warm-up iterations", default = 3 },
+  { "iters", "timed iterations", default = 10 },
+  { "quick", "tiny sizes for a quick (CPU) run", default = false },
+  { "json", "write the rows and the environment to this file", type = "string" },
+}
+if opt.quick then
+  opt.d, opt.seq, opt.batch = { 16 }, { 32, 64 }, 2
+  opt.size, opt.context, opt.model_batch, opt.warmup, opt.iters = { "tiny" }, 32, 2, 1, 2
+end
+for _, s in ipairs(opt.size) do
+  if not tf.model.presets[s] then tf.exit(2, "fused_vs_eager.lua: unknown size '" .. s .. "'\n") end
+end
+
+local function progress(fmt, ...) io.stderr:write(string.format(fmt, ...)) end
+local function is_oom(err) return tostring(err):find("out of memory", 1, true) ~= nil end
+local function release()
+  collectgarbage()
+  collectgarbage()
+  tf.mem.empty_cache()
+end
+local function bench(fn) return tf.bench(fn, { warmup = opt.warmup, iters = opt.iters }).median end
+
+local rows = { attention = {}, model = {} }
+
+-- Times the baseline and the fused implementation with time(impl), which
+-- returns one time per key; fills row.<impl>_<key>_ms (or <impl>_oom) and
+-- row.<key>_speedup.
+local function compare(row, base, fused, keys, time)
+  for _, impl in ipairs({ base, fused }) do
+    local res = table.pack(pcall(time, impl))
+    if res[1] then
+      for i, key in ipairs(keys) do row[impl .. "_" .. key .. "_ms"] = res[i + 1] end
+    elseif is_oom(res[2]) then
+      row[impl .. "_oom"] = true
+    else
+      error(res[2], 0)
+    end
+    release()
+  end
+  for _, key in ipairs(keys) do
+    local a, b = row[base .. "_" .. key .. "_ms"], row[fused .. "_" .. key .. "_ms"]
+    if a and b then row[key .. "_speedup"] = a / b end
+  end
+end
+
+local function has(part)
+  for _, p in ipairs(opt.part) do
+    if p == part then return true end
+  end
+end
+
+-- (a) One attention shape, one implementation: forward and forward+backward.
+local function time_attention(d, seq, impl)
+  local shape = { opt.batch, seq, d }
+  local q = tf.randn(shape, { dtype = opt.attn_dtype }):requires_grad(true)
+  local k = tf.randn(shape, { dtype = opt.attn_dtype }):requires_grad(true)
+  local v = tf.randn(shape, { dtype = opt.attn_dtype }):requires_grad(true)
+  local dout = tf.randn(shape, { dtype = opt.attn_dtype })
+  local o = { causal = true, impl = impl }
+  local fwd = bench(function() tf.no_grad(function() tf.attention(q, k, v, o):free() end) end)
+  local fwdbwd = bench(function()
+    local out = tf.attention(q, k, v, o)
+    out:backward(dout)
+    q.grad, k.grad, v.grad = nil, nil, nil
+    out:free()
+  end)
+  return fwd, fwdbwd
+end
+
+if has("attention") then
+  local total, done = #opt.d * #opt.seq, 0
+  for _, d in ipairs(opt.d) do
+    for _, seq in ipairs(opt.seq) do
+      done = done + 1
+      progress("[attention %d/%d] d %d seq %d ...", done, total, d, seq)
+      local row = { d = d, seq = seq, batch = opt.batch, dtype = opt.attn_dtype }
+      compare(row, "naive", "flash", { "fwd", "fwdbwd" }, function(impl) return time_attention(d, seq, impl) end)
+      rows.attention[#rows.attention + 1] = row
+      progress(" done\n")
+    end
+  end
+end
+
+-- (b) One model size and precision, one implementation: forward and step.
+local function time_model(size, precision, impl)
+  tf.seed(0)
+  local m = tf.model.new{ preset = size, context_length = opt.context, precision = precision, impl = impl }
+  local vocab = m.config.vocab_size
+  local ids = tf.randint(0, vocab, { opt.model_batch, opt.context })
+  local targets = tf.randint(0, vocab, { opt.model_batch, opt.context })
+  local fwd = bench(function() m:forward(ids):free() end)
+  local step = bench(function() m:step(ids, targets):free() end)
+  return fwd, step
+end
+
+if has("model") then
+  local total, done = #opt.size * #opt.precision, 0
+  for _, size in ipairs(opt.size) do
+    for _, precision in ipairs(opt.precision) do
+      done = done + 1
+      progress("[model %d/%d] %s %s ctx %d ...", done, total, size, precision, opt.context)
+      local row = { size = size, precision = precision, context = opt.context, batch = opt.model_batch }
+      compare(row, "eager", "fused", { "fwd", "step" }, function(impl) return time_model(size, precision, impl) end)
+      rows.model[#rows.model + 1] = row
+      progress(" done\n")
+    end
+  end
+end
+
+local function ms(impl, key)
+  return { impl .. "_" .. key, impl .. " " .. key:gsub("_ms", "") .. " ms", function(v, row)
+    if row[impl .. "_oom"] then return "OOM" end
+    return v and string.format("%.3f", v) or "-"
+  end }
+end
+local function ratio(key, title)
+  return { key, title, function(v) return v and string.format("%.2fx", v) or "-" end }
+end
+
+print(string.format("# Fused vs eager on %s (median of %d runs after %d warm-up)\n", tf.device(), opt.iters,
+  opt.warmup))
+if has("attention") then
+  print(string.format("## (a) Attention, batch %d, %s, causal: eager ops vs FlashAttention kernels\n", opt.batch,
+    opt.attn_dtype))
+  tf.report.table(rows.attention, { columns = { "d", "seq", ms("naive", "fwd_ms"), ms("flash", "fwd_ms"),
+    ratio("fwd_speedup", "fwd speed-up"), ms("naive", "fwdbwd_ms"), ms("flash", "fwdbwd_ms"),
+    ratio("fwdbwd_speedup", "fwd+bwd speed-up") } })
+  print("\nEager: S = QK^T * scale, masked, softmax, PV, each its own kernel, S and P kept for backward. "
+    .. "Fused: one forward kernel, and backward kernels that recompute P tile by tile from the saved log-sum-exp.")
+end
+if has("model") then
+  print(string.format("\n## (b) Transformer LM, context %d, batch %d: eager Lua model vs fused engine\n",
+    opt.context, opt.model_batch))
+  tf.report.table(rows.model, { columns = { "size", { "precision", "prec" }, ms("eager", "fwd_ms"),
+    ms("fused", "fwd_ms"), ratio("fwd_speedup", "fwd speed-up"), ms("eager", "step_ms"), ms("fused", "step_ms"),
+    ratio("step_speedup", "step speed-up") } })
+  print("\nEager: the model written with tf ops and autograd (one kernel per op, autocast casts per op). "
+    .. "Fused: planned activation memory, fused norm/residual/SwiGLU/loss kernels, cuBLASLt GEMMs, "
+    .. "FlashAttention, bf16 weight copies kept by the optimizer.")
+end
+if opt.json then
+  tf.results.write(opt.json, rows)
+  print("wrote " .. opt.json)
+end

@@ -1,0 +1,200 @@
+#include "memrec.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "autograd.h"
+#include "prof.h"
+
+static const char *const tf_tag_names[TF_TAG_COUNT] = {
+    "auto", "parameter", "gradient", "optimizer state", "activation", "workspace", "temporary",
+};
+
+const char *tf_mem_tag_name(int tag) { return tag >= 0 && tag < TF_TAG_COUNT ? tf_tag_names[tag] : "unknown"; }
+
+int tf_mem_tag_parse(const char *name) {
+  for (int i = 0; i < TF_TAG_COUNT; i++)
+    if (strcmp(name, tf_tag_names[i]) == 0) return i;
+  return -1;
+}
+
+static const char *const tf_action_names[TF_MEM_ACTION_COUNT] = {
+    "alloc", "free_completed", "segment_alloc", "segment_free", "oom",
+};
+
+const char *tf_mem_action_name(int action) {
+  return action >= 0 && action < TF_MEM_ACTION_COUNT ? tf_action_names[action] : "unknown";
+}
+
+/* ---- scopes ---------------------------------------------------------------------------- */
+
+static tf_mem_scope tf_scope_now = {TF_TAG_AUTO, NULL};
+
+tf_mem_scope tf_mem_scope_enter(int tag, const char *what) {
+  tf_mem_scope previous = tf_scope_now;
+  tf_scope_now.tag = tag;
+  tf_scope_now.what = what ? what : previous.what;
+  return previous;
+}
+
+void tf_mem_scope_leave(tf_mem_scope previous) { tf_scope_now = previous; }
+
+tf_mem_scope tf_mem_scope_current(void) { return tf_scope_now; }
+
+/* ---- interned strings -------------------------------------------------------------------- */
+
+/* Open addressing over ids into a growing array of owned strings. */
+static struct {
+  char **strings;
+  uint32_t count, cap;
+  uint32_t *slots; /* id + 1, 0 = empty */
+  uint32_t nslots;
+} tf_interned;
+
+static uint32_t tf_hash(const char *s) {
+  uint32_t h = 2166136261u;
+  for (; *s; s++) h = (h ^ (unsigned char)*s) * 16777619u;
+  return h;
+}
+
+static bool tf_intern_grow(void) {
+  uint32_t nslots = tf_interned.nslots ? tf_interned.nslots * 2 : 1024;
+  uint32_t *slots = calloc(nslots, sizeof *slots);
+  if (!slots) return false;
+  for (uint32_t id = 0; id < tf_interned.count; id++) {
+    uint32_t i = tf_hash(tf_interned.strings[id]) & (nslots - 1);
+    while (slots[i]) i = (i + 1) & (nslots - 1);
+    slots[i] = id + 1;
+  }
+  free(tf_interned.slots);
+  tf_interned.slots = slots;
+  tf_interned.nslots = nslots;
+  return true;
+}
+
+/* Without host memory for a new string, the answer is 0 (the empty one). */
+uint32_t tf_mem_intern(const char *s) {
+  if (!s || !*s) return 0;
+  if (tf_interned.count == 0) {
+    tf_interned.strings = malloc(64 * sizeof *tf_interned.strings);
+    if (!tf_interned.strings || !(tf_interned.strings[0] = calloc(1, 1))) return 0;
+    tf_interned.cap = 64;
+    tf_interned.count = 1;
+    if (!tf_intern_grow()) return 0;
+    uint32_t i = tf_hash("") & (tf_interned.nslots - 1);
+    tf_interned.slots[i] = 1;
+  }
+  uint32_t mask = tf_interned.nslots - 1, i = tf_hash(s) & mask;
+  for (; tf_interned.slots[i]; i = (i + 1) & mask)
+    if (strcmp(tf_interned.strings[tf_interned.slots[i] - 1], s) == 0) return tf_interned.slots[i] - 1;
+  if (2 * (tf_interned.count + 1) > tf_interned.nslots) {
+    if (!tf_intern_grow()) return 0;
+    return tf_mem_intern(s);
+  }
+  if (tf_interned.count == tf_interned.cap) {
+    char **grown = realloc(tf_interned.strings, 2 * tf_interned.cap * sizeof *grown);
+    if (!grown) return 0;
+    tf_interned.strings = grown;
+    tf_interned.cap *= 2;
+  }
+  char *copy = strdup(s);
+  if (!copy) return 0;
+  uint32_t id = tf_interned.count++;
+  tf_interned.strings[id] = copy;
+  tf_interned.slots[i] = id + 1;
+  return id;
+}
+
+const char *tf_mem_string(uint32_t id) { return id < tf_interned.count ? tf_interned.strings[id] : ""; }
+
+/* ---- origins ----------------------------------------------------------------------------- */
+
+static tf_mem_site_fn tf_site_hook;
+static void *tf_site_ud;
+
+void tf_mem_set_site_hook(tf_mem_site_fn fn, void *ud) {
+  tf_site_hook = fn;
+  tf_site_ud = ud;
+}
+
+/* "forward/layer 3/attention" from the open ranges. */
+static uint32_t tf_ranges_now(void) {
+  const char *names[32];
+  int n = tf_range_stack(names, 32);
+  if (n <= 0) return 0;
+  char path[512];
+  size_t at = 0;
+  for (int i = 0; i < n && i < 32 && at < sizeof path - 1; i++)
+    at += (size_t)snprintf(path + at, sizeof path - at, "%s%s", i ? "/" : "", names[i]);
+  return tf_mem_intern(path);
+}
+
+void tf_mem_origin_now(tf_mem_origin *o, bool full) {
+  int tag = tf_scope_now.tag;
+  if (tag == TF_TAG_AUTO) tag = tf_grad_enabled() ? TF_TAG_ACTIVATION : TF_TAG_TEMPORARY;
+  *o = (tf_mem_origin){.tag = (uint8_t)tag};
+  const char *what = tf_scope_now.what;
+  if (full && tf_site_hook) {
+    tf_mem_site site;
+    site.source[0] = site.frames[0] = site.what[0] = '\0';
+    tf_site_hook(tf_site_ud, &site);
+    o->source = tf_mem_intern(site.source);
+    o->frames = tf_mem_intern(site.frames);
+    if (!what && site.what[0]) what = site.what;
+  }
+  o->what = tf_mem_intern(what);
+  if (full) o->ranges = tf_ranges_now();
+}
+
+/* ---- the recorder ------------------------------------------------------------------------ */
+
+uint64_t tf_mem_now_us(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+/* A restart keeps nothing of the previous history. */
+tf_status tf_mem_recorder_start(tf_mem_recorder *r, size_t max_entries) {
+  if (max_entries == 0) return tf_fail(TF_ERR_ARG, "max_entries must be at least 1");
+  tf_mem_event *events = malloc(max_entries * sizeof *events);
+  if (!events) return tf_fail(TF_ERR_OOM, "out of memory: no host memory for %zu history entries", max_entries);
+  free(r->events);
+  *r = (tf_mem_recorder){.events = events, .cap = max_entries, .on = true};
+  return TF_OK;
+}
+
+void tf_mem_recorder_stop(tf_mem_recorder *r) { r->on = false; }
+
+void tf_mem_recorder_free(tf_mem_recorder *r) {
+  free(r->events);
+  *r = (tf_mem_recorder){0};
+}
+
+void tf_mem_record(tf_mem_recorder *r, tf_mem_action action, uint64_t addr, uint64_t size, uint64_t requested,
+                   const tf_mem_origin *origin, uint64_t device_free) {
+  if (!r || !r->on) return;
+  tf_mem_event *e = &r->events[r->head];
+  *e = (tf_mem_event){.addr = addr, .size = size, .requested = requested, .time_us = tf_mem_now_us(),
+                      .device_free = device_free, .seq = r->seq++, .action = (uint8_t)action};
+  if (origin) e->origin = *origin;
+  r->head = (r->head + 1) % r->cap;
+  if (r->count < r->cap) r->count++;
+  if (action == TF_MEM_ALLOC) {
+    r->live += size;
+    if (r->live > r->peak) {
+      r->peak = r->live;
+      r->peak_seq = e->seq;
+      r->peak_time_us = e->time_us;
+    }
+  } else if (action == TF_MEM_FREE) {
+    r->live = r->live > size ? r->live - size : 0;
+  }
+}
+
+const tf_mem_event *tf_mem_event_at(const tf_mem_recorder *r, size_t i) {
+  size_t first = (r->head + r->cap - r->count) % r->cap;
+  return &r->events[(first + i) % r->cap];
+}

@@ -1,0 +1,672 @@
+/* Ranges and the profiler's collector (prof.h). The GPU half, CUPTI, lives
+ * in kernels/prof_cupti.cu; this file owns the records.
+ *
+ * Records reach a session two ways. Range instances are written by the
+ * thread that pushes ranges, straight into the session. Kernels, copies and
+ * host-timed ops arrive from other threads (CUPTI delivers its buffers on
+ * its own thread) into "incoming" arrays under one mutex; reading a session
+ * or stopping it first waits for the devices and has CUPTI flush, then moves
+ * the incoming records into the settled arrays, converting CUPTI's clock to
+ * the host's and resolving each correlation id to its range instance. */
+#include "prof.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "backend.h"
+
+#ifdef TF_WITH_CUDA
+#include <nvtx3/nvToolsExt.h>
+#endif
+
+int64_t tf_prof_now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* ---- growable arrays ------------------------------------------------------------------- */
+
+typedef struct tf_vec {
+  void *data;
+  size_t len, cap;
+} tf_vec;
+
+/* Appends one element of size elem; false when out of host memory. */
+static bool tf_vec_push(tf_vec *v, size_t elem, const void *item) {
+  if (v->len == v->cap) {
+    size_t cap = v->cap ? v->cap * 2 : 256;
+    void *data = realloc(v->data, cap * elem);
+    if (!data) return false;
+    v->data = data;
+    v->cap = cap;
+  }
+  memcpy((char *)v->data + v->len * elem, item, elem);
+  v->len++;
+  return true;
+}
+
+static void tf_vec_free(tf_vec *v) {
+  free(v->data);
+  *v = (tf_vec){0};
+}
+
+/* ---- interned names --------------------------------------------------------------------- */
+
+static pthread_mutex_t tf_intern_lock = PTHREAD_MUTEX_INITIALIZER;
+static const char **tf_intern_slots; /* open addressing, power-of-two capacity */
+static size_t tf_intern_cap, tf_intern_count;
+
+static uint64_t tf_hash_str(const char *s) {
+  uint64_t h = 1469598103934665603ull; /* FNV-1a */
+  for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+  return h;
+}
+
+static bool tf_intern_grow(void) {
+  size_t cap = tf_intern_cap ? tf_intern_cap * 2 : 256;
+  const char **slots = calloc(cap, sizeof *slots);
+  if (!slots) return false;
+  for (size_t i = 0; i < tf_intern_cap; i++) {
+    const char *s = tf_intern_slots[i];
+    if (!s) continue;
+    size_t j = tf_hash_str(s) & (cap - 1);
+    while (slots[j]) j = (j + 1) & (cap - 1);
+    slots[j] = s;
+  }
+  free(tf_intern_slots);
+  tf_intern_slots = slots;
+  tf_intern_cap = cap;
+  return true;
+}
+
+const char *tf_prof_intern(const char *s) {
+  pthread_mutex_lock(&tf_intern_lock);
+  const char *found = NULL;
+  if ((tf_intern_count + 1) * 2 > tf_intern_cap && !tf_intern_grow()) goto done;
+  size_t j = tf_hash_str(s) & (tf_intern_cap - 1);
+  while (tf_intern_slots[j] && strcmp(tf_intern_slots[j], s) != 0) j = (j + 1) & (tf_intern_cap - 1);
+  if (!tf_intern_slots[j]) {
+    size_t n = strlen(s) + 1;
+    char *copy = malloc(n);
+    if (!copy) goto done;
+    memcpy(copy, s, n);
+    tf_intern_slots[j] = copy;
+    tf_intern_count++;
+  }
+  found = tf_intern_slots[j];
+done:
+  pthread_mutex_unlock(&tf_intern_lock);
+  return found;
+}
+
+/* ---- kernel names ----------------------------------------------------------------------- */
+
+/* Where the last scope of the qualified name [s, end) starts: after its
+ * last "::" outside <...> and (...). */
+static const char *tf_name_last_scope(const char *s, const char *end) {
+  const char *last = s;
+  int depth = 0;
+  for (const char *p = s; p < end; p++) {
+    if (*p == '<' || *p == '(') depth++;
+    else if ((*p == '>' || *p == ')') && depth > 0) depth--;
+    else if (depth == 0 && p[0] == ':' && p + 1 < end && p[1] == ':') last = p + 2;
+  }
+  return last;
+}
+
+/* The bare name of the qualified name [s, end) ("ns::f<T>" -> "f") in
+ * [name, name_end), and its template arguments in [targs, targs_end)
+ * (empty when it has none). */
+static void tf_name_bare(const char *s, const char *end, const char **name, const char **name_end,
+                         const char **targs, const char **targs_end) {
+  const char *last = tf_name_last_scope(s, end);
+  const char *lt = last;
+  while (lt < end && *lt != '<') lt++;
+  *name = last;
+  *name_end = lt;
+  *targs = *targs_end = lt;
+  if (lt < end) {
+    int depth = 0;
+    const char *p = lt;
+    for (; p < end; p++) {
+      if (*p == '<') depth++;
+      else if (*p == '>' && --depth == 0) break;
+    }
+    *targs = lt + 1;
+    *targs_end = p;
+  }
+}
+
+void tf_prof_short_name(const char *full, char *out, size_t n) {
+  if (n == 0) return;
+  static const char anon[] = "(anonymous namespace)::";
+  char buf[1024];
+  size_t used = 0;
+  for (const char *p = full; *p && used + 1 < sizeof buf;) {
+    if (strncmp(p, anon, sizeof anon - 1) == 0) {
+      p += sizeof anon - 1;
+      continue;
+    }
+    buf[used++] = *p++;
+  }
+  buf[used] = '\0';
+  /* The parameter list: the first '(' outside template arguments. */
+  const char *end = buf + used;
+  int depth = 0;
+  for (const char *p = buf; p < buf + used; p++) {
+    if (*p == '<') depth++;
+    else if (*p == '>' && depth > 0) depth--;
+    else if (*p == '(' && depth == 0 && p > buf) {
+      end = p;
+      break;
+    }
+  }
+  /* The return type: up to the last space outside template arguments. */
+  const char *start = buf;
+  depth = 0;
+  for (const char *p = buf; p < end; p++) {
+    if (*p == '<') depth++;
+    else if (*p == '>' && depth > 0) depth--;
+    else if (*p == ' ' && depth == 0) start = p + 1;
+  }
+  const char *name, *name_end, *targs, *targs_end;
+  tf_name_bare(start, end, &name, &name_end, &targs, &targs_end);
+  /* Generic launchers (CUTLASS's Kernel2<Op>, device_kernel<Op>) are named
+   * after their first template argument. */
+  static const char *const wrappers[] = {"Kernel", "Kernel2", "device_kernel", "kernel", NULL};
+  for (int i = 0; wrappers[i] && targs < targs_end; i++) {
+    size_t len = strlen(wrappers[i]);
+    if ((size_t)(name_end - name) != len || strncmp(name, wrappers[i], len) != 0) continue;
+    const char *arg_end = targs;
+    depth = 0;
+    for (; arg_end < targs_end; arg_end++) {
+      if (*arg_end == '<' || *arg_end == '(') depth++;
+      else if ((*arg_end == '>' || *arg_end == ')') && depth > 0) depth--;
+      else if (*arg_end == ',' && depth == 0) break;
+    }
+    while (targs < arg_end && *targs == ' ') targs++;
+    const char *n2, *n2_end, *t2, *t2_end;
+    tf_name_bare(targs, arg_end, &n2, &n2_end, &t2, &t2_end);
+    if (n2_end > n2) name = n2, name_end = n2_end;
+    break;
+  }
+  if (name_end <= name) {
+    snprintf(out, n, "%s", full);
+    return;
+  }
+  snprintf(out, n, "%.*s", (int)(name_end - name), name);
+}
+
+/* ---- correlation id -> range instance ----------------------------------------------------- */
+
+typedef struct tf_corr_map {
+  uint32_t *keys; /* 0: empty */
+  uint64_t *values;
+  size_t cap, count;
+} tf_corr_map;
+
+static bool tf_corr_put(tf_corr_map *m, uint32_t key, uint64_t value);
+
+static bool tf_corr_grow(tf_corr_map *m) {
+  tf_corr_map bigger = {0};
+  bigger.cap = m->cap ? m->cap * 2 : 4096;
+  bigger.keys = calloc(bigger.cap, sizeof *bigger.keys);
+  bigger.values = malloc(bigger.cap * sizeof *bigger.values);
+  if (!bigger.keys || !bigger.values) {
+    free(bigger.keys);
+    free(bigger.values);
+    return false;
+  }
+  for (size_t i = 0; i < m->cap; i++)
+    if (m->keys[i]) tf_corr_put(&bigger, m->keys[i], m->values[i]);
+  free(m->keys);
+  free(m->values);
+  *m = bigger;
+  return true;
+}
+
+static size_t tf_corr_slot(const tf_corr_map *m, uint32_t key) {
+  size_t j = (size_t)(key * 2654435761u) & (m->cap - 1);
+  while (m->keys[j] && m->keys[j] != key) j = (j + 1) & (m->cap - 1);
+  return j;
+}
+
+static bool tf_corr_put(tf_corr_map *m, uint32_t key, uint64_t value) {
+  if (key == 0) return true;
+  if ((m->count + 1) * 2 > m->cap && !tf_corr_grow(m)) return false;
+  size_t j = tf_corr_slot(m, key);
+  if (!m->keys[j]) m->count++;
+  m->keys[j] = key;
+  m->values[j] = value;
+  return true;
+}
+
+static uint64_t tf_corr_get(const tf_corr_map *m, uint32_t key) {
+  if (key == 0 || m->cap == 0) return 0;
+  size_t j = tf_corr_slot(m, key);
+  return m->keys[j] ? m->values[j] : 0;
+}
+
+static void tf_corr_free(tf_corr_map *m) {
+  free(m->keys);
+  free(m->values);
+  *m = (tf_corr_map){0};
+}
+
+/* ---- sessions ------------------------------------------------------------------------- */
+
+/* A CUPTI timestamp and the host clock at the same moment. */
+typedef struct tf_clock_point {
+  int64_t host_ns;
+  uint64_t cupti_ns;
+} tf_clock_point;
+
+struct tf_prof_session {
+  tf_prof_options opts;
+  bool running, gpu;
+  char reason[256];
+  int64_t start_ns, stop_ns;
+  tf_vec kernels, transfers, ranges; /* settled: tf_prof_kernel, tf_prof_transfer, tf_prof_range */
+  tf_vec clock;                      /* tf_clock_point, in time order */
+  /* Under tf_record_lock: */
+  tf_vec in_kernels, in_transfers;
+  tf_corr_map corr;
+  uint64_t dropped; /* CUPTI's, and records lost for want of host memory */
+  uint64_t lost;    /* range instances and clock readings lost (the ranges' thread) */
+  uint64_t untimed; /* GPU records CUPTI delivered without timestamps (left out) */
+};
+
+static pthread_mutex_t tf_record_lock = PTHREAD_MUTEX_INITIALIZER;
+static tf_prof_session *tf_record_target; /* under tf_record_lock: where records go */
+static tf_prof_session *tf_running;       /* the ranges' thread's view of the same */
+static atomic_bool tf_host_ops_flag;
+
+bool tf_prof_host_ops_on(void) { return atomic_load_explicit(&tf_host_ops_flag, memory_order_relaxed); }
+
+void tf_prof_gpu_lock(void) { pthread_mutex_lock(&tf_record_lock); }
+void tf_prof_gpu_unlock(void) { pthread_mutex_unlock(&tf_record_lock); }
+
+void tf_prof_gpu_kernel(const tf_prof_kernel *k) {
+  tf_prof_session *s = tf_record_target;
+  if (s && !tf_vec_push(&s->in_kernels, sizeof *k, k)) s->dropped++;
+}
+
+void tf_prof_gpu_transfer(const tf_prof_transfer *t) {
+  tf_prof_session *s = tf_record_target;
+  if (s && !tf_vec_push(&s->in_transfers, sizeof *t, t)) s->dropped++;
+}
+
+void tf_prof_gpu_correlation(uint32_t correlation, uint64_t range_id) {
+  tf_prof_session *s = tf_record_target;
+  if (s && !tf_corr_put(&s->corr, correlation, range_id)) s->dropped++;
+}
+
+void tf_prof_gpu_dropped(uint64_t n) {
+  if (tf_record_target) tf_record_target->dropped += n;
+}
+
+void tf_prof_record_host_op(const char *name, tf_device device, int64_t start_ns, int64_t end_ns, uint64_t range) {
+  tf_prof_kernel k = {0};
+  k.name = k.short_name = name;
+  k.start_ns = start_ns;
+  k.end_ns = end_ns;
+  k.range = range;
+  k.device = device;
+  k.host = true;
+  pthread_mutex_lock(&tf_record_lock);
+  tf_prof_gpu_kernel(&k);
+  pthread_mutex_unlock(&tf_record_lock);
+}
+
+/* ---- the range stack ---------------------------------------------------------------------- */
+
+typedef struct tf_range_entry {
+  uint64_t id;
+  const char *name;
+  int64_t start_ns;
+  ptrdiff_t recorded; /* index in the running session's ranges, or -1 */
+  bool cupti;         /* its id is pushed as CUPTI's external correlation id */
+} tf_range_entry;
+
+static tf_range_entry tf_ranges[TF_RANGE_MAX_DEPTH];
+static int tf_range_count;
+static uint64_t tf_range_next_id = 1;
+
+/* Adds the open range at stack position i to session s (when it starts,
+ * or when the range opens while s runs). */
+static void tf_range_record(tf_prof_session *s, int i) {
+  tf_range_entry *e = &tf_ranges[i];
+  tf_prof_range r = {e->id, i > 0 ? tf_ranges[i - 1].id : 0, e->name, i, e->start_ns, 0, true};
+  e->recorded = tf_vec_push(&s->ranges, sizeof r, &r) ? (ptrdiff_t)s->ranges.len - 1 : -1;
+  if (e->recorded < 0) s->lost++;
+  if (s->gpu) {
+    tf_prof_cupti_push(e->id);
+    e->cupti = true;
+  }
+}
+
+tf_status tf_range_push(const char *name) {
+  if (!name) return tf_fail(TF_ERR_ARG, "a range needs a name");
+  if (tf_range_count >= TF_RANGE_MAX_DEPTH)
+    return tf_fail(TF_ERR_STATE, "ranges nested deeper than %d (a range left open in a loop?)", TF_RANGE_MAX_DEPTH);
+  const char *interned = tf_prof_intern(name);
+  if (!interned) return tf_fail(TF_ERR_OOM, "out of memory: no host memory for a range name");
+  int i = tf_range_count++;
+  tf_ranges[i] = (tf_range_entry){tf_range_next_id++, interned, tf_prof_now_ns(), -1, false};
+#ifdef TF_WITH_CUDA
+  nvtxRangePushA(interned);
+#endif
+  if (tf_running) tf_range_record(tf_running, i);
+  return TF_OK;
+}
+
+/* Closes the innermost range at time now. */
+static void tf_range_pop_top(int64_t now) {
+  tf_range_entry *e = &tf_ranges[--tf_range_count];
+  if (e->cupti) tf_prof_cupti_pop();
+  if (e->recorded >= 0 && tf_running) {
+    tf_prof_range *r = (tf_prof_range *)tf_running->ranges.data + e->recorded;
+    r->end_ns = now;
+    r->open = false;
+  }
+#ifdef TF_WITH_CUDA
+  nvtxRangePop();
+#endif
+}
+
+tf_status tf_range_pop(void) {
+  if (tf_range_count == 0) return tf_fail(TF_ERR_STATE, "no range is open");
+  tf_range_pop_top(tf_prof_now_ns());
+  return TF_OK;
+}
+
+uint64_t tf_range_current(void) { return tf_range_count ? tf_ranges[tf_range_count - 1].id : 0; }
+
+int tf_range_depth(void) { return tf_range_count; }
+
+int tf_range_stack(const char **names, int max) {
+  int n = tf_range_count < max ? tf_range_count : max;
+  for (int i = 0; i < n; i++) names[i] = tf_ranges[i].name;
+  return n < 0 ? 0 : n;
+}
+
+tf_status tf_range_close(uint64_t id) {
+  int at = tf_range_count - 1;
+  while (at >= 0 && tf_ranges[at].id != id) at--;
+  if (at < 0) return TF_OK; /* closed already */
+  int64_t now = tf_prof_now_ns();
+  if (at == tf_range_count - 1) {
+    tf_range_pop_top(now);
+    return TF_OK;
+  }
+  char left[256] = "";
+  size_t used = 0;
+  for (int i = at + 1; i < tf_range_count && used + 1 < sizeof left; i++) {
+    int n = snprintf(left + used, sizeof left - used, "%s'%s'", i > at + 1 ? ", " : "", tf_ranges[i].name);
+    if (n < 0) break;
+    used += (size_t)n;
+  }
+  const char *name = tf_ranges[at].name;
+  int inner = tf_range_count - 1 - at;
+  while (tf_range_count > at) tf_range_pop_top(now);
+  return tf_fail(TF_ERR_STATE, "range '%s' closed while %s opened inside it %s still open (closed now too)", name,
+                 left, inner == 1 ? "was" : "were");
+}
+
+/* ---- the clock mapping -------------------------------------------------------------------- */
+
+static void tf_prof_clock_point(tf_prof_session *s) {
+  tf_clock_point p;
+  tf_prof_cupti_clock_pair(&p.host_ns, &p.cupti_ns);
+  if (!tf_vec_push(&s->clock, sizeof p, &p)) s->lost++;
+}
+
+/* A CUPTI timestamp on the host clock: the offset between the clocks is
+ * interpolated between the readings around it (held flat outside them). */
+static int64_t tf_prof_host_time(const tf_prof_session *s, uint64_t t) {
+  const tf_clock_point *p = s->clock.data;
+  size_t n = s->clock.len;
+  if (n == 0 || t == 0) return (int64_t)t;
+  if (t <= p[0].cupti_ns) return p[0].host_ns + (int64_t)(t - p[0].cupti_ns);
+  if (t >= p[n - 1].cupti_ns) return p[n - 1].host_ns + (int64_t)(t - p[n - 1].cupti_ns);
+  size_t lo = 0, hi = n - 1; /* p[lo] <= t < p[hi] */
+  while (hi - lo > 1) {
+    size_t mid = (lo + hi) / 2;
+    if (p[mid].cupti_ns <= t) lo = mid; else hi = mid;
+  }
+  double off_lo = (double)(p[lo].host_ns - (int64_t)p[lo].cupti_ns);
+  double off_hi = (double)(p[hi].host_ns - (int64_t)p[hi].cupti_ns);
+  double f = (double)(t - p[lo].cupti_ns) / (double)(p[hi].cupti_ns - p[lo].cupti_ns);
+  return (int64_t)t + (int64_t)(off_lo + f * (off_hi - off_lo));
+}
+
+/* Waits for every device in use, so that all the work launched so far has
+ * finished and CUPTI can hand over its records. */
+static tf_status tf_prof_sync_devices(void) {
+  tf_status first = TF_OK;
+  tf_device_ctx *ctx;
+  for (int i = 0; (ctx = tf_device_ctx_at(i)) != NULL; i++) {
+    tf_status st = ctx->backend->synchronize(ctx);
+    if (st != TF_OK && first == TF_OK) first = st;
+  }
+  return first;
+}
+
+/* Moves the incoming records into the settled arrays. */
+static void tf_prof_settle(tf_prof_session *s) {
+  pthread_mutex_lock(&tf_record_lock);
+  tf_prof_kernel *ks = s->in_kernels.data;
+  for (size_t i = 0; i < s->in_kernels.len; i++) {
+    tf_prof_kernel k = ks[i];
+    if (!k.host && k.start_ns == 0 && k.end_ns == 0) {
+      s->untimed++;
+      continue;
+    }
+    if (!k.host) {
+      k.start_ns = tf_prof_host_time(s, (uint64_t)k.start_ns);
+      k.end_ns = tf_prof_host_time(s, (uint64_t)k.end_ns);
+      k.range = tf_corr_get(&s->corr, k.correlation);
+    }
+    if (!tf_vec_push(&s->kernels, sizeof k, &k)) s->dropped++;
+  }
+  tf_prof_transfer *ts = s->in_transfers.data;
+  for (size_t i = 0; i < s->in_transfers.len; i++) {
+    tf_prof_transfer t = ts[i];
+    if (t.start_ns == 0 && t.end_ns == 0) {
+      s->untimed++;
+      continue;
+    }
+    t.start_ns = tf_prof_host_time(s, (uint64_t)t.start_ns);
+    t.end_ns = tf_prof_host_time(s, (uint64_t)t.end_ns);
+    t.range = tf_corr_get(&s->corr, t.correlation);
+    if (!t.range) t.range = tf_corr_get(&s->corr, t.runtime_correlation);
+    if (!tf_vec_push(&s->transfers, sizeof t, &t)) s->dropped++;
+  }
+  s->in_kernels.len = s->in_transfers.len = 0;
+  /* Settling follows a wait for the devices and a forced flush: every
+   * launch so far has delivered its records, so the map has done its work. */
+  tf_corr_free(&s->corr);
+  pthread_mutex_unlock(&tf_record_lock);
+}
+
+/* Sets the end of the session's open ranges to now. */
+static void tf_prof_mark_open(tf_prof_session *s, int64_t now) {
+  for (int i = 0; i < tf_range_count; i++) {
+    ptrdiff_t at = tf_ranges[i].recorded;
+    if (at >= 0) ((tf_prof_range *)s->ranges.data)[at].end_ns = now;
+  }
+}
+
+/* ---- starting and stopping ---------------------------------------------------------------- */
+
+/* Why GPU records cannot be had, before trying CUPTI; NULL when they may. */
+static const char *tf_prof_gpu_precheck(void) {
+  if (!tf_cuda_compiled()) return "this tfhost was built without CUDA";
+  if (tf_cuda_device_count() == 0) return "no CUDA device is present";
+  const char *force = getenv("TF_PROF_FORCE_NO_CUPTI");
+  if (force && *force && strcmp(force, "0") != 0) return "TF_PROF_FORCE_NO_CUPTI is set";
+  return NULL;
+}
+
+/* Says once per reason (not once per start) that GPU records are missing. */
+static void tf_prof_warn(const char *reason) {
+  static char last[256];
+  if (strcmp(last, reason) == 0) return;
+  snprintf(last, sizeof last, "%s", reason);
+  fprintf(stderr, "tf.prof: GPU kernel records unavailable (%s); recording host timings only\n", reason);
+  fflush(stderr);
+}
+
+bool tf_prof_gpu_available(const char **reason) {
+  static char why[256];
+  if (tf_running) {
+    *reason = tf_running->gpu ? "" : tf_running->reason;
+    return tf_running->gpu;
+  }
+  const char *pre = tf_prof_gpu_precheck();
+  if (pre) {
+    *reason = pre;
+    return false;
+  }
+  bool ok = tf_prof_cupti_probe(why, sizeof why);
+  *reason = ok ? "" : why;
+  return ok;
+}
+
+tf_status tf_prof_start(const tf_prof_options *opts, tf_prof_session **out) {
+  if (tf_running)
+    return tf_fail(TF_ERR_STATE, "a collector is already running (only one at a time): stop it first with p:stop()");
+  tf_prof_session *s = calloc(1, sizeof *s);
+  if (!s) return tf_fail(TF_ERR_OOM, "out of memory: no host memory for a profiling session");
+  s->opts = *opts;
+  s->running = true;
+  s->start_ns = tf_prof_now_ns();
+  pthread_mutex_lock(&tf_record_lock);
+  tf_record_target = s;
+  pthread_mutex_unlock(&tf_record_lock);
+  if (opts->kernels || opts->memcpy) {
+    const char *pre = tf_prof_gpu_precheck();
+    if (pre)
+      snprintf(s->reason, sizeof s->reason, "%s", pre);
+    else if (tf_prof_cupti_start(opts, s->reason, sizeof s->reason))
+      s->gpu = true;
+    if (s->gpu)
+      tf_prof_clock_point(s);
+    else
+      tf_prof_warn(s->reason);
+  } else {
+    snprintf(s->reason, sizeof s->reason, "GPU records were not asked for");
+  }
+  tf_running = s;
+  atomic_store(&tf_host_ops_flag, opts->host_ops);
+  for (int i = 0; i < tf_range_count; i++) tf_range_record(s, i);
+  *out = s;
+  return TF_OK;
+}
+
+tf_status tf_prof_stop(tf_prof_session *s) {
+  if (!s || !s->running) return TF_OK;
+  atomic_store(&tf_host_ops_flag, false);
+  tf_status st = tf_prof_sync_devices();
+  int64_t now = tf_prof_now_ns();
+  for (int i = tf_range_count - 1; i >= 0; i--) {
+    if (tf_ranges[i].cupti) tf_prof_cupti_pop();
+    tf_ranges[i].cupti = false;
+  }
+  if (s->gpu) {
+    tf_prof_clock_point(s);
+    tf_prof_cupti_stop(); /* flushes what CUPTI still holds into s */
+  }
+  pthread_mutex_lock(&tf_record_lock);
+  tf_record_target = NULL;
+  pthread_mutex_unlock(&tf_record_lock);
+  tf_prof_settle(s);
+  tf_prof_mark_open(s, now);
+  for (int i = 0; i < tf_range_count; i++) tf_ranges[i].recorded = -1;
+  s->running = false;
+  s->stop_ns = now;
+  tf_running = NULL;
+  if (s->dropped + s->lost)
+    fprintf(stderr, "tf.prof: %llu records were dropped (out of buffer space)\n",
+            (unsigned long long)(s->dropped + s->lost));
+  if (st != TF_OK) tf_fail_context("while waiting for the devices to stop profiling");
+  return st;
+}
+
+tf_status tf_prof_view_get(tf_prof_session *s, tf_prof_view *out) {
+  tf_status st = TF_OK;
+  if (s->running) {
+    st = tf_prof_sync_devices();
+    if (s->gpu) {
+      tf_prof_cupti_flush();
+      tf_prof_clock_point(s);
+    }
+    tf_prof_settle(s);
+    tf_prof_mark_open(s, tf_prof_now_ns());
+  }
+  *out = (tf_prof_view){0};
+  out->kernels = s->kernels.data;
+  out->num_kernels = s->kernels.len;
+  out->transfers = s->transfers.data;
+  out->num_transfers = s->transfers.len;
+  out->ranges = s->ranges.data;
+  out->num_ranges = s->ranges.len;
+  out->running = s->running;
+  out->gpu = s->gpu;
+  out->gpu_reason = s->gpu ? "" : s->reason;
+  out->start_ns = s->start_ns;
+  out->stop_ns = s->stop_ns;
+  out->dropped = s->dropped + s->lost;
+  out->untimed = s->untimed;
+  out->options = s->opts;
+  if (s->clock.len > 1) {
+    const tf_clock_point *p = s->clock.data, *q = p + s->clock.len - 1;
+    out->clock_drift_ns = (q->host_ns - (int64_t)q->cupti_ns) - (p->host_ns - (int64_t)p->cupti_ns);
+  }
+  if (st != TF_OK) tf_fail_context("while waiting for the devices to read the profile");
+  return st;
+}
+
+bool tf_prof_running(const tf_prof_session *s) { return s && s->running; }
+
+bool tf_prof_session_gpu(const tf_prof_session *s, const char **reason) {
+  *reason = s->gpu ? "" : s->reason;
+  return s->gpu;
+}
+
+void tf_prof_session_free(tf_prof_session *s) {
+  if (!s) return;
+  if (s->running && tf_prof_stop(s) != TF_OK) fprintf(stderr, "tf.prof: %s\n", tf_last_error());
+  tf_vec_free(&s->kernels);
+  tf_vec_free(&s->transfers);
+  tf_vec_free(&s->ranges);
+  tf_vec_free(&s->clock);
+  tf_vec_free(&s->in_kernels);
+  tf_vec_free(&s->in_transfers);
+  tf_corr_free(&s->corr);
+  free(s);
+}
+
+/* ---- stand-ins for the CUPTI side in builds without CUDA ----------------------------------- */
+
+#ifndef TF_WITH_CUDA
+bool tf_prof_cupti_start(const tf_prof_options *opts, char *reason, size_t reason_size) {
+  (void)opts;
+  snprintf(reason, reason_size, "this tfhost was built without CUDA");
+  return false;
+}
+bool tf_prof_cupti_probe(char *reason, size_t reason_size) { return tf_prof_cupti_start(NULL, reason, reason_size); }
+void tf_prof_cupti_flush(void) {}
+void tf_prof_cupti_stop(void) {}
+void tf_prof_cupti_push(uint64_t range_id) { (void)range_id; }
+void tf_prof_cupti_pop(void) {}
+void tf_prof_cupti_clock_pair(int64_t *host_ns, uint64_t *cupti_ns) {
+  *host_ns = tf_prof_now_ns();
+  *cupti_ns = (uint64_t)*host_ns;
+}
+#endif

@@ -1,0 +1,186 @@
+/* Ranges and the kernel profiler's collector (Lua-free).
+ *
+ * Ranges: a process-wide stack of named regions (tf_range_push/pop). Every
+ * push makes a range instance with its own id, its parent instance and its
+ * host start/end times; in CUDA builds it is also an NVTX range (Nsight
+ * tools see it) and, while the collector records GPU work, a CUPTI external
+ * correlation id, so every kernel launched inside maps to the innermost
+ * instance and through its parents to every enclosing one. The stack is for
+ * the thread that runs Lua (one per process); push/pop cost a clock read and
+ * a hash lookup when no collector runs, never an allocation past the first
+ * use of a name (names are interned for the life of the process).
+ *
+ * The collector (one at a time): a session records, until stopped, GPU
+ * kernels, memcpys and memsets through CUPTI's activity API, and host-timed
+ * op records from backends wrapped by tf_cpu_prof_backend (host/cpu/
+ * cpu_prof.h). When CUPTI cannot start (no GPU, a build without CUDA,
+ * another profiler attached, any CUPTI error) it says why once on stderr
+ * and keeps recording host timings. Every time is in nanoseconds of the
+ * host's monotonic clock (tf_prof_now_ns); CUPTI's timestamps are mapped
+ * onto it through clock readings taken at start, at every read and at stop. */
+#ifndef TF_PROF_H
+#define TF_PROF_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "device.h"
+#include "status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum { TF_RANGE_MAX_DEPTH = 256 };
+
+/* The host's monotonic clock, in nanoseconds. */
+int64_t tf_prof_now_ns(void);
+
+/* The same pointer for equal strings, valid for the life of the process;
+ * NULL only when out of host memory. Thread-safe. */
+const char *tf_prof_intern(const char *s);
+
+/* The bare name of a demangled kernel name, for tables: no return type,
+ * namespaces, template arguments or parameters ("void tf::flash_fwd_kernel<
+ * 64>(Params)" -> "flash_fwd_kernel"); CUTLASS's generic launchers
+ * (Kernel2<Op>, device_kernel<Op>) are named after Op; plain C names
+ * (cuBLAS's "sm90_xmma_gemm_...") stay as they are. */
+void tf_prof_short_name(const char *full, char *out, size_t n);
+
+/* ---- ranges -------------------------------------------------------------------------- */
+
+/* Opens a range named name (copied); fails past TF_RANGE_MAX_DEPTH or out of memory. */
+tf_status tf_range_push(const char *name);
+/* Closes the innermost range; fails when none is open. */
+tf_status tf_range_pop(void);
+/* The innermost open range's instance id (ids start at 1), 0 when none is open. */
+uint64_t tf_range_current(void);
+/* Number of open ranges. */
+int tf_range_depth(void);
+/* Up to max names of the open ranges, outermost first (interned: they stay
+ * valid); returns how many were written. */
+int tf_range_stack(const char **names, int max);
+/* Closes range instance id, for scoped closes (Lua's <close>): nothing to do
+ * when it is no longer open (closed before). When ranges opened inside it
+ * are still open, they are closed with it (the stack stays consistent) and
+ * TF_ERR_STATE says which were left open. */
+tf_status tf_range_close(uint64_t id);
+
+/* ---- the collector ------------------------------------------------------------------------ */
+
+typedef struct tf_prof_options {
+  bool kernels;  /* GPU kernel records (CUPTI) */
+  bool memcpy;   /* GPU memcpy and memset records (CUPTI) */
+  bool host_ops; /* host-timed op records from wrapped backends (the CPU's ops) */
+  bool driver;   /* also trace driver API calls: attributes memsets and driver-launched work */
+} tf_prof_options;
+
+/* A kernel: a GPU kernel from CUPTI, or an op timed on the host (host:
+ * true; on the CPU device these stand for kernels). */
+typedef struct tf_prof_kernel {
+  const char *name;       /* demangled name, or the op's name ("matmul", "unary:exp") */
+  const char *short_name; /* without return type, namespaces, template arguments, parameters */
+  int64_t start_ns, end_ns;
+  uint64_t range;         /* innermost range instance open at launch, 0 for none */
+  uint32_t correlation;   /* CUPTI correlation id; 0 for host-timed ops */
+  uint32_t stream;        /* CUPTI stream id; 0 for host-timed ops */
+  tf_device device;
+  bool host;
+  int32_t grid[3], block[3];
+  int32_t registers;                     /* per thread */
+  int32_t static_shared, dynamic_shared; /* bytes per block */
+} tf_prof_kernel;
+
+/* A memcpy or memset on a GPU. */
+typedef struct tf_prof_transfer {
+  bool memset;
+  const char *kind; /* "HtoD", "DtoH", "DtoD", "HtoH", "PtoP", ... or "memset" */
+  uint64_t bytes;
+  int64_t start_ns, end_ns;
+  uint64_t range;
+  uint32_t correlation;         /* driver API correlation id */
+  uint32_t runtime_correlation; /* runtime API correlation id (memcpy), 0 when unknown */
+  uint32_t stream;
+  tf_device device;
+} tf_prof_transfer;
+
+/* A range instance that was open while the session ran. */
+typedef struct tf_prof_range {
+  uint64_t id, parent; /* parent 0: outermost */
+  const char *name;
+  int depth;           /* 0 for an outermost range */
+  int64_t start_ns, end_ns;
+  bool open;           /* still open: end_ns is the time of the read (or of stop) */
+} tf_prof_range;
+
+/* What a session holds, as of tf_prof_view. Ranges are in order of id. */
+typedef struct tf_prof_view {
+  const tf_prof_kernel *kernels;
+  size_t num_kernels;
+  const tf_prof_transfer *transfers;
+  size_t num_transfers;
+  const tf_prof_range *ranges;
+  size_t num_ranges;
+  bool running;
+  bool gpu;               /* GPU records are (were) being collected */
+  const char *gpu_reason; /* why not, when !gpu (and GPU records were asked for) */
+  int64_t start_ns, stop_ns; /* stop_ns 0 while running */
+  uint64_t dropped;       /* records CUPTI reported dropped (or lost for want of host memory) */
+  uint64_t untimed;       /* GPU records without timestamps (work unfinished at a flush), left out */
+  int64_t clock_drift_ns; /* change of the CUPTI-to-host clock offset from start to the last reading */
+  tf_prof_options options;
+} tf_prof_view;
+
+typedef struct tf_prof_session tf_prof_session;
+
+/* Starts the collector; TF_ERR_STATE when one is already running. */
+tf_status tf_prof_start(const tf_prof_options *opts, tf_prof_session **out);
+/* Waits for the devices, collects what is pending and stops; harmless when stopped. */
+tf_status tf_prof_stop(tf_prof_session *s);
+/* The session's records; while it runs, first waits for the devices and
+ * collects what CUPTI holds. The arrays stay valid until the next call on
+ * this session (or its release). */
+tf_status tf_prof_view_get(tf_prof_session *s, tf_prof_view *out);
+bool tf_prof_running(const tf_prof_session *s);
+/* Whether s collects (collected) GPU records; when not, *reason says why. */
+bool tf_prof_session_gpu(const tf_prof_session *s, const char **reason);
+/* Stops it if running and frees it. NULL is fine. */
+void tf_prof_session_free(tf_prof_session *s);
+/* Whether GPU records can be collected now; when not, *reason says why. */
+bool tf_prof_gpu_available(const char **reason);
+
+/* ---- for backends --------------------------------------------------------------------- */
+
+/* Whether host-timed op records are wanted now (one relaxed load). */
+bool tf_prof_host_ops_on(void);
+/* Records an op timed on the host: name is a string literal (or interned);
+ * range is tf_range_current() taken before the op ran. */
+void tf_prof_record_host_op(const char *name, tf_device device, int64_t start_ns, int64_t end_ns, uint64_t range);
+
+/* The GPU side (kernels/prof_cupti.cu; stand-ins without CUDA), called by
+ * prof.c only. Records arrive through tf_prof_gpu_* below from CUPTI's
+ * thread, with raw CUPTI timestamps. */
+bool tf_prof_cupti_start(const tf_prof_options *opts, char *reason, size_t reason_size);
+void tf_prof_cupti_flush(void);
+void tf_prof_cupti_stop(void);
+void tf_prof_cupti_push(uint64_t range_id);
+void tf_prof_cupti_pop(void);
+/* A CUPTI timestamp and the host clock read at the same moment (the
+ * tightest of a few tries). */
+void tf_prof_cupti_clock_pair(int64_t *host_ns, uint64_t *cupti_ns);
+bool tf_prof_cupti_probe(char *reason, size_t reason_size);
+
+/* Called by the CUPTI side with a batch of records; they are kept only
+ * while a session runs. Locking: tf_prof_gpu_lock around each batch. */
+void tf_prof_gpu_lock(void);
+void tf_prof_gpu_unlock(void);
+void tf_prof_gpu_kernel(const tf_prof_kernel *k);      /* raw CUPTI times, range 0 */
+void tf_prof_gpu_transfer(const tf_prof_transfer *t); /* raw CUPTI times, range 0 */
+void tf_prof_gpu_correlation(uint32_t correlation, uint64_t range_id);
+void tf_prof_gpu_dropped(uint64_t n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
