@@ -259,6 +259,8 @@ static tf_backend tf_cuda_make_table(void) {
   b.embedding = tf_cuda_embedding;
   b.masked_fill = tf_cuda_masked_fill;
   b.adamw = tf_cuda_adamw;
+  b.flash_attention = tf_cuda_flash_attention;
+  b.flash_workspace = tf_cuda_flash_workspace;
   b.model = tf_cuda_model_kernels();
   return b;
 }

@@ -1,0 +1,151 @@
+/* What the FlashAttention-2 files share (flash_attn.cu: the entry, the
+ * small kernels and the SIMT path; flash_attn_fwd.cu and flash_attn_bwd.cu:
+ * the tensor-core kernels): the kernels' parameters, the tile loads and
+ * stores built on flash_attn_ptx.cuh's wrappers, and the launchers'
+ * declarations.
+ *
+ * Fragment layouts (PTX ISA, mma.m16n8k16 for 16-bit A/B): with lane =
+ * 4 g + t, an A fragment (16 x 16, row-major) holds rows g and g + 8, columns
+ * 2t, 2t + 1 and 2t + 8, 2t + 9; a B fragment (16 x 8) holds rows (k) 2t,
+ * 2t + 1 and 2t + 8, 2t + 9 of column (n) g; a C fragment (16 x 8, f32) holds
+ * rows g and g + 8, columns 2t and 2t + 1. A C fragment pair therefore packs
+ * into the A fragment of the next product without leaving registers, which
+ * is how P (and dS) feed P V (dS K, P^T dO, dS^T Q). */
+#ifndef TF_FLASH_ATTN_COMMON_CUH
+#define TF_FLASH_ATTN_COMMON_CUH
+
+#include "cuda_common.cuh"
+
+#include "flash_attn_ptx.cuh"
+
+/* Everything a flash kernel reads, by value. Element pointers are of the
+ * problem dtype; lse, rowdot (D) and dq_acc are f32. */
+typedef struct tf_cuda_flash_params {
+  const void *q, *k, *v, *dout;
+  void *o;            /* forward: written; backward: read */
+  float *lse;         /* forward: written; backward: read */
+  void *dq, *dk, *dv; /* backward */
+  float *rowdot;      /* backward: D = rowsum(dout * o), (batch, seq_q) */
+  float *dq_acc;      /* backward with atomics: dQ / scale, (batch, seq_q, head_dim) */
+  int64_t batch, seq_q, seq_k;
+  int head_dim;
+  int causal;
+  float scale;        /* as given (any sign) */
+  float scale_log2;   /* scale * log2(e): P = exp2(s scale_log2 - lse log2(e)) */
+  float fwd_scale_log2; /* |scale| log2(e): the forward pass's running max is of q.k times sign(scale) */
+  uint32_t q_sign;    /* 0x80008000 when scale < 0: the forward pass flips the signs of its copy of q */
+} tf_cuda_flash_params;
+
+#define TF_FLASH_LOG2E 1.4426950408889634f
+
+/* A compile-time flag for generic lambdas (key blocks with or without the mask). */
+template <bool V> struct tf_flash_bool {
+  static constexpr bool value = V;
+};
+
+/* A C fragment pair (columns 16 kk .. 16 kk + 15 of a 16-row tile) as the A
+ * fragment of a product whose k runs along those columns. */
+template <int DT>
+__device__ __forceinline__ void tf_flash_c_to_a(uint32_t (&a)[4], const float (&lo)[4], const float (&hi)[4]) {
+  a[0] = tf_flash_pack<DT>(lo[0], lo[1]);
+  a[1] = tf_flash_pack<DT>(lo[2], lo[3]);
+  a[2] = tf_flash_pack<DT>(hi[0], hi[1]);
+  a[3] = tf_flash_pack<DT>(hi[2], hi[3]);
+}
+
+/* ---- grids ------------------------------------------------------------------------------- */
+
+/* Flash grids are one-dimensional, problem after problem (so that the
+ * blocks running together share one problem's K and V rows in L2),
+ * `blocks` blocks a problem. This block's problem *b and block *blk,
+ * counted from the last when last_first (under the causal mask the last
+ * query blocks are the longest: they start first, the short ones fill the
+ * tail). */
+__device__ __forceinline__ void tf_flash_block_of(int64_t blocks, bool last_first, int64_t *b, int64_t *blk) {
+  const int64_t id = blockIdx.x, prob = id / blocks, i = id - prob * blocks;
+  *b = prob;
+  *blk = last_first ? blocks - 1 - i : i;
+}
+
+/* The grid size for batch problems of `blocks` blocks, or an error. */
+static inline tf_status tf_flash_grid(int64_t batch, int64_t blocks, unsigned *grid) {
+  if (blocks < 1 || batch * blocks > INT32_MAX)
+    return tf_fail(TF_ERR_ARG, "flash_attention: %lld problems of %lld blocks are too many for one CUDA grid",
+                   (long long)batch, (long long)blocks);
+  *grid = (unsigned)(batch * blocks);
+  return TF_OK;
+}
+
+/* ---- tiles ------------------------------------------------------------------------------- */
+
+/* Rows [row0, row0 + ROWS) of a (nrows, hd) matrix of 16-bit elements into
+ * shared memory rows of LD elements, HD (>= hd) columns, by the block's
+ * THREADS threads: 16-byte cp.async per 8 columns, rows past nrows and
+ * columns past hd zero-filled (hd is a multiple of 8). Each thread keeps
+ * one column chunk and steps down the rows, so its addresses are one base
+ * plus constants. Not committed. */
+template <int ROWS, int HD, int LD, int THREADS>
+__device__ __forceinline__ void tf_flash_load_rows(uint16_t *dst, const uint16_t *src, int64_t row0, int64_t nrows,
+                                                   int hd) {
+  constexpr int CH = HD / 8, STEP = THREADS / CH; /* STEP rows per pass */
+  static_assert(STEP >= 1, "a pass covers at least one row");
+  const int r0 = (int)threadIdx.x / CH, ch = (int)threadIdx.x % CH;
+  if (THREADS % CH != 0 && r0 >= STEP) return;
+  const bool col_ok = ch * 8 < hd;
+  const uint16_t *g = src + (row0 + r0) * hd + ch * 8;
+  const uint32_t s = tf_flash_smem_addr(dst + r0 * LD + ch * 8);
+#pragma unroll
+  for (int i = 0; i < (ROWS + STEP - 1) / STEP; i++) {
+    if (ROWS % STEP == 0 || r0 + i * STEP < ROWS) {
+      const bool ok = col_ok && row0 + r0 + i * STEP < nrows;
+      tf_flash_cp16(s + (uint32_t)(i * STEP * LD * 2), ok ? g + (int64_t)i * STEP * hd : src, ok);
+    }
+  }
+}
+
+/* ROWS f32 values of a row statistic (lse, D) from row0, zero past nrows. */
+template <int ROWS, int THREADS>
+__device__ __forceinline__ void tf_flash_load_stat(float *dst, const float *src, int64_t row0, int64_t nrows) {
+#pragma unroll
+  for (int i = 0; i < (ROWS + THREADS - 1) / THREADS; i++) {
+    const int r = (int)threadIdx.x + i * THREADS;
+    if (ROWS % THREADS == 0 || r < ROWS) {
+      const bool ok = row0 + r < nrows;
+      tf_flash_cp4(tf_flash_smem_addr(dst + r), ok ? src + row0 + r : src, ok);
+    }
+  }
+}
+
+/* Copies a warp's `rows` rows of HD columns from shared memory (LD-element
+ * rows starting at src) to global rows row0.. of width hd, 16 bytes a lane,
+ * skipping rows past nrows and columns past hd. */
+template <int HD, int LD>
+__device__ __forceinline__ void tf_flash_store_rows(uint16_t *dst, const uint16_t *src, int rows, int64_t row0,
+                                                    int64_t nrows, int hd) {
+  constexpr int CH = HD / 8;
+  const int lane = (int)threadIdx.x & 31;
+  for (int c = lane; c < rows * CH; c += 32) {
+    const int r = c / CH, ch = c % CH;
+    if (row0 + r < nrows && ch * 8 < hd)
+      *reinterpret_cast<uint4 *>(dst + (row0 + r) * hd + ch * 8) = *reinterpret_cast<const uint4 *>(src + r * LD + ch * 8);
+  }
+}
+
+/* ---- the tensor-core launchers (f16/bf16, head dims padded to 16, 32, 64, 96 or 128) ---- */
+
+/* The padded head dim the tensor-core kernels use for hd (a multiple of 8
+ * up to 128), or 0 when they cannot take it. */
+static inline int tf_flash_tc_dim(int64_t hd) {
+  if (hd < 8 || hd > 128 || hd % 8 != 0) return 0;
+  return hd <= 16 ? 16 : hd <= 32 ? 32 : hd <= 64 ? 64 : hd <= 96 ? 96 : 128;
+}
+
+/* flash_attn_fwd.cu: O and lse. */
+tf_status tf_cuda_flash_forward_tc(tf_cuda_state *st, const tf_cuda_flash_params *p, tf_dtype dt, int hd_pad);
+/* flash_attn_bwd.cu: dK and dV, and dQ into dq_acc with float atomics when
+ * atomic_dq (else tf_cuda_flash_dq_tc computes dq, with no atomics). */
+tf_status tf_cuda_flash_backward_tc(tf_cuda_state *st, const tf_cuda_flash_params *p, tf_dtype dt, int hd_pad,
+                                    bool atomic_dq);
+tf_status tf_cuda_flash_dq_tc(tf_cuda_state *st, const tf_cuda_flash_params *p, tf_dtype dt, int hd_pad);
+
+#endif
