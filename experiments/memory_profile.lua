@@ -104,12 +104,20 @@ local function profile(ctx, precision, mode)
       end
     end
     table.sort(largest, function(a, b) return a.size > b.size end)
-    row.largest = {}
-    for i = 1, math.min(opt.top, #largest) do
-      local e = largest[i]
-      row.largest[i] = { bytes = e.size, tag = e.tag, what = e.what or "?", source = e.source or "?",
-        ranges = table.concat(e.ranges or {}, "/") }
+    local state = { parameter = true, gradient = true, ["optimizer state"] = true }
+    local function top(keep)
+      local out = {}
+      for _, e in ipairs(largest) do
+        if #out == opt.top then break end
+        if keep(e) then
+          out[#out + 1] = { bytes = e.size, tag = e.tag, what = e.what or "?", source = e.source or "?",
+            ranges = table.concat(e.ranges or {}, "/") }
+        end
+      end
+      return out
     end
+    row.largest = top(function() return true end)
+    row.largest_activations = top(function(e) return not state[e.tag] end)
   end
   release(m)
   return row
@@ -154,9 +162,11 @@ if ref and not ref.oom then
     bytes(ref.residual_bytes), ref.precision, ref.mode, ref.residual_found))
   print(string.format("\n## (e) The %d largest allocations (context %d, %s, %s)\n", #ref.largest, ref.context,
     ref.precision, ref.mode))
-  tf.report.table(ref.largest, {
-    columns = { { "bytes", "size", function(v) return bytes(v) end }, "tag", "what", "ranges", "source" },
-  })
+  local columns = { { "bytes", "size", function(v) return bytes(v) end }, "tag", "what", "ranges", "source" }
+  tf.report.table(ref.largest, { columns = columns })
+  print(string.format("\nThe %d largest beside parameters, gradients and optimizer state:\n",
+    #ref.largest_activations))
+  tf.report.table(ref.largest_activations, { columns = columns })
 end
 if opt.out ~= "" then
   print(string.format("\nSnapshots (.pickle: open at pytorch.org/memory_viz) and timelines (.html) are in %s/",

@@ -66,17 +66,17 @@ static int tf_l_mem_record(lua_State *L) {
   bool on = true;
   int devidx = 2;
   if (lua_istable(L, 1)) {
+    lua_settop(L, 1);
     lua_getfield(L, 1, "max_entries");
     if (!lua_isnil(L, -1)) {
       if (!lua_isinteger(L, -1)) return luaL_error(L, "tf.mem.record: max_entries must be an integer");
       max_entries = lua_tointeger(L, -1);
     }
-    lua_getfield(L, 1, "device");
-    lua_replace(L, 2);
     lua_pop(L, 1);
     lua_getfield(L, 1, "enabled");
     if (!lua_isnil(L, -1)) on = lua_toboolean(L, -1);
     lua_pop(L, 1);
+    lua_getfield(L, 1, "device"); /* index 2, where the device argument goes */
   } else if (lua_isboolean(L, 1)) {
     on = lua_toboolean(L, 1);
   } else if (!lua_isnoneornil(L, 1)) {
@@ -321,32 +321,73 @@ static const luaL_Reg tf_mem_functions[] = {
 static void tf_reclaim_lua(void *ud) { lua_gc((lua_State *)ud, LUA_GCCOLLECT); }
 
 /* Where the running script is: the C function being called (what), the
- * first Lua line (source) and up to 8 Lua frames. */
-static void tf_site_lua(void *ud, tf_mem_site *site) {
-  lua_State *L = ud;
+ * first line outside tfhost's own Lua modules (source) and up to 12 Lua
+ * frames. Formatting them costs microseconds, so answers are cached by a
+ * hash of the calling function and each frame's chunk and line (direct
+ * mapped; a colliding entry is replaced). */
+enum { TF_SITE_FRAMES = 12, TF_SITE_CACHE = 4096 };
+
+typedef struct tf_site_entry {
+  uint64_t key;
+  uint32_t source, frames, what;
+} tf_site_entry;
+
+static uint64_t tf_site_mix(uint64_t h, uint64_t v) { return (h ^ v) * 0x100000001b3ull; }
+
+/* Formats and interns the site (a cache miss). */
+static void tf_site_format(lua_State *L, tf_site_entry *e) {
+  char source[192] = "", frames[1024] = "", what[64] = "";
   lua_Debug ar;
   size_t at = 0;
-  int frames = 0;
-  bool site_in_library = false;
-  for (int level = 0; frames < 12 && lua_getstack(L, level, &ar); level++) {
+  int n = 0;
+  bool in_library = false;
+  for (int level = 0; n < TF_SITE_FRAMES && lua_getstack(L, level, &ar); level++) {
     if (!lua_getinfo(L, "nSl", &ar)) break;
     if (ar.what[0] == 'C') {
-      if (level == 0 && ar.name) snprintf(site->what, sizeof site->what, "%s", ar.name);
+      if (level == 0 && ar.name) snprintf(what, sizeof what, "%s", ar.name);
       continue;
     }
     if (ar.currentline <= 0) continue;
     /* the script's statement, not a line of tfhost's own Lua modules */
     bool library = strncmp(ar.source, "@lua/tf/", 8) == 0;
-    if (!site->source[0] || (site_in_library && !library)) {
-      snprintf(site->source, sizeof site->source, "%s:%d", ar.short_src, ar.currentline);
-      site_in_library = library;
+    if (!source[0] || (in_library && !library)) {
+      snprintf(source, sizeof source, "%s:%d", ar.short_src, ar.currentline);
+      in_library = library;
     }
-    int n = snprintf(site->frames + at, sizeof site->frames - at, "%s%s\t%d\t%s", frames ? "\n" : "", ar.short_src,
-                     ar.currentline, ar.name ? ar.name : (ar.what[0] == 'm' ? "<main>" : "?"));
-    if (n < 0 || (size_t)n >= sizeof site->frames - at) break;
-    at += (size_t)n;
-    frames++;
+    int w = snprintf(frames + at, sizeof frames - at, "%s%s\t%d\t%s", n ? "\n" : "", ar.short_src, ar.currentline,
+                     ar.name ? ar.name : (ar.what[0] == 'm' ? "<main>" : "?"));
+    if (w < 0 || (size_t)w >= sizeof frames - at) break;
+    at += (size_t)w;
+    n++;
   }
+  e->source = tf_mem_intern(source);
+  e->frames = tf_mem_intern(frames);
+  e->what = tf_mem_intern(what);
+}
+
+static void tf_site_lua(void *ud, tf_mem_origin *o) {
+  static tf_site_entry cache[TF_SITE_CACHE];
+  lua_State *L = ud;
+  lua_Debug ar;
+  uint64_t key = 0xcbf29ce484222325ull;
+  if (lua_getstack(L, 0, &ar) && lua_getinfo(L, "f", &ar)) {
+    key = tf_site_mix(key, (uintptr_t)lua_topointer(L, -1));
+    lua_pop(L, 1);
+  }
+  for (int level = 1, n = 0; n < TF_SITE_FRAMES && lua_getstack(L, level, &ar); level++) {
+    if (!lua_getinfo(L, "Sl", &ar) || ar.currentline <= 0) continue;
+    key = tf_site_mix(tf_site_mix(key, (uintptr_t)ar.source), (uint64_t)ar.currentline);
+    n++;
+  }
+  key |= 1; /* never 0, the empty entry's key */
+  tf_site_entry *e = &cache[key % TF_SITE_CACHE];
+  if (e->key != key) {
+    tf_site_format(L, e);
+    e->key = key;
+  }
+  o->source = e->source;
+  o->frames = e->frames;
+  o->what = e->what;
 }
 
 void tf_lua_install_reclaim(lua_State *L) {

@@ -103,7 +103,8 @@ static bool tf_l_optbool(lua_State *L, int idx, const char *key, bool dflt) {
 }
 
 /* tf._prof.start([opts]) -> a running tf.Profile. opts: kernels, memcpy,
- * host_ops, driver (booleans, all true by default). */
+ * host_ops (booleans, true by default) and driver (false by default: driver
+ * API records attribute memsets to ranges, at a cost on every launch). */
 static int tf_l_prof_start(lua_State *L) {
   static const char *const keys[] = {"kernels", "memcpy", "host_ops", "driver", NULL};
   tf_prof_options opts = {true, true, true, true};
@@ -122,7 +123,7 @@ static int tf_l_prof_start(lua_State *L) {
     opts.kernels = tf_l_optbool(L, 1, "kernels", true);
     opts.memcpy = tf_l_optbool(L, 1, "memcpy", true);
     opts.host_ops = tf_l_optbool(L, 1, "host_ops", true);
-    opts.driver = tf_l_optbool(L, 1, "driver", true);
+    opts.driver = tf_l_optbool(L, 1, "driver", false);
   }
   tf_lua_profile *p = lua_newuserdatauv(L, sizeof *p, 0);
   p->s = NULL;

@@ -15,9 +15,10 @@ static __device__ __forceinline__ uint64_t tf_prof_globaltimer(void) {
 }
 
 /* Every block spins for ns nanoseconds of the global timer. The static
- * scratch (1 KiB) and the dynamic shared memory are used, so both show in
- * the kernel's record; sink (NULL in the test) keeps the stores alive. */
-__global__ void tf_prof_spin_kernel(uint64_t ns, int *sink) {
+ * scratch (1 KiB) and the dynamic shared memory (when there is any) are
+ * used, so both show in the kernel's record; sink (NULL in the test) keeps
+ * the stores alive. */
+__global__ void tf_prof_spin_kernel(uint64_t ns, bool has_dynamic, int *sink) {
   __shared__ int scratch[TF_PROF_SPIN_SCRATCH];
   extern __shared__ int dynamic[];
   uint64_t start = tf_prof_globaltimer();
@@ -25,9 +26,9 @@ __global__ void tf_prof_spin_kernel(uint64_t ns, int *sink) {
   while (tf_prof_globaltimer() - start < ns) spins++;
   unsigned t = threadIdx.x + threadIdx.y * blockDim.x;
   scratch[t % TF_PROF_SPIN_SCRATCH] = spins;
-  dynamic[0] = (int)t;
+  if (has_dynamic) dynamic[0] = (int)t;
   __syncthreads();
-  if (sink && t == 0) *sink = scratch[(spins & 0xff) % TF_PROF_SPIN_SCRATCH] + dynamic[0];
+  if (sink && t == 0) *sink = scratch[(spins & 0xff) % TF_PROF_SPIN_SCRATCH] + (has_dynamic ? dynamic[0] : 0);
 }
 
 /* Launches the spin kernel on ctx's stream: grid (gx, gy), block (bx, by),
@@ -36,7 +37,9 @@ extern "C" tf_status tf_prof_test_spin(tf_device_ctx *ctx, int64_t ns, int gx, i
                                        int dynamic_shared) {
   TF_TRY(tf_cuda_use_device(ctx));
   dim3 grid((unsigned)gx, (unsigned)gy), block((unsigned)bx, (unsigned)by);
-  tf_prof_spin_kernel<<<grid, block, (size_t)dynamic_shared, tf_cuda_state_of(ctx)->stream>>>((uint64_t)ns, NULL);
+  bool has_dynamic = dynamic_shared >= (int)sizeof(int);
+  tf_prof_spin_kernel<<<grid, block, (size_t)dynamic_shared, tf_cuda_state_of(ctx)->stream>>>((uint64_t)ns,
+                                                                                              has_dynamic, NULL);
   return tf_cuda_launched("tf_prof_spin_kernel");
 }
 

@@ -119,8 +119,15 @@ void tf_mem_set_site_hook(tf_mem_site_fn fn, void *ud) {
   tf_site_ud = ud;
 }
 
-/* "forward/layer 3/attention" from the open ranges. */
+/* "forward/layer 3/attention" from the open ranges; the last answer is
+ * kept for the innermost range instance (ids are never reused). */
 static uint32_t tf_ranges_now(void) {
+  static uint64_t last_instance;
+  static uint32_t last_path;
+  uint64_t instance = tf_range_current();
+  if (instance == last_instance) return last_path;
+  last_instance = instance;
+  last_path = 0;
   const char *names[32];
   int n = tf_range_stack(names, 32);
   if (n <= 0) return 0;
@@ -128,23 +135,24 @@ static uint32_t tf_ranges_now(void) {
   size_t at = 0;
   for (int i = 0; i < n && i < 32 && at < sizeof path - 1; i++)
     at += (size_t)snprintf(path + at, sizeof path - at, "%s%s", i ? "/" : "", names[i]);
-  return tf_mem_intern(path);
+  last_path = tf_mem_intern(path);
+  return last_path;
 }
 
 void tf_mem_origin_now(tf_mem_origin *o, bool full) {
   int tag = tf_scope_now.tag;
   if (tag == TF_TAG_AUTO) tag = tf_grad_enabled() ? TF_TAG_ACTIVATION : TF_TAG_TEMPORARY;
   *o = (tf_mem_origin){.tag = (uint8_t)tag};
-  const char *what = tf_scope_now.what;
-  if (full && tf_site_hook) {
-    tf_mem_site site;
-    site.source[0] = site.frames[0] = site.what[0] = '\0';
-    tf_site_hook(tf_site_ud, &site);
-    o->source = tf_mem_intern(site.source);
-    o->frames = tf_mem_intern(site.frames);
-    if (!what && site.what[0]) what = site.what;
+  if (full && tf_site_hook) tf_site_hook(tf_site_ud, o);
+  if (tf_scope_now.what || !o->what) {
+    static const char *last; /* scope names are literals or interned: stable */
+    static uint32_t last_id;
+    if (tf_scope_now.what != last) {
+      last = tf_scope_now.what;
+      last_id = tf_mem_intern(last);
+    }
+    o->what = last_id;
   }
-  o->what = tf_mem_intern(what);
   if (full) o->ranges = tf_ranges_now();
 }
 

@@ -90,16 +90,11 @@ typedef struct tf_mem_recorder {
 uint32_t tf_mem_intern(const char *s);
 const char *tf_mem_string(uint32_t id);
 
-/* The host's view of the running script: fills source ("file:line"),
- * frames ("file\tline\tname" lines, innermost first) and, when the caller
- * of the allocating function is known, what (e.g. "matmul"). Called only
- * while recording. */
-typedef struct tf_mem_site {
-  char source[192];
-  char frames[1024];
-  char what[64];
-} tf_mem_site;
-typedef void (*tf_mem_site_fn)(void *ud, tf_mem_site *site);
+/* The host's view of the running script: sets o->source ("file:line" of
+ * the script's statement), o->frames ("file\tline\tname" lines, innermost
+ * first) and, when the caller of the allocating function is known, o->what
+ * (e.g. "matmul"), all interned. Called only while recording. */
+typedef void (*tf_mem_site_fn)(void *ud, tf_mem_origin *o);
 void tf_mem_set_site_hook(tf_mem_site_fn fn, void *ud);
 
 /* The origin of an allocation made now: tag and what from the scope (or

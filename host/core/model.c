@@ -244,7 +244,10 @@ tf_status tf_model_create(const tf_model_config *cfg, tf_device device, tf_dtype
   m->dtype = precision;
   m->ctx = ctx;
   m->k = ctx->backend->model;
-  m->flash = ctx->backend->flash_attention != NULL && cfg->d_model / cfg->num_heads <= 128;
+  /* FlashAttention under mixed precision (tensor cores); true f32 keeps the
+   * naive path, whose cuBLAS f32 GEMMs outrun the f32 flash kernel (FMA on
+   * CUDA cores, about 7 TFLOP/s on an H200) */
+  m->flash = precision != TF_F32 && ctx->backend->flash_attention != NULL && cfg->d_model / cfg->num_heads <= 128;
   tf_status st = tf_model_build(m);
   if (st != TF_OK) {
     tf_model_free(m);

@@ -55,8 +55,10 @@ void tf_model_free(tf_model *m);
 
 const tf_model_config *tf_model_get_config(const tf_model *m);
 tf_dtype tf_model_precision(const tf_model *m);
-/* Attention: FlashAttention-2 (the default where the backend has it) or
- * naive (P materialised); changing it drops the activation plan. */
+/* Attention: FlashAttention-2 (the default under f16/bf16 where the backend
+ * has it) or naive (P materialised; the default in f32, where cuBLAS's f32
+ * GEMMs are faster than the f32 flash kernel); changing it drops the
+ * activation plan. */
 tf_status tf_model_set_attention(tf_model *m, bool flash);
 bool tf_model_uses_flash(const tf_model *m);
 tf_device tf_model_device(const tf_model *m);

@@ -270,7 +270,7 @@ end
 
 --- tf.model.new{preset = "small" | ... or explicit sizes, context_length, vocab_size,
 --- precision = "f32" | "bf16" | "f16", impl = "fused" | "eager", device,
---- attention = "flash" | "naive" (default: flash where the device has it)}
+--- attention = "flash" | "naive" (default: flash under bf16/f16, naive in f32)}
 function M.new(spec)
   if type(spec) ~= "table" then error("tf.model.new: expects a table", 2) end
   local cfg = M.config(spec)

@@ -47,7 +47,8 @@ end
 --- tf.prof.available() -> ok, reason: whether GPU kernel records can be had.
 function M.available()
   local ok, reason = core().available()
-  return ok, ok and nil or reason
+  if ok then return true end
+  return false, reason
 end
 
 -- ---- kernel classes -----------------------------------------------------------------------
@@ -469,7 +470,7 @@ function Profile:trace(path)
   return path
 end
 
---- tf.prof.start{kernels = true, memcpy = true, host_ops = true, driver = true}
+--- tf.prof.start{kernels = true, memcpy = true, host_ops = true, driver = false}
 -- -> a running profile (use with <close>, or call p:stop()). Only one runs
 -- at a time. Without GPU records (no GPU, another profiler attached, ...)
 -- it says why once on stderr and records host timings; p:info().reason

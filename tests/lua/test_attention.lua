@@ -53,10 +53,27 @@ end
 local KEYS = { "o", "lse", "dq", "dk", "dv" }
 local worst = {} -- "impl dtype" -> key -> the largest error seen, printed for the record
 
+local function norm(t)
+  local x = t:to("cpu"):to("f64")
+  return math.sqrt((x * x):sum():item())
+end
+
+-- Relative error, except where the exact gradient is (near) zero: when
+-- every query sees one key, softmax's derivative vanishes and dq, dk are
+-- sums of terms that cancel exactly. A GPU's rounding of those terms is
+-- then measured against their size, which dv (P^T dO) shares.
+local function error_of(key, got, ref)
+  if (key == "dq" or key == "dk") and norm(ref[key]) < 1e-3 * norm(ref.dv) then
+    local x, y = got[key]:to("cpu"):to("f64"), ref[key]:to("cpu"):to("f64")
+    return norm(x - y) / math.max(norm(ref.dv), 1e-300)
+  end
+  return T.relerr(got[key], ref[key])
+end
+
 local function compare(name, got, ref, tol, group)
   for _, key in ipairs(KEYS) do
     T.ok(got[key] ~= nil, name .. ": " .. key .. " missing")
-    local e = T.relerr(got[key], ref[key])
+    local e = error_of(key, got, ref)
     T.ok(e <= tol, string.format("%s: %s relative error %.3g > %g", name, key, e, tol))
     if group then
       worst[group] = worst[group] or {}
@@ -115,8 +132,11 @@ T.test("head dims below 16 (padded) or not multiples of 8, custom scale, strided
       for _, causal in ipairs({ false, true }) do
         local q, k, v, w = make(c, dtype)
         local ref = reference(q, k, v, w, { causal = causal })
+        -- head dims below 16 are beyond the 16..128 the tolerances are set for: a
+        -- bf16 gradient over one or a few products gets no averaging of its rounding
+        local tol = d < 16 and dtype ~= "f32" and 2 * TOL[dtype] or TOL[dtype]
         compare("flash " .. describe(c, dtype, causal), run(q, k, v, w, { impl = "flash", causal = causal }), ref,
-          TOL[dtype])
+          tol)
       end
     end
   end

@@ -302,6 +302,35 @@ T.test("the fused engine agrees with the eager Lua model", function()
   T.ok(relerr(mb:forward(x), lb) <= 2e-2, "bf16 logits relerr " .. relerr(mb:forward(x), lb))
 end)
 
+T.test("flash and naive attention give the same model; flash is the default under bf16", function()
+  local cfg = with(TINY)
+  local x, y = ids(2, 12), ids(2, 12)
+  local runs = {}
+  for _, spec in ipairs({ { "f32", "naive" }, { "f32", "flash" }, { "bf16", "naive" }, { "bf16", "flash" } }) do
+    tf.seed(5)
+    local m <close> = E.create(cfg, { device = dev, precision = spec[1], attention = spec[2] })
+    T.eq(m:info().attention, spec[2])
+    local loss = m:loss(x, y):item()
+    m:backward()
+    local grads = {}
+    for _, g in ipairs(m:grads()) do grads[g.name] = g.tensor:clone() end
+    runs[spec[1] .. " " .. spec[2]] = { loss = loss, grads = grads }
+  end
+  for _, prec in ipairs({ "f32", "bf16" }) do
+    local a, b = runs[prec .. " naive"], runs[prec .. " flash"]
+    local tol = prec == "f32" and 1e-5 or 2e-2
+    T.near(b.loss, a.loss, tol)
+    local worst = 0
+    for name, g in pairs(a.grads) do worst = math.max(worst, relerr(b.grads[name], g)) end
+    T.ok(worst <= (prec == "f32" and 1e-4 or 5e-2), string.format("%s: flash vs naive gradients relerr %.3g", prec, worst))
+  end
+  local f32 <close> = E.create(cfg, { device = dev })
+  T.eq(f32:info().attention, "naive", "f32 keeps cuBLAS's f32 GEMMs")
+  local low <close> = E.create(cfg, { device = dev, precision = "bf16" })
+  T.eq(low:info().attention, "flash")
+  T.raises(function() E.create(cfg, { attention = "fast" }) end, 'attention must be "flash" or "naive"')
+end)
+
 T.test("the fused engine agrees with PyTorch (tests/reference/oracles/lm_tiny.safetensors)", function()
   local path = "tests/reference/oracles/lm_tiny.safetensors"
   local f = io.open(path, "rb")
