@@ -46,29 +46,8 @@ if opt.memory_limit > 0 then tf.mem.set_limit(math.floor(opt.memory_limit * 2 ^ 
 local MiB = 2 ^ 20
 local ELT = { f32 = 4, f16 = 2, bf16 = 2 }
 
-local function progress(fmt, ...) io.stderr:write(string.format(fmt, ...)) end
-local function is_oom(err) return tostring(err):find("out of memory", 1, true) ~= nil end
+local progress = tf.report.progress
 
-local function release()
-  collectgarbage()
-  collectgarbage()
-  tf.mem.empty_cache()
-end
-
--- Backward passes alone, each after a fresh untimed forward pass: the
--- sample is o:backward(dout) between two synchronisations.
-local function time_backward(q, k, v, dout, attn)
-  return tf.bench(function(o) o:backward(dout) end, {
-    warmup = opt.warmup, iters = opt.iters,
-    setup = function() return tf.attention(q, k, v, attn) end,
-    teardown = function(o)
-      o:free()
-      q:zero_grad()
-      k:zero_grad()
-      v:zero_grad()
-    end,
-  })
-end
 
 -- One configuration: the row, with "OOM" in what did not fit.
 local function measure(dtype, d, seq, impl)
@@ -105,17 +84,17 @@ local function measure(dtype, d, seq, impl)
     q:zero_grad()
     k:zero_grad()
     v:zero_grad()
-    local bwd = time_backward(q, k, v, dout, attn)
+    local bwd = tf.bench.backward(function() return tf.attention(q, k, v, attn) end, dout, { q, k, v }, opt)
     row.bwd_ms, row.bwd_std_ms = bwd.mean, bwd.std
   end)
   if not ok then
-    if not is_oom(err) then error(err, 0) end
+    if not tf.mem.is_oom(err) then error(err, 0) end
     row.oom = stage
     if stage ~= "backward" then row.fwd_ms, row.mem_mib = "OOM", "OOM" end
     row.bwd_ms = "OOM"
   end
   q, k, v, dout = nil, nil, nil, nil
-  release()
+  tf.mem.empty_cache()
   return row
 end
 

@@ -32,7 +32,7 @@ for _, w in ipairs(opt.warmup) do
   if w < 0 then tf.exit(2, "benchmark.lua: --warmup must be >= 0\n") end
 end
 
-local function progress(fmt, ...) io.stderr:write(string.format(fmt, ...)) end
+local progress = tf.report.progress
 
 -- Times one mode of one built model: warm-up, then timed steps, each
 -- followed by a device synchronisation (tf.bench).
@@ -55,8 +55,6 @@ end
 
 local function release(m)
   if m and m.engine then m.engine:free() end
-  collectgarbage()
-  collectgarbage()
   tf.mem.empty_cache()
 end
 
@@ -93,7 +91,7 @@ for _, size in ipairs(sizes) do
           end
         end)
         if not ok then
-          local oom = tostring(err):find("out of memory", 1, true) ~= nil
+          local oom = tf.mem.is_oom(err)
           if not oom then error(err, 0) end
           for _, mode in ipairs(opt.mode) do
             rows[#rows + 1] = { size = size, context = ctx, precision = precision, mode = mode, warmup = warmup,

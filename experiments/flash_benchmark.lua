@@ -46,23 +46,8 @@ end
 if opt.memory_limit > 0 then tf.mem.set_limit(math.floor(opt.memory_limit * 2 ^ 30)) end
 
 
-local function progress(fmt, ...) io.stderr:write(string.format(fmt, ...)) end
-local function is_oom(err) return tostring(err):find("out of memory", 1, true) ~= nil end
+local progress = tf.report.progress
 
--- Backward passes alone, each after a fresh untimed forward pass: the
--- sample is o:backward(dout) between two synchronisations.
-local function bench_backward(q, k, v, dout, attn)
-  return tf.bench(function(o) o:backward(dout) end, {
-    warmup = opt.warmup, iters = opt.iters,
-    setup = function() return tf.attention(q, k, v, attn) end,
-    teardown = function(o)
-      o:free()
-      q:zero_grad()
-      k:zero_grad()
-      v:zero_grad()
-    end,
-  })
-end
 
 local function measure(dtype, d, seq, impl)
   local row = { dtype = dtype, d = d, seq = seq, impl = impl, batch = opt.batch, heads = opt.heads,
@@ -80,7 +65,9 @@ local function measure(dtype, d, seq, impl)
     local runs = {
       { "fwd", 1, function() return tf.bench(function() tf.attention(q, k, v, attn):free() end,
           { warmup = opt.warmup, iters = opt.iters }) end },
-      { "bwd", 2.5, function() return bench_backward(q, k, v, dout, attn) end },
+      { "bwd", 2.5, function()
+        return tf.bench.backward(function() return tf.attention(q, k, v, attn) end, dout, { q, k, v }, opt)
+      end },
       { "fwdbwd", 3.5, function()
         return tf.bench(function()
           local out = tf.attention(q, k, v, attn)
@@ -100,7 +87,7 @@ local function measure(dtype, d, seq, impl)
     end
   end)
   if not ok then
-    if not is_oom(err) then error(err, 0) end
+    if not tf.mem.is_oom(err) then error(err, 0) end
     row.oom = true
     for _, name in ipairs({ "fwd", "bwd", "fwdbwd" }) do
       if type(row[name .. "_ms"]) ~= "number" then row[name .. "_ms"] = "OOM" end

@@ -33,13 +33,7 @@ for _, s in ipairs(opt.size) do
   if not tf.model.presets[s] then tf.exit(2, "fused_vs_eager.lua: unknown size '" .. s .. "'\n") end
 end
 
-local function progress(fmt, ...) io.stderr:write(string.format(fmt, ...)) end
-local function is_oom(err) return tostring(err):find("out of memory", 1, true) ~= nil end
-local function release()
-  collectgarbage()
-  collectgarbage()
-  tf.mem.empty_cache()
-end
+local progress = tf.report.progress
 local function bench(fn) return tf.bench(fn, { warmup = opt.warmup, iters = opt.iters }).median end
 
 local rows = { attention = {}, model = {} }
@@ -52,12 +46,12 @@ local function compare(row, base, fused, keys, time)
     local res = table.pack(pcall(time, impl))
     if res[1] then
       for i, key in ipairs(keys) do row[impl .. "_" .. key .. "_ms"] = res[i + 1] end
-    elseif is_oom(res[2]) then
+    elseif tf.mem.is_oom(res[2]) then
       row[impl .. "_oom"] = true
     else
       error(res[2], 0)
     end
-    release()
+    tf.mem.empty_cache()
   end
   for _, key in ipairs(keys) do
     local a, b = row[base .. "_" .. key .. "_ms"], row[fused .. "_" .. key .. "_ms"]

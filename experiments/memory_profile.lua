@@ -31,7 +31,7 @@ end
 
 local GiB, MiB = 2 ^ 30, 2 ^ 20
 local tags = { "parameter", "gradient", "optimizer state", "activation", "workspace", "temporary" }
-local function progress(fmt, ...) io.stderr:write(string.format(fmt, ...)) end
+local progress = tf.report.progress
 local function bytes(n)
   if n >= GiB then return string.format("%.2f GiB", n / GiB) end
   return string.format("%.1f MiB", n / MiB)
@@ -39,8 +39,6 @@ end
 
 local function release(m)
   if m and m.engine then m.engine:free() end
-  collectgarbage()
-  collectgarbage()
   tf.mem.empty_cache()
 end
 
@@ -76,7 +74,7 @@ local function profile(ctx, precision, mode)
   local snap = tf.mem.snapshot()
   tf.mem.record(false)
   if not ok then
-    if not tostring(err):find("out of memory", 1, true) then error(err, 0) end
+    if not tf.mem.is_oom(err) then error(err, 0) end
     row.oom = true
     row.impl = row.impl or opt.impl or (tf._model and "fused" or "eager")
   end

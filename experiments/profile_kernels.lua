@@ -41,7 +41,7 @@ if opt.passes < 1 then tf.exit(2, "profile_kernels.lua: --passes must be >= 1\n"
 if opt.memory_limit > 0 then tf.mem.set_limit(math.floor(opt.memory_limit * 2 ^ 30)) end
 if opt.trace then os.execute("mkdir -p '" .. opt.trace:gsub("'", "'\\''") .. "'") end
 
-local function progress(fmt, ...) io.stderr:write(string.format(fmt, ...)) end
+local progress = tf.report.progress
 local ok_prof, why = tf.prof.available()
 if not ok_prof then progress("profile_kernels.lua: %s; the tables below are host op timings\n", why) end
 
@@ -150,12 +150,10 @@ for _, size in ipairs(sizes) do
       local t0 = tf.now()
       local ok, res = pcall(profile, size, ctx, impl)
       if not ok then
-        if not tostring(res):find("out of memory", 1, true) then error(res, 0) end
+        if not tf.mem.is_oom(res) then error(res, 0) end
         res = { size = size, context = ctx, impl = impl, oom = true }
       end
       rows[#rows + 1] = res
-      collectgarbage()
-      collectgarbage()
       tf.mem.empty_cache()
       progress(" %s (%.1f s)\n", ok and "done" or "OOM", (tf.now() - t0) / 1e3)
     end

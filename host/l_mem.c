@@ -42,9 +42,11 @@ static int tf_l_mem_reset_peak(lua_State *L) {
 }
 
 /* Collects garbage tensors first: their blocks can only be released once
- * the Lua GC has finalised them. */
+ * the Lua GC has finalised them. Twice: what only finalised objects still
+ * referenced becomes garbage in the second cycle. */
 static int tf_l_mem_empty_cache(lua_State *L) {
   tf_device_ctx *ctx = tf_l_mem_ctx(L, 1, "tf.mem.empty_cache");
+  lua_gc(L, LUA_GCCOLLECT);
   lua_gc(L, LUA_GCCOLLECT);
   tf_alloc_empty_cache(&ctx->alloc);
   return 0;

@@ -126,7 +126,7 @@ static tf_status tf_model_layer_forward(tf_model *m, int64_t l, bool keep) {
 
 /* encoder, ln1; per layer: qkv GEMM, attention, output_proj, residual add +
  * ln2, w1|w3 GEMM, SwiGLU, w2, residual add + the next norm; lm_head. */
-tf_status tf_model_run_forward(tf_model *m, bool keep, void *logits) {
+static tf_status tf_model_forward_pass(tf_model *m, bool keep, void *logits) {
   TF_TRY(tf_model_sync_weights(m));
   const tf_model_config *c = &m->cfg;
   tf_model_plan *p = &m->plan;
@@ -144,16 +144,28 @@ tf_status tf_model_run_forward(tf_model *m, bool keep, void *logits) {
   return tf_model_linear(m, p->hf, n, d, c->vocab_size, tf_model_mw(m, m->lm_head), logits);
 }
 
+tf_status tf_model_run_forward(tf_model *m, bool keep, void *logits) {
+  TF_RANGED("forward", tf_model_forward_pass(m, keep, logits));
+  return TF_OK;
+}
+
+/* The fused loss over the plan's logits into loss (a 0-dim f32 tensor's data). */
+static tf_status tf_model_run_loss(tf_model *m, float *loss) {
+  const tf_model_plan *p = &m->plan;
+  tf_lm_loss_args a = {.rows = p->batch * p->seq, .vocab = m->cfg.vocab_size, .dtype = m->dtype,
+                       .logits = p->logits, .targets = p->targets, .row_loss = p->row_loss, .loss = loss,
+                       .grad = true};
+  TF_RANGED("loss", m->k->lm_loss(m->ctx, &a));
+  return TF_OK;
+}
+
 /* Logits land in a new tensor, so they stay valid whatever the engine does next. */
 tf_status tf_model_forward(tf_model *m, const tf_tensor *ids, bool training, tf_tensor **logits) {
   TF_TRY(tf_model_take_inputs(m, "model forward", ids, NULL, training));
   tf_shape s = {3, {ids->shape[0], ids->shape[1], m->cfg.vocab_size}};
   tf_tensor *out = NULL;
   TF_TRY(tf_tensor_empty(&s, m->dtype, m->device, &out));
-  tf_status st = tf_range_push("forward");
-  bool pushed = st == TF_OK;
-  st = tf_model_run_forward(m, training, tf_tensor_data(out));
-  if (pushed) (void)tf_range_pop();
+  tf_status st = tf_model_run_forward(m, training, tf_tensor_data(out));
   if (st != TF_OK) {
     tf_tensor_release(out);
     return st;
@@ -166,21 +178,11 @@ tf_status tf_model_forward(tf_model *m, const tf_tensor *ids, bool training, tf_
  * leaves the logits' gradient in their place for backward. */
 tf_status tf_model_loss(tf_model *m, const tf_tensor *ids, const tf_tensor *targets, tf_tensor **loss) {
   TF_TRY(tf_model_take_inputs(m, "model loss", ids, targets, true));
-  tf_model_plan *p = &m->plan;
   tf_shape scalar = {0, {0}};
   tf_tensor *out = NULL;
   TF_TRY(tf_tensor_empty(&scalar, TF_F32, m->device, &out));
-  bool pushed = tf_range_push("forward") == TF_OK;
-  tf_status st = tf_model_run_forward(m, true, p->logits);
-  if (pushed) (void)tf_range_pop();
-  if (st == TF_OK) {
-    tf_lm_loss_args a = {.rows = p->batch * p->seq, .vocab = m->cfg.vocab_size, .dtype = m->dtype,
-                         .logits = p->logits, .targets = p->targets, .row_loss = p->row_loss,
-                         .loss = tf_tensor_data(out), .grad = true};
-    pushed = tf_range_push("loss") == TF_OK;
-    st = m->k->lm_loss(m->ctx, &a);
-    if (pushed) (void)tf_range_pop();
-  }
+  tf_status st = tf_model_run_forward(m, true, m->plan.logits);
+  if (st == TF_OK) st = tf_model_run_loss(m, tf_tensor_data(out));
   if (st != TF_OK) {
     tf_tensor_release(out);
     return st;

@@ -57,4 +57,19 @@ function M.bench(fn, opts)
   return s
 end
 
+--- tf.bench.backward(forward, grad, leaves, opts): times out:backward(grad)
+-- alone, each call after a fresh untimed out = forward(); the output is
+-- freed and the leaves' gradients dropped between calls (untimed). opts as
+-- tf.bench (warmup, iters).
+function M.backward(forward, grad, leaves, opts)
+  opts = opts or {}
+  return M.bench(function(out) out:backward(grad) end, {
+    warmup = opts.warmup, iters = opts.iters, setup = forward,
+    teardown = function(out)
+      out:free()
+      for _, t in ipairs(leaves) do t:zero_grad() end
+    end,
+  })
+end
+
 return M

@@ -102,6 +102,9 @@ function tf.mem.plot(path, opts)
   f:close()
   return path
 end
+--- tf.mem.is_oom(err): whether an error (message) is an out-of-memory error,
+-- for scripts that pcall and record OOM rows.
+function tf.mem.is_oom(err) return tostring(err):find("out of memory", 1, true) ~= nil end
 --- tf.mem.summary(snapshot): bytes live per tag at the recorded peak.
 function tf.mem.summary(snap) return require("tf.memviz").summary(snap or tf.mem.snapshot()) end
 
@@ -115,7 +118,10 @@ tf.range = tf.prof.range
 -- parameters in the C engine), torch.optim.AdamW's semantics and defaults.
 function tf.optim.adamw(model, opts) return model:optimizer(opts or {}) end
 tf.options = require("tf.options").declare
-tf.bench = require("tf.bench").bench
+local bench = require "tf.bench"
+--- tf.bench(fn, opts) times fn; tf.bench.backward times backward passes alone.
+tf.bench = setmetatable({ backward = bench.backward, summarize = bench.summarize },
+  { __call = function(_, ...) return bench.bench(...) end })
 tf.report = require "tf.report"
 tf.results = require "tf.results"
 

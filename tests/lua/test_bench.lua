@@ -45,6 +45,37 @@ T.test("tf.bench runs warm-up and timed calls and summarises them", function()
   T.raises(function() tf.bench(function() end, { iters = 0 }) end, "iters must be an integer >= 1")
 end)
 
+T.test("setup and teardown stay out of the samples; tf.bench.backward", function()
+  local calls = { setup = 0, fn = 0, teardown = 0 }
+  local s = tf.bench(function(a, b)
+    calls.fn = calls.fn + 1
+    T.eq({ a, b }, { "x", 42 }, "fn gets what setup returned")
+  end, {
+    warmup = 2, iters = 3,
+    setup = function()
+      calls.setup = calls.setup + 1
+      local t0 = tf.now()
+      while tf.now() - t0 < 20 do end -- untimed
+      return "x", 42
+    end,
+    teardown = function(a) calls.teardown = calls.teardown + 1; T.eq(a, "x") end,
+  })
+  T.eq(calls, { setup = 5, fn = 5, teardown = 5 })
+  T.eq(s.n, 3)
+  T.ok(s.max < 20, "the setup's 20 ms are not in any sample: " .. s.max)
+  T.raises(function() tf.bench(function() end, { setup = 1 }) end, "setup must be a function")
+
+  local x = tf.randn({ 8, 8 }):requires_grad(true)
+  local forwards = 0
+  local b = tf.bench.backward(function()
+    forwards = forwards + 1
+    return (x * x):sum()
+  end, nil, { x }, { warmup = 1, iters = 4 })
+  T.eq(forwards, 5)
+  T.eq(b.n, 4)
+  T.eq(x.grad, nil, "the leaves' gradients are dropped after each call")
+end)
+
 T.test("tf.sync on every device in use", function()
   tf.sync()
   tf.sync("cpu")
