@@ -30,11 +30,8 @@ __global__ void __launch_bounds__(1024) tf_cuda_ce_forward_kernel(tf_cuda_ce_par
   typedef typename D::storage S;
   typedef typename D::compute C;
   __shared__ tf_cuda_pair<C> scratch[32];
-  const int groups = (int)blockDim.x / p.tpr, lane = (int)threadIdx.x % p.tpr;
-  for (int64_t base = (int64_t)blockIdx.x * groups; base < p.rows; base += (int64_t)gridDim.x * groups) {
-    const int64_t r = base + (int)threadIdx.x / p.tpr;
-    const bool live = r < p.rows;
-    const int64_t n = live ? p.cols : 0, row = live ? r : base;
+  tf_cuda_for_each_row(p.rows, p.tpr, [&](int64_t row, bool live, int lane) {
+    const int64_t n = live ? p.cols : 0;
     const S *x = (const S *)p.x + row * p.cols;
     tf_cuda_pair<C> ms;
     ms.a = (C)-INFINITY;
@@ -56,7 +53,7 @@ __global__ void __launch_bounds__(1024) tf_cuda_ce_forward_kernel(tf_cuda_ce_par
       ((C *)p.row_loss)[row] = lse - D::load(x[t]);
       if (p.lse) ((C *)p.lse)[row] = lse;
     }
-  }
+  });
 }
 
 /* loss = mean of the row losses: one block, each thread adding a strided

@@ -141,11 +141,8 @@ template <int DT, int V>
 __global__ void __launch_bounds__(1024) tf_cuda_causal_forward_kernel(tf_cuda_causal_params p) {
   typedef typename tf_cuda_dtype<DT>::storage S;
   __shared__ tf_cuda_pair<float> scratch[32];
-  const int groups = (int)blockDim.x / p.tpr, lane = (int)threadIdx.x % p.tpr;
-  for (int64_t base = (int64_t)blockIdx.x * groups; base < p.rows; base += (int64_t)gridDim.x * groups) {
-    const int64_t r = base + (int)threadIdx.x / p.tpr;
-    const bool live = r < p.rows;
-    const int64_t row = live ? r : base, visible = live ? row % p.seq + 1 : 0, cols = live ? p.seq : 0;
+  tf_cuda_for_each_row(p.rows, p.tpr, [&](int64_t row, bool live, int lane) {
+    const int64_t visible = live ? row % p.seq + 1 : 0, cols = live ? p.seq : 0;
     S *s = (S *)p.s + row * p.seq;
     tf_cuda_pair<float> ms;
     ms.a = -INFINITY;
@@ -166,7 +163,7 @@ __global__ void __launch_bounds__(1024) tf_cuda_causal_forward_kernel(tf_cuda_ca
       for (int u = 0; u < V; u++) v[u] = c + u < visible ? expf(v[u] * p.scale - m) * inv : 0.0f;
       tf_cuda_store_row<DT, V>(s + c, v);
     }
-  }
+  });
 }
 
 /* s holds dp: ds = scale p (dp - sum(p dp)) over columns 0..t, zeros after. */
@@ -174,11 +171,8 @@ template <int DT, int V>
 __global__ void __launch_bounds__(1024) tf_cuda_causal_backward_kernel(tf_cuda_causal_params p) {
   typedef typename tf_cuda_dtype<DT>::storage S;
   __shared__ float scratch[32];
-  const int groups = (int)blockDim.x / p.tpr, lane = (int)threadIdx.x % p.tpr;
-  for (int64_t base = (int64_t)blockIdx.x * groups; base < p.rows; base += (int64_t)gridDim.x * groups) {
-    const int64_t r = base + (int)threadIdx.x / p.tpr;
-    const bool live = r < p.rows;
-    const int64_t row = live ? r : base, visible = live ? row % p.seq + 1 : 0, cols = live ? p.seq : 0;
+  tf_cuda_for_each_row(p.rows, p.tpr, [&](int64_t row, bool live, int lane) {
+    const int64_t visible = live ? row % p.seq + 1 : 0, cols = live ? p.seq : 0;
     S *ds = (S *)p.s + row * p.seq;
     const S *pr = (const S *)p.p + row * p.seq;
     float dot = 0.0f;
@@ -201,7 +195,7 @@ __global__ void __launch_bounds__(1024) tf_cuda_causal_backward_kernel(tf_cuda_c
       for (int u = 0; u < V; u++) gv[u] = c + u < visible ? p.scale * pv[u] * (gv[u] - dot) : 0.0f;
       tf_cuda_store_row<DT, V>(ds + c, gv);
     }
-  }
+  });
 }
 
 /* Vector width and row geometry, then the pass. */

@@ -28,11 +28,8 @@ template <int DT, int V>
 __global__ void __launch_bounds__(1024) tf_cuda_lm_loss_kernel(tf_cuda_lm_loss_params p) {
   typedef typename tf_cuda_dtype<DT>::storage S;
   __shared__ tf_cuda_pair<float> scratch[32];
-  const int groups = (int)blockDim.x / p.tpr, lane = (int)threadIdx.x % p.tpr;
-  for (int64_t base = (int64_t)blockIdx.x * groups; base < p.rows; base += (int64_t)gridDim.x * groups) {
-    const int64_t r = base + (int)threadIdx.x / p.tpr;
-    const bool live = r < p.rows;
-    const int64_t row = live ? r : base, n = live ? p.vocab : 0;
+  tf_cuda_for_each_row(p.rows, p.tpr, [&](int64_t row, bool live, int lane) {
+    const int64_t n = live ? p.vocab : 0;
     int64_t target = p.targets[row];
     if (target < 0 || target >= p.vocab) target = 0; /* checked before; never read out of bounds */
     S *x = (S *)p.logits + row * p.vocab;
@@ -53,7 +50,7 @@ __global__ void __launch_bounds__(1024) tf_cuda_lm_loss_kernel(tf_cuda_lm_loss_p
     ms = tf_cuda_group_reduce(ms, p.tpr, tf_cuda_maxsum(), scratch);
     const float lse = ms.a + logf(ms.b);
     if (owner) p.row_loss[row] = lse - xt;
-    if (!p.grad) continue;
+    if (!p.grad) return; /* the next row */
     for (int64_t c = (int64_t)lane * V; c < n; c += (int64_t)p.tpr * V) {
       float v[V];
       tf_cuda_load_row<DT, V>(x + c, v);
@@ -61,7 +58,7 @@ __global__ void __launch_bounds__(1024) tf_cuda_lm_loss_kernel(tf_cuda_lm_loss_p
       for (int u = 0; u < V; u++) v[u] = (expf(v[u] - lse) - (c + u == target ? 1.0f : 0.0f)) * p.inv_rows;
       tf_cuda_store_row<DT, V>(x + c, v);
     }
-  }
+  });
 }
 
 /* loss = mean of the row losses: each thread adds a strided share in

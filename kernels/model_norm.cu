@@ -33,12 +33,9 @@ template <int DT, int V>
 __global__ void __launch_bounds__(1024) tf_cuda_rms_forward_kernel(tf_cuda_rms_params p) {
   typedef typename tf_cuda_dtype<DT>::storage S;
   __shared__ float scratch[32];
-  const int groups = (int)blockDim.x / p.tpr, lane = (int)threadIdx.x % p.tpr;
   const float inv_dim = 1.0f / (float)p.dim;
-  for (int64_t base = (int64_t)blockIdx.x * groups; base < p.rows; base += (int64_t)gridDim.x * groups) {
-    const int64_t r = base + (int)threadIdx.x / p.tpr;
-    const bool live = r < p.rows;
-    const int64_t n = live ? p.dim : 0, off = (live ? r : base) * p.dim;
+  tf_cuda_for_each_row(p.rows, p.tpr, [&](int64_t row, bool live, int lane) {
+    const int64_t n = live ? p.dim : 0, off = row * p.dim;
     const float *x = p.x + off;
     float sq = 0;
     for (int64_t c = (int64_t)lane * V; c < n; c += (int64_t)p.tpr * V) {
@@ -65,8 +62,8 @@ __global__ void __launch_bounds__(1024) tf_cuda_rms_forward_kernel(tf_cuda_rms_p
       for (int u = 0; u < V; u++) v[u] = (v[u] * rstd) * g[u];
       tf_cuda_store_row<DT, V>((S *)p.h + off + c, v);
     }
-    if (live && lane == 0) p.rstd[r] = rstd;
-  }
+    if (live && lane == 0) p.rstd[row] = rstd;
+  });
 }
 
 /* dx = rstd (dh g - xhat mean(dh g xhat)); dres (+)= dx; dres_low = dres. */
@@ -74,12 +71,9 @@ template <int DT, int V>
 __global__ void __launch_bounds__(1024) tf_cuda_rms_backward_kernel(tf_cuda_rms_params p) {
   typedef typename tf_cuda_dtype<DT>::storage S;
   __shared__ float scratch[32];
-  const int groups = (int)blockDim.x / p.tpr, lane = (int)threadIdx.x % p.tpr;
   const float inv_dim = 1.0f / (float)p.dim;
-  for (int64_t base = (int64_t)blockIdx.x * groups; base < p.rows; base += (int64_t)gridDim.x * groups) {
-    const int64_t r = base + (int)threadIdx.x / p.tpr;
-    const bool live = r < p.rows;
-    const int64_t n = live ? p.dim : 0, row = live ? r : base, off = row * p.dim;
+  tf_cuda_for_each_row(p.rows, p.tpr, [&](int64_t row, bool live, int lane) {
+    const int64_t n = live ? p.dim : 0, off = row * p.dim;
     const float *x = p.x + off;
     const S *dh = (const S *)p.dh + off;
     const float rstd = p.rstd[row];
@@ -110,7 +104,7 @@ __global__ void __launch_bounds__(1024) tf_cuda_rms_backward_kernel(tf_cuda_rms_
       tf_cuda_store_row<TF_F32, V>(p.dres + off + c, out);
       if (p.dres_low) tf_cuda_store_row<DT, V>((S *)p.dres_low + off + c, out);
     }
-  }
+  });
 }
 
 enum { TF_CUDA_RMS_WGRAD_THREADS = 256 };

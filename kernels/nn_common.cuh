@@ -43,6 +43,21 @@ struct tf_cuda_add {
   }
 };
 
+/* The grid-stride loop of the row kernels: groups of tpr threads, one row
+ * each, over rows. body(row, live, lane) runs once per step on every thread
+ * of the block; a thread past the last row gets live = false and its
+ * group's first row (a valid index), so it still joins the block's
+ * reductions (tf_cuda_group_reduce) without reading or writing for it. */
+template <class F>
+__device__ __forceinline__ void tf_cuda_for_each_row(int64_t rows, int tpr, F body) {
+  const int groups = (int)blockDim.x / tpr, lane = (int)threadIdx.x % tpr;
+  for (int64_t base = (int64_t)blockIdx.x * groups; base < rows; base += (int64_t)gridDim.x * groups) {
+    const int64_t r = base + (int)threadIdx.x / tpr;
+    const bool live = r < rows;
+    body(live ? r : base, live, lane);
+  }
+}
+
 /* Combines v over the tpr threads of each row group (tpr a power of two,
  * 32..1024, groups aligned to multiples of tpr); every thread gets the
  * result. scratch holds one value per warp of the block. Every thread of

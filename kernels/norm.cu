@@ -41,12 +41,9 @@ __global__ void __launch_bounds__(1024) tf_cuda_norm_forward_kernel(tf_cuda_norm
   typedef typename D::storage S;
   typedef typename D::compute C;
   __shared__ C scratch[32];
-  const int groups = (int)blockDim.x / p.tpr, lane = (int)threadIdx.x % p.tpr;
   const C inv_cols = (C)1 / (C)p.cols;
-  for (int64_t base = (int64_t)blockIdx.x * groups; base < p.rows; base += (int64_t)gridDim.x * groups) {
-    const int64_t r = base + (int)threadIdx.x / p.tpr;
-    const bool live = r < p.rows;
-    const int64_t n = live ? p.cols : 0, off = (live ? r : base) * p.cols;
+  tf_cuda_for_each_row(p.rows, p.tpr, [&](int64_t row, bool live, int lane) {
+    const int64_t n = live ? p.cols : 0, off = row * p.cols;
     const S *x = (const S *)p.x + off;
     S *y = (S *)p.y + off;
     C mean = 0;
@@ -84,10 +81,10 @@ __global__ void __launch_bounds__(1024) tf_cuda_norm_forward_kernel(tf_cuda_norm
       tf_cuda_store_row<DT, V>(y + c, v);
     }
     if (live && lane == 0) {
-      if (p.mean) ((C *)p.mean)[r] = mean;
-      if (p.rstd) ((C *)p.rstd)[r] = rstd;
+      if (p.mean) ((C *)p.mean)[row] = mean;
+      if (p.rstd) ((C *)p.rstd)[row] = rstd;
     }
-  }
+  });
 }
 
 /* With g = dy w and xhat = (x - mean) rstd (rms: x rstd):
@@ -98,12 +95,9 @@ __global__ void __launch_bounds__(1024) tf_cuda_norm_backward_kernel(tf_cuda_nor
   typedef typename D::storage S;
   typedef typename D::compute C;
   __shared__ tf_cuda_pair<C> scratch[32];
-  const int groups = (int)blockDim.x / p.tpr, lane = (int)threadIdx.x % p.tpr;
   const C inv_cols = (C)1 / (C)p.cols;
-  for (int64_t base = (int64_t)blockIdx.x * groups; base < p.rows; base += (int64_t)gridDim.x * groups) {
-    const int64_t r = base + (int)threadIdx.x / p.tpr;
-    const bool live = r < p.rows;
-    const int64_t n = live ? p.cols : 0, row = live ? r : base, off = row * p.cols;
+  tf_cuda_for_each_row(p.rows, p.tpr, [&](int64_t row, bool live, int lane) {
+    const int64_t n = live ? p.cols : 0, off = row * p.cols;
     const S *x = (const S *)p.x + off, *dy = (const S *)p.dy + off;
     S *dx = (S *)p.dx + off;
     const C mean = p.layer ? ((const C *)p.mean)[row] : (C)0, rstd = ((const C *)p.rstd)[row];
@@ -133,7 +127,7 @@ __global__ void __launch_bounds__(1024) tf_cuda_norm_backward_kernel(tf_cuda_nor
       for (int u = 0; u < V; u++) v[u] = rstd * (g[u] * w[u] - mg - ((v[u] - mean) * rstd) * mgx);
       tf_cuda_store_row<DT, V>(dx + c, v);
     }
-  }
+  });
 }
 
 enum { TF_CUDA_WGRAD_THREADS = 256 };

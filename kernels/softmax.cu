@@ -24,13 +24,10 @@ __global__ void __launch_bounds__(1024) tf_cuda_softmax_forward_kernel(tf_cuda_s
   typedef typename D::storage S;
   typedef typename D::compute C;
   __shared__ tf_cuda_pair<C> scratch[32];
-  const int groups = (int)blockDim.x / p.tpr, lane = (int)threadIdx.x % p.tpr;
-  for (int64_t base = (int64_t)blockIdx.x * groups; base < p.rows; base += (int64_t)gridDim.x * groups) {
-    const int64_t r = base + (int)threadIdx.x / p.tpr;
-    const bool live = r < p.rows;
+  tf_cuda_for_each_row(p.rows, p.tpr, [&](int64_t row, bool live, int lane) {
     const int64_t n = live ? p.cols : 0;
-    const S *x = (const S *)p.x + (live ? r : base) * p.cols;
-    S *y = (S *)p.out + (live ? r : base) * p.cols;
+    const S *x = (const S *)p.x + row * p.cols;
+    S *y = (S *)p.out + row * p.cols;
     tf_cuda_pair<C> ms;
     ms.a = (C)-INFINITY;
     ms.b = (C)0;
@@ -49,7 +46,7 @@ __global__ void __launch_bounds__(1024) tf_cuda_softmax_forward_kernel(tf_cuda_s
       for (int u = 0; u < V; u++) v[u] = p.log ? (v[u] - m) - lsum : tf_exp(v[u] - m) * inv;
       tf_cuda_store_row<DT, V>(y + c, v);
     }
-  }
+  });
 }
 
 /* softmax: dx = y (dy - sum(dy y)); log_softmax: dx = dy - exp(y) sum(dy). */
@@ -59,11 +56,8 @@ __global__ void __launch_bounds__(1024) tf_cuda_softmax_backward_kernel(tf_cuda_
   typedef typename D::storage S;
   typedef typename D::compute C;
   __shared__ C scratch[32];
-  const int groups = (int)blockDim.x / p.tpr, lane = (int)threadIdx.x % p.tpr;
-  for (int64_t base = (int64_t)blockIdx.x * groups; base < p.rows; base += (int64_t)gridDim.x * groups) {
-    const int64_t r = base + (int)threadIdx.x / p.tpr;
-    const bool live = r < p.rows;
-    const int64_t n = live ? p.cols : 0, off = (live ? r : base) * p.cols;
+  tf_cuda_for_each_row(p.rows, p.tpr, [&](int64_t row, bool live, int lane) {
+    const int64_t n = live ? p.cols : 0, off = row * p.cols;
     const S *y = (const S *)p.x + off, *dy = (const S *)p.dy + off;
     S *dx = (S *)p.out + off;
     C dot = 0;
@@ -88,7 +82,7 @@ __global__ void __launch_bounds__(1024) tf_cuda_softmax_backward_kernel(tf_cuda_
       for (int u = 0; u < V; u++) yv[u] = p.log ? gv[u] - tf_exp(yv[u]) * dot : yv[u] * (gv[u] - dot);
       tf_cuda_store_row<DT, V>(dx + c, yv);
     }
-  }
+  });
 }
 
 /* Picks the vector width (16-byte loads when every row is aligned) and the

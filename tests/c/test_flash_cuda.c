@@ -29,9 +29,8 @@
  * timing is asserted. Exits 77 without a GPU. */
 #include "backend.h"
 #include "err_table.h"
-#include "nnref.h"
+#include "gpu_twins.h"
 
-static const tf_device GPU = {TF_DEV_CUDA, 0};
 static tf_device_ctx *cctx, *gctx;
 static bool small_run;
 
@@ -40,55 +39,21 @@ static const double LSE_TOL = 1e-5;
 
 /* ---- buffers on both devices ------------------------------------------------------------- */
 
-/* n values of dtype d at element off of a flat tensor on the CPU (c) and
- * on the GPU (g); off 1 leaves the data 2 or 4 bytes past a 16-byte
- * boundary, which sends f16/bf16 to the SIMT kernels. */
-typedef struct {
-  tf_tensor *c, *g;
-  int64_t off, n;
-  tf_dtype d;
-} buf;
-
-static buf buf_of(const double *v, int64_t n, tf_dtype d, int64_t off) {
-  double *all = values_alloc(n + off);
-  memcpy(all + off, v, sizeof(double) * (size_t)n);
-  buf b = {tensor_from(all, SHAPE(n + off), d), NULL, off, n, d};
-  free(all);
-  if (!CHECK_OK(tf_to(b.c, d, GPU, &b.g))) exit(1);
-  return b;
-}
-
-static buf buf_randn(int64_t n, tf_dtype d, int64_t off) {
-  double *v = random_values(n, d, 1.0);
-  buf b = buf_of(v, n, d, off);
-  free(v);
-  return b;
-}
-
 /* An output: NaN everywhere until a kernel writes it. */
-static buf buf_nan(int64_t n, tf_dtype d, int64_t off) {
+static flat_pair pair_nan(int64_t n, tf_dtype d, int64_t off) {
   double *v = values_alloc(n);
   for (int64_t i = 0; i < n; i++) v[i] = NAN;
-  buf b = buf_of(v, n, d, off);
+  flat_pair b = flat_pair_of(v, n, d, off);
   free(v);
   return b;
 }
 
 /* The CPU side's values on both devices (the CPU's o and lse as backward inputs). */
-static buf buf_from_cpu(buf src) {
+static flat_pair pair_from_cpu(flat_pair src) {
   double *v = tensor_values(src.c);
-  buf b = buf_of(v + src.off, src.n, src.d, src.off);
+  flat_pair b = flat_pair_of(v + src.off, src.n, src.d, src.off);
   free(v);
   return b;
-}
-
-static void *CP(buf b) { return (char *)tf_tensor_data(b.c) + b.off * (int64_t)tf_dtype_size(b.d); }
-static void *GP(buf b) { return (char *)tf_tensor_data(b.g) + b.off * (int64_t)tf_dtype_size(b.d); }
-
-static void buf_free(buf *b) {
-  tf_tensor_release(b->c);
-  tf_tensor_release(b->g);
-  b->c = b->g = NULL;
 }
 
 /* ---- comparisons ----------------------------------------------------------------------------- */
@@ -109,7 +74,7 @@ static double flash_error(const double *g, const double *c, int64_t n, double ze
   return worst / zero_scale;
 }
 
-static double max_abs(buf b) {
+static double max_abs(flat_pair b) {
   double *v = tensor_values(b.c), m = 0;
   for (int64_t i = 0; i < b.n; i++)
     if (fabs(v[b.off + i]) > m) m = fabs(v[b.off + i]);
@@ -119,7 +84,8 @@ static double max_abs(buf b) {
 
 /* The GPU side of gb against the CPU side of cb, recorded under the
  * problem's dtype dt. */
-static bool same_as(const char *op, const char *note, tf_dtype dt, buf gb, buf cb, double tol, double zero_scale) {
+static bool same_as(const char *op, const char *note, tf_dtype dt, flat_pair gb, flat_pair cb, double tol,
+                    double zero_scale) {
   double *g = tensor_values(gb.g), *c = tensor_values(cb.c);
   const double e = flash_error(g + gb.off, c + cb.off, gb.n, zero_scale);
   free(g), free(c);
@@ -128,12 +94,12 @@ static bool same_as(const char *op, const char *note, tf_dtype dt, buf gb, buf c
   return CHECK(e <= tol);
 }
 
-static bool same(const char *op, const char *note, tf_dtype dt, buf b, double tol) {
+static bool same(const char *op, const char *note, tf_dtype dt, flat_pair b, double tol) {
   return same_as(op, note, dt, b, b, tol, 1.0);
 }
 
 /* Two GPU results bit for bit, recorded under dt. */
-static bool identical(const char *op, const char *note, tf_dtype dt, buf a, buf b) {
+static bool identical(const char *op, const char *note, tf_dtype dt, flat_pair a, flat_pair b) {
   tf_tensor *ca = NULL, *cb = NULL;
   CHECK_OK(tf_to(a.g, a.d, tf_cpu(), &ca));
   CHECK_OK(tf_to(b.g, b.d, tf_cpu(), &cb));
@@ -173,7 +139,7 @@ static tf_flash_args args_of(const flash_shape *s, tf_dtype dt, bool causal, dou
 }
 
 /* The backward pass on the GPU into dq/dk/dv with its own workspace. */
-static tf_status gpu_backward(tf_flash_args a, buf dq, buf dk, buf dv) {
+static tf_status gpu_backward(tf_flash_args a, flat_pair dq, flat_pair dk, flat_pair dv) {
   a.dq = GP(dq), a.dk = GP(dk), a.dv = GP(dv);
   const size_t bytes = gctx->backend->flash_workspace(&a);
   CHECK(bytes >= (size_t)(a.batch * a.seq_q) * sizeof(float));
@@ -196,9 +162,11 @@ static void flash_case(const flash_shape *s, tf_dtype dt, bool causal, int64_t o
   /* 1/sqrt(d), sometimes sharper (the running max then moves more) */
   const double scale = (rng_uniform() < 0.5 ? 1.0 : 2.5) / sqrt((double)s->d);
   const int64_t nq = s->batch * s->sq * s->d, nk = s->batch * s->sk * s->d, rows = s->batch * s->sq;
-  buf q = buf_randn(nq, dt, off), k = buf_randn(nk, dt, off), v = buf_randn(nk, dt, off);
-  buf dout = buf_randn(nq, dt, off);
-  buf o = buf_nan(nq, dt, off), o2 = buf_nan(nq, dt, off), lse = buf_nan(rows, TF_F32, 0), lse2 = buf_nan(rows, TF_F32, 0);
+  flat_pair q = flat_pair_randn(nq, dt, 1.0, off), k = flat_pair_randn(nk, dt, 1.0, off);
+  flat_pair v = flat_pair_randn(nk, dt, 1.0, off);
+  flat_pair dout = flat_pair_randn(nq, dt, 1.0, off);
+  flat_pair o = pair_nan(nq, dt, off), o2 = pair_nan(nq, dt, off);
+  flat_pair lse = pair_nan(rows, TF_F32, 0), lse2 = pair_nan(rows, TF_F32, 0);
   const double tol = tol_of(dt);
 
   /* forward */
@@ -222,9 +190,10 @@ static void flash_case(const flash_shape *s, tf_dtype dt, bool causal, int64_t o
   }
 
   /* backward from the CPU's o and lse; float atomics, then deterministic twice */
-  buf oin = buf_from_cpu(o), lin = buf_from_cpu(lse);
-  buf g[3][3]; /* run x (dq, dk, dv) */
-  for (int r = 0; r < 3; r++) g[r][0] = buf_nan(nq, dt, off), g[r][1] = buf_nan(nk, dt, off), g[r][2] = buf_nan(nk, dt, off);
+  flat_pair oin = pair_from_cpu(o), lin = pair_from_cpu(lse);
+  flat_pair g[3][3]; /* run x (dq, dk, dv) */
+  for (int r = 0; r < 3; r++)
+    g[r][0] = pair_nan(nq, dt, off), g[r][1] = pair_nan(nk, dt, off), g[r][2] = pair_nan(nk, dt, off);
   tf_flash_args bc = ac, bg = ag;
   bc.backward = bg.backward = true;
   bc.o = CP(oin), bc.lse = CP(lin), bc.dout = CP(dout);
@@ -254,9 +223,9 @@ static void flash_case(const flash_shape *s, tf_dtype dt, bool causal, int64_t o
   }
 
   for (int r = 0; r < 3; r++)
-    for (int i = 0; i < 3; i++) buf_free(&g[r][i]);
-  buf *all[] = {&q, &k, &v, &dout, &o, &o2, &lse, &lse2, &oin, &lin};
-  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) buf_free(all[i]);
+    for (int i = 0; i < 3; i++) flat_pair_free(&g[r][i]);
+  flat_pair *all[] = {&q, &k, &v, &dout, &o, &o2, &lse, &lse2, &oin, &lin};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) flat_pair_free(all[i]);
 }
 
 /* ---- timings ------------------------------------------------------------------------------------ */
@@ -341,11 +310,7 @@ static void bench_shape(int64_t B, int64_t S, int64_t d) {
 }
 
 int main(void) {
-  if (tf_cuda_device_count() == 0) tf_check_skip("no CUDA device (or a build without CUDA)");
-  test_seed();
-  small_run = getenv("TF_TEST_SMALL") != NULL;
-  tf_device_info info;
-  if (CHECK_OK(tf_device_info_get(GPU, &info))) printf("device: %s\n", info.name);
+  small_run = gpu_test_begin();
   if (!CHECK_OK(tf_device_ctx_get(tf_cpu(), &cctx)) || !CHECK_OK(tf_device_ctx_get(GPU, &gctx))) return 1;
   if (!CHECK(gctx->backend->flash_attention && gctx->backend->flash_workspace)) return tf_check_done();
 

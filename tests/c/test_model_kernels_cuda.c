@@ -23,9 +23,8 @@
 #include "model.h"
 #include "model_kernels.h"
 #include "err_table.h"
-#include "nnref.h"
+#include "gpu_twins.h"
 
-static const tf_device GPU = {TF_DEV_CUDA, 0};
 static tf_device_ctx *cctx, *gctx;
 static const tf_model_kernels *KC, *KG;
 static bool small_run;
@@ -38,52 +37,19 @@ static double tol_of(tf_dtype d) { return d == TF_F32 ? 1e-5 : 1e-2; }
 
 /* ---- buffers on both devices ------------------------------------------------------------------ */
 
-/* The same values on the CPU (c) and the GPU (g), used from element off
- * (off 1 misaligns vector loads). */
-typedef struct {
-  tf_tensor *c, *g;
-  int64_t off, n;
-  tf_dtype d;
-} pair;
-
-static pair pair_of_values(const double *v, int64_t n, tf_dtype d, int64_t off) {
-  double *all = values_alloc(n + off);
-  memcpy(all + off, v, sizeof(double) * (size_t)n);
-  pair p = {tensor_from(all, SHAPE(n + off), d), NULL, off, n, d};
-  free(all);
-  if (!CHECK_OK(tf_to(p.c, d, GPU, &p.g))) exit(1);
-  return p;
-}
-
-static pair pair_randn(int64_t n, tf_dtype d, double scale, int64_t off) {
-  double *v = random_values(n, d, scale);
-  pair p = pair_of_values(v, n, d, off);
-  free(v);
-  return p;
-}
-
-static pair pair_zeros(int64_t n, tf_dtype d) {
+static flat_pair flat_pair_zeros(int64_t n, tf_dtype d) {
   double *v = values_alloc(n);
-  pair p = pair_of_values(v, n, d, 0);
+  flat_pair p = flat_pair_of(v, n, d, 0);
   free(v);
   return p;
 }
 
-static pair pair_ints(int64_t n, int64_t lo, int64_t hi) {
+static flat_pair flat_pair_ints(int64_t n, int64_t lo, int64_t hi) {
   double *v = values_alloc(n);
   for (int64_t i = 0; i < n; i++) v[i] = (double)rng_int(lo, hi);
-  pair p = pair_of_values(v, n, TF_I64, 0);
+  flat_pair p = flat_pair_of(v, n, TF_I64, 0);
   free(v);
   return p;
-}
-
-static void *CP(pair p) { return (char *)tf_tensor_data(p.c) + p.off * (int64_t)tf_dtype_size(p.d); }
-static void *GP(pair p) { return (char *)tf_tensor_data(p.g) + p.off * (int64_t)tf_dtype_size(p.d); }
-
-static void pair_free(pair *p) {
-  tf_tensor_release(p->c);
-  tf_tensor_release(p->g);
-  p->c = p->g = NULL;
 }
 
 /* GPU values against CPU values (normwise relative error), recorded. */
@@ -94,14 +60,14 @@ static bool same_values(const char *op, tf_dtype d, const double *g, const doubl
   return CHECK(e <= tol);
 }
 
-static bool same(const char *op, tf_dtype d, pair p, double tol) {
+static bool same(const char *op, tf_dtype d, flat_pair p, double tol) {
   double *g = tensor_values(p.g), *c = tensor_values(p.c);
   bool ok = same_values(op, d, g + p.off, c + p.off, p.n, tol);
   free(g), free(c);
   return ok;
 }
 
-static bool identical(const char *op, pair p) {
+static bool identical(const char *op, flat_pair p) {
   double *g = tensor_values(p.g), *c = tensor_values(p.c);
   bool ok = memcmp(g, c, sizeof(double) * (size_t)(p.n + p.off)) == 0;
   record(op, p.d, ok ? 0 : INFINITY, 0);
@@ -118,8 +84,8 @@ static void gemm_case(tf_dtype d, int64_t batch, int64_t m, int64_t n, int64_t k
   const int64_t arows = ta ? k : m, acols = ta ? m : k, brows = tb ? n : k, bcols = tb ? k : n, pad = 8;
   const int64_t lda = acols + pad, ldb = bcols + pad, ldc = n + pad;
   const int64_t sa = arows * lda, sb = brows * ldb, sc = m * ldc;
-  pair a = pair_randn(batch * sa, d, 1.0, off), b = pair_randn(batch * sb, d, 1.0, off),
-       c = pair_randn(batch * sc, cd, 1.0, off);
+  flat_pair a = flat_pair_randn(batch * sa, d, 1.0, off), b = flat_pair_randn(batch * sb, d, 1.0, off),
+       c = flat_pair_randn(batch * sc, cd, 1.0, off);
   tf_gemm_args g = {.ab_dtype = d, .c_dtype = cd, .batch = batch, .m = m, .n = n, .k = k, .trans_a = ta,
                     .trans_b = tb, .lda = lda, .ldb = ldb, .ldc = ldc, .batch_a = sa, .batch_b = sb,
                     .batch_c = sc, .accumulate = acc};
@@ -132,7 +98,7 @@ static void gemm_case(tf_dtype d, int64_t batch, int64_t m, int64_t n, int64_t k
   snprintf(op, sizeof op, "gemm %s%s%s", lt ? "cublasLt" : "cublas", c32 && d != TF_F32 ? " f32 out" : "",
            acc ? " accumulate" : "");
   same(op, d, c, c32 ? 1e-5 : tol_of(d));
-  pair_free(&a), pair_free(&b), pair_free(&c);
+  flat_pair_free(&a), flat_pair_free(&b), flat_pair_free(&c);
 }
 
 static void test_gemm(void) {
@@ -152,9 +118,10 @@ static void test_gemm(void) {
 /* ---- rmsnorm ---------------------------------------------------------------------------------- */
 
 static void rmsnorm_case(tf_dtype d, int64_t rows, int64_t dim, bool delta, bool accumulate, int64_t off) {
-  pair x = pair_randn(rows * dim, TF_F32, 1.5, off), dl = pair_randn(rows * dim, d, 1.0, off);
-  pair g = pair_randn(dim, TF_F32, 1.0, 0), xo = pair_zeros(rows * dim, TF_F32), h = pair_zeros(rows * dim, d);
-  pair rstd = pair_zeros(rows, TF_F32);
+  flat_pair x = flat_pair_randn(rows * dim, TF_F32, 1.5, off), dl = flat_pair_randn(rows * dim, d, 1.0, off);
+  flat_pair g = flat_pair_randn(dim, TF_F32, 1.0, 0);
+  flat_pair xo = flat_pair_zeros(rows * dim, TF_F32), h = flat_pair_zeros(rows * dim, d);
+  flat_pair rstd = flat_pair_zeros(rows, TF_F32);
   tf_rmsnorm_args a = {.rows = rows, .dim = dim, .eps = 1e-5, .dtype = d};
 #define RMS_FWD(P)                                                                             \
   a.x = P(x), a.delta = delta ? P(dl) : NULL, a.x_out = delta ? P(xo) : NULL, a.g = P(g), a.h = P(h), \
@@ -168,12 +135,12 @@ static void rmsnorm_case(tf_dtype d, int64_t rows, int64_t dim, bool delta, bool
   same("rmsnorm h", d, h, tol_of(d));
   same("rmsnorm rstd", TF_F32, rstd, 1e-5);
   /* backward, from the CPU's statistics on both sides */
-  pair dh = pair_randn(rows * dim, d, 1.0, off), dres = pair_randn(rows * dim, TF_F32, 1.0, off);
-  pair low = pair_zeros(rows * dim, d), dg = pair_randn(dim, TF_F32, 1.0, 0);
+  flat_pair dh = flat_pair_randn(rows * dim, d, 1.0, off), dres = flat_pair_randn(rows * dim, TF_F32, 1.0, off);
+  flat_pair low = flat_pair_zeros(rows * dim, d), dg = flat_pair_randn(dim, TF_F32, 1.0, 0);
   tf_tensor *rc = NULL;
   CHECK_OK(tf_to(rstd.c, TF_F32, GPU, &rc));
   tf_rmsnorm_args b = {.backward = true, .rows = rows, .dim = dim, .eps = 1e-5, .dtype = d, .accumulate = accumulate};
-  pair *xs = delta ? &xo : &x;
+  flat_pair *xs = delta ? &xo : &x;
   b.x = CP(*xs), b.g = CP(g), b.rstd = CP(rstd), b.dh = CP(dh), b.dres = CP(dres), b.dres_low = CP(low),
   b.dg = CP(dg);
   CHECK_OK(KC->rmsnorm(cctx, &b));
@@ -186,8 +153,9 @@ static void rmsnorm_case(tf_dtype d, int64_t rows, int64_t dim, bool delta, bool
   same("rmsnorm backward dres_low", d, low, tol_of(d));
   same("rmsnorm backward dg", TF_F32, dg, 2e-5);
   tf_tensor_release(rc), tf_tensor_release(xg);
-  pair_free(&x), pair_free(&dl), pair_free(&g), pair_free(&xo), pair_free(&h), pair_free(&rstd);
-  pair_free(&dh), pair_free(&dres), pair_free(&low), pair_free(&dg);
+  flat_pair_free(&x), flat_pair_free(&dl), flat_pair_free(&g);
+  flat_pair_free(&xo), flat_pair_free(&h), flat_pair_free(&rstd);
+  flat_pair_free(&dh), flat_pair_free(&dres), flat_pair_free(&low), flat_pair_free(&dg);
 }
 
 static void test_rmsnorm(void) {
@@ -201,8 +169,9 @@ static void test_rmsnorm(void) {
 /* ---- swiglu ---------------------------------------------------------------------------------- */
 
 static void swiglu_case(tf_dtype d, int64_t rows, int64_t f, int64_t off) {
-  pair ab = pair_randn(rows * 2 * f, d, 2.0, off), y = pair_zeros(rows * f, d), dy = pair_randn(rows * f, d, 1.0, off);
-  pair dab = pair_zeros(rows * 2 * f, d);
+  flat_pair ab = flat_pair_randn(rows * 2 * f, d, 2.0, off), y = flat_pair_zeros(rows * f, d);
+  flat_pair dy = flat_pair_randn(rows * f, d, 1.0, off);
+  flat_pair dab = flat_pair_zeros(rows * 2 * f, d);
   tf_swiglu_args a = {.rows = rows, .f = f, .dtype = d, .ab = CP(ab), .y = CP(y)};
   CHECK_OK(KC->swiglu(cctx, &a));
   a.ab = GP(ab), a.y = GP(y);
@@ -213,7 +182,7 @@ static void swiglu_case(tf_dtype d, int64_t rows, int64_t f, int64_t off) {
   b.ab = GP(ab), b.dy = GP(dy), b.dab = GP(dab);
   CHECK_OK(KG->swiglu(gctx, &b));
   same("swiglu backward", d, dab, tol_of(d));
-  pair_free(&ab), pair_free(&y), pair_free(&dy), pair_free(&dab);
+  flat_pair_free(&ab), flat_pair_free(&y), flat_pair_free(&dy), flat_pair_free(&dab);
 }
 
 static void test_swiglu(void) {
@@ -234,8 +203,9 @@ static void rope_heads_case(tf_dtype d, int64_t B, int64_t T, int64_t H, int64_t
       double ang = (double)t * pow(10000.0, -(double)(2 * i) / (double)hd);
       cs[t * half + i] = (float)cos(ang), sn[t * half + i] = (float)sin(ang);
     }
-  pair pc = pair_of_values(cs, T * half, TF_F32, 0), ps = pair_of_values(sn, T * half, TF_F32, 0);
-  pair qkv = pair_randn(3 * n, d, 1.0, 0), q = pair_zeros(n, d), k = pair_zeros(n, d), v = pair_zeros(n, d);
+  flat_pair pc = flat_pair_of(cs, T * half, TF_F32, 0), ps = flat_pair_of(sn, T * half, TF_F32, 0);
+  flat_pair qkv = flat_pair_randn(3 * n, d, 1.0, 0);
+  flat_pair q = flat_pair_zeros(n, d), k = flat_pair_zeros(n, d), v = flat_pair_zeros(n, d);
   tf_rope_heads_args a = {.batch = B, .seq = T, .heads = H, .head_dim = hd, .dtype = d};
 #define ROPE_PTRS(P) a.cos = P(pc), a.sin = P(ps), a.qkv = P(qkv), a.q = P(q), a.k = P(k), a.v = P(v)
   ROPE_PTRS(CP);
@@ -246,8 +216,8 @@ static void rope_heads_case(tf_dtype d, int64_t B, int64_t T, int64_t H, int64_t
   same("rope_heads k", d, k, tol_of(d));
   same("rope_heads v", d, v, 0);
   /* backward from fresh gradients */
-  pair dq = pair_randn(n, d, 1.0, 0), dk = pair_randn(n, d, 1.0, 0), dv = pair_randn(n, d, 1.0, 0);
-  pair dqkv = pair_zeros(3 * n, d);
+  flat_pair dq = flat_pair_randn(n, d, 1.0, 0), dk = flat_pair_randn(n, d, 1.0, 0), dv = flat_pair_randn(n, d, 1.0, 0);
+  flat_pair dqkv = flat_pair_zeros(3 * n, d);
   a.backward = true;
   a.cos = CP(pc), a.sin = CP(ps), a.qkv = CP(dqkv), a.q = CP(dq), a.k = CP(dk), a.v = CP(dv);
   CHECK_OK(KC->rope_heads(cctx, &a));
@@ -256,13 +226,14 @@ static void rope_heads_case(tf_dtype d, int64_t B, int64_t T, int64_t H, int64_t
 #undef ROPE_PTRS
   same("rope_heads backward", d, dqkv, tol_of(d));
   free(cs), free(sn);
-  pair_free(&pc), pair_free(&ps), pair_free(&qkv), pair_free(&q), pair_free(&k), pair_free(&v);
-  pair_free(&dq), pair_free(&dk), pair_free(&dv), pair_free(&dqkv);
+  flat_pair_free(&pc), flat_pair_free(&ps), flat_pair_free(&qkv);
+  flat_pair_free(&q), flat_pair_free(&k), flat_pair_free(&v);
+  flat_pair_free(&dq), flat_pair_free(&dk), flat_pair_free(&dv), flat_pair_free(&dqkv);
 }
 
 static void heads_case(tf_dtype d, int64_t B, int64_t T, int64_t H, int64_t hd) {
   const int64_t n = B * T * H * hd;
-  pair src = pair_randn(n, d, 1.0, 0), dst = pair_zeros(n, d), back = pair_zeros(n, d);
+  flat_pair src = flat_pair_randn(n, d, 1.0, 0), dst = flat_pair_zeros(n, d), back = flat_pair_zeros(n, d);
   tf_heads_args a = {.batch = B, .seq = T, .heads = H, .head_dim = hd, .dtype = d, .src = CP(src), .dst = CP(dst)};
   CHECK_OK(KC->heads(cctx, &a));
   a.src = GP(src), a.dst = GP(dst);
@@ -273,11 +244,11 @@ static void heads_case(tf_dtype d, int64_t B, int64_t T, int64_t H, int64_t hd) 
   a.src = GP(dst), a.dst = GP(back);
   CHECK_OK(KG->heads(gctx, &a));
   identical("heads split", back);
-  pair_free(&src), pair_free(&dst), pair_free(&back);
+  flat_pair_free(&src), flat_pair_free(&dst), flat_pair_free(&back);
 }
 
 static void causal_case(tf_dtype d, int64_t batch, int64_t T, double scale) {
-  pair s = pair_randn(batch * T * T, d, 3.0, 0), dp = pair_randn(batch * T * T, d, 1.0, 0);
+  flat_pair s = flat_pair_randn(batch * T * T, d, 3.0, 0), dp = flat_pair_randn(batch * T * T, d, 1.0, 0);
   tf_causal_softmax_args a = {.batch = batch, .seq = T, .scale = scale, .dtype = d, .s = CP(s)};
   CHECK_OK(KC->causal_softmax(cctx, &a));
   a.s = GP(s);
@@ -293,7 +264,7 @@ static void causal_case(tf_dtype d, int64_t batch, int64_t T, double scale) {
   CHECK_OK(KG->causal_softmax(gctx, &b));
   same("causal_softmax backward", d, dp, tol_of(d));
   tf_tensor_release(pg);
-  pair_free(&s), pair_free(&dp);
+  flat_pair_free(&s), flat_pair_free(&dp);
 }
 
 static void test_attention_kernels(void) {
@@ -313,8 +284,8 @@ static void test_attention_kernels(void) {
 /* ---- the loss, the embedding, the index check ---------------------------------------------- */
 
 static void lm_loss_case(tf_dtype d, int64_t rows, int64_t V, bool grad) {
-  pair x = pair_randn(rows * V, d, 2.0, 0), t = pair_ints(rows, 0, V), rl = pair_zeros(rows, TF_F32),
-       loss = pair_zeros(1, TF_F32);
+  flat_pair x = flat_pair_randn(rows * V, d, 2.0, 0), t = flat_pair_ints(rows, 0, V);
+  flat_pair rl = flat_pair_zeros(rows, TF_F32), loss = flat_pair_zeros(1, TF_F32);
   tf_lm_loss_args a = {.rows = rows, .vocab = V, .dtype = d, .grad = grad};
   a.logits = CP(x), a.targets = CP(t), a.row_loss = CP(rl), a.loss = CP(loss);
   CHECK_OK(KC->lm_loss(cctx, &a));
@@ -323,7 +294,7 @@ static void lm_loss_case(tf_dtype d, int64_t rows, int64_t V, bool grad) {
   same("lm_loss", d, loss, 1e-5);
   same("lm_loss row losses", d, rl, 1e-5);
   if (grad) same("lm_loss gradient (in place)", d, x, tol_of(d));
-  pair_free(&x), pair_free(&t), pair_free(&rl), pair_free(&loss);
+  flat_pair_free(&x), flat_pair_free(&t), flat_pair_free(&rl), flat_pair_free(&loss);
 }
 
 static void test_loss_and_embedding(void) {
@@ -334,8 +305,9 @@ static void test_loss_and_embedding(void) {
   }
   /* embedding: rows copied exactly; gradients added in position order: the same bits */
   const int64_t n = 4096, dim = 96, V = 500;
-  pair ids = pair_ints(n, 0, V), wte = pair_randn(V * dim, TF_F32, 1.0, 0), out = pair_zeros(n * dim, TF_F32);
-  pair dout = pair_randn(n * dim, TF_F32, 1.0, 0), dwte = pair_randn(V * dim, TF_F32, 1.0, 0);
+  flat_pair ids = flat_pair_ints(n, 0, V), wte = flat_pair_randn(V * dim, TF_F32, 1.0, 0);
+  flat_pair out = flat_pair_zeros(n * dim, TF_F32);
+  flat_pair dout = flat_pair_randn(n * dim, TF_F32, 1.0, 0), dwte = flat_pair_randn(V * dim, TF_F32, 1.0, 0);
   tf_encoder_args a = {.n = n, .dim = dim, .vocab = V};
   a.ids = CP(ids), a.wte = CP(wte), a.out = CP(out);
   CHECK_OK(KC->encoder(cctx, &a));
@@ -352,14 +324,14 @@ static void test_loss_and_embedding(void) {
   double vals[3000];
   for (int i = 0; i < 3000; i++) vals[i] = i % 7;
   vals[2100] = 7, vals[2999] = -4, vals[2500] = 100;
-  pair idx = pair_of_values(vals, 3000, TF_I64, 0);
+  flat_pair idx = flat_pair_of(vals, 3000, TF_I64, 0);
   int64_t bad = 0;
   CHECK_OK(KG->index_check(gctx, GP(idx), 3000, 7, &bad));
   CHECK_INT(bad, 2100);
   CHECK_OK(KG->index_check(gctx, GP(idx), 2100, 7, &bad));
   CHECK_INT(bad, -1);
-  pair_free(&idx);
-  pair_free(&ids), pair_free(&wte), pair_free(&out), pair_free(&dout), pair_free(&dwte);
+  flat_pair_free(&idx);
+  flat_pair_free(&ids), flat_pair_free(&wte), flat_pair_free(&out), flat_pair_free(&dout), flat_pair_free(&dwte);
 }
 
 /* ---- whole models ------------------------------------------------------------------------------- */
@@ -564,11 +536,7 @@ static void bench_model(tf_dtype precision, int64_t B, int64_t T, bool lt) {
 }
 
 int main(void) {
-  if (tf_cuda_device_count() == 0) tf_check_skip("no CUDA device (or a build without CUDA)");
-  test_seed();
-  small_run = getenv("TF_TEST_SMALL") != NULL;
-  tf_device_info info;
-  if (CHECK_OK(tf_device_info_get(GPU, &info))) printf("device: %s\n", info.name);
+  small_run = gpu_test_begin();
   if (!CHECK_OK(tf_device_ctx_get(tf_cpu(), &cctx)) || !CHECK_OK(tf_device_ctx_get(GPU, &gctx))) return 1;
   KC = cctx->backend->model;
   KG = gctx->backend->model;

@@ -10,9 +10,8 @@
  * TF_TEST_SMALL is set (for compute-sanitizer runs), timings at Transformer
  * shapes. Exits 77 without a GPU. */
 #include "err_table.h"
-#include "nnref.h"
+#include "gpu_twins.h"
 
-static const tf_device GPU = {TF_DEV_CUDA, 0};
 static bool small_run;
 
 static double gpu_tol(tf_dtype d) {
@@ -644,11 +643,7 @@ static void bench(void) {
 }
 
 int main(void) {
-  if (tf_cuda_device_count() == 0) tf_check_skip("no CUDA device (or a build without CUDA)");
-  test_seed();
-  small_run = getenv("TF_TEST_SMALL") != NULL;
-  tf_device_info info;
-  if (CHECK_OK(tf_device_info_get(GPU, &info))) printf("device: %s\n", info.name);
+  small_run = gpu_test_begin();
   test_softmax();
   test_norms();
   test_cross_entropy();
