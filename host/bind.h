@@ -51,6 +51,11 @@ tf_dtype tf_lua_checkdtype(lua_State *L, int idx);
  * back to NULL to keep the object. */
 void **tf_lua_push_owner(lua_State *L, void (*release)(void *));
 
+/* t[field] = value for the table on top of the stack (results tables). */
+#define TF_SET_INT(L, field, value) (lua_pushinteger(L, (lua_Integer)(value)), lua_setfield(L, -2, field))
+#define TF_SET_STR(L, field, value) (lua_pushstring(L, (value)), lua_setfield(L, -2, field))
+#define TF_SET_BOOL(L, field, value) (lua_pushboolean(L, (value)), lua_setfield(L, -2, field))
+
 /* Module parts, each adding its functions to the table on top of the stack. */
 void tf_open_tensor(lua_State *L);
 void tf_open_mem(lua_State *L);

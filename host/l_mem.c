@@ -11,8 +11,6 @@ static tf_device_ctx *tf_l_mem_ctx(lua_State *L, int idx, const char *fname) {
   return ctx;
 }
 
-#define TF_SET_INT(L, field, value) (lua_pushinteger(L, (lua_Integer)(value)), lua_setfield(L, -2, field))
-
 /* tf.mem.stats([device]) -> table of byte counts and event counts. */
 static int tf_l_mem_stats(lua_State *L) {
   tf_device_ctx *ctx = tf_l_mem_ctx(L, 1, "tf.mem.stats");

@@ -161,10 +161,6 @@ static const char *tf_l_device_name(tf_device d, char *buf, size_t n) {
   return buf;
 }
 
-#define TF_SET_INT(L, field, value) (lua_pushinteger(L, (lua_Integer)(value)), lua_setfield(L, -2, field))
-#define TF_SET_STR(L, field, value) (lua_pushstring(L, (value)), lua_setfield(L, -2, field))
-#define TF_SET_BOOL(L, field, value) (lua_pushboolean(L, (value)), lua_setfield(L, -2, field))
-
 /* p:info() -> {running, gpu, reason, start_ns, stop_ns, dropped,
  * clock_drift_ns, options = {...}, kernels, transfers, ranges (counts)}. */
 static int tf_l_prof_info(lua_State *L) {

@@ -36,8 +36,6 @@ static int tf_l_set_device(lua_State *L) {
   return 0;
 }
 
-#define TF_SET_INT(L, field, value) (lua_pushinteger(L, (lua_Integer)(value)), lua_setfield(L, -2, field))
-
 /* tf.device_info([device]) -> {name, type, index, total_memory, multiprocessors,
  * compute_capability, driver_version, runtime_version, blas_version}. */
 static int tf_l_device_info(lua_State *L) {
