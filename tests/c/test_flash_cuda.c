@@ -19,14 +19,19 @@
  *   - outputs are filled with NaN first, so an element a kernel forgets to
  *     write fails the comparison; deterministic backward passes run twice
  *     give the same bits, and so do forward passes;
- *   - a table of the worst error per check, path ([tc] tensor cores,
- *     [simt]) and dtype, and the count of checks.
+ *   - on a 9.0 device (H100/H200) with sm_90a code built in, the forward
+ *     pass of head dims 33..64 and 97..128 takes the wgmma kernel
+ *     ([wgmma]); those shapes then run a second time with TF_FLASH_WGMMA=0,
+ *     so the mma.sync kernel they replaced stays checked;
+ *   - a table of the worst error per check, path ([wgmma], [tc] tensor
+ *     cores, [simt]) and dtype, and the count of checks.
  * With TF_FLASH_BENCH set it then times (CUDA events, 3 warm-up runs,
  * median of 10) bf16 causal attention at (batch, seq, head dim) = (16,
- * 16384, 64), (16, 16384, 128) and (8, 4096, 64): forward, backward (float
- * atomics and deterministic) and both, in ms and TFLOP/s (forward
- * 4 B S^2 d / 2 FLOPs under the causal mask, backward 2.5 times that). No
- * timing is asserted. Exits 77 without a GPU. */
+ * 16384, 64), (16, 16384, 128), (8, 4096, 64) and (1, 16384, 64): forward,
+ * backward (float atomics and deterministic) and both, in ms and TFLOP/s
+ * (forward 4 B S^2 d / 2 FLOPs under the causal mask, backward 2.5 times
+ * that), then the forward pass with the mma.sync kernel in place of the
+ * wgmma one. No timing is asserted. Exits 77 without a GPU. */
 #include "backend.h"
 #include "err_table.h"
 #include "gpu_twins.h"
@@ -127,10 +132,23 @@ static const flash_shape SHAPES[] = {
 };
 enum { N_SHAPES = sizeof SHAPES / sizeof SHAPES[0] };
 
-/* Which kernels the GPU runs, by the backend's rule (flash_attn.cu). */
+/* Whether the forward pass may take the wgmma kernel: a 9.0 device and a
+ * build with sm_90a code; TF_FLASH_WGMMA=0 turns it off (the second pass). */
+static bool wgmma_device;
+
+static bool wgmma_on(void) {
+  const char *env = getenv("TF_FLASH_WGMMA");
+  return wgmma_device && !(env && strcmp(env, "0") == 0);
+}
+
+/* Whether head dim d pads to one the wgmma kernel takes (64 or 128). */
+static bool wgmma_dim(int64_t d) { return (d > 32 && d <= 64) || (d > 96 && d <= 128); }
+
+/* Which kernels the GPU runs, by the backend's rule (flash_attn.cu,
+ * flash_attn_fwd.cu); [wgmma] names the forward kernel, the backward one is [tc]'s. */
 static const char *path_of(tf_dtype dt, int64_t d, int64_t off) {
   const bool tc = (dt == TF_F16 || dt == TF_BF16) && d % 8 == 0 && d <= 128 && off == 0;
-  return tc ? "tc" : "simt";
+  return !tc ? "simt" : wgmma_on() && wgmma_dim(d) ? "wgmma" : "tc";
 }
 
 static tf_flash_args args_of(const flash_shape *s, tf_dtype dt, bool causal, double scale) {
@@ -270,7 +288,8 @@ static tf_tensor *gpu_tensor(tf_shape s, tf_dtype d, bool random) {
   return CHECK_OK(st) ? t : NULL;
 }
 
-static void bench_shape(int64_t B, int64_t S, int64_t d) {
+/* Forward, backward and both; forward alone when forward_only. */
+static void bench_run_shape(int64_t B, int64_t S, int64_t d, bool forward_only) {
   const tf_shape x = SHAPE(B, S, d), rows = SHAPE(B, S);
   tf_tensor *q = gpu_tensor(x, TF_BF16, true), *k = gpu_tensor(x, TF_BF16, true), *v = gpu_tensor(x, TF_BF16, true);
   tf_tensor *dout = gpu_tensor(x, TF_BF16, true), *o = gpu_tensor(x, TF_BF16, false);
@@ -291,7 +310,11 @@ static void bench_shape(int64_t B, int64_t S, int64_t d) {
     have = CHECK_OK(tf_alloc(&gctx->alloc, gctx->backend->flash_workspace(&bwd), &ws));
     bwd.workspace = ws ? ws->ptr : NULL;
   }
-  if (have) {
+  if (have && forward_only) {
+    const double flops = 4.0 * (double)B * (double)S * (double)S * (double)d / 2, f = bench_ms(fwd, bwd, RUN_FORWARD);
+    printf("bf16 causal B=%-2lld S=%-5lld d=%-3lld  forward %7.3f ms %6.1f TFLOP/s\n", (long long)B, (long long)S,
+           (long long)d, f, flops / f * 1e-9);
+  } else if (have) {
     const double fwd_flops = 4.0 * (double)B * (double)S * (double)S * (double)d / 2, bwd_flops = 2.5 * fwd_flops;
     const double f = bench_ms(fwd, bwd, RUN_FORWARD), b = bench_ms(fwd, bwd, RUN_BACKWARD),
                  fb = bench_ms(fwd, bwd, RUN_BOTH);
@@ -309,17 +332,38 @@ static void bench_shape(int64_t B, int64_t S, int64_t d) {
   for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) tf_tensor_release(ts[i]);
 }
 
+static void bench_shape(int64_t B, int64_t S, int64_t d) { bench_run_shape(B, S, d, false); }
+static void bench_forward(int64_t B, int64_t S, int64_t d) { bench_run_shape(B, S, d, true); }
+
 int main(void) {
   small_run = gpu_test_begin();
   if (!CHECK_OK(tf_device_ctx_get(tf_cpu(), &cctx)) || !CHECK_OK(tf_device_ctx_get(GPU, &gctx))) return 1;
   if (!CHECK(gctx->backend->flash_attention && gctx->backend->flash_workspace)) return tf_check_done();
 
+  tf_device_info info = {0};
+  if (CHECK_OK(gctx->backend->info(gctx, &info))) {
+#ifdef TF_WITH_SM90A
+    wgmma_device = info.cc_major == 9 && info.cc_minor == 0;
+#endif
+    printf("device %s (%d.%d): the forward pass %s the wgmma kernel for head dims 33..64 and 97..128\n", info.name,
+           info.cc_major, info.cc_minor, wgmma_device ? "checks" : "has no");
+  }
   static const tf_dtype dts[3] = {TF_F32, TF_F16, TF_BF16};
   for (int di = 0; di < 3; di++)
     for (int i = 0; i < N_SHAPES; i++) {
       if (small_run && SHAPES[i].big) continue;
       for (int causal = 0; causal < 2; causal++) flash_case(&SHAPES[i], dts[di], causal, 0);
     }
+  /* where the wgmma kernel ran, the mma.sync kernel it replaced on the same shapes */
+  if (wgmma_device) {
+    setenv("TF_FLASH_WGMMA", "0", 1);
+    for (int di = 1; di < 3; di++)
+      for (int i = 0; i < N_SHAPES; i++) {
+        if ((small_run && SHAPES[i].big) || !wgmma_dim(SHAPES[i].d) || SHAPES[i].d % 8 != 0) continue;
+        for (int causal = 0; causal < 2; causal++) flash_case(&SHAPES[i], dts[di], causal, 0);
+      }
+    unsetenv("TF_FLASH_WGMMA");
+  }
   /* buffers off a 16-byte boundary: the SIMT kernels for every dtype */
   for (int di = 0; di < 3; di++)
     for (int causal = 0; causal < 2; causal++) {
@@ -331,11 +375,19 @@ int main(void) {
   CHECK_INT(gctx->alloc.stats.active_blocks, 0);
 
   if (getenv("TF_FLASH_BENCH")) {
-    printf("\ntimings (CUDA events, median of 10 after 3 warm-up runs; PyTorch's FlashAttention-2 on an H200 at"
-           " B=16 S=16384 d=64: forward 1.31 ms, backward 3.15 ms, both 4.46 ms)\n");
+    printf("\ntimings (CUDA events, median of 10 after 3 warm-up runs; PyTorch's side of the same shapes:"
+           " tests/reference/torch_attention.py --leaderboard, and --flash --batch 16 --seq 16384)\n");
     bench_shape(16, 16384, 64);
     bench_shape(16, 16384, 128);
     bench_shape(8, 4096, 64);
+    bench_shape(1, 16384, 64);
+    if (wgmma_device) {
+      printf("\nforward, the mma.sync kernel (TF_FLASH_WGMMA=0) in place of the wgmma one\n");
+      setenv("TF_FLASH_WGMMA", "0", 1);
+      bench_forward(16, 16384, 64);
+      bench_forward(16, 16384, 128);
+      unsetenv("TF_FLASH_WGMMA");
+    }
   }
   return tf_check_done();
 }

@@ -1,0 +1,332 @@
+/* FlashAttention-2's forward pass on Hopper's warpgroup MMA (wgmma, sm_90a),
+ * for f16/bf16 and head dims padded to 64 or 128; flash_attn_fwd.cu's
+ * mma.sync kernel stays the path for other GPUs and head dims.
+ *
+ * One block of NWG warpgroups (128 threads each) owns BR = 64 NWG query
+ * rows of one problem, each warpgroup 64 of them, and walks the key blocks
+ * of BC keys:
+ *   - Q, K and V tiles sit in shared memory in the 128-byte swizzled layout
+ *     wgmma reads: rows of 64 elements (128 bytes), the 16-byte chunk c of
+ *     row r stored at chunk c ^ (r mod 8), head dim 128 as two such halves;
+ *     tiles start on 1024-byte boundaries. They are filled by 16-byte
+ *     cp.async from every thread, K and V double-buffered (block j + 1 in
+ *     flight while block j is used), and handed to the tensor cores'
+ *     async proxy by fence.proxy.async before the block's barrier;
+ *   - S = Q K^T by wgmma m64nBCk16 with both operands in shared memory
+ *     (K-major), the accumulators in registers in mma.sync's C layout, so
+ *     the online softmax is the mma.sync kernel's: a row's max and sum
+ *     over its 4-lane quad, exp2 by FFMA + MUFU.EX2, O rescaled only when
+ *     some row's max moved;
+ *   - P is rounded to 16 bits in registers and fed as the register A
+ *     operand of O += P V (wgmma m64nHDk16, V N-major in shared memory);
+ *   - the two warpgroups of a block run independently between barriers, so
+ *     one's softmax overlaps the other's products;
+ *   - causal: key blocks past the block's last row are never loaded; blocks
+ *     wholly below the diagonal run without mask code; a warpgroup skips a
+ *     block wholly above its own rows;
+ *   - O / sum is staged through the warpgroup's own Q rows and written with
+ *     16-byte stores; lse = max |scale| + ln(sum).
+ * The grid is the mma.sync kernel's: one block per (problem, query block),
+ * problem by problem, the query blocks last-first. */
+#include "../flash_attn_common.cuh"
+
+#include "wgmma_ptx.cuh"
+
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#error "flash_attn_wgmma.cu is built for sm_90a only"
+#endif
+
+/* Head dim HD (64 or 128), NWG warpgroups, BC keys per block, K and V in
+ * STAGES buffers, PINGPONG: the warpgroups take turns on the tensor cores,
+ * MIN_BLOCKS resident blocks wanted per SM. */
+template <int HD_, int NWG_, int BC_, int STAGES_, bool PINGPONG_ = false, int MIN_BLOCKS_ = 1>
+struct tf_wgmma_fwd_cfg {
+  static constexpr int HD = HD_, NWG = NWG_, BC = BC_, STAGES = STAGES_, MIN_BLOCKS = MIN_BLOCKS_;
+  static constexpr bool PINGPONG = PINGPONG_;
+  static_assert(!PINGPONG || NWG == 2, "two warpgroups take turns");
+  static constexpr int BR = 64 * NWG, THREADS = 128 * NWG, HALVES = HD / 64;
+  static constexpr int Q_BYTES = BR * HD * 2, KV_BYTES = BC * HD * 2;
+  /* Q, K and V STAGES times, and the slack that aligns the base to 1024 bytes */
+  static constexpr int SMEM = Q_BYTES + 2 * STAGES * KV_BYTES + 1024;
+  static_assert(STAGES >= 2, "at least double-buffered");
+  static_assert(HD == 64 || HD == 128, "rows are whole 128-byte swizzle rows");
+  static_assert(BC == 64 || BC == 96 || BC == 128, "S is one m64nBC product");
+};
+
+/* Byte offset of 16-byte chunk c (of HD / 8) of row r in a swizzled tile of ROWS rows. */
+template <int ROWS> __device__ __forceinline__ uint32_t tf_wgmma_chunk(int r, int c) {
+  return (uint32_t)((c >> 3) * ROWS * 128 + r * 128 + (((c & 7) ^ (r & 7)) << 4));
+}
+
+/* Rows [row0, row0 + ROWS) of a (nrows, hd) matrix into a swizzled tile at
+ * shared address dst, by THREADS threads; rows past nrows and columns past
+ * hd zero-filled. Not committed. */
+template <int ROWS, int HD, int THREADS>
+__device__ __forceinline__ void tf_wgmma_load(uint32_t dst, const uint16_t *src, int64_t row0, int64_t nrows, int hd) {
+  constexpr int CH = HD / 8, TOTAL = ROWS * CH;
+  static_assert(TOTAL % THREADS == 0 || THREADS % CH == 0, "every pass covers whole rows");
+#pragma unroll
+  for (int i = 0; i < (TOTAL + THREADS - 1) / THREADS; i++) {
+    const int idx = (int)threadIdx.x + i * THREADS;
+    if (TOTAL % THREADS != 0 && idx >= TOTAL) break;
+    const int r = idx / CH, c = idx % CH;
+    const bool ok = row0 + r < nrows && c * 8 < hd;
+    tf_flash_cp16(dst + tf_wgmma_chunk<ROWS>(r, c), ok ? src + (row0 + r) * hd + c * 8 : src, ok);
+  }
+}
+
+template <int DT, int N> __device__ __forceinline__ void tf_wgmma_ss(float (&d)[N / 2], uint64_t a, uint64_t b, bool acc) {
+  if constexpr (N == 64)
+    tf_wgmma_ss64<DT>(d, a, b, acc);
+  else if constexpr (N == 96)
+    tf_wgmma_ss96<DT>(d, a, b, acc);
+  else
+    tf_wgmma_ss128<DT>(d, a, b, acc);
+}
+
+template <int DT, int N> __device__ __forceinline__ void tf_wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t b) {
+  if constexpr (N == 64)
+    tf_wgmma_rs64<DT>(d, a, b);
+  else
+    tf_wgmma_rs128<DT>(d, a, b);
+}
+
+template <int DT, class C>
+__global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) tf_flash_fwd_wgmma_kernel(const tf_cuda_flash_params p) {
+  constexpr int HD = C::HD, BC = C::BC, BR = C::BR, NT = BC / 8, DT8 = HD / 8;
+  unsigned char *const raw = tf_flash_dynamic_smem();
+  const uint32_t raw_addr = tf_flash_smem_addr(raw), base = (raw_addr + 1023u) & ~1023u;
+  unsigned char *const sQ_ptr = raw + (base - raw_addr);
+  const uint32_t sQ = base, sK = sQ + C::Q_BYTES, sV = sK + C::STAGES * C::KV_BYTES;
+  const int wg = (int)threadIdx.x / 128, warp = ((int)threadIdx.x / 32) % 4, lane = (int)threadIdx.x % 32;
+  int64_t b, qb;
+  tf_flash_block_of((p.seq_q + BR - 1) / BR, true, &b, &qb);
+  const int64_t q0 = qb * BR;
+  const int hd = p.head_dim;
+  const uint16_t *Q = static_cast<const uint16_t *>(p.q) + b * p.seq_q * hd;
+  const uint16_t *K = static_cast<const uint16_t *>(p.k) + b * p.seq_k * hd;
+  const uint16_t *V = static_cast<const uint16_t *>(p.v) + b * p.seq_k * hd;
+
+  int64_t key_end = p.seq_k;
+  if (p.causal && q0 + BR < key_end) key_end = q0 + BR;
+  const int n_tiles = (int)((key_end + BC - 1) / BC);
+
+  /* block j's K and V into stage j mod STAGES */
+  auto load_block = [&](int j) {
+    const uint32_t stage = (uint32_t)((j % C::STAGES) * C::KV_BYTES);
+    tf_wgmma_load<BC, HD, C::THREADS>(sK + stage, K, (int64_t)j * BC, p.seq_k, hd);
+    tf_wgmma_load<BC, HD, C::THREADS>(sV + stage, V, (int64_t)j * BC, p.seq_k, hd);
+  };
+  tf_wgmma_load<BR, HD, C::THREADS>(sQ, Q, q0, p.seq_q, hd);
+  if (n_tiles > 0) load_block(0);
+  tf_flash_cp_commit();
+#pragma unroll
+  for (int j = 1; j < C::STAGES - 1; j++) {
+    if (j < n_tiles) load_block(j);
+    tf_flash_cp_commit();
+  }
+  /* scale < 0: the running max is of -q.k; q's signs are flipped once, in shared memory */
+  if (p.q_sign) {
+    tf_flash_cp_wait<0>();
+    __syncthreads();
+    uint32_t *words = reinterpret_cast<uint32_t *>(sQ_ptr);
+    for (int i = (int)threadIdx.x; i < C::Q_BYTES / 4; i += C::THREADS) words[i] ^= p.q_sign;
+  }
+
+  const int64_t wq0 = q0 + wg * 64;        /* the warpgroup's first row */
+  const int g = lane >> 2, t2 = (lane & 3) * 2;
+  const int row_in = warp * 16 + g;        /* the thread's rows: row_in and row_in + 8 of the warpgroup */
+  const float sl2 = p.fwd_scale_log2;
+  /* descriptors: Q's 64 rows of this warpgroup and K, K-major (8-row groups 1024 bytes apart); V N-major
+   * (8-key groups 1024 bytes apart, the head dim's 64-column halves BC rows apart) */
+  const uint32_t q_wg = sQ + (uint32_t)(wg * 64 * 128);
+
+  float o[HD / 2];
+#pragma unroll
+  for (int i = 0; i < HD / 2; i++) o[i] = 0.f;
+  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
+
+  /* key c of block k0 is visible to row r iff c < key_lim and c - r <= wq0 - k0 (less the lane's 2t, row_in) */
+  auto mask_scores = [&](float(&s)[BC / 2], int64_t k0) {
+    const int key_lim = (int)(p.seq_k - k0 < BC ? p.seq_k - k0 : BC) - t2;
+    const int diag = (p.causal ? (int)(wq0 - k0) : BC) - (t2 - row_in);
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        const int c = nt * 8 + (e & 1), r = (e & 2) * 4;
+        if (c >= key_lim || c - r > diag) s[4 * nt + e] = -INFINITY;
+      }
+  };
+  /* the online softmax over rows row_in (h = 0) and row_in + 8 (h = 1): s
+   * becomes p, the running max and sum move, alpha rescales O */
+  auto softmax_step = [&](float(&s)[BC / 2], float(&alpha)[2]) {
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+      float mx = row_max[h];
+#pragma unroll
+      for (int nt = 0; nt < NT; nt++) mx = fmaxf(mx, fmaxf(s[4 * nt + 2 * h], s[4 * nt + 2 * h + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float bias = mx == -INFINITY ? 0.f : mx * sl2;
+      alpha[h] = tf_flash_exp2(row_max[h] * sl2 - bias);
+      row_max[h] = mx;
+      float sum = 0.f;
+#pragma unroll
+      for (int nt = 0; nt < NT; nt++) {
+        s[4 * nt + 2 * h] = tf_flash_exp2(fmaf(s[4 * nt + 2 * h], sl2, -bias));
+        s[4 * nt + 2 * h + 1] = tf_flash_exp2(fmaf(s[4 * nt + 2 * h + 1], sl2, -bias));
+        sum += s[4 * nt + 2 * h] + s[4 * nt + 2 * h + 1];
+      }
+      row_sum[h] = row_sum[h] * alpha[h] + sum;
+    }
+  };
+  /* O rescaled only when some row's max moved (late blocks rarely move it) */
+  auto rescale = [&](const float(&alpha)[2]) {
+    if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
+#pragma unroll
+      for (int dt = 0; dt < DT8; dt++) {
+        o[4 * dt + 0] *= alpha[0];
+        o[4 * dt + 1] *= alpha[0];
+        o[4 * dt + 2] *= alpha[1];
+        o[4 * dt + 3] *= alpha[1];
+      }
+    }
+  };
+  /* P rounded to 16 bits: the register A operand of O += P V */
+  auto pack_p = [&](const float(&s)[BC / 2], uint32_t(&pa)[BC / 16][4]) {
+#pragma unroll
+    for (int kk = 0; kk < BC / 16; kk++)
+#pragma unroll
+      for (int i = 0; i < 4; i++) pa[kk][i] = tf_flash_pack<DT>(s[8 * kk + 2 * i], s[8 * kk + 2 * i + 1]);
+  };
+  auto issue_s = [&](float(&s)[BC / 2], uint32_t k_st) {
+    tf_wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < HD / 16; kk++) {
+      const uint32_t off = (uint32_t)((kk & 3) * 32); /* the k step's 32 bytes inside a 128-byte row */
+      const uint64_t da = tf_wgmma_desc(q_wg + (uint32_t)((kk >> 2) * BR * 128) + off, 16, 1024);
+      const uint64_t db = tf_wgmma_desc(k_st + (uint32_t)((kk >> 2) * BC * 128) + off, 16, 1024);
+      tf_wgmma_ss<DT, BC>(s, da, db, kk > 0);
+    }
+    tf_wgmma_commit();
+  };
+  auto issue_pv = [&](const uint32_t(&pa)[BC / 16][4], uint32_t v_st) {
+    tf_wgmma_hold(o);
+    tf_wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < BC / 16; kk++)
+      tf_wgmma_rs<DT, HD>(o, pa[kk], tf_wgmma_desc(v_st + (uint32_t)(kk * 16 * 128), BC * 128, 1024));
+    tf_wgmma_commit();
+  };
+  int n_full = (int)(p.seq_k / BC); /* blocks below every row's diagonal and inside the keys */
+  if (p.causal && (q0 + 1) / BC < n_full) n_full = (int)((q0 + 1) / BC);
+  if (n_full > n_tiles) n_full = n_tiles;
+
+  /* per block: S, softmax, O += P V, each product waited for; the copies of
+   * block j + STAGES - 1 are issued at the start of block j (one group per
+   * block, empty past the last) */
+  /* PINGPONG (two warpgroups): the warpgroups take turns issuing products,
+   * S_j of one, then S_j of the other, then P V of the first, ..., each turn
+   * a named barrier (1 + wg) that the other warpgroup's previous turn
+   * arrived at; so one warpgroup's softmax runs while the other's product
+   * is on the tensor cores. */
+  auto turn_begin = [&]() {
+    if constexpr (C::PINGPONG) asm volatile("bar.sync %0, 256;\n" ::"r"(1 + wg) : "memory");
+  };
+  auto turn_end = [&]() {
+    if constexpr (C::PINGPONG) asm volatile("bar.arrive %0, 256;\n" ::"r"(2 - wg) : "memory");
+  };
+  if (C::PINGPONG && wg == 1) turn_end(); /* warpgroup 0 goes first */
+  auto key_block = [&](int j, auto mask_tag) {
+    constexpr bool MASK = decltype(mask_tag)::value;
+    tf_flash_cp_wait<C::STAGES - 2>();
+    tf_wgmma_fence_smem();
+    __syncthreads(); /* block j has landed for the tensor cores; every warpgroup is done with block j - 1 */
+    const int ahead = j + C::STAGES - 1;
+    if (ahead < n_tiles) load_block(ahead);
+    tf_flash_cp_commit();
+    const int64_t k0 = (int64_t)j * BC;
+    /* a block wholly above this warpgroup's rows (BC < BR) is computed and
+     * masked out like the others: no product may sit in a branch */
+    const uint32_t stage = (uint32_t)((j % C::STAGES) * C::KV_BYTES);
+    float s[BC / 2], alpha[2];
+    uint32_t pa[BC / 16][4];
+    turn_begin();
+    issue_s(s, sK + stage);
+    turn_end();
+    tf_wgmma_wait<0>();
+    tf_wgmma_hold(s);
+    if (MASK) mask_scores(s, k0);
+    softmax_step(s, alpha);
+    rescale(alpha);
+    pack_p(s, pa);
+    turn_begin();
+    issue_pv(pa, sV + stage);
+    turn_end();
+    tf_wgmma_wait<0>();
+    tf_wgmma_hold(o);
+  };
+  for (int j = 0; j < n_full; j++) key_block(j, tf_flash_bool<false>());
+  for (int j = n_full; j < n_tiles; j++) key_block(j, tf_flash_bool<true>());
+  if (n_tiles == 0) { /* no keys at all: Q's copies land before its rows are reused */
+    tf_flash_cp_wait<0>();
+    __syncthreads();
+  }
+  if (C::PINGPONG && wg == 0) turn_begin(); /* warpgroup 1's last arrival */
+
+  /* O / sum into the warpgroup's own (swizzled) Q rows, lse; then 16-byte stores */
+  float *lse = p.lse + b * p.seq_q;
+#pragma unroll
+  for (int h = 0; h < 2; h++) {
+    float sum = row_sum[h];
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    const float inv = sum > 0.f ? 1.f / sum : 0.f;
+    const int r = wg * 64 + row_in + 8 * h;
+#pragma unroll
+    for (int dt = 0; dt < DT8; dt++)
+      *reinterpret_cast<uint32_t *>(sQ_ptr + tf_wgmma_chunk<BR>(r, dt) + t2 * 2) =
+          tf_flash_pack<DT>(o[4 * dt + 2 * h] * inv, o[4 * dt + 2 * h + 1] * inv);
+    if ((lane & 3) == 0 && q0 + r < p.seq_q)
+      lse[q0 + r] = sum > 0.f ? row_max[h] * (p.fwd_scale_log2 / TF_FLASH_LOG2E) + logf(sum) : -INFINITY;
+  }
+  asm volatile("bar.sync %0, 128;\n" ::"r"(3 + wg) : "memory"); /* the warpgroup's rows are written */
+  uint16_t *O = static_cast<uint16_t *>(p.o) + b * p.seq_q * hd;
+  constexpr int CH = HD / 8;
+  const int tw = (int)threadIdx.x % 128;
+#pragma unroll
+  for (int i = 0; i < 64 * CH / 128; i++) {
+    const int idx = tw + i * 128, r = idx / CH, c = idx % CH;
+    const int64_t row = wq0 + r;
+    if (row < p.seq_q && c * 8 < hd)
+      *reinterpret_cast<uint4 *>(O + row * hd + c * 8) =
+          *reinterpret_cast<const uint4 *>(sQ_ptr + tf_wgmma_chunk<BR>(wg * 64 + r, c));
+  }
+}
+
+/* ---- launch -------------------------------------------------------------------------- */
+
+template <int DT, class C> static tf_status tf_wgmma_fwd_launch(tf_cuda_state *st, const tf_cuda_flash_params *p) {
+  unsigned grid = 0;
+  TF_TRY(tf_flash_grid(p->batch, (p->seq_q + C::BR - 1) / C::BR, &grid));
+  TF_CUDA_CHECK(cudaFuncSetAttribute(tf_flash_fwd_wgmma_kernel<DT, C>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     C::SMEM));
+  tf_flash_fwd_wgmma_kernel<DT, C><<<grid, C::THREADS, C::SMEM, st->stream>>>(*p);
+  return tf_cuda_launched("flash_attention forward kernel (wgmma)");
+}
+
+/* Two warpgroups (128 query rows) a block. Head dim 64: 64 keys a block,
+ * double-buffered, which leaves room for two blocks an SM (128 registers a
+ * thread); head dim 128: 128 keys a block, three buffers, the warpgroups
+ * taking turns. Measured on an H200 against the other combinations of 64 or
+ * 128 keys, 2 or 3 buffers, turns or not (and a software-pipelined loop,
+ * which was slower): see docs/performance.md. */
+template <int DT> static tf_status tf_wgmma_fwd_dt(tf_cuda_state *st, const tf_cuda_flash_params *p, int hd_pad) {
+  if (hd_pad == 64) return tf_wgmma_fwd_launch<DT, tf_wgmma_fwd_cfg<64, 2, 64, 2>>(st, p);
+  return tf_wgmma_fwd_launch<DT, tf_wgmma_fwd_cfg<128, 2, 128, 3, true>>(st, p);
+}
+
+tf_status tf_cuda_flash_forward_wgmma(tf_cuda_state *st, const tf_cuda_flash_params *p, tf_dtype dt, int hd_pad) {
+  return dt == TF_BF16 ? tf_wgmma_fwd_dt<TF_BF16>(st, p, hd_pad) : tf_wgmma_fwd_dt<TF_F16>(st, p, hd_pad);
+}
