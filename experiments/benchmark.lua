@@ -6,6 +6,7 @@
 --
 --   tfhost experiments/benchmark.lua --size small,medium --context 128,256 --precision f32,bf16
 --   tfhost experiments/benchmark.lua --size small --warmup 0,1,2,5      (the warm-up effect)
+--   tfhost experiments/benchmark.lua --size small --no-graphs           (the fused engine without CUDA graphs)
 local opt = tf.options{
   description = "Time forward, forward+backward and training steps of the Transformer LM.",
   { "size", "model sizes (small, medium, large, xl, 2.7B, or all; tiny for a quick CPU run)", default = "small",
@@ -18,6 +19,8 @@ local opt = tf.options{
   { "mode", "what to time", default = "fwd,fwdbwd,step", type = "list", choices = { "fwd", "fwdbwd", "step" } },
   { "precision", "precisions", default = "f32,bf16", type = "list", choices = { "f32", "bf16", "f16" } },
   { "impl", "model implementation (default: fused when built in)", type = "string", choices = { "fused", "eager" } },
+  { "graphs", "fused engine: replay fixed shapes as CUDA graphs (where the device has graphs)",
+    default = true },
   { "memory_limit", "cap the device memory tfhost may reserve, in GiB (0: none); shows OOM rows cheaply", default = 0.0 },
   { "json", "write the rows and the environment to this file", type = "string" },
 }
@@ -70,7 +73,7 @@ for _, size in ipairs(sizes) do
         local ok, err = pcall(function()
           tf.seed(0)
           m = tf.model.new{ preset = size, context_length = ctx, vocab_size = opt.vocab, precision = precision,
-            impl = opt.impl }
+            impl = opt.impl, graphs = opt.graphs }
           local ids = tf.randint(0, opt.vocab, { opt.batch, ctx })
           local targets = tf.randint(0, opt.vocab, { opt.batch, ctx })
           local flops = tf.model.step_flops(m.config, opt.batch, ctx)
@@ -81,7 +84,8 @@ for _, size in ipairs(sizes) do
             local s = time_mode(m, mode, ids, targets, warmup)
             local mode_flops = mode == "fwd" and flops / 3 or flops
             rows[#rows + 1] = {
-              size = size, context = ctx, precision = precision, impl = m.impl, mode = mode, warmup = warmup,
+              size = size, context = ctx, precision = precision, impl = m.impl, graphs = m.graphs, mode = mode,
+              warmup = warmup,
               batch = opt.batch, mean_ms = s.mean, std_ms = s.std, median_ms = s.median,
               tokens_per_s = opt.batch * ctx / (s.mean * 1e-3),
               tflops = mode_flops / (s.mean * 1e-3) / 1e12,

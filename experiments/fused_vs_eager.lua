@@ -4,7 +4,9 @@
 --       kernels, forward and forward+backward;
 --   (b) the whole Transformer LM: the eager Lua model (tf ops + autograd,
 --       like PyTorch eager) against the fused C engine (planned memory,
---       fused kernels, FlashAttention), forward and full training step.
+--       fused kernels, FlashAttention), forward and full training step; the
+--       engine runs with CUDA graph replay (its default) and without, so the
+--       launch cost that replay saves shows on its own.
 --
 --   tfhost experiments/fused_vs_eager.lua
 --   tfhost experiments/fused_vs_eager.lua --part model --size small --context 256
@@ -38,12 +40,11 @@ local function bench(fn) return tf.bench(fn, { warmup = opt.warmup, iters = opt.
 
 local rows = { attention = {}, model = {} }
 
--- Times the baseline and the fused implementation with time(impl), which
--- returns one time per key; fills row.<impl>_<key>_ms (or <impl>_oom) and
--- row.<key>_speedup.
-local function compare(row, base, fused, keys, time)
-  for _, impl in ipairs({ base, fused }) do
-    local res = table.pack(pcall(time, impl))
+-- Times each implementation with time(impl), which returns one time per
+-- key; fills row.<impl>_<key>_ms (or row.<impl>_oom).
+local function time_all(row, impls, keys, time)
+  for _, impl in ipairs(impls) do
+    local res = table.pack(pcall(time, impl, row))
     if res[1] then
       for i, key in ipairs(keys) do row[impl .. "_" .. key .. "_ms"] = res[i + 1] end
     elseif tf.mem.is_oom(res[2]) then
@@ -53,9 +54,13 @@ local function compare(row, base, fused, keys, time)
     end
     tf.mem.empty_cache()
   end
+end
+
+-- row.<key>_<name> = slow's time / fast's time, for each key both have.
+local function speedups(row, slow, fast, keys, name)
   for _, key in ipairs(keys) do
-    local a, b = row[base .. "_" .. key .. "_ms"], row[fused .. "_" .. key .. "_ms"]
-    if a and b then row[key .. "_speedup"] = a / b end
+    local a, b = row[slow .. "_" .. key .. "_ms"], row[fast .. "_" .. key .. "_ms"]
+    if a and b then row[key .. "_" .. name] = a / b end
   end
 end
 
@@ -90,7 +95,8 @@ if has("attention") then
       done = done + 1
       progress("[attention %d/%d] d %d seq %d ...", done, total, d, seq)
       local row = { d = d, seq = seq, batch = opt.batch, dtype = opt.attn_dtype }
-      compare(row, "naive", "flash", { "fwd", "fwdbwd" }, function(impl) return time_attention(d, seq, impl) end)
+      time_all(row, { "naive", "flash" }, { "fwd", "fwdbwd" }, function(impl) return time_attention(d, seq, impl) end)
+      speedups(row, "naive", "flash", { "fwd", "fwdbwd" }, "speedup")
       rows.attention[#rows.attention + 1] = row
       progress(" done\n")
     end
@@ -98,9 +104,13 @@ if has("attention") then
 end
 
 -- (b) One model size and precision, one implementation: forward and step.
-local function time_model(size, precision, impl)
+-- impl is "eager", "fused" (with CUDA graph replay, the engine's default;
+-- row.graphs says whether the device has it) or "fused_nographs".
+local function time_model(size, precision, impl, row)
   tf.seed(0)
-  local m = tf.model.new{ preset = size, context_length = opt.context, precision = precision, impl = impl }
+  local m = tf.model.new{ preset = size, context_length = opt.context, precision = precision,
+    impl = impl == "eager" and "eager" or "fused", graphs = impl ~= "fused_nographs" }
+  if impl == "fused" then row.graphs = m.graphs end
   local vocab = m.config.vocab_size
   local ids = tf.randint(0, vocab, { opt.model_batch, opt.context })
   local targets = tf.randint(0, vocab, { opt.model_batch, opt.context })
@@ -116,15 +126,19 @@ if has("model") then
       done = done + 1
       progress("[model %d/%d] %s %s ctx %d ...", done, total, size, precision, opt.context)
       local row = { size = size, precision = precision, context = opt.context, batch = opt.model_batch }
-      compare(row, "eager", "fused", { "fwd", "step" }, function(impl) return time_model(size, precision, impl) end)
+      local keys = { "fwd", "step" }
+      time_all(row, { "eager", "fused", "fused_nographs" }, keys,
+        function(impl, r) return time_model(size, precision, impl, r) end)
+      speedups(row, "eager", "fused", keys, "speedup")
+      speedups(row, "fused_nographs", "fused", keys, "graphs_speedup")
       rows.model[#rows.model + 1] = row
       progress(" done\n")
     end
   end
 end
 
-local function ms(impl, key)
-  return { impl .. "_" .. key, impl .. " " .. key:gsub("_ms", "") .. " ms", function(v, row)
+local function ms(impl, key, title)
+  return { impl .. "_" .. key, (title or impl) .. " " .. key:gsub("_ms", "") .. " ms", function(v, row)
     if row[impl .. "_oom"] then return "OOM" end
     return v and string.format("%.3f", v) or "-"
   end }
@@ -148,11 +162,16 @@ if has("model") then
   print(string.format("\n## (b) Transformer LM, context %d, batch %d: eager Lua model vs fused engine\n",
     opt.context, opt.model_batch))
   tf.report.table(rows.model, { columns = { "size", { "precision", "prec" }, ms("eager", "fwd_ms"),
-    ms("fused", "fwd_ms"), ratio("fwd_speedup", "fwd speed-up"), ms("eager", "step_ms"), ms("fused", "step_ms"),
-    ratio("step_speedup", "step speed-up") } })
+    ms("fused", "fwd_ms"), ms("fused_nographs", "fwd_ms", "fused, no graphs"), ratio("fwd_speedup", "fwd speed-up"),
+    ratio("fwd_graphs_speedup", "fwd graphs gain"), ms("eager", "step_ms"), ms("fused", "step_ms"),
+    ms("fused_nographs", "step_ms", "fused, no graphs"), ratio("step_speedup", "step speed-up"),
+    ratio("step_graphs_speedup", "step graphs gain") } })
   print("\nEager: the model written with tf ops and autograd (one kernel per op, autocast casts per op). "
     .. "Fused: planned activation memory, fused norm/residual/SwiGLU/loss kernels, cuBLASLt GEMMs, "
-    .. "FlashAttention, bf16 weight copies kept by the optimizer.")
+    .. "FlashAttention, bf16 weight copies kept by the optimizer, and (unless \"no graphs\") CUDA graph replay "
+    .. "of the forward, loss and backward passes. Speed-ups are eager over fused; graphs gain is fused without "
+    .. "graphs over fused with them (where the device has no graphs both run alike; a JSON row's graphs "
+    .. "field says which).")
 end
 if opt.json then
   tf.results.write(opt.json, rows)

@@ -3,9 +3,10 @@
  *
  *   local m = tf._model.create({vocab_size = 10000, context_length = 256, d_model = 768, num_layers = 12,
  *                               num_heads = 12, d_ff = 3072, rope_theta = 10000},
- *                              {device = "cuda", precision = "bf16"})
+ *                              {device = "cuda", precision = "bf16", graphs = true})
  *   local loss = m:loss(ids, targets); m:backward(); m:adamw_step{lr = 1e-3, step = 1}; m:zero_grad()
  *   local logits = m:forward(ids)         -- inference: no activations kept
+ *   m:set_graphs(false); print(m:info().graph_replays)   -- CUDA graph replay (core/model.h)
  *   for _, p in ipairs(m:parameters()) do print(p.name, p.tensor.shape) end
  *
  * Tensors handed out (logits, losses, parameter and gradient views) hold
@@ -85,13 +86,15 @@ static int tf_l_model_parameter_count(lua_State *L) {
   return 1;
 }
 
-/* tf._model.create(config [, {device = , precision = "f32" | "bf16" | "f16"}]) */
+/* tf._model.create(config [, {device = , precision = "f32" | "bf16" | "f16", attention = "flash" | "naive",
+ *                              graphs = true | false}]) */
 static int tf_l_model_create(lua_State *L) {
   const char *fname = "tf._model.create";
   tf_model_config cfg = tf_l_checkconfig(L, 1, fname);
   tf_device device = tf_default_device();
   tf_dtype precision = TF_F32;
   int flash = -1; /* the engine's default */
+  bool graphs = true;
   if (!lua_isnoneornil(L, 2)) {
     luaL_checktype(L, 2, LUA_TTABLE);
     lua_pushnil(L);
@@ -108,8 +111,11 @@ static int tf_l_model_create(lua_State *L) {
         if (!impl || (strcmp(impl, "flash") != 0 && strcmp(impl, "naive") != 0))
           luaL_error(L, "%s: attention must be \"flash\" or \"naive\"", fname);
         flash = strcmp(impl, "flash") == 0;
+      } else if (strcmp(key, "graphs") == 0) {
+        if (!lua_isboolean(L, -1)) luaL_error(L, "%s: graphs must be true or false", fname);
+        graphs = lua_toboolean(L, -1);
       } else {
-        luaL_error(L, "%s: unknown option '%s' (expected device, precision or attention)", fname, key);
+        luaL_error(L, "%s: unknown option '%s' (expected device, precision, attention or graphs)", fname, key);
       }
       lua_pop(L, 1);
     }
@@ -119,6 +125,7 @@ static int tf_l_model_create(lua_State *L) {
   luaL_setmetatable(L, TF_MODEL_TYPE);
   TF_LUA_CHECK(L, tf_model_create(&cfg, device, precision, &u->m), fname);
   if (flash >= 0) TF_LUA_CHECK(L, tf_model_set_attention(u->m, flash), fname);
+  tf_model_set_graphs(u->m, graphs);
   return 1;
 }
 
@@ -152,6 +159,14 @@ static int tf_l_model_backward(lua_State *L) {
 /* m:sync_weights(): the low-precision weight copy refreshed now (forward does it when needed). */
 static int tf_l_model_sync_weights(lua_State *L) {
   TF_LUA_CHECK(L, tf_model_sync_weights(tf_l_checkmodel(L, 1)), "model:sync_weights");
+  return 0;
+}
+
+/* m:set_graphs(on): CUDA graph replay on (where supported) or off; m:info().graphs says which it is. */
+static int tf_l_model_set_graphs(lua_State *L) {
+  tf_model *m = tf_l_checkmodel(L, 1);
+  luaL_checktype(L, 2, LUA_TBOOLEAN);
+  tf_model_set_graphs(m, lua_toboolean(L, 2));
   return 0;
 }
 
@@ -220,22 +235,24 @@ static int tf_l_model_config(lua_State *L) {
   return 1;
 }
 
-/* m:info() -> {precision =, device =, parameters =, tensors =} */
+/* m:info() -> {precision =, device =, parameters =, tensors =, attention =, graphs = (replay on),
+ * graphs_supported =, graph_captures =, graph_replays =, graph_failures =} */
 static int tf_l_model_info(lua_State *L) {
   tf_model *m = tf_l_checkmodel(L, 1);
   char dev[16];
   tf_device_format(tf_model_device(m), dev, sizeof dev);
-  lua_createtable(L, 0, 4);
-  lua_pushstring(L, tf_dtype_name(tf_model_precision(m)));
-  lua_setfield(L, -2, "precision");
-  lua_pushstring(L, dev);
-  lua_setfield(L, -2, "device");
-  lua_pushinteger(L, (lua_Integer)tf_model_config_parameters(tf_model_get_config(m)));
-  lua_setfield(L, -2, "parameters");
-  lua_pushinteger(L, tf_model_num_tensors(m));
-  lua_setfield(L, -2, "tensors");
-  lua_pushstring(L, tf_model_uses_flash(m) ? "flash" : "naive");
-  lua_setfield(L, -2, "attention");
+  lua_createtable(L, 0, 10);
+  TF_SET_STR(L, "precision", tf_dtype_name(tf_model_precision(m)));
+  TF_SET_STR(L, "device", dev);
+  TF_SET_INT(L, "parameters", tf_model_config_parameters(tf_model_get_config(m)));
+  TF_SET_INT(L, "tensors", tf_model_num_tensors(m));
+  TF_SET_STR(L, "attention", tf_model_uses_flash(m) ? "flash" : "naive");
+  tf_model_graph_stats g = tf_model_graphs(m);
+  TF_SET_BOOL(L, "graphs", g.on);
+  TF_SET_BOOL(L, "graphs_supported", g.supported);
+  TF_SET_INT(L, "graph_captures", g.captures);
+  TF_SET_INT(L, "graph_replays", g.replays);
+  TF_SET_INT(L, "graph_failures", g.failures);
   return 1;
 }
 
@@ -288,7 +305,8 @@ static const luaL_Reg tf_model_methods[] = {
     {"adamw_step", tf_l_model_adamw_step}, {"parameters", tf_l_model_parameters},
     {"grads", tf_l_model_grads},           {"config", tf_l_model_config},
     {"info", tf_l_model_info},             {"memory", tf_l_model_memory},
-    {"sync_weights", tf_l_model_sync_weights}, {"free", tf_l_model_release},
+    {"sync_weights", tf_l_model_sync_weights}, {"set_graphs", tf_l_model_set_graphs},
+    {"free", tf_l_model_release},
     {NULL, NULL},
 };
 

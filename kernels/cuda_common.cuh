@@ -175,18 +175,25 @@ tf_status tf_cuda_flash_attention(tf_device_ctx *ctx, const tf_flash_args *args)
 size_t tf_cuda_flash_workspace(const tf_flash_args *args);
 /* The Transformer engine's kernels (model_kernels.h), gathered into one
  * table by model_backend.cu: gemm.cu, model_encoder.cu, model_norm.cu,
- * model_swiglu.cu, model_attention.cu, model_loss.cu. */
+ * model_swiglu.cu, model_attention.cu, model_loss.cu, and its CUDA graphs
+ * (model_graph.cu). */
 tf_status tf_cuda_gemm(tf_device_ctx *ctx, const tf_gemm_args *args);
 void tf_cuda_gemm_use_lt(tf_device_ctx *ctx, bool on);
 void tf_cuda_gemm_release(tf_cuda_state *st); /* at shutdown */
 tf_status tf_cuda_index_check(tf_device_ctx *ctx, const int64_t *idx, int64_t n, int64_t limit, int64_t *bad);
 tf_status tf_cuda_encoder(tf_device_ctx *ctx, const tf_encoder_args *args);
+size_t tf_cuda_encoder_workspace(tf_device_ctx *ctx, const tf_encoder_args *args);
 tf_status tf_cuda_rmsnorm(tf_device_ctx *ctx, const tf_rmsnorm_args *args);
+size_t tf_cuda_rmsnorm_workspace(tf_device_ctx *ctx, const tf_rmsnorm_args *args);
 tf_status tf_cuda_swiglu(tf_device_ctx *ctx, const tf_swiglu_args *args);
 tf_status tf_cuda_rope_heads(tf_device_ctx *ctx, const tf_rope_heads_args *args);
 tf_status tf_cuda_heads(tf_device_ctx *ctx, const tf_heads_args *args);
 tf_status tf_cuda_causal_softmax(tf_device_ctx *ctx, const tf_causal_softmax_args *args);
 tf_status tf_cuda_lm_loss(tf_device_ctx *ctx, const tf_lm_loss_args *args);
+tf_status tf_cuda_capture_begin(tf_device_ctx *ctx);
+tf_status tf_cuda_capture_end(tf_device_ctx *ctx, tf_graph **out);
+tf_status tf_cuda_graph_launch(tf_device_ctx *ctx, tf_graph *g);
+void tf_cuda_graph_destroy(tf_device_ctx *ctx, tf_graph *g);
 const tf_model_kernels *tf_cuda_model_kernels(void);
 
 #endif

@@ -68,31 +68,62 @@ __global__ void __launch_bounds__(TF_CUDA_THREADS)
 /* Keeps the arrays carved out of one block aligned. */
 static size_t tf_cuda_align256(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
-/* Keys, stable sort, runs, sums: no float atomics, the same bits every run. */
-static tf_status tf_cuda_encoder_backward(tf_device_ctx *ctx, tf_cuda_state *st, const tf_encoder_args *a) {
+/* The backward pass's scratch: five lists of n u32 (keys, positions, both
+ * sorted, run ends), list bytes each, then CUB's sort space (temp bytes)
+ * for keys of end_bit bits; total bytes in all. */
+typedef struct tf_cuda_encoder_scratch {
+  int end_bit;
+  size_t list, temp, total;
+} tf_cuda_encoder_scratch;
+
+static tf_status tf_cuda_encoder_scratch_of(tf_cuda_state *st, const tf_encoder_args *a, tf_cuda_encoder_scratch *s) {
   if (a->n > (int64_t)INT32_MAX || a->vocab > (int64_t)INT32_MAX)
     return tf_fail(TF_ERR_ARG, "encoder backward: at most %d ids and a vocabulary of at most %d", INT32_MAX,
                    INT32_MAX);
+  s->end_bit = 1;
+  while (s->end_bit < 32 && ((int64_t)1 << s->end_bit) < a->vocab) s->end_bit++;
+  s->list = tf_cuda_align256((size_t)a->n * sizeof(uint32_t));
+  s->temp = 0;
+  TF_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(NULL, s->temp, (const uint32_t *)NULL, (uint32_t *)NULL,
+                                                (const uint32_t *)NULL, (uint32_t *)NULL, (int)a->n, 0, s->end_bit,
+                                                st->stream));
+  s->total = s->list * 5 + tf_cuda_align256(s->temp > 0 ? s->temp : 1);
+  return TF_OK;
+}
+
+/* The scratch bytes of a backward call (model_kernels.h); 0 when it cannot run. */
+size_t tf_cuda_encoder_workspace(tf_device_ctx *ctx, const tf_encoder_args *a) {
+  tf_cuda_encoder_scratch s;
+  if (!a->backward || a->n <= 0 || !ctx->backend_state) return 0;
+  if (tf_cuda_use_device(ctx) != TF_OK || tf_cuda_encoder_scratch_of(tf_cuda_state_of(ctx), a, &s) != TF_OK) return 0;
+  return s.total;
+}
+
+/* Keys, stable sort, runs, sums: no float atomics, the same bits every
+ * run. The scratch is a->workspace, or a block borrowed from the caching
+ * allocator without one. */
+static tf_status tf_cuda_encoder_backward(tf_device_ctx *ctx, tf_cuda_state *st, const tf_encoder_args *a) {
+  tf_cuda_encoder_scratch sc;
+  TF_TRY(tf_cuda_encoder_scratch_of(st, a, &sc));
   const int n = (int)a->n;
-  int end_bit = 1;
-  while (end_bit < 32 && ((int64_t)1 << end_bit) < a->vocab) end_bit++;
-  const size_t list = tf_cuda_align256((size_t)n * sizeof(uint32_t));
-  size_t temp_bytes = 0;
-  TF_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(NULL, temp_bytes, (const uint32_t *)NULL, (uint32_t *)NULL,
-                                                (const uint32_t *)NULL, (uint32_t *)NULL, n, 0, end_bit, st->stream));
   tf_block *work = NULL;
-  TF_TRY(tf_alloc(&ctx->alloc, list * 5 + tf_cuda_align256(temp_bytes > 0 ? temp_bytes : 1), &work));
-  char *base = (char *)work->ptr;
+  char *base = (char *)a->workspace;
+  if (!base) {
+    TF_TRY(tf_alloc(&ctx->alloc, sc.total, &work));
+    base = (char *)work->ptr;
+  }
+  const size_t list = sc.list;
   uint32_t *keys = (uint32_t *)base, *positions = (uint32_t *)(base + list);
   uint32_t *keys_sorted = (uint32_t *)(base + 2 * list), *positions_sorted = (uint32_t *)(base + 3 * list);
   uint32_t *run_end = (uint32_t *)(base + 4 * list);
   void *temp = base + 5 * list;
+  size_t temp_bytes = sc.temp;
   const unsigned blocks = tf_cuda_blocks(st, a->n);
   tf_cuda_encoder_keys_kernel<<<blocks, TF_CUDA_THREADS, 0, st->stream>>>(a->ids, a->n, a->vocab, keys, positions);
   tf_status s = tf_cuda_launched("encoder backward keys kernel");
   if (s == TF_OK) {
     cudaError_t err = cub::DeviceRadixSort::SortPairs(temp, temp_bytes, keys, keys_sorted, positions, positions_sorted,
-                                                      n, 0, end_bit, st->stream);
+                                                      n, 0, sc.end_bit, st->stream);
     if (err != cudaSuccess) s = tf_cuda_error(err, "cub::DeviceRadixSort::SortPairs");
   }
   if (s == TF_OK) {
@@ -107,7 +138,7 @@ static tf_status tf_cuda_encoder_backward(tf_device_ctx *ctx, tf_cuda_state *st,
     s = tf_cuda_launched("encoder backward sum kernel");
   }
   /* Safe before the kernels finish: the block's next user queues behind them. */
-  tf_alloc_free(&ctx->alloc, work);
+  if (work) tf_alloc_free(&ctx->alloc, work);
   return s;
 }
 

@@ -139,36 +139,61 @@ __global__ void __launch_bounds__(TF_CUDA_RMS_WGRAD_THREADS)
   dg[col] += acc;
 }
 
-/* dg: one pass straight into it when the column blocks fill the GPU, else
- * splits of rows into a workspace and their sum. */
+/* How dg's column sums are shared out: one pass straight into dg when the
+ * column blocks fill the GPU (splits == 1), else splits of chunk rows each
+ * (at least 32) into a workspace of splits * dim floats, then their sum. */
+typedef struct tf_cuda_rms_split {
+  int64_t col_blocks, splits, chunk;
+} tf_cuda_rms_split;
+
+static tf_cuda_rms_split tf_cuda_rms_splits(const tf_cuda_state *st, int64_t rows, int64_t dim) {
+  tf_cuda_rms_split s;
+  s.col_blocks = (dim + TF_CUDA_RMS_WGRAD_THREADS - 1) / TF_CUDA_RMS_WGRAD_THREADS;
+  const int64_t want = ((int64_t)st->multiprocessors * 8 + s.col_blocks - 1) / s.col_blocks;
+  const int64_t most = (rows + 31) / 32;
+  s.splits = want < most ? want : most;
+  if (s.splits < 1) s.splits = 1;
+  if (s.splits > 65535) s.splits = 65535;
+  s.chunk = (rows + s.splits - 1) / s.splits;
+  s.splits = (rows + s.chunk - 1) / s.chunk;
+  return s;
+}
+
+/* The partial sums' bytes for a backward call (model_kernels.h). */
+size_t tf_cuda_rmsnorm_workspace(tf_device_ctx *ctx, const tf_rmsnorm_args *a) {
+  if (!a->backward || a->rows <= 0 || a->dim <= 0 || !ctx->backend_state) return 0;
+  const tf_cuda_rms_split s = tf_cuda_rms_splits(tf_cuda_state_of(ctx), a->rows, a->dim);
+  return s.splits > 1 ? (size_t)(s.splits * a->dim) * sizeof(float) : 0;
+}
+
+/* dg as tf_cuda_rms_splits shares it out; the partial sums go to
+ * workspace, or to a block borrowed from the caching allocator without one. */
 template <int DT>
-static tf_status tf_cuda_rms_wgrad(tf_device_ctx *ctx, tf_cuda_state *st, const tf_cuda_rms_params &p, float *dg) {
-  const int64_t col_blocks = (p.dim + TF_CUDA_RMS_WGRAD_THREADS - 1) / TF_CUDA_RMS_WGRAD_THREADS;
-  const int64_t want = ((int64_t)st->multiprocessors * 8 + col_blocks - 1) / col_blocks;
-  const int64_t most = (p.rows + 31) / 32; /* at least 32 rows per split */
-  int64_t splits = want < most ? want : most;
-  if (splits < 1) splits = 1;
-  if (splits > 65535) splits = 65535;
-  const int64_t chunk = (p.rows + splits - 1) / splits;
-  splits = (p.rows + chunk - 1) / chunk;
-  if (splits == 1) {
-    tf_cuda_rms_wgrad_kernel<DT><<<dim3((unsigned)col_blocks, 1), TF_CUDA_RMS_WGRAD_THREADS, 0, st->stream>>>(
-        p, NULL, dg, chunk);
+static tf_status tf_cuda_rms_wgrad(tf_device_ctx *ctx, tf_cuda_state *st, const tf_cuda_rms_params &p, float *dg,
+                                   void *workspace) {
+  const tf_cuda_rms_split sp = tf_cuda_rms_splits(st, p.rows, p.dim);
+  const unsigned col_blocks = (unsigned)sp.col_blocks;
+  if (sp.splits == 1) {
+    tf_cuda_rms_wgrad_kernel<DT><<<dim3(col_blocks, 1), TF_CUDA_RMS_WGRAD_THREADS, 0, st->stream>>>(p, NULL, dg,
+                                                                                                   sp.chunk);
     return tf_cuda_launched("rmsnorm gain-gradient kernel");
   }
   tf_block *work = NULL;
-  TF_TRY(tf_alloc(&ctx->alloc, (size_t)(splits * p.dim) * sizeof(float), &work));
-  float *partial = (float *)work->ptr;
-  tf_cuda_rms_wgrad_kernel<DT><<<dim3((unsigned)col_blocks, (unsigned)splits), TF_CUDA_RMS_WGRAD_THREADS, 0,
-                                 st->stream>>>(p, partial, NULL, chunk);
+  if (!workspace) {
+    TF_TRY(tf_alloc(&ctx->alloc, (size_t)(sp.splits * p.dim) * sizeof(float), &work));
+    workspace = work->ptr;
+  }
+  float *partial = (float *)workspace;
+  tf_cuda_rms_wgrad_kernel<DT><<<dim3(col_blocks, (unsigned)sp.splits), TF_CUDA_RMS_WGRAD_THREADS, 0, st->stream>>>(
+      p, partial, NULL, sp.chunk);
   tf_status s = tf_cuda_launched("rmsnorm gain-gradient kernel");
   if (s == TF_OK) {
-    tf_cuda_rms_wgrad_finish_kernel<<<(unsigned)col_blocks, TF_CUDA_RMS_WGRAD_THREADS, 0, st->stream>>>(
-        partial, dg, p.dim, splits);
+    tf_cuda_rms_wgrad_finish_kernel<<<col_blocks, TF_CUDA_RMS_WGRAD_THREADS, 0, st->stream>>>(partial, dg, p.dim,
+                                                                                               sp.splits);
     s = tf_cuda_launched("rmsnorm gain-gradient sum kernel");
   }
   /* Safe before the kernels finish: the block's next user queues behind them. */
-  tf_alloc_free(&ctx->alloc, work);
+  if (work) tf_alloc_free(&ctx->alloc, work);
   return s;
 }
 
@@ -217,7 +242,7 @@ static tf_status tf_cuda_rmsnorm_typed(tf_device_ctx *ctx, tf_cuda_state *st, co
   else
     tf_cuda_rms_backward_kernel<DT, 1><<<g.blocks, g.threads, 0, st->stream>>>(p);
   TF_TRY(tf_cuda_launched("rmsnorm backward kernel"));
-  return tf_cuda_rms_wgrad<DT>(ctx, st, p, a->dg);
+  return tf_cuda_rms_wgrad<DT>(ctx, st, p, a->dg, a->workspace);
 }
 
 /* The backend entry of both passes. */

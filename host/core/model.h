@@ -10,6 +10,9 @@
  *   activations: one allocation planned per (batch, seq), reused while the
  *   shape stays the same, re-planned when it changes.
  *
+ * Where the backend has CUDA graphs, the fixed kernel lists of a step are
+ * captured once per shape and replayed with one launch each (below).
+ *
  * Precision TF_F32 computes in f32 throughout. TF_BF16 / TF_F16 follow
  * PyTorch's autocast: matmuls in the low dtype accumulating in f32, from a
  * low-precision weight copy that the optimizer step refreshes (never
@@ -62,6 +65,31 @@ tf_dtype tf_model_precision(const tf_model *m);
 tf_status tf_model_set_attention(tf_model *m, bool flash);
 bool tf_model_uses_flash(const tf_model *m);
 tf_device tf_model_device(const tf_model *m);
+
+/* CUDA graph replay for fixed shapes. A step's phases that are fixed
+ * lists of kernels over planned memory (the training forward with the
+ * fused loss, the backward pass, the layers of tf_model_forward) run
+ * eagerly the first time for a key (batch, seq, training or not, attention,
+ * TF32), are captured into a graph the second time, and are replayed from
+ * then on: the same kernels on the same buffers, so the same bits. Taking
+ * the inputs (with its range check), lm_head of tf_model_forward, the
+ * optimizer step and zero_grad stay eager. A phase that cannot be captured
+ * runs eagerly for that key; everything runs eagerly while the profiler's
+ * collector records (per-kernel ranges), on backends without graphs (the
+ * CPU), and with replay off. A new plan, another attention or turning
+ * replay off frees the graphs.
+ * Replay is on by default where supported, unless the environment has
+ * TF_MODEL_GRAPHS=0 (every model); TF_MODEL_GRAPHS_DEBUG=1 says on stderr
+ * why a capture failed. */
+typedef struct tf_model_graph_stats {
+  bool supported; /* the backend can capture graphs */
+  bool on;        /* phases are replayed: supported, asked for, not TF_MODEL_GRAPHS=0 */
+  uint64_t captures, replays, failures; /* graphs made, launches of them, captures that failed */
+} tf_model_graph_stats;
+/* Asks for replay (taken where supported and not turned off by the
+ * environment) or turns it off (graphs freed). */
+void tf_model_set_graphs(tf_model *m, bool on);
+tf_model_graph_stats tf_model_graphs(const tf_model *m);
 
 /* The named tensors, in state-dict order: token_embeddings.weight,
  * layers.{i}.ln1.weight, layers.{i}.attn.{q,k,v,output}_proj.weight,

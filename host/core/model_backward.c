@@ -15,7 +15,7 @@ static tf_status tf_model_norm_backward(tf_model *m, const float *x, int64_t gai
                        .eps = TF_MODEL_NORM_EPS, .dtype = m->dtype, .x = x, .g = tf_model_pw(m, gain),
                        .rstd = (float *)rstd, .dh = dh, .dres = p->dres, .accumulate = accumulate,
                        .dres_low = want_low && m->dtype != TF_F32 ? p->dres_low : NULL,
-                       .dg = tf_model_gw(m, gain)};
+                       .dg = tf_model_gw(m, gain), .workspace = p->backward_ws};
   return m->k->rmsnorm(m->ctx, &a);
 }
 
@@ -50,8 +50,10 @@ static tf_status tf_model_layer_backward(tf_model *m, int64_t l) {
   return TF_OK;
 }
 
-/* The logits' gradient (left by the fused loss) is the starting point. */
-static tf_status tf_model_run_backward(tf_model *m) {
+/* The logits' gradient (left by the fused loss) is the starting point;
+ * the body of the "backward" phase (keep is always true here). */
+static tf_status tf_model_backward_pass(tf_model *m, bool keep) {
+  (void)keep;
   const tf_model_config *c = &m->cfg;
   tf_model_plan *p = &m->plan;
   const int64_t n = p->batch * p->seq, d = c->d_model, L = c->num_layers;
@@ -65,7 +67,7 @@ static tf_status tf_model_run_backward(tf_model *m) {
     TF_RANGED(name, tf_model_layer_backward(m, l));
   }
   tf_encoder_args enc = {.backward = true, .n = n, .dim = d, .vocab = c->vocab_size, .ids = p->ids,
-                         .dout = p->dres, .dwte = tf_model_gw(m, m->wte)};
+                         .dout = p->dres, .dwte = tf_model_gw(m, m->wte), .workspace = p->backward_ws};
   return m->k->encoder(m->ctx, &enc);
 }
 
@@ -74,6 +76,6 @@ tf_status tf_model_backward(tf_model *m) {
   if (!m->loss_ready)
     return tf_fail(TF_ERR_STATE, "model backward: no loss to differentiate: call loss() first (one backward per loss)");
   m->loss_ready = false;
-  TF_RANGED("backward", tf_model_run_backward(m));
+  TF_RANGED("backward", tf_model_run_phase(m, TF_MODEL_PHASE_BACKWARD, true, tf_model_backward_pass));
   return TF_OK;
 }

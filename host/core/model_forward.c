@@ -1,5 +1,6 @@
 /* The forward pass and the loss: inputs checked and copied into the plan,
- * then one short list of kernel calls per layer. */
+ * then one short list of kernel calls per layer, run as the phases that
+ * model.c replays as CUDA graphs. */
 #include "model_internal.h"
 
 #include <math.h>
@@ -125,9 +126,10 @@ static tf_status tf_model_layer_forward(tf_model *m, int64_t l, bool keep) {
 }
 
 /* encoder, ln1; per layer: qkv GEMM, attention, output_proj, residual add +
- * ln2, w1|w3 GEMM, SwiGLU, w2, residual add + the next norm; lm_head. */
-static tf_status tf_model_forward_pass(tf_model *m, bool keep, void *logits) {
-  TF_TRY(tf_model_sync_weights(m));
+ * ln2, w1|w3 GEMM, SwiGLU, w2, residual add + the next norm (ln_final after
+ * the last): the plan's ids to its hf. A phase body (model_internal.h): the
+ * caller has refreshed the low-precision weights. */
+static tf_status tf_model_layers_pass(tf_model *m, bool keep) {
   const tf_model_config *c = &m->cfg;
   tf_model_plan *p = &m->plan;
   const int64_t n = p->batch * p->seq, d = c->d_model, L = c->num_layers;
@@ -141,27 +143,52 @@ static tf_status tf_model_forward_pass(tf_model *m, bool keep, void *logits) {
     snprintf(name, sizeof name, "layer %lld", (long long)l);
     TF_RANGED(name, tf_model_layer_forward(m, l, keep));
   }
-  return tf_model_linear(m, p->hf, n, d, c->vocab_size, tf_model_mw(m, m->lm_head), logits);
-}
-
-tf_status tf_model_run_forward(tf_model *m, bool keep, void *logits) {
-  TF_RANGED("forward", tf_model_forward_pass(m, keep, logits));
   return TF_OK;
 }
 
-/* The fused loss over the plan's logits into loss (a 0-dim f32 tensor's data). */
-static tf_status tf_model_run_loss(tf_model *m, float *loss) {
+/* logits (n, V) of the compute dtype = lm_head(hf). */
+static tf_status tf_model_lm_head(tf_model *m, void *logits) {
   const tf_model_plan *p = &m->plan;
+  return tf_model_linear(m, p->hf, p->batch * p->seq, m->cfg.d_model, m->cfg.vocab_size, tf_model_mw(m, m->lm_head),
+                         logits);
+}
+
+/* The layers, then lm_head into logits. */
+static tf_status tf_model_forward_pass(tf_model *m, bool keep, void *logits) {
+  TF_TRY(tf_model_layers_pass(m, keep));
+  return tf_model_lm_head(m, logits);
+}
+
+/* The training forward into the plan's logits, then the fused loss, which
+ * leaves the logits' gradient in their place for backward and the mean in
+ * the plan's loss slot: the body of the "forward and loss" phase. */
+static tf_status tf_model_loss_pass(tf_model *m, bool keep) {
+  tf_model_plan *p = &m->plan;
+  TF_RANGED("forward", tf_model_forward_pass(m, keep, p->logits));
   tf_lm_loss_args a = {.rows = p->batch * p->seq, .vocab = m->cfg.vocab_size, .dtype = m->dtype,
-                       .logits = p->logits, .targets = p->targets, .row_loss = p->row_loss, .loss = loss,
+                       .logits = p->logits, .targets = p->targets, .row_loss = p->row_loss, .loss = p->loss,
                        .grad = true};
   TF_RANGED("loss", m->k->lm_loss(m->ctx, &a));
+  return TF_OK;
+}
+
+/* The layers as the "forward" phase (replayed once captured), then
+ * lm_head into logits: a new tensor each call, so outside the graph. */
+static tf_status tf_model_forward_replayed(tf_model *m, bool keep, void *logits) {
+  TF_TRY(tf_model_run_phase(m, TF_MODEL_PHASE_FORWARD, keep, tf_model_layers_pass));
+  return tf_model_lm_head(m, logits);
+}
+
+/* tf_model_forward's pass, in the "forward" range. */
+static tf_status tf_model_run_forward(tf_model *m, bool keep, void *logits) {
+  TF_RANGED("forward", tf_model_forward_replayed(m, keep, logits));
   return TF_OK;
 }
 
 /* Logits land in a new tensor, so they stay valid whatever the engine does next. */
 tf_status tf_model_forward(tf_model *m, const tf_tensor *ids, bool training, tf_tensor **logits) {
   TF_TRY(tf_model_take_inputs(m, "model forward", ids, NULL, training));
+  TF_TRY(tf_model_sync_weights(m)); /* eager: a conversion must never be baked into a graph */
   tf_shape s = {3, {ids->shape[0], ids->shape[1], m->cfg.vocab_size}};
   tf_tensor *out = NULL;
   TF_TRY(tf_tensor_empty(&s, m->dtype, m->device, &out));
@@ -174,15 +201,18 @@ tf_status tf_model_forward(tf_model *m, const tf_tensor *ids, bool training, tf_
   return TF_OK;
 }
 
-/* The training forward into the plan's logits, then the fused loss, which
- * leaves the logits' gradient in their place for backward. */
+/* The "forward and loss" phase, then the mean copied out of the plan into
+ * a new 0-dim tensor (a device-side copy: nothing waits). */
 tf_status tf_model_loss(tf_model *m, const tf_tensor *ids, const tf_tensor *targets, tf_tensor **loss) {
   TF_TRY(tf_model_take_inputs(m, "model loss", ids, targets, true));
+  TF_TRY(tf_model_sync_weights(m)); /* eager: a conversion must never be baked into a graph */
   tf_shape scalar = {0, {0}};
-  tf_tensor *out = NULL;
+  tf_tensor *out = NULL, *slot = NULL;
   TF_TRY(tf_tensor_empty(&scalar, TF_F32, m->device, &out));
-  tf_status st = tf_model_run_forward(m, true, m->plan.logits);
-  if (st == TF_OK) st = tf_model_run_loss(m, tf_tensor_data(out));
+  tf_status st = tf_model_run_phase(m, TF_MODEL_PHASE_LOSS, true, tf_model_loss_pass);
+  if (st == TF_OK) st = tf_model_plan_view(m, m->plan.loss, TF_F32, &scalar, &slot);
+  if (st == TF_OK) st = tf_copy_into(out, slot);
+  tf_tensor_release(slot);
   if (st != TF_OK) {
     tf_tensor_release(out);
     return st;

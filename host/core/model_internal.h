@@ -77,20 +77,50 @@ typedef struct tf_model_plan {
   float *rstdf;
   void *logits;                /* training: (n, V), then their gradient */
   float *row_loss;             /* training: (n,) */
+  float *loss;                 /* training: the mean loss, where a replayed graph finds it */
   /* scratch, shared by the layers */
   void *qkv;   /* (n, 3d): projections; backward: their gradient */
   void *heads; /* (n, d) in heads layout: attention output; backward: its gradient */
   void *proj;  /* (n, d): output_proj's or w2's output; backward: a norm output's gradient */
   /* backward (training plans) */
-  float *dres;      /* (n, d): gradient of the residual stream */
-  void *dres_low;   /* (n, d) dtype (dres itself under f32) */
-  void *dqkv_heads; /* 3 (n, d): dq, dk, dv in heads layout */
-  void *dp;         /* (B, H, T, T) (naive attention) */
-  void *o_heads;    /* (n, d) heads layout: the attention output again (flash backward) */
-  void *flash_ws;   /* the flash backward's workspace */
-  void *dab;        /* (n, 2 d_ff) */
-  void *dgate;      /* (n, d_ff) */
+  float *dres;       /* (n, d): gradient of the residual stream */
+  void *dres_low;    /* (n, d) dtype (dres itself under f32) */
+  void *dqkv_heads;  /* 3 (n, d): dq, dk, dv in heads layout */
+  void *dp;          /* (B, H, T, T) (naive attention) */
+  void *o_heads;     /* (n, d) heads layout: the attention output again (flash backward) */
+  void *flash_ws;    /* the flash backward's workspace */
+  void *backward_ws; /* the encoder's and the norms' backward workspace (one at a time) */
+  void *dab;         /* (n, 2 d_ff) */
+  void *dgate;       /* (n, d_ff) */
 } tf_model_plan;
+
+/* The phases of a step that run as CUDA graphs where the backend has
+ * them (model.c): the training forward with the fused loss, the backward
+ * pass, and the layers of tf_model_forward (lm_head writes a new tensor
+ * each time, so it runs after the replay). */
+typedef enum tf_model_phase {
+  TF_MODEL_PHASE_LOSS,
+  TF_MODEL_PHASE_BACKWARD,
+  TF_MODEL_PHASE_FORWARD,
+  TF_MODEL_PHASES
+} tf_model_phase;
+
+/* What a captured phase bakes in besides the plan's buffers (a new plan
+ * drops every graph): host values that choose kernels or their arguments. */
+typedef struct tf_model_graph_key {
+  int64_t batch, seq;
+  bool training_plan, keep, flash, tf32;
+} tf_model_graph_key;
+
+/* One phase's graph: the first call of a key runs eagerly (it warms
+ * cuBLASLt's plans and loads modules), the second captures, later ones
+ * replay. */
+typedef struct tf_model_graph {
+  tf_model_graph_key key;
+  int64_t calls;  /* calls with this key */
+  bool failed;    /* the capture failed: eager for this key from now on */
+  tf_graph *exec; /* NULL until captured */
+} tf_model_graph;
 
 struct tf_model {
   tf_model_config cfg;
@@ -111,7 +141,19 @@ struct tf_model {
   tf_model_plan plan;
   bool flash;      /* FlashAttention (default) or naive attention with P materialised */
   bool loss_ready; /* the plan holds a loss's activations and logits' gradient */
+  bool graphs;     /* replay phases as CUDA graphs: asked for (option, TF_MODEL_GRAPHS) and supported */
+  tf_model_graph graph[TF_MODEL_PHASES];
+  uint64_t graph_captures, graph_replays, graph_failures;
 };
+
+/* model.c: CUDA graph replay. */
+/* The body of a phase: kernels only, over the plan and the model's buffers
+ * (no allocation, no wait, no host value that changes between calls). */
+typedef tf_status (*tf_model_phase_fn)(tf_model *m, bool keep);
+/* Runs body eagerly, or captures it, or replays its graph (see tf_model_graph). */
+tf_status tf_model_run_phase(tf_model *m, tf_model_phase phase, bool keep, tf_model_phase_fn body);
+/* Frees every graph (the plan they run on is going away, or graphs were turned off). */
+void tf_model_graphs_drop(tf_model *m);
 
 /* model_plan.c */
 /* Makes the plan fit (batch, seq) and the mode: kept when it already does
@@ -122,9 +164,6 @@ void tf_model_plan_release(tf_model *m);
 tf_status tf_model_plan_view(const tf_model *m, void *ptr, tf_dtype dtype, const tf_shape *shape, tf_tensor **out);
 
 /* model_forward.c */
-/* The forward pass over the plan's ids: keep = training (activations per
- * layer); logits (n, V) of the compute dtype go to `logits`. */
-tf_status tf_model_run_forward(tf_model *m, bool keep, void *logits);
 /* RMSNorm of x into h and rstd (delta added into x_out first, when given). */
 tf_status tf_model_norm(tf_model *m, const float *x, const void *delta, float *x_out, int64_t gain, void *h,
                         float *rstd);

@@ -54,6 +54,7 @@ typedef struct tf_encoder_args {
   float *out;          /* forward: (n, dim) */
   const float *dout;   /* backward: (n, dim) */
   float *dwte;         /* backward: (vocab, dim), added to */
+  void *workspace;     /* backward: encoder_workspace bytes, or NULL (see workspaces below) */
 } tf_encoder_args;
 
 /* RMSNorm over rows of dim (CS336: h = x rstd g, rstd = 1 / sqrt(mean(x^2)
@@ -80,6 +81,7 @@ typedef struct tf_rmsnorm_args {
   bool accumulate;
   void *dres_low;    /* backward: NULL to skip */
   float *dg;         /* backward: (dim,), added to */
+  void *workspace;   /* backward: rmsnorm_workspace bytes, or NULL (see workspaces below) */
 } tf_rmsnorm_args;
 
 /* SwiGLU's gate on rows of ab = [a | b] (2 f wide): forward y = silu(a) b
@@ -145,6 +147,10 @@ typedef struct tf_lm_loss_args {
   bool grad;
 } tf_lm_loss_args;
 
+/* A captured, instantiated CUDA graph: work queued on a device's stream
+ * once, replayed as one launch. */
+typedef struct tf_graph tf_graph;
+
 typedef struct tf_model_kernels {
   tf_status (*gemm)(tf_device_ctx *ctx, const tf_gemm_args *a);
   /* *bad: the first i in [0, n) with idx[i] outside [0, limit), or -1.
@@ -161,6 +167,28 @@ typedef struct tf_model_kernels {
    * or plain cuBLAS (false), so tests can compare them; NULL where a
    * backend has one path only. */
   void (*gemm_use_lt)(tf_device_ctx *ctx, bool on);
+
+  /* Workspaces: the device scratch bytes the backward passes of encoder
+   * and rmsnorm need for args' sizes. The engine plans them, so a step
+   * allocates nothing and can be captured; NULL here (or 0) where a
+   * backend needs none. A call whose workspace is NULL borrows the bytes
+   * from the caching allocator for its duration (not capturable). */
+  size_t (*encoder_workspace)(tf_device_ctx *ctx, const tf_encoder_args *a);
+  size_t (*rmsnorm_workspace)(tf_device_ctx *ctx, const tf_rmsnorm_args *a);
+
+  /* CUDA graphs, all NULL where a backend has none (the engine then runs
+   * eagerly). capture_begin starts capturing the device's stream in
+   * thread-local mode, so that a call which cannot be captured (an
+   * allocation, a wait, a copy to the host) fails and spoils the capture
+   * instead of running. capture_end always stops the capture; it
+   * instantiates what was queued into *out, or fails leaving *out NULL:
+   * either way nothing has run and the stream is usable. graph_launch
+   * queues one replay on the stream; graph_destroy frees a graph (NULL is
+   * fine; one still running finishes first). */
+  tf_status (*capture_begin)(tf_device_ctx *ctx);
+  tf_status (*capture_end)(tf_device_ctx *ctx, tf_graph **out);
+  tf_status (*graph_launch)(tf_device_ctx *ctx, tf_graph *g);
+  void (*graph_destroy)(tf_device_ctx *ctx, tf_graph *g);
 } tf_model_kernels;
 
 #ifdef __cplusplus

@@ -45,6 +45,19 @@ static void *tf_carve(tf_carver *c, size_t bytes, int tag, const char *name, int
 
 enum { TF_ACT = TF_TAG_ACTIVATION, TF_WS = TF_TAG_WORKSPACE };
 
+/* The scratch of the backward kernels that need some (the embedding's
+ * sort, the norm gains' partial sums): they run one at a time, so one
+ * buffer of the larger size serves both. Planned, a step allocates nothing
+ * and can be captured into a CUDA graph. */
+static size_t tf_model_backward_workspace(const tf_model *m, const tf_model_plan *p) {
+  const int64_t n = p->batch * p->seq;
+  tf_encoder_args enc = {.backward = true, .n = n, .dim = m->cfg.d_model, .vocab = m->cfg.vocab_size};
+  tf_rmsnorm_args norm = {.backward = true, .rows = n, .dim = m->cfg.d_model, .dtype = m->dtype};
+  size_t a = m->k->encoder_workspace ? m->k->encoder_workspace(m->ctx, &enc) : 0;
+  size_t b = m->k->rmsnorm_workspace ? m->k->rmsnorm_workspace(m->ctx, &norm) : 0;
+  return a > b ? a : b;
+}
+
 /* Every buffer of the plan p (whose batch, seq and mode are set). */
 static void tf_model_plan_carve(const tf_model *m, tf_model_plan *p, tf_carver *c) {
   const tf_model_config *cfg = &m->cfg;
@@ -86,6 +99,7 @@ static void tf_model_plan_carve(const tf_model *m, tf_model_plan *p, tf_carver *
   if (!p->training) return;
   p->logits = tf_carve(c, n * V * es, TF_ACT, "logits", 0);
   p->row_loss = tf_carve(c, n * fs, TF_ACT, "row losses", 0);
+  p->loss = tf_carve(c, fs, TF_ACT, "loss", 0);
   p->dres = tf_carve(c, n * d * fs, TF_WS, "d residual", 0);
   p->dres_low = m->dtype == TF_F32 ? (void *)p->dres : tf_carve(c, act, TF_WS, "d residual (low)", 0);
   p->dqkv_heads = tf_carve(c, 3 * act, TF_WS, "d qkv heads", 0);
@@ -100,6 +114,8 @@ static void tf_model_plan_carve(const tf_model *m, tf_model_plan *p, tf_carver *
   }
   p->dab = tf_carve(c, 2 * n * f * es, TF_WS, "d w1_w3 out", 0);
   p->dgate = tf_carve(c, n * f * es, TF_WS, "d swiglu gate", 0);
+  size_t ws = tf_model_backward_workspace(m, p);
+  p->backward_ws = ws ? tf_carve(c, ws, TF_WS, "encoder and norm backward workspace", 0) : NULL;
 }
 
 /* cos and sin of t * theta^(-2i / hd), in double as nnops' rope takes them
@@ -122,9 +138,11 @@ static tf_status tf_model_plan_rope(tf_model *m) {
   return st;
 }
 
-/* Drops the allocation: what it held (and any pending loss) is gone. */
+/* Drops the allocation: what it held (and any pending loss) is gone, and
+ * so are the graphs captured over it. */
 void tf_model_plan_release(tf_model *m) {
   tf_model_plan *p = &m->plan;
+  tf_model_graphs_drop(m);
   tf_tensor_release(p->storage);
   free(p->resid);
   free(p->layers);

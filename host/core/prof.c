@@ -634,6 +634,8 @@ tf_status tf_prof_view_get(tf_prof_session *s, tf_prof_view *out) {
 
 bool tf_prof_running(const tf_prof_session *s) { return s && s->running; }
 
+bool tf_prof_collecting(void) { return tf_running != NULL; }
+
 bool tf_prof_session_gpu(const tf_prof_session *s, const char **reason) {
   *reason = s->gpu ? "" : s->reason;
   return s->gpu;

@@ -143,6 +143,8 @@ tf_status tf_prof_stop(tf_prof_session *s);
  * this session (or its release). */
 tf_status tf_prof_view_get(tf_prof_session *s, tf_prof_view *out);
 bool tf_prof_running(const tf_prof_session *s);
+/* Whether any collector is running now (on the ranges' thread). */
+bool tf_prof_collecting(void);
 /* Whether s collects (collected) GPU records; when not, *reason says why. */
 bool tf_prof_session_gpu(const tf_prof_session *s, const char **reason);
 /* Stops it if running and frees it. NULL is fine. */

@@ -270,7 +270,9 @@ end
 
 --- tf.model.new{preset = "small" | ... or explicit sizes, context_length, vocab_size,
 --- precision = "f32" | "bf16" | "f16", impl = "fused" | "eager", device,
---- attention = "flash" | "naive" (default: flash under bf16/f16, naive in f32)}
+--- attention = "flash" | "naive" (default: flash under bf16/f16, naive in f32),
+--- graphs = true | false (fused: CUDA graph replay of fixed shapes, default true where the
+--- device has graphs; self.graphs says whether it is on; the eager model has none)}
 function M.new(spec)
   if type(spec) ~= "table" then error("tf.model.new: expects a table", 2) end
   local cfg = M.config(spec)
@@ -282,15 +284,21 @@ function M.new(spec)
   if spec.attention ~= nil and spec.attention ~= "flash" and spec.attention ~= "naive" then
     error("tf.model.new: attention must be \"flash\" or \"naive\"", 2)
   end
+  if spec.graphs ~= nil and type(spec.graphs) ~= "boolean" then
+    error("tf.model.new: graphs must be true or false", 2)
+  end
   local device = spec.device or tf.default_device()
-  local self = { config = cfg, precision = precision, impl = impl, device = device, attention = spec.attention }
+  local self = { config = cfg, precision = precision, impl = impl, device = device, attention = spec.attention,
+    graphs = false }
   if impl == "eager" then
     local T = require "tf.models.transformer"
     self.module = T.TransformerLM(cfg, { device = device })
     return setmetatable(self, Eager)
   end
-  self.engine = tf._model.create(cfg, { device = device, precision = precision, attention = spec.attention })
-  self.attention = self.engine:info().attention
+  self.engine = tf._model.create(cfg, { device = device, precision = precision, attention = spec.attention,
+    graphs = spec.graphs })
+  local info = self.engine:info()
+  self.attention, self.graphs = info.attention, info.graphs
   return setmetatable(self, Fused)
 end
 

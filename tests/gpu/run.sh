@@ -67,11 +67,12 @@ for t in tests/cli/test_*.py; do
   else record "$name" FAIL "rc=$rc"; tail -30 "$out/$name.log"; fi
 done
 
-if command -v compute-sanitizer >/dev/null && [ -x "$dir/test_nnops_cuda" ]; then
-  TF_TEST_SMALL=1 compute-sanitizer --tool memcheck "$dir/test_nnops_cuda" > "$out/memcheck.log" 2>&1
-  record "memcheck test_nnops_cuda" "$(grep -q 'ERROR SUMMARY: 0 errors' "$out/memcheck.log" && echo ok || echo FAIL)" \
-    "$(grep 'ERROR SUMMARY' "$out/memcheck.log")"
-fi
+for t in test_nnops_cuda test_flash_cuda; do
+  command -v compute-sanitizer >/dev/null && [ -x "$dir/$t" ] || continue
+  TF_TEST_SMALL=1 compute-sanitizer --tool memcheck "$dir/$t" > "$out/memcheck_$t.log" 2>&1
+  record "memcheck $t" "$(grep -q 'ERROR SUMMARY: 0 errors' "$out/memcheck_$t.log" && echo ok || echo FAIL)" \
+    "$(grep 'ERROR SUMMARY' "$out/memcheck_$t.log")"
+done
 
 echo "== experiments"
 "$bin" experiments/mixed_precision.lua --json "$out/mixed_precision.json" > "$out/mixed_precision.log" 2>&1 \

@@ -199,6 +199,7 @@ T.test("memory: activations planned once per shape", function()
   end
   local planned = m:memory().activations
   T.ok(planned > 0)
+  if m:info().graphs then T.eq(m:info().graph_replays, 6, "steps 2 to 4 replayed CUDA graphs") end
   for s = 2, 4 do
     T.eq(stats[s].allocated, stats[1].allocated, "allocated, step " .. s)
     T.eq(stats[s].num_segment_allocs, stats[1].num_segment_allocs, "no new segments, step " .. s)
@@ -329,6 +330,46 @@ T.test("flash and naive attention give the same model; flash is the default unde
   local low <close> = E.create(cfg, { device = dev, precision = "bf16" })
   T.eq(low:info().attention, "flash")
   T.raises(function() E.create(cfg, { attention = "fast" }) end, 'attention must be "flash" or "naive"')
+end)
+
+T.test("graphs: the option is accepted everywhere; info says whether replay is on", function()
+  local cuda = dev:find("^cuda") ~= nil
+  local env_off = os.getenv("TF_MODEL_GRAPHS") == "0"
+  local m <close> = E.create(TINY, { device = dev })
+  local info = m:info()
+  T.eq(info.graphs_supported, cuda, "graphs exist on CUDA only")
+  T.eq(info.graphs, cuda and not env_off, "on by default where supported")
+  local off <close> = E.create(TINY, { device = dev, graphs = false })
+  T.eq(off:info().graphs, false)
+  off:set_graphs(true)
+  T.eq(off:info().graphs, info.graphs, "set_graphs(true) takes where supported")
+  m:set_graphs(false)
+  T.eq(m:info().graphs, false)
+  local x, y = ids(2, 8), ids(2, 8)
+  for s = 1, 3 do
+    m:loss(x, y)
+    m:backward()
+    m:adamw_step({ step = s })
+    m:zero_grad()
+  end
+  T.eq({ m:info().graph_captures, m:info().graph_replays, m:info().graph_failures }, { 0, 0, 0 }, "off: all eager")
+  if not cuda then
+    local c <close> = E.create(TINY, { device = dev, graphs = true })
+    c:loss(x, y)
+    c:backward()
+    c:loss(x, y)
+    c:backward()
+    T.eq(c:info().graphs, false, "asked for, but the CPU has no graphs")
+    T.eq(c:info().graph_replays, 0)
+  end
+  T.raises(function() E.create(TINY, { graphs = "yes" }) end, "graphs must be true or false")
+  T.raises(function() m:set_graphs() end, "boolean expected")
+  local fused = tf.model.new({ preset = "tiny", vocab_size = 64, context_length = 16, device = dev, graphs = false })
+  T.eq(fused.graphs, false)
+  T.eq(fused.engine:info().graphs, false)
+  local eager = tf.model.new({ preset = "tiny", vocab_size = 64, context_length = 16, device = dev, impl = "eager" })
+  T.eq(eager.graphs, false, "the eager model has no graphs")
+  T.raises(function() tf.model.new({ preset = "tiny", graphs = 1 }) end, "graphs must be true or false")
 end)
 
 T.test("the fused engine agrees with PyTorch (tests/reference/oracles/lm_tiny.safetensors)", function()

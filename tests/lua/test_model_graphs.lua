@@ -1,0 +1,180 @@
+-- CUDA graph replay in the fused engine (core/model.h): a phase runs
+-- eagerly on its first call for a shape, is captured on the second and
+-- replayed after. Replays must give the very bits of eager runs: every
+-- test drives a model with graphs and an identically seeded one without
+-- through the same calls and compares losses, gradients and logits
+-- exactly, under f32 and bf16, naive and flash attention. The replay
+-- counters of m:info() show that graphs were really used. Skipped (exit
+-- 77) without a GPU; the CPU side of the option is in test_model_engine.lua.
+local T = require "harness"
+T.require_cuda()
+if os.getenv("TF_MODEL_GRAPHS") == "0" then T.skip("TF_MODEL_GRAPHS=0 turns graph replay off") end
+tf.seed(T.fresh_seed())
+
+local E = tf._model
+local dev = "cuda"
+local TINY = { vocab_size = 64, context_length = 16, d_model = 32, num_layers = 2, num_heads = 4, d_ff = 64,
+  rope_theta = 10000.0 }
+local SPECS = { { "f32", "naive" }, { "f32", "flash" }, { "bf16", "naive" }, { "bf16", "flash" } }
+
+local function ids(b, t) return tf.randint(0, TINY.vocab_size, { b, t }, { device = dev }) end
+
+-- The same model twice (one seed): with graph replay, and without; the
+-- third result frees both when closed.
+local function pair(precision, attention)
+  tf.seed(7)
+  local on = E.create(TINY, { device = dev, precision = precision, attention = attention })
+  tf.seed(7)
+  local off = E.create(TINY, { device = dev, precision = precision, attention = attention, graphs = false })
+  T.eq(on:info().graphs, true, "replay on by default on CUDA")
+  T.eq(off:info().graphs, false)
+  return on, off, setmetatable({}, { __close = function()
+    on:free()
+    off:free()
+  end })
+end
+
+-- {captures, replays, failures}
+local function counts(m)
+  local i = m:info()
+  return { i.graph_captures, i.graph_replays, i.graph_failures }
+end
+
+-- The largest |a - b| over two equally shaped tensors, in f64 on the CPU.
+local function maxdiff(a, b) return (a:to("cpu"):to("f64") - b:to("cpu"):to("f64")):abs():max():item() end
+
+-- One training step on both models: the same loss bits, the same bits in
+-- every gradient, then AdamW and zero_grad (eager in both). Returns the
+-- loss tensor of the model with graphs.
+local function step_both(on, off, x, y, s, what)
+  local la, lb = on:loss(x, y), off:loss(x, y)
+  on:backward()
+  off:backward()
+  T.eq(la:item(), lb:item(), what .. ": loss")
+  local worst, where, gb = 0.0, "", off:grads()
+  for i, g in ipairs(on:grads()) do
+    local d = maxdiff(g.tensor, gb[i].tensor)
+    if not (d <= worst) then worst, where = d, g.name end
+  end
+  T.eq(worst, 0.0, what .. ": gradients differ (" .. where .. ")")
+  on:adamw_step({ step = s, lr = 1e-2 })
+  off:adamw_step({ step = s, lr = 1e-2 })
+  on:zero_grad()
+  off:zero_grad()
+  return la
+end
+
+-- Logits of both models for ids: the same bits.
+local function forward_both(on, off, x, training, what)
+  T.eq(maxdiff(on:forward(x, training), off:forward(x, training)), 0.0, what .. ": logits")
+end
+
+T.test("training steps replayed give the bits of eager steps", function()
+  for _, spec in ipairs(SPECS) do
+    local what = spec[1] .. " " .. spec[2]
+    local on, off, _ <close> = pair(spec[1], spec[2])
+    local x, y = ids(4, 12), ids(4, 12)
+    local losses, values = {}, {}
+    losses[1] = step_both(on, off, x, y, 1, what .. ", step 1")
+    T.eq(counts(on), { 0, 0, 0 }, what .. ": the first step of a shape runs eagerly")
+    losses[2] = step_both(on, off, x, y, 2, what .. ", step 2")
+    T.eq(counts(on), { 2, 2, 0 }, what .. ": the second captures forward + loss and backward")
+    for s = 3, 6 do losses[s] = step_both(on, off, x, y, s, what .. ", step " .. s) end
+    T.eq(counts(on), { 2, 10, 0 }, what .. ": later steps replay")
+    T.eq(counts(off), { 0, 0, 0 }, what .. ": no graphs without replay")
+    for s = 1, 6 do values[s] = losses[s]:item() end
+    T.ok(values[6] < values[1], what .. string.format(": the loss goes down (%.4f -> %.4f)", values[1], values[6]))
+    T.ok(values[5] ~= values[6], what .. ": each replay's loss is a tensor of its own")
+  end
+end)
+
+T.test("a new shape is captured anew and stays bit-identical", function()
+  for _, spec in ipairs({ { "bf16", "flash" }, { "f32", "naive" } }) do
+    local what = spec[1] .. " " .. spec[2]
+    local on, off, _ <close> = pair(spec[1], spec[2])
+    local big, small = { ids(4, 12), ids(4, 12) }, { ids(2, 16), ids(2, 16) }
+    local s = 0
+    local function steps(batch, n, label)
+      for _ = 1, n do
+        s = s + 1
+        step_both(on, off, batch[1], batch[2], s, what .. ", " .. label .. ", step " .. s)
+      end
+    end
+    steps(big, 3, "(4, 12)")
+    T.eq(counts(on), { 2, 4, 0 })
+    steps(small, 1, "(2, 16)")
+    T.eq(counts(on), { 2, 4, 0 }, what .. ": a new shape's first step runs eagerly")
+    steps(small, 2, "(2, 16)")
+    T.eq(counts(on), { 4, 8, 0 }, what .. ": then it is captured and replayed")
+    steps(big, 3, "back to (4, 12)")
+    T.eq(counts(on), { 6, 12, 0 }, what .. ": the old shape's graphs went with its plan")
+  end
+end)
+
+T.test("out-of-range ids: the same clear error with graphs, and the engine keeps working", function()
+  local on, off, _ <close> = pair("bf16", "flash")
+  local x, y = ids(2, 8), ids(2, 8)
+  for s = 1, 3 do step_both(on, off, x, y, s, "before, step " .. s) end
+  local before = counts(on)
+  local function with_bad(t, value)
+    local v = t:to("cpu"):tolist()
+    v[2][4] = value
+    return tf.tensor(v, { dtype = "i64", device = dev })
+  end
+  for _, m in ipairs({ on, off }) do
+    T.raises(function() m:loss(with_bad(x, 64), y) end,
+      "token id 64 at position [1, 3] is out of range [0, 64) (the vocabulary size)")
+    T.raises(function() m:loss(x, with_bad(y, -1)) end, "target -1 at position [1, 3]")
+    T.raises(function() m:forward(with_bad(x, 99)) end, "token id 99 at position [1, 3]")
+    T.raises(function() m:backward() end, "call loss() first")
+  end
+  T.eq(counts(on), before, "nothing ran for the bad batches")
+  for s = 4, 6 do step_both(on, off, x, y, s, "after, step " .. s) end
+  T.eq(counts(on), { before[1], before[2] + 6, 0 }, "the graphs keep replaying")
+end)
+
+T.test("inference forward: logits identical with and without graphs", function()
+  for _, spec in ipairs(SPECS) do
+    local what = spec[1] .. " " .. spec[2]
+    local on, off, _ <close> = pair(spec[1], spec[2])
+    local x = ids(3, 5)
+    for i = 1, 3 do forward_both(on, off, x, false, what .. ", inference plan, call " .. i) end
+    T.eq(counts(on), { 1, 2, 0 }, what .. ": the layers captured on the second call")
+    for i = 1, 3 do forward_both(on, off, x, true, what .. ", keeping activations, call " .. i) end
+    T.eq(counts(on), { 2, 4, 0 }, what .. ": keeping activations is another key (and a training plan)")
+    local xt, yt = ids(4, 12), ids(4, 12)
+    step_both(on, off, xt, yt, 1, what)
+    for i = 1, 3 do forward_both(on, off, xt, false, what .. ", inference on the training plan, call " .. i) end
+    T.eq(counts(on)[3], 0, what .. ": no capture failed")
+  end
+end)
+
+T.test("replay turned off, or the profiler recording, runs eagerly with the same bits", function()
+  local on, off, _ <close> = pair("bf16", "flash")
+  local x, y = ids(4, 12), ids(4, 12)
+  local s = 0
+  local function steps(n, label)
+    for _ = 1, n do
+      s = s + 1
+      step_both(on, off, x, y, s, label .. ", step " .. s)
+    end
+  end
+  steps(3, "replaying")
+  T.eq(counts(on), { 2, 4, 0 })
+  on:set_graphs(false)
+  T.eq(on:info().graphs, false)
+  steps(2, "turned off")
+  T.eq(counts(on), { 2, 4, 0 }, "off: nothing replayed")
+  on:set_graphs(true)
+  steps(2, "turned on again")
+  T.eq(counts(on), { 4, 6, 0 }, "on again: the graphs were freed, so a warm-up call and a capture")
+  do
+    local p <close> = tf.prof.start()
+    steps(2, "profiling")
+  end
+  T.eq(counts(on), { 4, 6, 0 }, "eager while the collector records (per-kernel ranges)")
+  steps(1, "after profiling")
+  T.eq(counts(on), { 4, 8, 0 }, "replay again once it stopped")
+end)
+
+T.run()
