@@ -143,8 +143,13 @@ static inline int tf_flash_tc_dim(int64_t hd) {
 /* flash_attn_fwd.cu: O and lse. */
 tf_status tf_cuda_flash_forward_tc(tf_cuda_state *st, const tf_cuda_flash_params *p, tf_dtype dt, int hd_pad);
 /* sm90/flash_attn_wgmma.cu (built for sm_90a where TF_WITH_SM90A): O and
- * lse by wgmma, head dims padded to 64 or 128. */
+ * lse by wgmma, head dims padded to 64 or 128; the backward pass's dK, dV
+ * (and dQ into dq_acc when atomic_dq) at head dims padded to 64. */
 tf_status tf_cuda_flash_forward_wgmma(tf_cuda_state *st, const tf_cuda_flash_params *p, tf_dtype dt, int hd_pad);
+tf_status tf_cuda_flash_backward_wgmma(tf_cuda_state *st, const tf_cuda_flash_params *p, tf_dtype dt, bool atomic_dq);
+/* flash_attn_fwd.cu: whether the current device takes those (compute
+ * capability 9.0, and TF_FLASH_WGMMA is not 0). */
+bool tf_flash_wgmma_here(void);
 /* flash_attn_bwd.cu: dK and dV, and dQ into dq_acc with float atomics when
  * atomic_dq (else tf_cuda_flash_dq_tc computes dq, with no atomics). */
 tf_status tf_cuda_flash_backward_tc(tf_cuda_state *st, const tf_cuda_flash_params *p, tf_dtype dt, int hd_pad,

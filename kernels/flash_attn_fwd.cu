@@ -274,9 +274,9 @@ template <int DT> static tf_status tf_flash_fwd_dt(tf_cuda_state *st, const tf_c
 
 #ifdef TF_WITH_SM90A
 /* Whether the current device runs the sm_90a (wgmma) kernels: compute
- * capability 9.0, unless TF_FLASH_WGMMA=0 asks for the mma.sync kernel
+ * capability 9.0, unless TF_FLASH_WGMMA=0 asks for the mma.sync kernels
  * (read on every call, so a test can run both). */
-static bool tf_flash_wgmma_here(void) {
+bool tf_flash_wgmma_here(void) {
   const char *env = getenv("TF_FLASH_WGMMA");
   if (env && strcmp(env, "0") == 0) return false;
   static int cc[64]; /* per device: 0 unknown, else major * 10 + minor */

@@ -330,3 +330,220 @@ template <int DT> static tf_status tf_wgmma_fwd_dt(tf_cuda_state *st, const tf_c
 tf_status tf_cuda_flash_forward_wgmma(tf_cuda_state *st, const tf_cuda_flash_params *p, tf_dtype dt, int hd_pad) {
   return dt == TF_BF16 ? tf_wgmma_fwd_dt<TF_BF16>(st, p, hd_pad) : tf_wgmma_fwd_dt<TF_F16>(st, p, hd_pad);
 }
+
+/* ---- the backward pass: dK and dV (and dQ by atomics), head dim 64 ------------------- */
+
+/* One block of two warpgroups owns BC = 128 keys of one problem, each
+ * warpgroup 64 of them, with their K and V rows in shared memory, and walks
+ * the query blocks of 64 rows that see them (Q, dO, lse and D double-
+ * buffered by cp.async), as flash_attn_bwd.cu's kernel does, with every
+ * product a warpgroup one:
+ *   S^T = K Q^T, dP^T = V dO^T            (both operands K-major in shared memory)
+ *   P^T = exp2(S^T scale log2 e - lse log2 e), dS^T = P^T (dP^T - D)
+ *   dV += P^T dO, dK += dS^T Q           (A = P^T, dS^T in registers, B N-major)
+ *   dQ (this block's rows) += dS K       (dS^T through shared memory, read
+ *                                          M-major; K N-major)
+ * dK and dV stay in registers (f32) until the end. dQ of the block's 128
+ * keys is added into the f32 workspace by 16-byte reductions (red .v4.f32),
+ * each warpgroup taking half of the head dim. Without ATOMIC_DQ the mma.sync
+ * dQ kernel computes dQ instead, deterministically. */
+template <int DT, bool ATOMIC_DQ>
+__global__ void __launch_bounds__(256, 1) tf_flash_bwd_wgmma_kernel(const tf_cuda_flash_params p) {
+  constexpr int HD = 64, BC = 128, BR = 64, NT = BR / 8, DT8 = HD / 8;
+  constexpr uint32_t TILE = 64 * 128; /* one swizzled tile of 64 rows */
+  unsigned char *const raw = tf_flash_dynamic_smem();
+  const uint32_t raw_addr = tf_flash_smem_addr(raw), base = (raw_addr + 1023u) & ~1023u;
+  unsigned char *const base_ptr = raw + (base - raw_addr);
+  const uint32_t sK = base, sV = sK + 2 * TILE, sQ = sV + 2 * TILE, sdO = sQ + 2 * TILE, sdS = sdO + 2 * TILE;
+  float *const sLse = reinterpret_cast<float *>(base_ptr + 10 * TILE), *const sD = sLse + 2 * BR;
+  const int wg = (int)threadIdx.x / 128, warp = ((int)threadIdx.x / 32) % 4, lane = (int)threadIdx.x % 32;
+  const int g = lane >> 2, t2 = (lane & 3) * 2;
+  int64_t b, kb;
+  tf_flash_block_of((p.seq_k + BC - 1) / BC, false, &b, &kb);
+  const int64_t k0 = kb * BC;
+  const int hd = p.head_dim;
+  const uint16_t *Q = static_cast<const uint16_t *>(p.q) + b * p.seq_q * hd;
+  const uint16_t *dO = static_cast<const uint16_t *>(p.dout) + b * p.seq_q * hd;
+  const uint16_t *K = static_cast<const uint16_t *>(p.k) + b * p.seq_k * hd;
+  const uint16_t *V = static_cast<const uint16_t *>(p.v) + b * p.seq_k * hd;
+  const float *lse = p.lse + b * p.seq_q, *D = p.rowdot + b * p.seq_q;
+
+  tf_wgmma_load<BC, HD, 256>(sK, K, k0, p.seq_k, hd);
+  tf_wgmma_load<BC, HD, 256>(sV, V, k0, p.seq_k, hd);
+  tf_flash_cp_commit();
+  /* under the causal mask, queries before k0 see none of these keys */
+  const int64_t q_blocks = (p.seq_q + BR - 1) / BR, first = p.causal ? k0 / BR : 0;
+  const int n_it = (int)(q_blocks > first ? q_blocks - first : 0);
+  auto load_queries = [&](int it) {
+    const int stage = it & 1;
+    const int64_t q0 = (first + it) * BR;
+    tf_wgmma_load<BR, HD, 256>(sQ + (uint32_t)stage * TILE, Q, q0, p.seq_q, hd);
+    tf_wgmma_load<BR, HD, 256>(sdO + (uint32_t)stage * TILE, dO, q0, p.seq_q, hd);
+    tf_flash_load_stat<BR, 256>(sLse + stage * BR, lse, q0, p.seq_q);
+    tf_flash_load_stat<BR, 256>(sD + stage * BR, D, q0, p.seq_q);
+    tf_flash_cp_commit();
+  };
+  if (n_it > 0) load_queries(0);
+
+  /* the warpgroup's 64 keys: K and V rows, and its dS^T tile */
+  const uint32_t k_w = sK + (uint32_t)wg * TILE, v_w = sV + (uint32_t)wg * TILE, ds_w = sdS + (uint32_t)wg * TILE;
+  const int key_in = wg * 64 + warp * 16 + g; /* the thread's keys: key_in and key_in + 8 of the block */
+  const float sl2 = p.scale_log2;
+  float dk[HD / 2], dv[HD / 2];
+#pragma unroll
+  for (int i = 0; i < HD / 2; i++) dk[i] = dv[i] = 0.f;
+
+  for (int it = 0; it < n_it; it++) {
+    tf_flash_cp_wait<0>();
+    tf_wgmma_fence_smem();
+    __syncthreads(); /* block it has landed; every warpgroup is done with block it - 1 */
+    if (it + 1 < n_it) load_queries(it + 1);
+    const int stage = it & 1;
+    const int64_t q0 = (first + it) * BR;
+    const uint32_t q_st = sQ + (uint32_t)stage * TILE, do_st = sdO + (uint32_t)stage * TILE;
+    const float *lse_s = sLse + stage * BR, *D_s = sD + stage * BR;
+
+    /* S^T = K Q^T, dP^T = V dO^T */
+    float s[BR / 2], dp[BR / 2];
+    tf_wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < HD / 16; kk++)
+      tf_wgmma_ss64<DT>(s, tf_wgmma_desc(k_w + kk * 32, 16, 1024), tf_wgmma_desc(q_st + kk * 32, 16, 1024), kk > 0);
+#pragma unroll
+    for (int kk = 0; kk < HD / 16; kk++)
+      tf_wgmma_ss64<DT>(dp, tf_wgmma_desc(v_w + kk * 32, 16, 1024), tf_wgmma_desc(do_st + kk * 32, 16, 1024), kk > 0);
+    tf_wgmma_commit();
+    tf_wgmma_wait<0>();
+    tf_wgmma_hold(s);
+    tf_wgmma_hold(dp);
+
+    /* P^T and dS^T; masked where the key is after the query, or either is past the end */
+    const bool edge = (p.causal && q0 < k0 + BC) || q0 + BR > p.seq_q || k0 + BC > p.seq_k;
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        const int c = nt * 8 + t2 + (e & 1), i = 4 * nt + e;
+        float pv = tf_flash_exp2(fmaf(s[i], sl2, -TF_FLASH_LOG2E * lse_s[c]));
+        if (edge) {
+          const int64_t key = k0 + key_in + 8 * (e >> 1), query = q0 + c;
+          if ((p.causal && key > query) || query >= p.seq_q || key >= p.seq_k) pv = 0.f;
+        }
+        dp[i] = pv * (dp[i] - D_s[c]);
+        s[i] = pv;
+      }
+    uint32_t pa[BR / 16][4], da[BR / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < BR / 16; kk++)
+#pragma unroll
+      for (int i = 0; i < 4; i++) {
+        pa[kk][i] = tf_flash_pack<DT>(s[8 * kk + 2 * i], s[8 * kk + 2 * i + 1]);
+        da[kk][i] = tf_flash_pack<DT>(dp[8 * kk + 2 * i], dp[8 * kk + 2 * i + 1]);
+      }
+
+    /* dV += P^T dO, dK += dS^T Q: 16 queries a step (B N-major, 8-row groups 1024 bytes apart) */
+    tf_wgmma_hold(dv);
+    tf_wgmma_hold(dk);
+    tf_wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < BR / 16; kk++) tf_wgmma_rs64<DT>(dv, pa[kk], tf_wgmma_desc(do_st + kk * 2048, TILE, 1024));
+#pragma unroll
+    for (int kk = 0; kk < BR / 16; kk++) tf_wgmma_rs64<DT>(dk, da[kk], tf_wgmma_desc(q_st + kk * 2048, TILE, 1024));
+    tf_wgmma_commit();
+
+    if constexpr (ATOMIC_DQ) {
+      /* dS^T (keys x queries) into the warpgroup's tile; once both are
+       * written, dQ = dS K over the block's 128 keys, warpgroup wg taking
+       * head-dim columns 32 wg .. 32 wg + 31 (the tiles of the two
+       * warpgroups follow each other: 16 keys a step, 2048 bytes apart) */
+#pragma unroll
+      for (int h = 0; h < 2; h++)
+#pragma unroll
+        for (int kk = 0; kk < BR / 16; kk++)
+#pragma unroll
+          for (int half = 0; half < 2; half++) /* queries 16 kk + 8 half .. + 7: chunk 2 kk + half */
+            *reinterpret_cast<uint32_t *>(base_ptr + (ds_w - base) + tf_wgmma_chunk<64>(warp * 16 + g + 8 * h, 2 * kk + half) +
+                                          t2 * 2) = da[kk][2 * half + h];
+      tf_wgmma_fence_smem();
+      asm volatile("bar.sync 1, 256;\n" ::: "memory");
+      float dq[HD / 4];
+      tf_wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < BC / 16; kk++)
+        tf_wgmma_ss32_tt<DT>(dq, tf_wgmma_desc(sdS + kk * 2048, TILE, 1024),
+                             tf_wgmma_desc(sK + kk * 2048 + wg * 64, TILE, 1024), kk > 0);
+      tf_wgmma_commit();
+      tf_wgmma_wait<0>();
+      tf_wgmma_hold(dq);
+      tf_wgmma_hold(dv);
+      tf_wgmma_hold(dk);
+      /* rows (queries) warp * 16 + g (+ 8), columns 32 wg + 8 nt + 2t (+ 1): lane pairs
+       * swap halves so that the even lane adds 4 columns of row g, the odd one of row g + 8 */
+      const bool odd = lane & 1;
+#pragma unroll
+      for (int nt = 0; nt < 4; nt++) {
+        const float give0 = odd ? dq[4 * nt + 0] : dq[4 * nt + 2], give1 = odd ? dq[4 * nt + 1] : dq[4 * nt + 3];
+        const float got0 = __shfl_xor_sync(0xffffffffu, give0, 1), got1 = __shfl_xor_sync(0xffffffffu, give1, 1);
+        const int64_t row = q0 + warp * 16 + g + (odd ? 8 : 0);
+        const int col = wg * 32 + nt * 8 + (odd ? t2 - 2 : t2);
+        if (row < p.seq_q && col < hd) {
+          const float4 v = odd ? make_float4(got0, got1, dq[4 * nt + 2], dq[4 * nt + 3])
+                               : make_float4(dq[4 * nt + 0], dq[4 * nt + 1], got0, got1);
+          float *at = p.dq_acc + (b * p.seq_q + row) * hd + col;
+          asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(at), "f"(v.x), "f"(v.y), "f"(v.z),
+                       "f"(v.w)
+                       : "memory");
+        }
+      }
+    } else {
+      tf_wgmma_wait<0>();
+      tf_wgmma_hold(dv);
+      tf_wgmma_hold(dk);
+    }
+  }
+
+  /* dK (times scale) and dV through the warpgroup's own K and V rows, once no copy is in flight */
+  tf_flash_cp_wait<0>();
+  __syncthreads();
+#pragma unroll
+  for (int h = 0; h < 2; h++) {
+    const int r = warp * 16 + g + 8 * h;
+#pragma unroll
+    for (int dt = 0; dt < DT8; dt++) {
+      const uint32_t at = tf_wgmma_chunk<64>(r, dt) + t2 * 2;
+      *reinterpret_cast<uint32_t *>(base_ptr + (k_w - base) + at) =
+          tf_flash_pack<DT>(dk[4 * dt + 2 * h] * p.scale, dk[4 * dt + 2 * h + 1] * p.scale);
+      *reinterpret_cast<uint32_t *>(base_ptr + (v_w - base) + at) = tf_flash_pack<DT>(dv[4 * dt + 2 * h], dv[4 * dt + 2 * h + 1]);
+    }
+  }
+  asm volatile("bar.sync %0, 128;\n" ::"r"(3 + wg) : "memory");
+  uint16_t *dK = static_cast<uint16_t *>(p.dk) + b * p.seq_k * hd, *dV = static_cast<uint16_t *>(p.dv) + b * p.seq_k * hd;
+  const int tw = (int)threadIdx.x % 128;
+#pragma unroll
+  for (int i = 0; i < 64 * DT8 / 128; i++) {
+    const int idx = tw + i * 128, r = idx / DT8, c = idx % DT8;
+    const int64_t key = k0 + wg * 64 + r;
+    if (key < p.seq_k && c * 8 < hd) {
+      const uint32_t at = tf_wgmma_chunk<64>(r, c);
+      *reinterpret_cast<uint4 *>(dK + key * hd + c * 8) = *reinterpret_cast<const uint4 *>(base_ptr + (k_w - base) + at);
+      *reinterpret_cast<uint4 *>(dV + key * hd + c * 8) = *reinterpret_cast<const uint4 *>(base_ptr + (v_w - base) + at);
+    }
+  }
+}
+
+template <int DT, bool ATOMIC_DQ> static tf_status tf_wgmma_bwd_launch(tf_cuda_state *st, const tf_cuda_flash_params *p) {
+  /* K, V, Q and dO twice, dS^T twice; lse and D twice; alignment */
+  constexpr int SMEM = 10 * 64 * 128 + 4 * 64 * 4 + 1024;
+  unsigned grid = 0;
+  TF_TRY(tf_flash_grid(p->batch, (p->seq_k + 127) / 128, &grid));
+  TF_CUDA_CHECK(cudaFuncSetAttribute(tf_flash_bwd_wgmma_kernel<DT, ATOMIC_DQ>,
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM));
+  tf_flash_bwd_wgmma_kernel<DT, ATOMIC_DQ><<<grid, 256, SMEM, st->stream>>>(*p);
+  return tf_cuda_launched("flash_attention backward kernel (wgmma)");
+}
+
+tf_status tf_cuda_flash_backward_wgmma(tf_cuda_state *st, const tf_cuda_flash_params *p, tf_dtype dt, bool atomic_dq) {
+  if (dt == TF_BF16)
+    return atomic_dq ? tf_wgmma_bwd_launch<TF_BF16, true>(st, p) : tf_wgmma_bwd_launch<TF_BF16, false>(st, p);
+  return atomic_dq ? tf_wgmma_bwd_launch<TF_F16, true>(st, p) : tf_wgmma_bwd_launch<TF_F16, false>(st, p);
+}

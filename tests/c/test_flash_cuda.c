@@ -20,9 +20,10 @@
  *     write fails the comparison; deterministic backward passes run twice
  *     give the same bits, and so do forward passes;
  *   - on a 9.0 device (H100/H200) with sm_90a code built in, the forward
- *     pass of head dims 33..64 and 97..128 takes the wgmma kernel
- *     ([wgmma]); those shapes then run a second time with TF_FLASH_WGMMA=0,
- *     so the mma.sync kernel they replaced stays checked;
+ *     pass of head dims 33..64 and 97..128 and the backward pass's dK/dV
+ *     kernel of head dims 33..64 take the wgmma kernels ([wgmma]); those
+ *     shapes then run a second time with TF_FLASH_WGMMA=0, so the mma.sync
+ *     kernels they replaced stay checked;
  *   - a table of the worst error per check, path ([wgmma], [tc] tensor
  *     cores, [simt]) and dtype, and the count of checks.
  * With TF_FLASH_BENCH set it then times (CUDA events, 3 warm-up runs,
@@ -145,7 +146,8 @@ static bool wgmma_on(void) {
 static bool wgmma_dim(int64_t d) { return (d > 32 && d <= 64) || (d > 96 && d <= 128); }
 
 /* Which kernels the GPU runs, by the backend's rule (flash_attn.cu,
- * flash_attn_fwd.cu); [wgmma] names the forward kernel, the backward one is [tc]'s. */
+ * flash_attn_fwd.cu, flash_attn_bwd.cu); [wgmma]: the forward pass by
+ * wgmma, and the dK/dV (atomic dQ) kernel too at head dims 33..64. */
 static const char *path_of(tf_dtype dt, int64_t d, int64_t off) {
   const bool tc = (dt == TF_F16 || dt == TF_BF16) && d % 8 == 0 && d <= 128 && off == 0;
   return !tc ? "simt" : wgmma_on() && wgmma_dim(d) ? "wgmma" : "tc";
