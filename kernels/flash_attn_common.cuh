@@ -147,6 +147,8 @@ tf_status tf_cuda_flash_forward_tc(tf_cuda_state *st, const tf_cuda_flash_params
  * (and dQ into dq_acc when atomic_dq) at head dims padded to 64. */
 tf_status tf_cuda_flash_forward_wgmma(tf_cuda_state *st, const tf_cuda_flash_params *p, tf_dtype dt, int hd_pad);
 tf_status tf_cuda_flash_backward_wgmma(tf_cuda_state *st, const tf_cuda_flash_params *p, tf_dtype dt, bool atomic_dq);
+/* ... and the deterministic dQ, head dims padded to 64 or 128. */
+tf_status tf_cuda_flash_dq_wgmma(tf_cuda_state *st, const tf_cuda_flash_params *p, tf_dtype dt, int hd_pad);
 /* flash_attn_fwd.cu: whether the current device takes those (compute
  * capability 9.0, and TF_FLASH_WGMMA is not 0). */
 bool tf_flash_wgmma_here(void);

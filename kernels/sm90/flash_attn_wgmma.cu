@@ -1,33 +1,38 @@
-/* FlashAttention-2's forward pass on Hopper's warpgroup MMA (wgmma, sm_90a),
- * for f16/bf16 and head dims padded to 64 or 128; flash_attn_fwd.cu's
- * mma.sync kernel stays the path for other GPUs and head dims.
+/* FlashAttention-2 on Hopper's warpgroup MMA (wgmma, sm_90a), f16/bf16:
+ * the forward pass at head dims padded to 64 or 128, the backward pass's
+ * dK/dV kernel (with dQ by reductions) at 64, and its deterministic dQ
+ * kernel at 64 and 128. The mma.sync kernels (flash_attn_fwd.cu,
+ * flash_attn_bwd.cu) stay the path for other GPUs and head dims.
  *
- * One block of NWG warpgroups (128 threads each) owns BR = 64 NWG query
- * rows of one problem, each warpgroup 64 of them, and walks the key blocks
- * of BC keys:
+ * Forward: one block of NWG warpgroups (128 threads each) owns BR = 64 NWG
+ * query rows of one problem, each warpgroup 64 of them, and walks the key
+ * blocks of BC keys:
  *   - Q, K and V tiles sit in shared memory in the 128-byte swizzled layout
  *     wgmma reads: rows of 64 elements (128 bytes), the 16-byte chunk c of
  *     row r stored at chunk c ^ (r mod 8), head dim 128 as two such halves;
  *     tiles start on 1024-byte boundaries. They are filled by 16-byte
- *     cp.async from every thread, K and V double-buffered (block j + 1 in
- *     flight while block j is used), and handed to the tensor cores'
- *     async proxy by fence.proxy.async before the block's barrier;
- *   - S = Q K^T by wgmma m64nBCk16 with both operands in shared memory
- *     (K-major), the accumulators in registers in mma.sync's C layout, so
- *     the online softmax is the mma.sync kernel's: a row's max and sum
- *     over its 4-lane quad, exp2 by FFMA + MUFU.EX2, O rescaled only when
- *     some row's max moved;
+ *     cp.async from every thread, K and V in STAGES buffers (block
+ *     j + STAGES - 1 in flight while block j is used), and handed to the
+ *     tensor cores' async proxy by fence.proxy.async before the block's
+ *     barrier;
+ *   - S = Q K^T by wgmma m64nBCk16, K-major K in shared memory and Q's A
+ *     fragments in registers (read once by ldmatrix); the accumulators are
+ *     in mma.sync's C layout, so the online softmax is the mma.sync
+ *     kernel's: a row's max and sum over its 4-lane quad, exp2 by FFMA +
+ *     MUFU.EX2, O rescaled only when some row's max moved;
  *   - P is rounded to 16 bits in registers and fed as the register A
  *     operand of O += P V (wgmma m64nHDk16, V N-major in shared memory);
- *   - the two warpgroups of a block run independently between barriers, so
- *     one's softmax overlaps the other's products;
+ *   - with PINGPONG the two warpgroups take turns issuing products (named
+ *     barriers), so that one's softmax runs while the other's product is on
+ *     the tensor cores;
  *   - causal: key blocks past the block's last row are never loaded; blocks
- *     wholly below the diagonal run without mask code; a warpgroup skips a
- *     block wholly above its own rows;
+ *     wholly below the diagonal run without mask code (no product sits in
+ *     a branch: a block wholly above a warpgroup's rows is masked out);
  *   - O / sum is staged through the warpgroup's own Q rows and written with
  *     16-byte stores; lse = max |scale| + ln(sum).
  * The grid is the mma.sync kernel's: one block per (problem, query block),
- * problem by problem, the query blocks last-first. */
+ * problem by problem, the query blocks last-first. The backward kernels
+ * are described where they start, below. */
 #include "../flash_attn_common.cuh"
 
 #include "wgmma_ptx.cuh"
@@ -39,10 +44,10 @@
 /* Head dim HD (64 or 128), NWG warpgroups, BC keys per block, K and V in
  * STAGES buffers, PINGPONG: the warpgroups take turns on the tensor cores,
  * MIN_BLOCKS resident blocks wanted per SM. */
-template <int HD_, int NWG_, int BC_, int STAGES_, bool PINGPONG_ = false, int MIN_BLOCKS_ = 1>
+template <int HD_, int NWG_, int BC_, int STAGES_, bool PINGPONG_ = false, bool QREG_ = false, int MIN_BLOCKS_ = 1>
 struct tf_wgmma_fwd_cfg {
   static constexpr int HD = HD_, NWG = NWG_, BC = BC_, STAGES = STAGES_, MIN_BLOCKS = MIN_BLOCKS_;
-  static constexpr bool PINGPONG = PINGPONG_;
+  static constexpr bool PINGPONG = PINGPONG_, QREG = QREG_;
   static_assert(!PINGPONG || NWG == 2, "two warpgroups take turns");
   static constexpr int BR = 64 * NWG, THREADS = 128 * NWG, HALVES = HD / 64;
   static constexpr int Q_BYTES = BR * HD * 2, KV_BYTES = BC * HD * 2;
@@ -82,6 +87,14 @@ template <int DT, int N> __device__ __forceinline__ void tf_wgmma_ss(float (&d)[
     tf_wgmma_ss96<DT>(d, a, b, acc);
   else
     tf_wgmma_ss128<DT>(d, a, b, acc);
+}
+
+template <int DT, int N>
+__device__ __forceinline__ void tf_wgmma_rs_k(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t b, bool acc) {
+  if constexpr (N == 64)
+    tf_wgmma_rs64_k<DT>(d, a, b, acc);
+  else
+    tf_wgmma_rs128_k<DT>(d, a, b, acc);
 }
 
 template <int DT, int N> __device__ __forceinline__ void tf_wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t b) {
@@ -200,14 +213,28 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) tf_flash_fwd_wgmma_
 #pragma unroll
       for (int i = 0; i < 4; i++) pa[kk][i] = tf_flash_pack<DT>(s[8 * kk + 2 * i], s[8 * kk + 2 * i + 1]);
   };
+  /* QREG: Q's A fragments in registers (ldmatrix from the swizzled rows
+   * once it has landed), so that S's product reads only K from shared memory */
+  uint32_t qa[C::QREG ? HD / 16 : 1][4];
+  auto load_q_fragments = [&]() {
+    if constexpr (C::QREG) {
+      const int r = wg * 64 + warp * 16 + (lane & 15);
+#pragma unroll
+      for (int kk = 0; kk < HD / 16; kk++) tf_flash_ldsm4(qa[kk], sQ + tf_wgmma_chunk<BR>(r, 2 * kk + (lane >> 4)));
+    }
+  };
   auto issue_s = [&](float(&s)[BC / 2], uint32_t k_st) {
     tf_wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < HD / 16; kk++) {
       const uint32_t off = (uint32_t)((kk & 3) * 32); /* the k step's 32 bytes inside a 128-byte row */
-      const uint64_t da = tf_wgmma_desc(q_wg + (uint32_t)((kk >> 2) * BR * 128) + off, 16, 1024);
       const uint64_t db = tf_wgmma_desc(k_st + (uint32_t)((kk >> 2) * BC * 128) + off, 16, 1024);
-      tf_wgmma_ss<DT, BC>(s, da, db, kk > 0);
+      if constexpr (C::QREG) {
+        tf_wgmma_rs_k<DT, BC>(s, qa[kk], db, kk > 0);
+      } else {
+        const uint64_t da = tf_wgmma_desc(q_wg + (uint32_t)((kk >> 2) * BR * 128) + off, 16, 1024);
+        tf_wgmma_ss<DT, BC>(s, da, db, kk > 0);
+      }
     }
     tf_wgmma_commit();
   };
@@ -267,6 +294,11 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) tf_flash_fwd_wgmma_
     tf_wgmma_wait<0>();
     tf_wgmma_hold(o);
   };
+  if constexpr (C::QREG) { /* Q (in the first copy group) lands, then its fragments are read */
+    tf_flash_cp_wait<C::STAGES - 2>();
+    __syncthreads();
+    load_q_fragments();
+  }
   for (int j = 0; j < n_full; j++) key_block(j, tf_flash_bool<false>());
   for (int j = n_full; j < n_tiles; j++) key_block(j, tf_flash_bool<true>());
   if (n_tiles == 0) { /* no keys at all: Q's copies land before its rows are reused */
@@ -316,15 +348,15 @@ template <int DT, class C> static tf_status tf_wgmma_fwd_launch(tf_cuda_state *s
   return tf_cuda_launched("flash_attention forward kernel (wgmma)");
 }
 
-/* Two warpgroups (128 query rows) a block. Head dim 64: 64 keys a block,
- * double-buffered, which leaves room for two blocks an SM (128 registers a
- * thread); head dim 128: 128 keys a block, three buffers, the warpgroups
- * taking turns. Measured on an H200 against the other combinations of 64 or
- * 128 keys, 2 or 3 buffers, turns or not (and a software-pipelined loop,
- * which was slower): see docs/performance.md. */
+/* Two warpgroups (128 query rows) a block, Q's fragments in registers.
+ * Head dim 64: 64 keys a block, double-buffered, two blocks an SM (128
+ * registers a thread); head dim 128: 128 keys a block, three buffers, the
+ * warpgroups taking turns. Chosen on an H200 among 64 or 128 keys, 2 or 3
+ * buffers, 2 or 3 warpgroups, turns or not, Q in registers or shared
+ * memory, and a software-pipelined loop (slower): docs/performance.md. */
 template <int DT> static tf_status tf_wgmma_fwd_dt(tf_cuda_state *st, const tf_cuda_flash_params *p, int hd_pad) {
-  if (hd_pad == 64) return tf_wgmma_fwd_launch<DT, tf_wgmma_fwd_cfg<64, 2, 64, 2>>(st, p);
-  return tf_wgmma_fwd_launch<DT, tf_wgmma_fwd_cfg<128, 2, 128, 3, true>>(st, p);
+  if (hd_pad == 64) return tf_wgmma_fwd_launch<DT, tf_wgmma_fwd_cfg<64, 2, 64, 2, false, true, 2>>(st, p);
+  return tf_wgmma_fwd_launch<DT, tf_wgmma_fwd_cfg<128, 2, 128, 3, true, true>>(st, p);
 }
 
 tf_status tf_cuda_flash_forward_wgmma(tf_cuda_state *st, const tf_cuda_flash_params *p, tf_dtype dt, int hd_pad) {
@@ -546,4 +578,162 @@ tf_status tf_cuda_flash_backward_wgmma(tf_cuda_state *st, const tf_cuda_flash_pa
   if (dt == TF_BF16)
     return atomic_dq ? tf_wgmma_bwd_launch<TF_BF16, true>(st, p) : tf_wgmma_bwd_launch<TF_BF16, false>(st, p);
   return atomic_dq ? tf_wgmma_bwd_launch<TF_F16, true>(st, p) : tf_wgmma_bwd_launch<TF_F16, false>(st, p);
+}
+
+/* ---- the backward pass's deterministic dQ, head dims 64 and 128 ---------------------- */
+
+/* One block of two warpgroups per 128 query rows (64 each), walking the key
+ * blocks of 64 keys that the rows see (K and V double-buffered), as
+ * flash_attn_bwd.cu's dQ kernel does:
+ *   S = Q K^T, dP = dO V^T                (K-major operands in shared memory)
+ *   P = exp2(S scale log2 e - lse log2 e), dS = P (dP - D)
+ *   dQ += dS K                            (dS from registers, K N-major)
+ * dQ stays in registers and is written once, times scale: no atomics, the
+ * same bits every run. */
+template <int DT, int HD>
+__global__ void __launch_bounds__(256, 1) tf_flash_dq_wgmma_kernel(const tf_cuda_flash_params p) {
+  constexpr int BC = 64, BR = 128, NT = BC / 8, DT8 = HD / 8;
+  constexpr uint32_t ROWS_BYTES = BR * HD * 2, KV_BYTES = BC * HD * 2;
+  unsigned char *const raw = tf_flash_dynamic_smem();
+  const uint32_t raw_addr = tf_flash_smem_addr(raw), base = (raw_addr + 1023u) & ~1023u;
+  unsigned char *const base_ptr = raw + (base - raw_addr);
+  const uint32_t sQ = base, sdO = sQ + ROWS_BYTES, sK = sdO + ROWS_BYTES, sV = sK + 2 * KV_BYTES;
+  const int wg = (int)threadIdx.x / 128, warp = ((int)threadIdx.x / 32) % 4, lane = (int)threadIdx.x % 32;
+  const int g = lane >> 2, t2 = (lane & 3) * 2;
+  int64_t b, qb;
+  tf_flash_block_of((p.seq_q + BR - 1) / BR, true, &b, &qb);
+  const int64_t q0 = qb * BR, wq0 = q0 + wg * 64;
+  const int hd = p.head_dim;
+  const uint16_t *Q = static_cast<const uint16_t *>(p.q) + b * p.seq_q * hd;
+  const uint16_t *dO = static_cast<const uint16_t *>(p.dout) + b * p.seq_q * hd;
+  const uint16_t *K = static_cast<const uint16_t *>(p.k) + b * p.seq_k * hd;
+  const uint16_t *V = static_cast<const uint16_t *>(p.v) + b * p.seq_k * hd;
+
+  int64_t key_end = p.seq_k;
+  if (p.causal && q0 + BR < key_end) key_end = q0 + BR;
+  const int n_tiles = (int)((key_end + BC - 1) / BC);
+  auto load_block = [&](int j) {
+    const uint32_t stage = (uint32_t)((j & 1) * KV_BYTES);
+    tf_wgmma_load<BC, HD, 256>(sK + stage, K, (int64_t)j * BC, p.seq_k, hd);
+    tf_wgmma_load<BC, HD, 256>(sV + stage, V, (int64_t)j * BC, p.seq_k, hd);
+  };
+  tf_wgmma_load<BR, HD, 256>(sQ, Q, q0, p.seq_q, hd);
+  tf_wgmma_load<BR, HD, 256>(sdO, dO, q0, p.seq_q, hd);
+  if (n_tiles > 0) load_block(0);
+  tf_flash_cp_commit();
+
+  /* the statistics of the thread's rows row_in and row_in + 8 (P = 0 past the last row) */
+  const int row_in = warp * 16 + g;
+  float lse_l2[2], dd[2];
+#pragma unroll
+  for (int h = 0; h < 2; h++) {
+    const int64_t row = wq0 + row_in + 8 * h;
+    lse_l2[h] = row < p.seq_q ? p.lse[b * p.seq_q + row] * TF_FLASH_LOG2E : INFINITY;
+    dd[h] = row < p.seq_q ? p.rowdot[b * p.seq_q + row] : 0.f;
+  }
+  const float sl2 = p.scale_log2;
+  const uint32_t q_wg = sQ + (uint32_t)(wg * 64 * 128), do_wg = sdO + (uint32_t)(wg * 64 * 128);
+  float dq[HD / 2];
+#pragma unroll
+  for (int i = 0; i < HD / 2; i++) dq[i] = 0.f;
+
+  auto key_block = [&](int j, auto mask_tag) {
+    constexpr bool MASK = decltype(mask_tag)::value;
+    tf_flash_cp_wait<0>();
+    tf_wgmma_fence_smem();
+    __syncthreads(); /* block j has landed; every warpgroup is done with block j - 1 */
+    if (j + 1 < n_tiles) load_block(j + 1);
+    tf_flash_cp_commit();
+    const int64_t k0 = (int64_t)j * BC;
+    const uint32_t k_st = sK + (uint32_t)((j & 1) * KV_BYTES), v_st = sV + (uint32_t)((j & 1) * KV_BYTES);
+    float s[BC / 2], dp[BC / 2];
+    tf_wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < HD / 16; kk++) {
+      const uint32_t off = (uint32_t)((kk & 3) * 32), half = (uint32_t)(kk >> 2);
+      tf_wgmma_ss<DT, BC>(s, tf_wgmma_desc(q_wg + half * BR * 128 + off, 16, 1024),
+                          tf_wgmma_desc(k_st + half * BC * 128 + off, 16, 1024), kk > 0);
+    }
+#pragma unroll
+    for (int kk = 0; kk < HD / 16; kk++) {
+      const uint32_t off = (uint32_t)((kk & 3) * 32), half = (uint32_t)(kk >> 2);
+      tf_wgmma_ss<DT, BC>(dp, tf_wgmma_desc(do_wg + half * BR * 128 + off, 16, 1024),
+                          tf_wgmma_desc(v_st + half * BC * 128 + off, 16, 1024), kk > 0);
+    }
+    tf_wgmma_commit();
+    tf_wgmma_wait<0>();
+    tf_wgmma_hold(s);
+    tf_wgmma_hold(dp);
+    /* key c of the block is visible to row r iff c < key_lim and c - r <= wq0 - k0 (less 2t, row_in) */
+    const int key_lim = (int)(p.seq_k - k0 < BC ? p.seq_k - k0 : BC) - t2;
+    const int diag = (p.causal ? (int)(wq0 - k0) : BC) - (t2 - row_in);
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        const int i = 4 * nt + e, h = e >> 1;
+        float pv = tf_flash_exp2(fmaf(s[i], sl2, -lse_l2[h]));
+        if (MASK) {
+          const int c = nt * 8 + (e & 1), r = 8 * h;
+          if (c >= key_lim || c - r > diag) pv = 0.f;
+        }
+        dp[i] = pv * (dp[i] - dd[h]);
+      }
+    uint32_t da[BC / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < BC / 16; kk++)
+#pragma unroll
+      for (int i = 0; i < 4; i++) da[kk][i] = tf_flash_pack<DT>(dp[8 * kk + 2 * i], dp[8 * kk + 2 * i + 1]);
+    tf_wgmma_hold(dq);
+    tf_wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < BC / 16; kk++)
+      tf_wgmma_rs<DT, HD>(dq, da[kk], tf_wgmma_desc(k_st + (uint32_t)(kk * 16 * 128), BC * 128, 1024));
+    tf_wgmma_commit();
+    tf_wgmma_wait<0>();
+    tf_wgmma_hold(dq);
+  };
+  int n_full = (int)(p.seq_k / BC); /* blocks below every row's diagonal and inside the keys */
+  if (p.causal && (q0 + 1) / BC < n_full) n_full = (int)((q0 + 1) / BC);
+  if (n_full > n_tiles) n_full = n_tiles;
+  for (int j = 0; j < n_full; j++) key_block(j, tf_flash_bool<false>());
+  for (int j = n_full; j < n_tiles; j++) key_block(j, tf_flash_bool<true>());
+  tf_flash_cp_wait<0>();
+  __syncthreads();
+
+  /* dQ times scale through the warpgroup's own (swizzled) Q rows, then 16-byte stores */
+#pragma unroll
+  for (int h = 0; h < 2; h++) {
+    const int r = wg * 64 + row_in + 8 * h;
+#pragma unroll
+    for (int dt = 0; dt < DT8; dt++)
+      *reinterpret_cast<uint32_t *>(base_ptr + tf_wgmma_chunk<BR>(r, dt) + t2 * 2) =
+          tf_flash_pack<DT>(dq[4 * dt + 2 * h] * p.scale, dq[4 * dt + 2 * h + 1] * p.scale);
+  }
+  asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");
+  uint16_t *dQ = static_cast<uint16_t *>(p.dq) + b * p.seq_q * hd;
+  const int tw = (int)threadIdx.x % 128;
+#pragma unroll
+  for (int i = 0; i < 64 * DT8 / 128; i++) {
+    const int idx = tw + i * 128, r = idx / DT8, c = idx % DT8;
+    const int64_t row = wq0 + r;
+    if (row < p.seq_q && c * 8 < hd)
+      *reinterpret_cast<uint4 *>(dQ + row * hd + c * 8) =
+          *reinterpret_cast<const uint4 *>(base_ptr + tf_wgmma_chunk<BR>(wg * 64 + r, c));
+  }
+}
+
+template <int DT, int HD> static tf_status tf_wgmma_dq_launch(tf_cuda_state *st, const tf_cuda_flash_params *p) {
+  constexpr int SMEM = 2 * 128 * HD * 2 + 4 * 64 * HD * 2 + 1024; /* Q, dO, K and V twice, alignment */
+  unsigned grid = 0;
+  TF_TRY(tf_flash_grid(p->batch, (p->seq_q + 127) / 128, &grid));
+  TF_CUDA_CHECK(cudaFuncSetAttribute(tf_flash_dq_wgmma_kernel<DT, HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     SMEM));
+  tf_flash_dq_wgmma_kernel<DT, HD><<<grid, 256, SMEM, st->stream>>>(*p);
+  return tf_cuda_launched("flash_attention dq kernel (wgmma)");
+}
+
+tf_status tf_cuda_flash_dq_wgmma(tf_cuda_state *st, const tf_cuda_flash_params *p, tf_dtype dt, int hd_pad) {
+  if (dt == TF_BF16) return hd_pad == 64 ? tf_wgmma_dq_launch<TF_BF16, 64>(st, p) : tf_wgmma_dq_launch<TF_BF16, 128>(st, p);
+  return hd_pad == 64 ? tf_wgmma_dq_launch<TF_F16, 64>(st, p) : tf_wgmma_dq_launch<TF_F16, 128>(st, p);
 }
