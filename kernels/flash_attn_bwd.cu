@@ -275,18 +275,10 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) tf_flash_dq_tc_kern
   uint16_t *sQ = reinterpret_cast<uint16_t *>(tf_flash_dynamic_smem());
   uint16_t *sdO = sQ + BR * LD, *sK = sdO + BR * LD, *sV = sK + 2 * BC * LD;
   const int warp = (int)threadIdx.x / 32, lane = (int)threadIdx.x % 32;
-  int64_t b, qb;
-  tf_flash_block_of((p.seq_q + BR - 1) / BR, true, &b, &qb);
-  const int64_t q0 = qb * BR;
-  const int hd = p.head_dim;
-  const uint16_t *Q = static_cast<const uint16_t *>(p.q) + b * p.seq_q * hd;
-  const uint16_t *dO = static_cast<const uint16_t *>(p.dout) + b * p.seq_q * hd;
-  const uint16_t *K = static_cast<const uint16_t *>(p.k) + b * p.seq_k * hd;
-  const uint16_t *V = static_cast<const uint16_t *>(p.v) + b * p.seq_k * hd;
-
-  int64_t key_end = p.seq_k;
-  if (p.causal && q0 + BR < key_end) key_end = q0 + BR;
-  const int n_tiles = (int)((key_end + BC - 1) / BC);
+  const tf_flash_query_block qblk = tf_flash_query_block_of<BR, BC>(p);
+  const int64_t b = qblk.b, q0 = qblk.q0;
+  const int hd = p.head_dim, n_tiles = qblk.n_tiles;
+  const uint16_t *Q = qblk.q, *K = qblk.k, *V = qblk.v, *dO = qblk.dout;
   tf_flash_load_rows<BR, HD, LD, C::THREADS>(sQ, Q, q0, p.seq_q, hd);
   tf_flash_load_rows<BR, HD, LD, C::THREADS>(sdO, dO, q0, p.seq_q, hd);
   if (n_tiles > 0) {

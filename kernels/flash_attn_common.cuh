@@ -67,6 +67,32 @@ __device__ __forceinline__ void tf_flash_block_of(int64_t blocks, bool last_firs
   *blk = last_first ? blocks - 1 - i : i;
 }
 
+/* What a kernel over query blocks of BR rows starts from: its problem b
+ * and first row q0, that problem's q, k, v and dout (16-bit elements; dout
+ * null in the forward pass), and the key blocks of BC keys its rows see
+ * (under the causal mask none past its last row). */
+struct tf_flash_query_block {
+  int64_t b, q0;
+  const uint16_t *q, *k, *v, *dout;
+  int n_tiles;
+};
+
+template <int BR, int BC> __device__ __forceinline__ tf_flash_query_block tf_flash_query_block_of(const tf_cuda_flash_params &p) {
+  tf_flash_query_block w;
+  int64_t qb;
+  tf_flash_block_of((p.seq_q + BR - 1) / BR, true, &w.b, &qb);
+  w.q0 = qb * BR;
+  const int64_t hd = p.head_dim;
+  w.q = static_cast<const uint16_t *>(p.q) + w.b * p.seq_q * hd;
+  w.k = static_cast<const uint16_t *>(p.k) + w.b * p.seq_k * hd;
+  w.v = static_cast<const uint16_t *>(p.v) + w.b * p.seq_k * hd;
+  w.dout = p.dout ? static_cast<const uint16_t *>(p.dout) + w.b * p.seq_q * hd : nullptr;
+  int64_t key_end = p.seq_k;
+  if (p.causal && w.q0 + BR < key_end) key_end = w.q0 + BR;
+  w.n_tiles = (int)((key_end + BC - 1) / BC);
+  return w;
+}
+
 /* The grid size for batch problems of `blocks` blocks, or an error. */
 static inline tf_status tf_flash_grid(int64_t batch, int64_t blocks, unsigned *grid) {
   if (blocks < 1 || batch * blocks > INT32_MAX)

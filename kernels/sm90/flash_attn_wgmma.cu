@@ -80,6 +80,48 @@ __device__ __forceinline__ void tf_wgmma_load(uint32_t dst, const uint16_t *src,
   }
 }
 
+/* The dynamic shared memory from its first 1024-byte boundary (the
+ * kernels ask for 1024 bytes of slack): its shared address and a pointer. */
+__device__ __forceinline__ uint32_t tf_wgmma_smem_base(unsigned char **ptr) {
+  unsigned char *const raw = tf_flash_dynamic_smem();
+  const uint32_t raw_addr = tf_flash_smem_addr(raw), base = (raw_addr + 1023u) & ~1023u;
+  *ptr = raw + (base - raw_addr);
+  return base;
+}
+
+/* A warp's rows r0 + g and r0 + 8 + g of an accumulator (64 x HD, mma.sync's
+ * C layout) times scale[h], rounded to DT, into a swizzled tile of ROWS rows
+ * at tile. */
+template <int DT, int ROWS, int HD>
+__device__ __forceinline__ void tf_wgmma_stage_rows(unsigned char *tile, int r0, const float (&acc)[HD / 2],
+                                                    const float (&scale)[2]) {
+  const int g = ((int)threadIdx.x & 31) >> 2, t2 = ((int)threadIdx.x & 3) * 2;
+#pragma unroll
+  for (int h = 0; h < 2; h++)
+#pragma unroll
+    for (int dt = 0; dt < HD / 8; dt++)
+      *reinterpret_cast<uint32_t *>(tile + tf_wgmma_chunk<ROWS>(r0 + g + 8 * h, dt) + t2 * 2) =
+          tf_flash_pack<DT>(acc[4 * dt + 2 * h] * scale[h], acc[4 * dt + 2 * h + 1] * scale[h]);
+}
+
+/* A warpgroup's 64 rows tile_row0.. of a swizzled tile of ROWS rows to
+ * global rows row0.. of width hd (16-byte stores; rows past nrows and
+ * columns past hd skipped), after named barrier `bar` over the warpgroup. */
+template <int ROWS, int HD>
+__device__ __forceinline__ void tf_wgmma_store_rows(uint16_t *dst, const unsigned char *tile, int tile_row0,
+                                                    int64_t row0, int64_t nrows, int hd, int bar) {
+  asm volatile("bar.sync %0, 128;\n" ::"r"(bar) : "memory"); /* the warpgroup's rows are written */
+  constexpr int CH = HD / 8;
+  const int tw = (int)threadIdx.x % 128;
+#pragma unroll
+  for (int i = 0; i < 64 * CH / 128; i++) {
+    const int idx = tw + i * 128, r = idx / CH, c = idx % CH;
+    if (row0 + r < nrows && c * 8 < hd)
+      *reinterpret_cast<uint4 *>(dst + (row0 + r) * hd + c * 8) =
+          *reinterpret_cast<const uint4 *>(tile + tf_wgmma_chunk<ROWS>(tile_row0 + r, c));
+  }
+}
+
 template <int DT, int N> __device__ __forceinline__ void tf_wgmma_ss(float (&d)[N / 2], uint64_t a, uint64_t b, bool acc) {
   if constexpr (N == 64)
     tf_wgmma_ss64<DT>(d, a, b, acc);
@@ -107,22 +149,13 @@ template <int DT, int N> __device__ __forceinline__ void tf_wgmma_rs(float (&d)[
 template <int DT, class C>
 __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) tf_flash_fwd_wgmma_kernel(const tf_cuda_flash_params p) {
   constexpr int HD = C::HD, BC = C::BC, BR = C::BR, NT = BC / 8, DT8 = HD / 8;
-  unsigned char *const raw = tf_flash_dynamic_smem();
-  const uint32_t raw_addr = tf_flash_smem_addr(raw), base = (raw_addr + 1023u) & ~1023u;
-  unsigned char *const sQ_ptr = raw + (base - raw_addr);
-  const uint32_t sQ = base, sK = sQ + C::Q_BYTES, sV = sK + C::STAGES * C::KV_BYTES;
+  unsigned char *sQ_ptr;
+  const uint32_t sQ = tf_wgmma_smem_base(&sQ_ptr), sK = sQ + C::Q_BYTES, sV = sK + C::STAGES * C::KV_BYTES;
   const int wg = (int)threadIdx.x / 128, warp = ((int)threadIdx.x / 32) % 4, lane = (int)threadIdx.x % 32;
-  int64_t b, qb;
-  tf_flash_block_of((p.seq_q + BR - 1) / BR, true, &b, &qb);
-  const int64_t q0 = qb * BR;
-  const int hd = p.head_dim;
-  const uint16_t *Q = static_cast<const uint16_t *>(p.q) + b * p.seq_q * hd;
-  const uint16_t *K = static_cast<const uint16_t *>(p.k) + b * p.seq_k * hd;
-  const uint16_t *V = static_cast<const uint16_t *>(p.v) + b * p.seq_k * hd;
-
-  int64_t key_end = p.seq_k;
-  if (p.causal && q0 + BR < key_end) key_end = q0 + BR;
-  const int n_tiles = (int)((key_end + BC - 1) / BC);
+  const tf_flash_query_block qblk = tf_flash_query_block_of<BR, BC>(p);
+  const int64_t b = qblk.b, q0 = qblk.q0;
+  const int hd = p.head_dim, n_tiles = qblk.n_tiles;
+  const uint16_t *Q = qblk.q, *K = qblk.k, *V = qblk.v;
 
   /* block j's K and V into stage j mod STAGES */
   auto load_block = [&](int j) {
@@ -309,32 +342,20 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) tf_flash_fwd_wgmma_
 
   /* O / sum into the warpgroup's own (swizzled) Q rows, lse; then 16-byte stores */
   float *lse = p.lse + b * p.seq_q;
+  float inv[2];
 #pragma unroll
   for (int h = 0; h < 2; h++) {
     float sum = row_sum[h];
     sum += __shfl_xor_sync(0xffffffffu, sum, 1);
     sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-    const float inv = sum > 0.f ? 1.f / sum : 0.f;
+    inv[h] = sum > 0.f ? 1.f / sum : 0.f;
     const int r = wg * 64 + row_in + 8 * h;
-#pragma unroll
-    for (int dt = 0; dt < DT8; dt++)
-      *reinterpret_cast<uint32_t *>(sQ_ptr + tf_wgmma_chunk<BR>(r, dt) + t2 * 2) =
-          tf_flash_pack<DT>(o[4 * dt + 2 * h] * inv, o[4 * dt + 2 * h + 1] * inv);
     if ((lane & 3) == 0 && q0 + r < p.seq_q)
       lse[q0 + r] = sum > 0.f ? row_max[h] * (p.fwd_scale_log2 / TF_FLASH_LOG2E) + logf(sum) : -INFINITY;
   }
-  asm volatile("bar.sync %0, 128;\n" ::"r"(3 + wg) : "memory"); /* the warpgroup's rows are written */
-  uint16_t *O = static_cast<uint16_t *>(p.o) + b * p.seq_q * hd;
-  constexpr int CH = HD / 8;
-  const int tw = (int)threadIdx.x % 128;
-#pragma unroll
-  for (int i = 0; i < 64 * CH / 128; i++) {
-    const int idx = tw + i * 128, r = idx / CH, c = idx % CH;
-    const int64_t row = wq0 + r;
-    if (row < p.seq_q && c * 8 < hd)
-      *reinterpret_cast<uint4 *>(O + row * hd + c * 8) =
-          *reinterpret_cast<const uint4 *>(sQ_ptr + tf_wgmma_chunk<BR>(wg * 64 + r, c));
-  }
+  tf_wgmma_stage_rows<DT, BR, HD>(sQ_ptr, wg * 64 + warp * 16, o, inv);
+  tf_wgmma_store_rows<BR, HD>(static_cast<uint16_t *>(p.o) + b * p.seq_q * hd, sQ_ptr, wg * 64, wq0, p.seq_q, hd,
+                              3 + wg);
 }
 
 /* ---- launch -------------------------------------------------------------------------- */
@@ -381,12 +402,10 @@ tf_status tf_cuda_flash_forward_wgmma(tf_cuda_state *st, const tf_cuda_flash_par
  * dQ kernel computes dQ instead, deterministically. */
 template <int DT, bool ATOMIC_DQ>
 __global__ void __launch_bounds__(256, 1) tf_flash_bwd_wgmma_kernel(const tf_cuda_flash_params p) {
-  constexpr int HD = 64, BC = 128, BR = 64, NT = BR / 8, DT8 = HD / 8;
+  constexpr int HD = 64, BC = 128, BR = 64, NT = BR / 8;
   constexpr uint32_t TILE = 64 * 128; /* one swizzled tile of 64 rows */
-  unsigned char *const raw = tf_flash_dynamic_smem();
-  const uint32_t raw_addr = tf_flash_smem_addr(raw), base = (raw_addr + 1023u) & ~1023u;
-  unsigned char *const base_ptr = raw + (base - raw_addr);
-  const uint32_t sK = base, sV = sK + 2 * TILE, sQ = sV + 2 * TILE, sdO = sQ + 2 * TILE, sdS = sdO + 2 * TILE;
+  unsigned char *base_ptr;
+  const uint32_t base = tf_wgmma_smem_base(&base_ptr), sK = base, sV = sK + 2 * TILE, sQ = sV + 2 * TILE, sdO = sQ + 2 * TILE, sdS = sdO + 2 * TILE;
   float *const sLse = reinterpret_cast<float *>(base_ptr + 10 * TILE), *const sD = sLse + 2 * BR;
   const int wg = (int)threadIdx.x / 128, warp = ((int)threadIdx.x / 32) % 4, lane = (int)threadIdx.x % 32;
   const int g = lane >> 2, t2 = (lane & 3) * 2;
@@ -537,30 +556,13 @@ __global__ void __launch_bounds__(256, 1) tf_flash_bwd_wgmma_kernel(const tf_cud
   /* dK (times scale) and dV through the warpgroup's own K and V rows, once no copy is in flight */
   tf_flash_cp_wait<0>();
   __syncthreads();
-#pragma unroll
-  for (int h = 0; h < 2; h++) {
-    const int r = warp * 16 + g + 8 * h;
-#pragma unroll
-    for (int dt = 0; dt < DT8; dt++) {
-      const uint32_t at = tf_wgmma_chunk<64>(r, dt) + t2 * 2;
-      *reinterpret_cast<uint32_t *>(base_ptr + (k_w - base) + at) =
-          tf_flash_pack<DT>(dk[4 * dt + 2 * h] * p.scale, dk[4 * dt + 2 * h + 1] * p.scale);
-      *reinterpret_cast<uint32_t *>(base_ptr + (v_w - base) + at) = tf_flash_pack<DT>(dv[4 * dt + 2 * h], dv[4 * dt + 2 * h + 1]);
-    }
-  }
-  asm volatile("bar.sync %0, 128;\n" ::"r"(3 + wg) : "memory");
-  uint16_t *dK = static_cast<uint16_t *>(p.dk) + b * p.seq_k * hd, *dV = static_cast<uint16_t *>(p.dv) + b * p.seq_k * hd;
-  const int tw = (int)threadIdx.x % 128;
-#pragma unroll
-  for (int i = 0; i < 64 * DT8 / 128; i++) {
-    const int idx = tw + i * 128, r = idx / DT8, c = idx % DT8;
-    const int64_t key = k0 + wg * 64 + r;
-    if (key < p.seq_k && c * 8 < hd) {
-      const uint32_t at = tf_wgmma_chunk<64>(r, c);
-      *reinterpret_cast<uint4 *>(dK + key * hd + c * 8) = *reinterpret_cast<const uint4 *>(base_ptr + (k_w - base) + at);
-      *reinterpret_cast<uint4 *>(dV + key * hd + c * 8) = *reinterpret_cast<const uint4 *>(base_ptr + (v_w - base) + at);
-    }
-  }
+  const float dk_scale[2] = {p.scale, p.scale}, one[2] = {1.f, 1.f};
+  unsigned char *const k_tile = base_ptr + (k_w - base), *const v_tile = base_ptr + (v_w - base);
+  tf_wgmma_stage_rows<DT, 64, HD>(k_tile, warp * 16, dk, dk_scale);
+  tf_wgmma_stage_rows<DT, 64, HD>(v_tile, warp * 16, dv, one);
+  const int64_t key0 = k0 + wg * 64;
+  tf_wgmma_store_rows<64, HD>(static_cast<uint16_t *>(p.dk) + b * p.seq_k * hd, k_tile, 0, key0, p.seq_k, hd, 3 + wg);
+  tf_wgmma_store_rows<64, HD>(static_cast<uint16_t *>(p.dv) + b * p.seq_k * hd, v_tile, 0, key0, p.seq_k, hd, 3 + wg);
 }
 
 template <int DT, bool ATOMIC_DQ> static tf_status tf_wgmma_bwd_launch(tf_cuda_state *st, const tf_cuda_flash_params *p) {
@@ -592,26 +594,16 @@ tf_status tf_cuda_flash_backward_wgmma(tf_cuda_state *st, const tf_cuda_flash_pa
  * same bits every run. */
 template <int DT, int HD>
 __global__ void __launch_bounds__(256, 1) tf_flash_dq_wgmma_kernel(const tf_cuda_flash_params p) {
-  constexpr int BC = 64, BR = 128, NT = BC / 8, DT8 = HD / 8;
+  constexpr int BC = 64, BR = 128, NT = BC / 8;
   constexpr uint32_t ROWS_BYTES = BR * HD * 2, KV_BYTES = BC * HD * 2;
-  unsigned char *const raw = tf_flash_dynamic_smem();
-  const uint32_t raw_addr = tf_flash_smem_addr(raw), base = (raw_addr + 1023u) & ~1023u;
-  unsigned char *const base_ptr = raw + (base - raw_addr);
-  const uint32_t sQ = base, sdO = sQ + ROWS_BYTES, sK = sdO + ROWS_BYTES, sV = sK + 2 * KV_BYTES;
+  unsigned char *base_ptr;
+  const uint32_t sQ = tf_wgmma_smem_base(&base_ptr), sdO = sQ + ROWS_BYTES, sK = sdO + ROWS_BYTES, sV = sK + 2 * KV_BYTES;
   const int wg = (int)threadIdx.x / 128, warp = ((int)threadIdx.x / 32) % 4, lane = (int)threadIdx.x % 32;
   const int g = lane >> 2, t2 = (lane & 3) * 2;
-  int64_t b, qb;
-  tf_flash_block_of((p.seq_q + BR - 1) / BR, true, &b, &qb);
-  const int64_t q0 = qb * BR, wq0 = q0 + wg * 64;
-  const int hd = p.head_dim;
-  const uint16_t *Q = static_cast<const uint16_t *>(p.q) + b * p.seq_q * hd;
-  const uint16_t *dO = static_cast<const uint16_t *>(p.dout) + b * p.seq_q * hd;
-  const uint16_t *K = static_cast<const uint16_t *>(p.k) + b * p.seq_k * hd;
-  const uint16_t *V = static_cast<const uint16_t *>(p.v) + b * p.seq_k * hd;
-
-  int64_t key_end = p.seq_k;
-  if (p.causal && q0 + BR < key_end) key_end = q0 + BR;
-  const int n_tiles = (int)((key_end + BC - 1) / BC);
+  const tf_flash_query_block qblk = tf_flash_query_block_of<BR, BC>(p);
+  const int64_t b = qblk.b, q0 = qblk.q0, wq0 = q0 + wg * 64;
+  const int hd = p.head_dim, n_tiles = qblk.n_tiles;
+  const uint16_t *Q = qblk.q, *K = qblk.k, *V = qblk.v, *dO = qblk.dout;
   auto load_block = [&](int j) {
     const uint32_t stage = (uint32_t)((j & 1) * KV_BYTES);
     tf_wgmma_load<BC, HD, 256>(sK + stage, K, (int64_t)j * BC, p.seq_k, hd);
@@ -702,25 +694,10 @@ __global__ void __launch_bounds__(256, 1) tf_flash_dq_wgmma_kernel(const tf_cuda
   __syncthreads();
 
   /* dQ times scale through the warpgroup's own (swizzled) Q rows, then 16-byte stores */
-#pragma unroll
-  for (int h = 0; h < 2; h++) {
-    const int r = wg * 64 + row_in + 8 * h;
-#pragma unroll
-    for (int dt = 0; dt < DT8; dt++)
-      *reinterpret_cast<uint32_t *>(base_ptr + tf_wgmma_chunk<BR>(r, dt) + t2 * 2) =
-          tf_flash_pack<DT>(dq[4 * dt + 2 * h] * p.scale, dq[4 * dt + 2 * h + 1] * p.scale);
-  }
-  asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");
-  uint16_t *dQ = static_cast<uint16_t *>(p.dq) + b * p.seq_q * hd;
-  const int tw = (int)threadIdx.x % 128;
-#pragma unroll
-  for (int i = 0; i < 64 * DT8 / 128; i++) {
-    const int idx = tw + i * 128, r = idx / DT8, c = idx % DT8;
-    const int64_t row = wq0 + r;
-    if (row < p.seq_q && c * 8 < hd)
-      *reinterpret_cast<uint4 *>(dQ + row * hd + c * 8) =
-          *reinterpret_cast<const uint4 *>(base_ptr + tf_wgmma_chunk<BR>(wg * 64 + r, c));
-  }
+  const float scale[2] = {p.scale, p.scale};
+  tf_wgmma_stage_rows<DT, BR, HD>(base_ptr, wg * 64 + warp * 16, dq, scale);
+  tf_wgmma_store_rows<BR, HD>(static_cast<uint16_t *>(p.dq) + b * p.seq_q * hd, base_ptr, wg * 64, wq0, p.seq_q, hd,
+                              1 + wg);
 }
 
 template <int DT, int HD> static tf_status tf_wgmma_dq_launch(tf_cuda_state *st, const tf_cuda_flash_params *p) {
