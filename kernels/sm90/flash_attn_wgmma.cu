@@ -44,18 +44,18 @@
 /* Head dim HD (64 or 128), NWG warpgroups, BC keys per block, K and V in
  * STAGES buffers, PINGPONG: the warpgroups take turns on the tensor cores,
  * MIN_BLOCKS resident blocks wanted per SM. */
-template <int HD_, int NWG_, int BC_, int STAGES_, bool PINGPONG_ = false, bool QREG_ = false, int MIN_BLOCKS_ = 1>
+template <int HD_, int NWG_, int BC_, int STAGES_, bool PINGPONG_ = false, int MIN_BLOCKS_ = 1>
 struct tf_wgmma_fwd_cfg {
   static constexpr int HD = HD_, NWG = NWG_, BC = BC_, STAGES = STAGES_, MIN_BLOCKS = MIN_BLOCKS_;
-  static constexpr bool PINGPONG = PINGPONG_, QREG = QREG_;
+  static constexpr bool PINGPONG = PINGPONG_;
   static_assert(!PINGPONG || NWG == 2, "two warpgroups take turns");
-  static constexpr int BR = 64 * NWG, THREADS = 128 * NWG, HALVES = HD / 64;
+  static constexpr int BR = 64 * NWG, THREADS = 128 * NWG;
   static constexpr int Q_BYTES = BR * HD * 2, KV_BYTES = BC * HD * 2;
   /* Q, K and V STAGES times, and the slack that aligns the base to 1024 bytes */
   static constexpr int SMEM = Q_BYTES + 2 * STAGES * KV_BYTES + 1024;
   static_assert(STAGES >= 2, "at least double-buffered");
   static_assert(HD == 64 || HD == 128, "rows are whole 128-byte swizzle rows");
-  static_assert(BC == 64 || BC == 96 || BC == 128, "S is one m64nBC product");
+  static_assert(BC == 64 || BC == 128, "S is one m64nBC product");
 };
 
 /* Byte offset of 16-byte chunk c (of HD / 8) of row r in a swizzled tile of ROWS rows. */
@@ -125,8 +125,6 @@ __device__ __forceinline__ void tf_wgmma_store_rows(uint16_t *dst, const unsigne
 template <int DT, int N> __device__ __forceinline__ void tf_wgmma_ss(float (&d)[N / 2], uint64_t a, uint64_t b, bool acc) {
   if constexpr (N == 64)
     tf_wgmma_ss64<DT>(d, a, b, acc);
-  else if constexpr (N == 96)
-    tf_wgmma_ss96<DT>(d, a, b, acc);
   else
     tf_wgmma_ss128<DT>(d, a, b, acc);
 }
@@ -183,9 +181,8 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) tf_flash_fwd_wgmma_
   const int g = lane >> 2, t2 = (lane & 3) * 2;
   const int row_in = warp * 16 + g;        /* the thread's rows: row_in and row_in + 8 of the warpgroup */
   const float sl2 = p.fwd_scale_log2;
-  /* descriptors: Q's 64 rows of this warpgroup and K, K-major (8-row groups 1024 bytes apart); V N-major
-   * (8-key groups 1024 bytes apart, the head dim's 64-column halves BC rows apart) */
-  const uint32_t q_wg = sQ + (uint32_t)(wg * 64 * 128);
+  /* descriptors: K K-major (8-row groups 1024 bytes apart); V N-major (8-key
+   * groups 1024 bytes apart, the head dim's 64-column halves BC rows apart) */
 
   float o[HD / 2];
 #pragma unroll
@@ -246,28 +243,20 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) tf_flash_fwd_wgmma_
 #pragma unroll
       for (int i = 0; i < 4; i++) pa[kk][i] = tf_flash_pack<DT>(s[8 * kk + 2 * i], s[8 * kk + 2 * i + 1]);
   };
-  /* QREG: Q's A fragments in registers (ldmatrix from the swizzled rows
-   * once it has landed), so that S's product reads only K from shared memory */
-  uint32_t qa[C::QREG ? HD / 16 : 1][4];
+  /* Q's A fragments in registers (ldmatrix from the swizzled rows once they
+   * have landed), so that S's product reads only K from shared memory */
+  uint32_t qa[HD / 16][4];
   auto load_q_fragments = [&]() {
-    if constexpr (C::QREG) {
-      const int r = wg * 64 + warp * 16 + (lane & 15);
+    const int r = wg * 64 + warp * 16 + (lane & 15);
 #pragma unroll
-      for (int kk = 0; kk < HD / 16; kk++) tf_flash_ldsm4(qa[kk], sQ + tf_wgmma_chunk<BR>(r, 2 * kk + (lane >> 4)));
-    }
+    for (int kk = 0; kk < HD / 16; kk++) tf_flash_ldsm4(qa[kk], sQ + tf_wgmma_chunk<BR>(r, 2 * kk + (lane >> 4)));
   };
   auto issue_s = [&](float(&s)[BC / 2], uint32_t k_st) {
     tf_wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < HD / 16; kk++) {
       const uint32_t off = (uint32_t)((kk & 3) * 32); /* the k step's 32 bytes inside a 128-byte row */
-      const uint64_t db = tf_wgmma_desc(k_st + (uint32_t)((kk >> 2) * BC * 128) + off, 16, 1024);
-      if constexpr (C::QREG) {
-        tf_wgmma_rs_k<DT, BC>(s, qa[kk], db, kk > 0);
-      } else {
-        const uint64_t da = tf_wgmma_desc(q_wg + (uint32_t)((kk >> 2) * BR * 128) + off, 16, 1024);
-        tf_wgmma_ss<DT, BC>(s, da, db, kk > 0);
-      }
+      tf_wgmma_rs_k<DT, BC>(s, qa[kk], tf_wgmma_desc(k_st + (uint32_t)((kk >> 2) * BC * 128) + off, 16, 1024), kk > 0);
     }
     tf_wgmma_commit();
   };
@@ -327,11 +316,10 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) tf_flash_fwd_wgmma_
     tf_wgmma_wait<0>();
     tf_wgmma_hold(o);
   };
-  if constexpr (C::QREG) { /* Q (in the first copy group) lands, then its fragments are read */
-    tf_flash_cp_wait<C::STAGES - 2>();
-    __syncthreads();
-    load_q_fragments();
-  }
+  /* Q (in the first copy group) lands, then its fragments are read */
+  tf_flash_cp_wait<C::STAGES - 2>();
+  __syncthreads();
+  load_q_fragments();
   for (int j = 0; j < n_full; j++) key_block(j, tf_flash_bool<false>());
   for (int j = n_full; j < n_tiles; j++) key_block(j, tf_flash_bool<true>());
   if (n_tiles == 0) { /* no keys at all: Q's copies land before its rows are reused */
@@ -376,8 +364,8 @@ template <int DT, class C> static tf_status tf_wgmma_fwd_launch(tf_cuda_state *s
  * buffers, 2 or 3 warpgroups, turns or not, Q in registers or shared
  * memory, and a software-pipelined loop (slower): docs/performance.md. */
 template <int DT> static tf_status tf_wgmma_fwd_dt(tf_cuda_state *st, const tf_cuda_flash_params *p, int hd_pad) {
-  if (hd_pad == 64) return tf_wgmma_fwd_launch<DT, tf_wgmma_fwd_cfg<64, 2, 64, 2, false, true, 2>>(st, p);
-  return tf_wgmma_fwd_launch<DT, tf_wgmma_fwd_cfg<128, 2, 128, 3, true, true>>(st, p);
+  if (hd_pad == 64) return tf_wgmma_fwd_launch<DT, tf_wgmma_fwd_cfg<64, 2, 64, 2, false, 2>>(st, p);
+  return tf_wgmma_fwd_launch<DT, tf_wgmma_fwd_cfg<128, 2, 128, 3, true>>(st, p);
 }
 
 tf_status tf_cuda_flash_forward_wgmma(tf_cuda_state *st, const tf_cuda_flash_params *p, tf_dtype dt, int hd_pad) {
