@@ -49,15 +49,12 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) tf_flash_bwd_tc_ker
   float *sLse = reinterpret_cast<float *>(sdO + 2 * BR * LD), *sD = sLse + 2 * BR;
   uint16_t *sdS = reinterpret_cast<uint16_t *>(sD + 2 * BR);
   const int warp = (int)threadIdx.x / 32, lane = (int)threadIdx.x % 32;
-  int64_t b, kb;
-  tf_flash_block_of((p.seq_k + BC - 1) / BC, false, &b, &kb);
-  const int64_t k0 = kb * BC;
+  int64_t b, k0;
+  tf_flash_key_block_of<BC>(p, &b, &k0);
   const int hd = p.head_dim;
-  const uint16_t *Q = static_cast<const uint16_t *>(p.q) + b * p.seq_q * hd;
-  const uint16_t *dO = static_cast<const uint16_t *>(p.dout) + b * p.seq_q * hd;
-  const uint16_t *K = static_cast<const uint16_t *>(p.k) + b * p.seq_k * hd;
-  const uint16_t *V = static_cast<const uint16_t *>(p.v) + b * p.seq_k * hd;
-  const float *lse = p.lse + b * p.seq_q, *D = p.rowdot + b * p.seq_q;
+  const tf_flash_problem pr = tf_flash_problem_of(p, b);
+  const uint16_t *Q = pr.q, *dO = pr.dout, *K = pr.k, *V = pr.v;
+  const float *lse = pr.lse, *D = pr.rowdot;
 
   tf_flash_load_rows<BC, HD, LD, C::THREADS>(sK, K, k0, p.seq_k, hd);
   tf_flash_load_rows<BC, HD, LD, C::THREADS>(sV, V, k0, p.seq_k, hd);
@@ -275,10 +272,12 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) tf_flash_dq_tc_kern
   uint16_t *sQ = reinterpret_cast<uint16_t *>(tf_flash_dynamic_smem());
   uint16_t *sdO = sQ + BR * LD, *sK = sdO + BR * LD, *sV = sK + 2 * BC * LD;
   const int warp = (int)threadIdx.x / 32, lane = (int)threadIdx.x % 32;
-  const tf_flash_query_block qblk = tf_flash_query_block_of<BR, BC>(p);
-  const int64_t b = qblk.b, q0 = qblk.q0;
-  const int hd = p.head_dim, n_tiles = qblk.n_tiles;
-  const uint16_t *Q = qblk.q, *K = qblk.k, *V = qblk.v, *dO = qblk.dout;
+  int64_t b, q0;
+  int n_tiles;
+  tf_flash_query_block_of<BR, BC>(p, &b, &q0, &n_tiles);
+  const int hd = p.head_dim;
+  const tf_flash_problem pr = tf_flash_problem_of(p, b);
+  const uint16_t *Q = pr.q, *K = pr.k, *V = pr.v, *dO = pr.dout;
   tf_flash_load_rows<BR, HD, LD, C::THREADS>(sQ, Q, q0, p.seq_q, hd);
   tf_flash_load_rows<BR, HD, LD, C::THREADS>(sdO, dO, q0, p.seq_q, hd);
   if (n_tiles > 0) {

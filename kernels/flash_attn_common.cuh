@@ -67,30 +67,41 @@ __device__ __forceinline__ void tf_flash_block_of(int64_t blocks, bool last_firs
   *blk = last_first ? blocks - 1 - i : i;
 }
 
-/* What a kernel over query blocks of BR rows starts from: its problem b
- * and first row q0, that problem's q, k, v and dout (16-bit elements; dout
- * null in the forward pass), and the key blocks of BC keys its rows see
- * (under the causal mask none past its last row). */
-struct tf_flash_query_block {
-  int64_t b, q0;
+/* Problem b's tensors: q, k, v and dout (16-bit elements; dout null in the
+ * forward pass), lse and rowdot (null where not given). */
+struct tf_flash_problem {
   const uint16_t *q, *k, *v, *dout;
-  int n_tiles;
+  const float *lse, *rowdot;
 };
 
-template <int BR, int BC> __device__ __forceinline__ tf_flash_query_block tf_flash_query_block_of(const tf_cuda_flash_params &p) {
-  tf_flash_query_block w;
+__device__ __forceinline__ tf_flash_problem tf_flash_problem_of(const tf_cuda_flash_params &p, int64_t b) {
+  const int64_t hd = p.head_dim, qs = b * p.seq_q, ks = b * p.seq_k;
+  return {static_cast<const uint16_t *>(p.q) + qs * hd, static_cast<const uint16_t *>(p.k) + ks * hd,
+          static_cast<const uint16_t *>(p.v) + ks * hd,
+          p.dout ? static_cast<const uint16_t *>(p.dout) + qs * hd : nullptr, p.lse ? p.lse + qs : nullptr,
+          p.rowdot ? p.rowdot + qs : nullptr};
+}
+
+/* What a kernel over query blocks of BR rows starts from: its problem b
+ * and first row q0, and the key blocks of BC keys its rows see (under the
+ * causal mask none past its last row). */
+template <int BR, int BC>
+__device__ __forceinline__ void tf_flash_query_block_of(const tf_cuda_flash_params &p, int64_t *b, int64_t *q0,
+                                                        int *n_tiles) {
   int64_t qb;
-  tf_flash_block_of((p.seq_q + BR - 1) / BR, true, &w.b, &qb);
-  w.q0 = qb * BR;
-  const int64_t hd = p.head_dim;
-  w.q = static_cast<const uint16_t *>(p.q) + w.b * p.seq_q * hd;
-  w.k = static_cast<const uint16_t *>(p.k) + w.b * p.seq_k * hd;
-  w.v = static_cast<const uint16_t *>(p.v) + w.b * p.seq_k * hd;
-  w.dout = p.dout ? static_cast<const uint16_t *>(p.dout) + w.b * p.seq_q * hd : nullptr;
+  tf_flash_block_of((p.seq_q + BR - 1) / BR, true, b, &qb);
+  *q0 = qb * BR;
   int64_t key_end = p.seq_k;
-  if (p.causal && w.q0 + BR < key_end) key_end = w.q0 + BR;
-  w.n_tiles = (int)((key_end + BC - 1) / BC);
-  return w;
+  if (p.causal && *q0 + BR < key_end) key_end = *q0 + BR;
+  *n_tiles = (int)((key_end + BC - 1) / BC);
+}
+
+/* ... and one over key blocks of BC keys (the backward pass's dK/dV): its
+ * problem b and first key k0. */
+template <int BC> __device__ __forceinline__ void tf_flash_key_block_of(const tf_cuda_flash_params &p, int64_t *b, int64_t *k0) {
+  int64_t kb;
+  tf_flash_block_of((p.seq_k + BC - 1) / BC, false, b, &kb);
+  *k0 = kb * BC;
 }
 
 /* The grid size for batch problems of `blocks` blocks, or an error. */

@@ -47,10 +47,12 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) tf_flash_fwd_tc_ker
   uint16_t *sQ = reinterpret_cast<uint16_t *>(tf_flash_dynamic_smem());
   uint16_t *sK = sQ + BR * LD, *sV = sK + 2 * BC * LD;
   const int warp = (int)threadIdx.x / 32, lane = (int)threadIdx.x % 32;
-  const tf_flash_query_block qblk = tf_flash_query_block_of<BR, BC>(p);
-  const int64_t b = qblk.b, q0 = qblk.q0;
-  const int hd = p.head_dim, n_tiles = qblk.n_tiles;
-  const uint16_t *Q = qblk.q, *K = qblk.k, *V = qblk.v;
+  int64_t b, q0;
+  int n_tiles;
+  tf_flash_query_block_of<BR, BC>(p, &b, &q0, &n_tiles);
+  const int hd = p.head_dim;
+  const tf_flash_problem pr = tf_flash_problem_of(p, b);
+  const uint16_t *Q = pr.q, *K = pr.k, *V = pr.v;
 
   tf_flash_load_rows<BR, HD, LD, C::THREADS>(sQ, Q, q0, p.seq_q, hd);
   if (n_tiles > 0) {

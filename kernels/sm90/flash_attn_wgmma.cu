@@ -122,6 +122,27 @@ __device__ __forceinline__ void tf_wgmma_store_rows(uint16_t *dst, const unsigne
   }
 }
 
+/* Which scores of a warpgroup's accumulator (64 rows from row0, BC keys
+ * from k0, mma.sync's C layout) are hidden: past the keys, or (causal)
+ * after the row. For element e of column tile nt the key offset less the
+ * lane's 2t is c = 8 nt + (e & 1) and the row offset less the thread's
+ * row_in is r = 8 (e >> 1); the key is visible iff c < key_lim and
+ * c - r <= diag. */
+struct tf_wgmma_mask {
+  int key_lim, diag;
+  __device__ __forceinline__ bool hidden(int nt, int e) const {
+    const int c = nt * 8 + (e & 1), r = (e & 2) * 4;
+    return c >= key_lim || c - r > diag;
+  }
+};
+
+template <int BC>
+__device__ __forceinline__ tf_wgmma_mask tf_wgmma_mask_of(const tf_cuda_flash_params &p, int64_t row0, int row_in,
+                                                          int64_t k0) {
+  const int t2 = ((int)threadIdx.x & 3) * 2;
+  return {(int)(p.seq_k - k0 < BC ? p.seq_k - k0 : BC) - t2, (p.causal ? (int)(row0 - k0) : BC) - (t2 - row_in)};
+}
+
 template <int DT, int N> __device__ __forceinline__ void tf_wgmma_ss(float (&d)[N / 2], uint64_t a, uint64_t b, bool acc) {
   if constexpr (N == 64)
     tf_wgmma_ss64<DT>(d, a, b, acc);
@@ -150,10 +171,12 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) tf_flash_fwd_wgmma_
   unsigned char *sQ_ptr;
   const uint32_t sQ = tf_wgmma_smem_base(&sQ_ptr), sK = sQ + C::Q_BYTES, sV = sK + C::STAGES * C::KV_BYTES;
   const int wg = (int)threadIdx.x / 128, warp = ((int)threadIdx.x / 32) % 4, lane = (int)threadIdx.x % 32;
-  const tf_flash_query_block qblk = tf_flash_query_block_of<BR, BC>(p);
-  const int64_t b = qblk.b, q0 = qblk.q0;
-  const int hd = p.head_dim, n_tiles = qblk.n_tiles;
-  const uint16_t *Q = qblk.q, *K = qblk.k, *V = qblk.v;
+  int64_t b, q0;
+  int n_tiles;
+  tf_flash_query_block_of<BR, BC>(p, &b, &q0, &n_tiles);
+  const int hd = p.head_dim;
+  const tf_flash_problem pr = tf_flash_problem_of(p, b);
+  const uint16_t *Q = pr.q, *K = pr.k, *V = pr.v;
 
   /* block j's K and V into stage j mod STAGES */
   auto load_block = [&](int j) {
@@ -178,7 +201,7 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) tf_flash_fwd_wgmma_
   }
 
   const int64_t wq0 = q0 + wg * 64;        /* the warpgroup's first row */
-  const int g = lane >> 2, t2 = (lane & 3) * 2;
+  const int g = lane >> 2;
   const int row_in = warp * 16 + g;        /* the thread's rows: row_in and row_in + 8 of the warpgroup */
   const float sl2 = p.fwd_scale_log2;
   /* descriptors: K K-major (8-row groups 1024 bytes apart); V N-major (8-key
@@ -189,17 +212,13 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) tf_flash_fwd_wgmma_
   for (int i = 0; i < HD / 2; i++) o[i] = 0.f;
   float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
 
-  /* key c of block k0 is visible to row r iff c < key_lim and c - r <= wq0 - k0 (less the lane's 2t, row_in) */
   auto mask_scores = [&](float(&s)[BC / 2], int64_t k0) {
-    const int key_lim = (int)(p.seq_k - k0 < BC ? p.seq_k - k0 : BC) - t2;
-    const int diag = (p.causal ? (int)(wq0 - k0) : BC) - (t2 - row_in);
+    const tf_wgmma_mask m = tf_wgmma_mask_of<BC>(p, wq0, row_in, k0);
 #pragma unroll
     for (int nt = 0; nt < NT; nt++)
 #pragma unroll
-      for (int e = 0; e < 4; e++) {
-        const int c = nt * 8 + (e & 1), r = (e & 2) * 4;
-        if (c >= key_lim || c - r > diag) s[4 * nt + e] = -INFINITY;
-      }
+      for (int e = 0; e < 4; e++)
+        if (m.hidden(nt, e)) s[4 * nt + e] = -INFINITY;
   };
   /* the online softmax over rows row_in (h = 0) and row_in + 8 (h = 1): s
    * becomes p, the running max and sum move, alpha rescales O */
@@ -397,15 +416,12 @@ __global__ void __launch_bounds__(256, 1) tf_flash_bwd_wgmma_kernel(const tf_cud
   float *const sLse = reinterpret_cast<float *>(base_ptr + 10 * TILE), *const sD = sLse + 2 * BR;
   const int wg = (int)threadIdx.x / 128, warp = ((int)threadIdx.x / 32) % 4, lane = (int)threadIdx.x % 32;
   const int g = lane >> 2, t2 = (lane & 3) * 2;
-  int64_t b, kb;
-  tf_flash_block_of((p.seq_k + BC - 1) / BC, false, &b, &kb);
-  const int64_t k0 = kb * BC;
+  int64_t b, k0;
+  tf_flash_key_block_of<BC>(p, &b, &k0);
   const int hd = p.head_dim;
-  const uint16_t *Q = static_cast<const uint16_t *>(p.q) + b * p.seq_q * hd;
-  const uint16_t *dO = static_cast<const uint16_t *>(p.dout) + b * p.seq_q * hd;
-  const uint16_t *K = static_cast<const uint16_t *>(p.k) + b * p.seq_k * hd;
-  const uint16_t *V = static_cast<const uint16_t *>(p.v) + b * p.seq_k * hd;
-  const float *lse = p.lse + b * p.seq_q, *D = p.rowdot + b * p.seq_q;
+  const tf_flash_problem pr = tf_flash_problem_of(p, b);
+  const uint16_t *Q = pr.q, *dO = pr.dout, *K = pr.k, *V = pr.v;
+  const float *lse = pr.lse, *D = pr.rowdot;
 
   tf_wgmma_load<BC, HD, 256>(sK, K, k0, p.seq_k, hd);
   tf_wgmma_load<BC, HD, 256>(sV, V, k0, p.seq_k, hd);
@@ -587,11 +603,14 @@ __global__ void __launch_bounds__(256, 1) tf_flash_dq_wgmma_kernel(const tf_cuda
   unsigned char *base_ptr;
   const uint32_t sQ = tf_wgmma_smem_base(&base_ptr), sdO = sQ + ROWS_BYTES, sK = sdO + ROWS_BYTES, sV = sK + 2 * KV_BYTES;
   const int wg = (int)threadIdx.x / 128, warp = ((int)threadIdx.x / 32) % 4, lane = (int)threadIdx.x % 32;
-  const int g = lane >> 2, t2 = (lane & 3) * 2;
-  const tf_flash_query_block qblk = tf_flash_query_block_of<BR, BC>(p);
-  const int64_t b = qblk.b, q0 = qblk.q0, wq0 = q0 + wg * 64;
-  const int hd = p.head_dim, n_tiles = qblk.n_tiles;
-  const uint16_t *Q = qblk.q, *K = qblk.k, *V = qblk.v, *dO = qblk.dout;
+  const int g = lane >> 2;
+  int64_t b, q0;
+  int n_tiles;
+  tf_flash_query_block_of<BR, BC>(p, &b, &q0, &n_tiles);
+  const int64_t wq0 = q0 + wg * 64;
+  const int hd = p.head_dim;
+  const tf_flash_problem pr = tf_flash_problem_of(p, b);
+  const uint16_t *Q = pr.q, *K = pr.k, *V = pr.v, *dO = pr.dout;
   auto load_block = [&](int j) {
     const uint32_t stage = (uint32_t)((j & 1) * KV_BYTES);
     tf_wgmma_load<BC, HD, 256>(sK + stage, K, (int64_t)j * BC, p.seq_k, hd);
@@ -644,19 +663,14 @@ __global__ void __launch_bounds__(256, 1) tf_flash_dq_wgmma_kernel(const tf_cuda
     tf_wgmma_wait<0>();
     tf_wgmma_hold(s);
     tf_wgmma_hold(dp);
-    /* key c of the block is visible to row r iff c < key_lim and c - r <= wq0 - k0 (less 2t, row_in) */
-    const int key_lim = (int)(p.seq_k - k0 < BC ? p.seq_k - k0 : BC) - t2;
-    const int diag = (p.causal ? (int)(wq0 - k0) : BC) - (t2 - row_in);
+    const tf_wgmma_mask m = tf_wgmma_mask_of<BC>(p, wq0, row_in, k0);
 #pragma unroll
     for (int nt = 0; nt < NT; nt++)
 #pragma unroll
       for (int e = 0; e < 4; e++) {
         const int i = 4 * nt + e, h = e >> 1;
         float pv = tf_flash_exp2(fmaf(s[i], sl2, -lse_l2[h]));
-        if (MASK) {
-          const int c = nt * 8 + (e & 1), r = 8 * h;
-          if (c >= key_lim || c - r > diag) pv = 0.f;
-        }
+        if (MASK && m.hidden(nt, e)) pv = 0.f;
         dp[i] = pv * (dp[i] - dd[h]);
       }
     uint32_t da[BC / 16][4];
