@@ -181,9 +181,10 @@ static inline int tf_flash_tc_dim(int64_t hd) {
 tf_status tf_cuda_flash_forward_tc(tf_cuda_state *st, const tf_cuda_flash_params *p, tf_dtype dt, int hd_pad);
 /* sm90/flash_attn_wgmma.cu (built for sm_90a where TF_WITH_SM90A): O and
  * lse by wgmma, head dims padded to 64 or 128; the backward pass's dK, dV
- * (and dQ into dq_acc when atomic_dq) at head dims padded to 64. */
+ * at head dims padded to 64 or 128, and dQ into dq_acc (atomic_dq) at 64. */
 tf_status tf_cuda_flash_forward_wgmma(tf_cuda_state *st, const tf_cuda_flash_params *p, tf_dtype dt, int hd_pad);
-tf_status tf_cuda_flash_backward_wgmma(tf_cuda_state *st, const tf_cuda_flash_params *p, tf_dtype dt, bool atomic_dq);
+tf_status tf_cuda_flash_backward_wgmma(tf_cuda_state *st, const tf_cuda_flash_params *p, tf_dtype dt, int hd_pad,
+                                       bool atomic_dq);
 /* ... and the deterministic dQ, head dims padded to 64 or 128. */
 tf_status tf_cuda_flash_dq_wgmma(tf_cuda_state *st, const tf_cuda_flash_params *p, tf_dtype dt, int hd_pad);
 /* flash_attn_fwd.cu: whether the current device takes those (compute

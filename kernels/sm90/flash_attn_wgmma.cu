@@ -407,13 +407,25 @@ tf_status tf_cuda_flash_forward_wgmma(tf_cuda_state *st, const tf_cuda_flash_par
  * keys is added into the f32 workspace by 16-byte reductions (red .v4.f32),
  * each warpgroup taking half of the head dim. Without ATOMIC_DQ the mma.sync
  * dQ kernel computes dQ instead, deterministically. */
-template <int DT, bool ATOMIC_DQ>
+template <int HD> struct tf_wgmma_bwd_layout {
+  static constexpr int BC = 128, BR = 64;
+  /* K and V (BC rows), Q and dO twice (BR rows), dS^T of each warpgroup
+   * (64 x 64, with atomic dQ), then lse and D twice */
+  static constexpr uint32_t KV = BC * HD * 2, QO = BR * HD * 2, DS = 64 * 128;
+  static constexpr uint32_t STATS = 2 * KV + 4 * QO + 2 * DS;
+  static constexpr int SMEM = (int)STATS + 4 * BR * 4 + 1024;
+};
+
+template <int DT, int HD, bool ATOMIC_DQ>
 __global__ void __launch_bounds__(256, 1) tf_flash_bwd_wgmma_kernel(const tf_cuda_flash_params p) {
-  constexpr int HD = 64, BC = 128, BR = 64, NT = BR / 8;
-  constexpr uint32_t TILE = 64 * 128; /* one swizzled tile of 64 rows */
+  using L = tf_wgmma_bwd_layout<HD>;
+  constexpr int BC = L::BC, BR = L::BR, NT = BR / 8;
+  static_assert(HD == 64 || (HD == 128 && !ATOMIC_DQ), "dQ by reductions at head dim 64 only");
+  constexpr uint32_t QO = L::QO;
   unsigned char *base_ptr;
-  const uint32_t base = tf_wgmma_smem_base(&base_ptr), sK = base, sV = sK + 2 * TILE, sQ = sV + 2 * TILE, sdO = sQ + 2 * TILE, sdS = sdO + 2 * TILE;
-  float *const sLse = reinterpret_cast<float *>(base_ptr + 10 * TILE), *const sD = sLse + 2 * BR;
+  const uint32_t base = tf_wgmma_smem_base(&base_ptr), sK = base, sV = sK + L::KV, sQ = sV + L::KV;
+  const uint32_t sdO = sQ + 2 * QO, sdS = sdO + 2 * QO;
+  float *const sLse = reinterpret_cast<float *>(base_ptr + L::STATS), *const sD = sLse + 2 * BR;
   const int wg = (int)threadIdx.x / 128, warp = ((int)threadIdx.x / 32) % 4, lane = (int)threadIdx.x % 32;
   const int g = lane >> 2, t2 = (lane & 3) * 2;
   int64_t b, k0;
@@ -432,16 +444,16 @@ __global__ void __launch_bounds__(256, 1) tf_flash_bwd_wgmma_kernel(const tf_cud
   auto load_queries = [&](int it) {
     const int stage = it & 1;
     const int64_t q0 = (first + it) * BR;
-    tf_wgmma_load<BR, HD, 256>(sQ + (uint32_t)stage * TILE, Q, q0, p.seq_q, hd);
-    tf_wgmma_load<BR, HD, 256>(sdO + (uint32_t)stage * TILE, dO, q0, p.seq_q, hd);
+    tf_wgmma_load<BR, HD, 256>(sQ + (uint32_t)stage * QO, Q, q0, p.seq_q, hd);
+    tf_wgmma_load<BR, HD, 256>(sdO + (uint32_t)stage * QO, dO, q0, p.seq_q, hd);
     tf_flash_load_stat<BR, 256>(sLse + stage * BR, lse, q0, p.seq_q);
     tf_flash_load_stat<BR, 256>(sD + stage * BR, D, q0, p.seq_q);
     tf_flash_cp_commit();
   };
   if (n_it > 0) load_queries(0);
 
-  /* the warpgroup's 64 keys: K and V rows, and its dS^T tile */
-  const uint32_t k_w = sK + (uint32_t)wg * TILE, v_w = sV + (uint32_t)wg * TILE, ds_w = sdS + (uint32_t)wg * TILE;
+  /* the warpgroup's 64 keys: K and V rows (in each 64-column half), and its dS^T tile */
+  const uint32_t k_w = sK + (uint32_t)wg * 64 * 128, v_w = sV + (uint32_t)wg * 64 * 128, ds_w = sdS + (uint32_t)wg * L::DS;
   const int key_in = wg * 64 + warp * 16 + g; /* the thread's keys: key_in and key_in + 8 of the block */
   const float sl2 = p.scale_log2;
   float dk[HD / 2], dv[HD / 2];
@@ -455,18 +467,22 @@ __global__ void __launch_bounds__(256, 1) tf_flash_bwd_wgmma_kernel(const tf_cud
     if (it + 1 < n_it) load_queries(it + 1);
     const int stage = it & 1;
     const int64_t q0 = (first + it) * BR;
-    const uint32_t q_st = sQ + (uint32_t)stage * TILE, do_st = sdO + (uint32_t)stage * TILE;
+    const uint32_t q_st = sQ + (uint32_t)stage * QO, do_st = sdO + (uint32_t)stage * QO;
     const float *lse_s = sLse + stage * BR, *D_s = sD + stage * BR;
 
     /* S^T = K Q^T, dP^T = V dO^T */
     float s[BR / 2], dp[BR / 2];
     tf_wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < HD / 16; kk++)
-      tf_wgmma_ss64<DT>(s, tf_wgmma_desc(k_w + kk * 32, 16, 1024), tf_wgmma_desc(q_st + kk * 32, 16, 1024), kk > 0);
+    for (int kk = 0; kk < HD / 16; kk++) { /* the k step's 32 bytes in a 128-byte row of its half */
+      const uint32_t kv = (uint32_t)((kk >> 2) * BC * 128 + (kk & 3) * 32), qo = (uint32_t)((kk >> 2) * BR * 128 + (kk & 3) * 32);
+      tf_wgmma_ss64<DT>(s, tf_wgmma_desc(k_w + kv, 16, 1024), tf_wgmma_desc(q_st + qo, 16, 1024), kk > 0);
+    }
 #pragma unroll
-    for (int kk = 0; kk < HD / 16; kk++)
-      tf_wgmma_ss64<DT>(dp, tf_wgmma_desc(v_w + kk * 32, 16, 1024), tf_wgmma_desc(do_st + kk * 32, 16, 1024), kk > 0);
+    for (int kk = 0; kk < HD / 16; kk++) {
+      const uint32_t kv = (uint32_t)((kk >> 2) * BC * 128 + (kk & 3) * 32), qo = (uint32_t)((kk >> 2) * BR * 128 + (kk & 3) * 32);
+      tf_wgmma_ss64<DT>(dp, tf_wgmma_desc(v_w + kv, 16, 1024), tf_wgmma_desc(do_st + qo, 16, 1024), kk > 0);
+    }
     tf_wgmma_commit();
     tf_wgmma_wait<0>();
     tf_wgmma_hold(s);
@@ -501,9 +517,9 @@ __global__ void __launch_bounds__(256, 1) tf_flash_bwd_wgmma_kernel(const tf_cud
     tf_wgmma_hold(dk);
     tf_wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < BR / 16; kk++) tf_wgmma_rs64<DT>(dv, pa[kk], tf_wgmma_desc(do_st + kk * 2048, TILE, 1024));
+    for (int kk = 0; kk < BR / 16; kk++) tf_wgmma_rs<DT, HD>(dv, pa[kk], tf_wgmma_desc(do_st + kk * 2048, BR * 128, 1024));
 #pragma unroll
-    for (int kk = 0; kk < BR / 16; kk++) tf_wgmma_rs64<DT>(dk, da[kk], tf_wgmma_desc(q_st + kk * 2048, TILE, 1024));
+    for (int kk = 0; kk < BR / 16; kk++) tf_wgmma_rs<DT, HD>(dk, da[kk], tf_wgmma_desc(q_st + kk * 2048, BR * 128, 1024));
     tf_wgmma_commit();
 
     if constexpr (ATOMIC_DQ) {
@@ -525,8 +541,8 @@ __global__ void __launch_bounds__(256, 1) tf_flash_bwd_wgmma_kernel(const tf_cud
       tf_wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < BC / 16; kk++)
-        tf_wgmma_ss32_tt<DT>(dq, tf_wgmma_desc(sdS + kk * 2048, TILE, 1024),
-                             tf_wgmma_desc(sK + kk * 2048 + wg * 64, TILE, 1024), kk > 0);
+        tf_wgmma_ss32_tt<DT>(dq, tf_wgmma_desc(sdS + kk * 2048, 64 * 128, 1024),
+                             tf_wgmma_desc(sK + kk * 2048 + wg * 64, 64 * 128, 1024), kk > 0);
       tf_wgmma_commit();
       tf_wgmma_wait<0>();
       tf_wgmma_hold(dq);
@@ -561,29 +577,39 @@ __global__ void __launch_bounds__(256, 1) tf_flash_bwd_wgmma_kernel(const tf_cud
   tf_flash_cp_wait<0>();
   __syncthreads();
   const float dk_scale[2] = {p.scale, p.scale}, one[2] = {1.f, 1.f};
-  unsigned char *const k_tile = base_ptr + (k_w - base), *const v_tile = base_ptr + (v_w - base);
-  tf_wgmma_stage_rows<DT, 64, HD>(k_tile, warp * 16, dk, dk_scale);
-  tf_wgmma_stage_rows<DT, 64, HD>(v_tile, warp * 16, dv, one);
+  unsigned char *const k_tile = base_ptr + (sK - base), *const v_tile = base_ptr + (sV - base);
+  tf_wgmma_stage_rows<DT, BC, HD>(k_tile, wg * 64 + warp * 16, dk, dk_scale);
+  tf_wgmma_stage_rows<DT, BC, HD>(v_tile, wg * 64 + warp * 16, dv, one);
   const int64_t key0 = k0 + wg * 64;
-  tf_wgmma_store_rows<64, HD>(static_cast<uint16_t *>(p.dk) + b * p.seq_k * hd, k_tile, 0, key0, p.seq_k, hd, 3 + wg);
-  tf_wgmma_store_rows<64, HD>(static_cast<uint16_t *>(p.dv) + b * p.seq_k * hd, v_tile, 0, key0, p.seq_k, hd, 3 + wg);
+  tf_wgmma_store_rows<BC, HD>(static_cast<uint16_t *>(p.dk) + b * p.seq_k * hd, k_tile, wg * 64, key0, p.seq_k, hd,
+                              3 + wg);
+  tf_wgmma_store_rows<BC, HD>(static_cast<uint16_t *>(p.dv) + b * p.seq_k * hd, v_tile, wg * 64, key0, p.seq_k, hd,
+                              3 + wg);
 }
 
-template <int DT, bool ATOMIC_DQ> static tf_status tf_wgmma_bwd_launch(tf_cuda_state *st, const tf_cuda_flash_params *p) {
-  /* K, V, Q and dO twice, dS^T twice; lse and D twice; alignment */
-  constexpr int SMEM = 10 * 64 * 128 + 4 * 64 * 4 + 1024;
+template <int DT, int HD, bool ATOMIC_DQ>
+static tf_status tf_wgmma_bwd_launch(tf_cuda_state *st, const tf_cuda_flash_params *p) {
+  constexpr int SMEM = tf_wgmma_bwd_layout<HD>::SMEM;
   unsigned grid = 0;
   TF_TRY(tf_flash_grid(p->batch, (p->seq_k + 127) / 128, &grid));
-  TF_CUDA_CHECK(cudaFuncSetAttribute(tf_flash_bwd_wgmma_kernel<DT, ATOMIC_DQ>,
+  TF_CUDA_CHECK(cudaFuncSetAttribute(tf_flash_bwd_wgmma_kernel<DT, HD, ATOMIC_DQ>,
                                      cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM));
-  tf_flash_bwd_wgmma_kernel<DT, ATOMIC_DQ><<<grid, 256, SMEM, st->stream>>>(*p);
+  tf_flash_bwd_wgmma_kernel<DT, HD, ATOMIC_DQ><<<grid, 256, SMEM, st->stream>>>(*p);
   return tf_cuda_launched("flash_attention backward kernel (wgmma)");
 }
 
-tf_status tf_cuda_flash_backward_wgmma(tf_cuda_state *st, const tf_cuda_flash_params *p, tf_dtype dt, bool atomic_dq) {
-  if (dt == TF_BF16)
-    return atomic_dq ? tf_wgmma_bwd_launch<TF_BF16, true>(st, p) : tf_wgmma_bwd_launch<TF_BF16, false>(st, p);
-  return atomic_dq ? tf_wgmma_bwd_launch<TF_F16, true>(st, p) : tf_wgmma_bwd_launch<TF_F16, false>(st, p);
+template <int DT>
+static tf_status tf_wgmma_bwd_dt(tf_cuda_state *st, const tf_cuda_flash_params *p, int hd_pad, bool atomic_dq) {
+  if (hd_pad == 128) return tf_wgmma_bwd_launch<DT, 128, false>(st, p);
+  return atomic_dq ? tf_wgmma_bwd_launch<DT, 64, true>(st, p) : tf_wgmma_bwd_launch<DT, 64, false>(st, p);
+}
+
+tf_status tf_cuda_flash_backward_wgmma(tf_cuda_state *st, const tf_cuda_flash_params *p, tf_dtype dt, int hd_pad,
+                                       bool atomic_dq) {
+  if (hd_pad == 128 && atomic_dq)
+    return tf_fail(TF_ERR_ARG, "flash_attention: the wgmma backward kernel adds dQ up at head dim 64 only");
+  return dt == TF_BF16 ? tf_wgmma_bwd_dt<TF_BF16>(st, p, hd_pad, atomic_dq)
+                       : tf_wgmma_bwd_dt<TF_F16>(st, p, hd_pad, atomic_dq);
 }
 
 /* ---- the backward pass's deterministic dQ, head dims 64 and 128 ---------------------- */
