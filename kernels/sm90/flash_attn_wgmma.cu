@@ -1,7 +1,7 @@
-/* FlashAttention-2 on Hopper's warpgroup MMA (wgmma, sm_90a), f16/bf16:
- * the forward pass at head dims padded to 64 or 128, the backward pass's
- * dK/dV kernel (with dQ by reductions) at 64, and its deterministic dQ
- * kernel at 64 and 128. The mma.sync kernels (flash_attn_fwd.cu,
+/* FlashAttention-2 on Hopper's warpgroup MMA (wgmma, sm_90a), f16/bf16,
+ * head dims padded to 64 or 128: the forward pass, the backward pass's
+ * dK/dV kernel (with dQ by reductions at 64), and its deterministic dQ
+ * kernel. The mma.sync kernels (flash_attn_fwd.cu,
  * flash_attn_bwd.cu) stay the path for other GPUs and head dims.
  *
  * Forward: one block of NWG warpgroups (128 threads each) owns BR = 64 NWG
@@ -391,7 +391,7 @@ tf_status tf_cuda_flash_forward_wgmma(tf_cuda_state *st, const tf_cuda_flash_par
   return dt == TF_BF16 ? tf_wgmma_fwd_dt<TF_BF16>(st, p, hd_pad) : tf_wgmma_fwd_dt<TF_F16>(st, p, hd_pad);
 }
 
-/* ---- the backward pass: dK and dV (and dQ by atomics), head dim 64 ------------------- */
+/* ---- the backward pass: dK and dV (and dQ by reductions at head dim 64) ------------ */
 
 /* One block of two warpgroups owns BC = 128 keys of one problem, each
  * warpgroup 64 of them, with their K and V rows in shared memory, and walks
@@ -403,10 +403,11 @@ tf_status tf_cuda_flash_forward_wgmma(tf_cuda_state *st, const tf_cuda_flash_par
  *   dV += P^T dO, dK += dS^T Q           (A = P^T, dS^T in registers, B N-major)
  *   dQ (this block's rows) += dS K       (dS^T through shared memory, read
  *                                          M-major; K N-major)
- * dK and dV stay in registers (f32) until the end. dQ of the block's 128
- * keys is added into the f32 workspace by 16-byte reductions (red .v4.f32),
- * each warpgroup taking half of the head dim. Without ATOMIC_DQ the mma.sync
- * dQ kernel computes dQ instead, deterministically. */
+ * dK and dV stay in registers (f32) until the end (at head dim 128 that is
+ * 128 registers a thread, which leaves no room for dQ). With ATOMIC_DQ (head
+ * dim 64) dQ of the block's 128 keys is added into the f32 workspace by
+ * 16-byte reductions (red .v4.f32), each warpgroup taking half of the head
+ * dim; without it the dQ kernel below computes dQ, deterministically. */
 template <int HD> struct tf_wgmma_bwd_layout {
   static constexpr int BC = 128, BR = 64;
   /* K and V (BC rows), Q and dO twice (BR rows), dS^T of each warpgroup
