@@ -258,7 +258,14 @@ tf_status tf_cuda_gemm(tf_device_ctx *ctx, const tf_gemm_args *g) {
       cublasStatus_t s = cublasLtMatmul(gs->lt, p->op, alpha, g->b, p->la, g->a, p->lb, beta, g->c, p->lc, g->c,
                                         p->lc, &p->algo, gs->workspace, TF_GEMM_WORKSPACE, st->stream);
       if (s == CUBLAS_STATUS_SUCCESS) return TF_OK;
-      p->lt = false; /* refused at launch: this combination uses cuBLAS from now on */
+      /* refused at launch: this combination uses cuBLAS from now on; but
+       * not for a refusal while the stream is being captured into a CUDA
+       * graph (the capture may have been spoiled by another call, and the
+       * engine then runs the pass again eagerly, on the same plan) */
+      cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+      if (cudaStreamIsCapturing(st->stream, &capturing) != cudaSuccess) (void)cudaGetLastError();
+      if (capturing == cudaStreamCaptureStatusNone) p->lt = false;
+      else return tf_cublas_error(s, "cublasLtMatmul");
     }
   }
   return tf_gemm_cublas(st, g, alpha, beta);
