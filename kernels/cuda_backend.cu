@@ -97,6 +97,10 @@ static tf_status tf_cuda_state_create(tf_device_ctx *ctx, tf_cuda_state *st) {
   TF_TRY(tf_cuda_use_device(ctx));
   TF_CUDA_CHECK(cudaDeviceGetAttribute(&st->multiprocessors, cudaDevAttrMultiProcessorCount, ctx->device.index));
   if (st->multiprocessors < 1) st->multiprocessors = 1;
+  int major = 0, minor = 0;
+  TF_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, ctx->device.index));
+  TF_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, ctx->device.index));
+  st->cc = major * 10 + minor;
   TF_CUDA_CHECK(cudaStreamCreateWithFlags(&st->stream, cudaStreamNonBlocking));
   TF_CUBLAS_CHECK(cublasCreate(&st->blas));
   TF_CUBLAS_CHECK(cublasSetStream(st->blas, st->stream));

@@ -25,6 +25,7 @@ typedef struct tf_cuda_state {
   cudaStream_t stream; /* every kernel, copy and cuBLAS call of the device */
   cublasHandle_t blas; /* bound to stream */
   int multiprocessors; /* for sizing grids */
+  int cc;              /* compute capability, major * 10 + minor (90: H100/H200) */
   void *gemm;          /* the engine GEMM's cuBLASLt handle and plan cache (gemm.cu), made on first use */
 } tf_cuda_state;
 

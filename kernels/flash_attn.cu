@@ -360,7 +360,7 @@ template <int DT> static tf_status tf_flash_backward(tf_cuda_state *st, tf_cuda_
 #ifdef TF_WITH_SM90A
   /* on Hopper the split passes are the faster ones at head dim 128 (the
    * wgmma dQ kernel beside the mma.sync dK/dV one) */
-  if (hd_pad == 128 && tf_flash_wgmma_here()) det = true;
+  if (hd_pad == 128 && tf_flash_wgmma_here(st)) det = true;
 #endif
   if (det) {
     if (p->seq_k > 0) TF_TRY(tf_cuda_flash_backward_tc(st, p, (tf_dtype)DT, hd_pad, false));

@@ -187,9 +187,9 @@ tf_status tf_cuda_flash_backward_wgmma(tf_cuda_state *st, const tf_cuda_flash_pa
                                        bool atomic_dq);
 /* ... and the deterministic dQ, head dims padded to 64 or 128. */
 tf_status tf_cuda_flash_dq_wgmma(tf_cuda_state *st, const tf_cuda_flash_params *p, tf_dtype dt, int hd_pad);
-/* flash_attn_fwd.cu: whether the current device takes those (compute
- * capability 9.0, and TF_FLASH_WGMMA is not 0). */
-bool tf_flash_wgmma_here(void);
+/* flash_attn_fwd.cu: whether st's device takes those (compute capability
+ * 9.0, and TF_FLASH_WGMMA is not 0). */
+bool tf_flash_wgmma_here(const tf_cuda_state *st);
 /* flash_attn_bwd.cu: dK and dV, and dQ into dq_acc with float atomics when
  * atomic_dq (else tf_cuda_flash_dq_tc computes dq, with no atomics). */
 tf_status tf_cuda_flash_backward_tc(tf_cuda_state *st, const tf_cuda_flash_params *p, tf_dtype dt, int hd_pad,

@@ -29,9 +29,6 @@
  *     first and the short ones fill the tail. */
 #include "flash_attn_common.cuh"
 
-#include <stdlib.h>
-#include <string.h>
-
 /* A forward configuration: head dim HD (padded), WARPS warps of MT 16-row
  * tiles, BC keys per block, MIN_BLOCKS resident blocks wanted per SM. */
 template <int HD_, int WARPS_, int MT_, int BC_, int MIN_BLOCKS_> struct tf_flash_fwd_cfg {
@@ -268,28 +265,17 @@ template <int DT> static tf_status tf_flash_fwd_dt(tf_cuda_state *st, const tf_c
 }
 
 #ifdef TF_WITH_SM90A
-/* Whether the current device runs the sm_90a (wgmma) kernels: compute
- * capability 9.0, unless TF_FLASH_WGMMA=0 asks for the mma.sync kernels
- * (read on every call, so a test can run both). */
-bool tf_flash_wgmma_here(void) {
-  const char *env = getenv("TF_FLASH_WGMMA");
-  if (env && strcmp(env, "0") == 0) return false;
-  static int cc[64]; /* per device: 0 unknown, else major * 10 + minor */
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return false;
-  if (cc[dev] == 0) {
-    int major = 0, minor = 0;
-    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
-    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
-    cc[dev] = major * 10 + minor;
-  }
-  return cc[dev] == 90;
+/* Whether st's device runs the sm_90a (wgmma) kernels: compute capability
+ * 9.0, unless TF_FLASH_WGMMA=0 asks for the mma.sync kernels (read on every
+ * call, so a test can run both). */
+bool tf_flash_wgmma_here(const tf_cuda_state *st) {
+  return st->cc == 90 && !tf_env_is("TF_FLASH_WGMMA", "0");
 }
 #endif
 
 tf_status tf_cuda_flash_forward_tc(tf_cuda_state *st, const tf_cuda_flash_params *p, tf_dtype dt, int hd_pad) {
 #ifdef TF_WITH_SM90A
-  if ((hd_pad == 64 || hd_pad == 128) && tf_flash_wgmma_here()) return tf_cuda_flash_forward_wgmma(st, p, dt, hd_pad);
+  if ((hd_pad == 64 || hd_pad == 128) && tf_flash_wgmma_here(st)) return tf_cuda_flash_forward_wgmma(st, p, dt, hd_pad);
 #endif
   return dt == TF_BF16 ? tf_flash_fwd_dt<TF_BF16>(st, p, hd_pad) : tf_flash_fwd_dt<TF_F16>(st, p, hd_pad);
 }

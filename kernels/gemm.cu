@@ -162,8 +162,7 @@ static tf_status tf_gemm_state_of(tf_cuda_state *st, tf_gemm_state **out) {
   if (!st->gemm) {
     tf_gemm_state *gs = (tf_gemm_state *)calloc(1, sizeof *gs);
     if (!gs) return tf_fail(TF_ERR_OOM, "out of memory: no host memory for the GEMM plan cache");
-    const char *env = getenv("TF_CUBLASLT");
-    gs->use_lt = !(env && strcmp(env, "0") == 0);
+    gs->use_lt = !tf_env_is("TF_CUBLASLT", "0");
     if (cublasLtCreate(&gs->lt) != CUBLAS_STATUS_SUCCESS) gs->lt = NULL;
     if (gs->lt && cudaMalloc(&gs->workspace, TF_GEMM_WORKSPACE) != cudaSuccess) {
       (void)cudaGetLastError();

@@ -17,6 +17,11 @@ static tf_device tf_default_dev;
 
 bool tf_cuda_compiled(void) { return tf_cuda_backend() != NULL; }
 
+bool tf_env_is(const char *name, const char *value) {
+  const char *env = getenv(name);
+  return env && strcmp(env, value) == 0;
+}
+
 int tf_cuda_device_count(void) { return tf_cuda_compiled() ? tf_cuda_backend_device_count() : 0; }
 
 tf_status tf_device_parse(const char *s, tf_device *out) {

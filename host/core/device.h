@@ -84,6 +84,10 @@ tf_status tf_device_sync(tf_device d);
 void tf_seed_all(uint64_t seed);
 uint64_t tf_current_seed(void);
 
+/* Whether the environment variable `name` is set to exactly `value` (the
+ * switches that turn a kernel path off, such as TF_CUBLASLT=0). */
+bool tf_env_is(const char *name, const char *value);
+
 /* Releases every device context (at exit). */
 void tf_devices_shutdown(void);
 

@@ -368,19 +368,13 @@ tf_status tf_model_adamw_step(tf_model *m, const tf_adamw_args *args) {
 static const char *const tf_model_phase_names[TF_MODEL_PHASES] = {"forward and loss graph", "backward graph",
                                                                   "forward graph"};
 
-/* An environment switch set to "0" (off) or "1" (on). */
-static bool tf_model_env_is(const char *name, const char *value) {
-  const char *env = getenv(name);
-  return env && strcmp(env, value) == 0;
-}
-
 static bool tf_model_graphs_supported(const tf_model *m) {
   const tf_model_kernels *k = m->k;
   return k->capture_begin && k->capture_end && k->graph_launch && k->graph_destroy;
 }
 
 void tf_model_set_graphs(tf_model *m, bool on) {
-  m->graphs = on && tf_model_graphs_supported(m) && !tf_model_env_is("TF_MODEL_GRAPHS", "0");
+  m->graphs = on && tf_model_graphs_supported(m) && !tf_env_is("TF_MODEL_GRAPHS", "0");
   if (!m->graphs) tf_model_graphs_drop(m);
 }
 
@@ -435,7 +429,7 @@ static bool tf_model_capture(tf_model *m, tf_model_phase phase, tf_model_graph *
   g->exec = NULL;
   g->failed = true;
   m->graph_failures++;
-  if (tf_model_env_is("TF_MODEL_GRAPHS_DEBUG", "1"))
+  if (tf_env_is("TF_MODEL_GRAPHS_DEBUG", "1"))
     fprintf(stderr, "tfhost: model: %s for batch %lld, seq %lld not captured (runs eagerly): %s\n",
             tf_model_phase_names[phase], (long long)g->key.batch, (long long)g->key.seq, why);
   return false;
@@ -443,9 +437,8 @@ static bool tf_model_capture(tf_model *m, tf_model_phase phase, tf_model_graph *
 
 /* Eager while replay is off or the profiler's collector records: a
  * replay's kernels would all land in the range around its launch. Else a
- * new key replaces the phase's
- * graph; the key's first call runs eagerly, the second captures, and a
- * captured phase is replayed. */
+ * new key replaces the phase's graph; the key's first call runs eagerly,
+ * the second captures, and a captured phase is replayed. */
 tf_status tf_model_run_phase(tf_model *m, tf_model_phase phase, bool keep, tf_model_phase_fn body) {
   if (!m->graphs || tf_prof_collecting()) return body(m, keep);
   tf_model_graph *g = &m->graph[phase];

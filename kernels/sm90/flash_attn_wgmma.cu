@@ -537,7 +537,7 @@ __global__ void __launch_bounds__(256, 1) tf_flash_bwd_wgmma_kernel(const tf_cud
             *reinterpret_cast<uint32_t *>(base_ptr + (ds_w - base) + tf_wgmma_chunk<64>(warp * 16 + g + 8 * h, 2 * kk + half) +
                                           t2 * 2) = da[kk][2 * half + h];
       tf_wgmma_fence_smem();
-      asm volatile("bar.sync 1, 256;\n" ::: "memory");
+      __syncthreads(); /* both warpgroups' dS^T are written */
       float dq[HD / 4];
       tf_wgmma_fence();
 #pragma unroll
