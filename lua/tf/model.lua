@@ -122,6 +122,11 @@ end
 
 function Eager:zero_grad() self.module:zero_grad() end
 
+--- The eager model has no graphs: asking for them changes nothing (self.graphs stays false).
+function Eager:set_graphs(on)
+  if type(on) ~= "boolean" then error("tf.model: set_graphs expects true or false", 2) end
+end
+
 function Eager:named_parameters() return self.module:named_parameters() end
 
 function Eager:make_optimizer(opts) return tf.optim.AdamW(self.module, opts) end
@@ -149,6 +154,13 @@ function Fused:backward()
 end
 
 function Fused:zero_grad() self.engine:zero_grad() end
+
+--- CUDA graph replay on or off (taken where the device has graphs); self.graphs follows.
+function Fused:set_graphs(on)
+  if type(on) ~= "boolean" then error("tf.model: set_graphs expects true or false", 2) end
+  self.engine:set_graphs(on)
+  self.graphs = self.engine:info().graphs
+end
 
 function Fused:named_parameters()
   local list, i = self.engine:parameters(), 0
