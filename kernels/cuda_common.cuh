@@ -173,7 +173,7 @@ tf_status tf_cuda_masked_fill(tf_device_ctx *ctx, const tf_tensor *x, const tf_t
 tf_status tf_cuda_adamw(tf_device_ctx *ctx, const tf_adamw_update *args);
 /* FlashAttention-2 (flash_attn.cu, with flash_attn_fwd.cu and flash_attn_bwd.cu). */
 tf_status tf_cuda_flash_attention(tf_device_ctx *ctx, const tf_flash_args *args);
-size_t tf_cuda_flash_workspace(const tf_flash_args *args);
+size_t tf_cuda_flash_workspace(tf_device_ctx *ctx, const tf_flash_args *args);
 /* The Transformer engine's kernels (model_kernels.h), gathered into one
  * table by model_backend.cu: gemm.cu, model_encoder.cu, model_norm.cu,
  * model_swiglu.cu, model_attention.cu, model_loss.cu, and its CUDA graphs

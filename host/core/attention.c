@@ -269,7 +269,7 @@ tf_status tf_flash_attention_backward(const tf_tensor *q, const tf_tensor *k, co
     a.dv = tf_tensor_data(g[2]);
     /* Scratch from the caching allocator, returned as soon as the pass is
      * queued (work on the device's stream runs in order). */
-    size_t bytes = ctx->backend->flash_workspace ? ctx->backend->flash_workspace(&a) : 0;
+    size_t bytes = ctx->backend->flash_workspace ? ctx->backend->flash_workspace(ctx, &a) : 0;
     tf_block *ws = NULL;
     if (bytes > 0) st = tf_alloc(&ctx->alloc, bytes, &ws);
     if (st == TF_OK) {

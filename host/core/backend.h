@@ -125,7 +125,7 @@ typedef struct tf_adamw_update {
  * Backward reads q, k, v, o, lse and dout and writes dq, dk, dv (q/k/v's
  * shapes and dtype): D = rowsum(dout * o), P = exp(s - lse), dV = P^T dO,
  * dP = dO V^T, dS = P (dP - D), dQ = scale dS K, dK = scale dS^T Q.
- * workspace holds flash_workspace(args) bytes of device memory (may be 0).
+ * workspace holds flash_workspace(ctx, args) bytes of device memory (may be 0).
  * deterministic asks for the same bits on every run (no float atomics). */
 typedef struct tf_flash_args {
   bool backward;
@@ -192,7 +192,7 @@ struct tf_backend {
   /* Head dims 16..128 (multiples of 8 on the GPU's tensor-core path);
    * flash_workspace gives the backward pass's scratch bytes. */
   tf_status (*flash_attention)(tf_device_ctx *ctx, const tf_flash_args *args);
-  size_t (*flash_workspace)(const tf_flash_args *args);
+  size_t (*flash_workspace)(tf_device_ctx *ctx, const tf_flash_args *args);
 
   /* The fused Transformer engine's kernels (model_kernels.h). */
   const struct tf_model_kernels *model;

@@ -107,7 +107,7 @@ static void tf_model_plan_carve(const tf_model *m, tf_model_plan *p, tf_carver *
     p->o_heads = tf_carve(c, act, TF_WS, "attention out heads", 0);
     tf_flash_args fa = tf_model_flash_args(m, p->batch, p->seq);
     fa.backward = true;
-    size_t ws = m->ctx->backend->flash_workspace ? m->ctx->backend->flash_workspace(&fa) : 0;
+    size_t ws = m->ctx->backend->flash_workspace ? m->ctx->backend->flash_workspace(m->ctx, &fa) : 0;
     p->flash_ws = ws ? tf_carve(c, ws, TF_WS, "flash workspace", 0) : NULL;
   } else {
     p->dp = tf_carve(c, probs, TF_WS, "d attention probs", 0);

@@ -289,7 +289,7 @@ tf_status tf_cpu_flash_attention(tf_device_ctx *ctx, const tf_flash_args *a) {
   return a->backward ? tf_cpu_flash_backward(&f) : tf_cpu_flash_forward(&f);
 }
 
-size_t tf_cpu_flash_workspace(const tf_flash_args *args) {
-  (void)args;
+size_t tf_cpu_flash_workspace(tf_device_ctx *ctx, const tf_flash_args *args) {
+  (void)ctx, (void)args;
   return 0;
 }

@@ -38,6 +38,6 @@ tf_status tf_cpu_adamw(tf_device_ctx *ctx, const tf_adamw_update *args);
  * recomputing backward), the twin of kernels/flash_attn.cu. It needs no
  * workspace (flash_workspace is 0). */
 tf_status tf_cpu_flash_attention(tf_device_ctx *ctx, const tf_flash_args *args);
-size_t tf_cpu_flash_workspace(const tf_flash_args *args);
+size_t tf_cpu_flash_workspace(tf_device_ctx *ctx, const tf_flash_args *args);
 
 #endif

@@ -167,7 +167,7 @@ static void flash_case(attn_shape s, tf_dtype dt) {
   tf_flash_args a = {.causal = s.causal, .dtype = dt, .batch = s.batch, .seq_q = s.sq, .seq_k = s.sk,
                      .head_dim = s.d, .scale = s.scale, .q = tf_tensor_data(q), .k = tf_tensor_data(k),
                      .v = tf_tensor_data(v), .o = tf_tensor_data(o), .lse = tf_tensor_data(lse)};
-  CHECK_INT(cctx->backend->flash_workspace(&a), 0);
+  CHECK_INT(cctx->backend->flash_workspace(cctx, &a), 0);
   double e[5] = {0};
   if (CHECK_OK(cctx->backend->flash_attention(cctx, &a))) {
     e[0] = compare("o", note, o, oref, tol_of(dt));
@@ -186,7 +186,7 @@ static void flash_case(attn_shape s, tf_dtype dt) {
     b.deterministic = run == 1;
     b.dout = tf_tensor_data(dout);
     b.dq = tf_tensor_data(g[run][0]), b.dk = tf_tensor_data(g[run][1]), b.dv = tf_tensor_data(g[run][2]);
-    CHECK_INT(cctx->backend->flash_workspace(&b), 0);
+    CHECK_INT(cctx->backend->flash_workspace(cctx, &b), 0);
     CHECK_OK(cctx->backend->flash_attention(cctx, &b));
   }
   e[2] = compare("dq", note, g[0][0], dqr, tol_of(dt));
