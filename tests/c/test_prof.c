@@ -13,7 +13,7 @@
 #include "model_kernels.h"
 #include "ops.h"
 #include "prof.h"
-#include "../../host/cpu/cpu_prof.h"
+#include "cpu_prof.h"
 
 static void check_short(const char *full, const char *want) {
   char out[256];

@@ -1,5 +1,5 @@
-/* The profiler on a GPU (core/prof.h, kernels/prof_cupti.cu), with work of
- * known shape and length (kernels/prof_testkernels.cu): a kernel that spins
+/* The profiler on a GPU (host/observe/prof.h, backends/cuda/prof_cupti.cu), with work of
+ * known shape and length (tests/c/prof_testkernels.cu): a kernel that spins
  * on the GPU's nanosecond clock is launched 4 times in range "outer", 3
  * times in range "inner" nested in it (longer spins), and once outside any
  * range; a memset and two copies of known sizes run in "outer"; a cuBLAS
@@ -22,7 +22,7 @@
 #include "prof.h"
 
 #ifdef TF_WITH_CUDA
-/* Test-only launchers (kernels/prof_testkernels.cu). */
+/* Test-only launchers (tests/c/prof_testkernels.cu). */
 tf_status tf_prof_test_spin(tf_device_ctx *ctx, int64_t ns, int gx, int gy, int bx, int by, int dynamic_shared);
 tf_status tf_prof_test_memops(tf_device_ctx *ctx, size_t memset_bytes, size_t h2d_bytes, size_t d2h_bytes);
 

@@ -1,0 +1,55 @@
+/* Reductions on the CPU over a contiguous (outer, r, inner) view. As the
+ * correctness oracle, float sums accumulate in double; integer sums in
+ * int64. max/min propagate NaN, as PyTorch does. */
+#include <math.h>
+
+#include "elemio.h"
+#include "cpu.h"
+
+static double tf_cpu_reduce_float(tf_reduce_op op, const void *data, tf_dtype d, int64_t base, int64_t r,
+                                  int64_t inner) {
+  double acc = tf_elem_get(data, d, base);
+  if (op == TF_REDUCE_SUM || op == TF_REDUCE_MEAN) {
+    for (int64_t k = 1; k < r; k++) acc += tf_elem_get(data, d, base + k * inner);
+    return op == TF_REDUCE_MEAN ? acc / (double)r : acc;
+  }
+  for (int64_t k = 1; k < r && acc == acc; k++) {
+    double v = tf_elem_get(data, d, base + k * inner);
+    if (v != v || (op == TF_REDUCE_MAX ? v > acc : v < acc)) acc = v;
+  }
+  return acc;
+}
+
+static int64_t tf_cpu_reduce_int(tf_reduce_op op, const void *data, tf_dtype d, int64_t base, int64_t r,
+                                 int64_t inner) {
+  const int32_t *i32 = data;
+  const int64_t *i64 = data;
+  int64_t acc = d == TF_I32 ? i32[base] : i64[base];
+  for (int64_t k = 1; k < r; k++) {
+    int64_t v = d == TF_I32 ? i32[base + k * inner] : i64[base + k * inner];
+    if (op == TF_REDUCE_SUM)
+      acc = (int64_t)((uint64_t)acc + (uint64_t)v);
+    else if (op == TF_REDUCE_MAX ? v > acc : v < acc)
+      acc = v;
+  }
+  return acc;
+}
+
+tf_status tf_cpu_reduce(tf_device_ctx *ctx, tf_reduce_op op, const tf_tensor *a, int64_t outer, int64_t r,
+                        int64_t inner, tf_tensor *out) {
+  (void)ctx;
+  const void *src = tf_tensor_data(a);
+  void *dst = tf_tensor_data(out);
+  bool is_float = tf_dtype_is_float(a->dtype);
+  for (int64_t o = 0; o < outer; o++)
+    for (int64_t i = 0; i < inner; i++) {
+      int64_t base = o * r * inner + i, at = o * inner + i;
+      if (is_float)
+        tf_elem_set(dst, out->dtype, at, tf_cpu_reduce_float(op, src, a->dtype, base, r, inner));
+      else if (out->dtype == TF_I64)
+        ((int64_t *)dst)[at] = tf_cpu_reduce_int(op, src, a->dtype, base, r, inner);
+      else
+        ((int32_t *)dst)[at] = (int32_t)tf_cpu_reduce_int(op, src, a->dtype, base, r, inner);
+    }
+  return TF_OK;
+}

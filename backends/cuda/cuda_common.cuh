@@ -1,0 +1,200 @@
+/* What the CUDA backend's files share: the per-device state, the error
+ * checks that turn every failing CUDA/cuBLAS call into a tf_status with a
+ * message naming the call, the device switch, launch sizing, per-dtype
+ * load/store traits and the strided-iteration geometry of the elementwise
+ * families. Include this first in every kernels/ file. */
+#ifndef TF_CUDA_COMMON_CUH
+#define TF_CUDA_COMMON_CUH
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include "backend.h"
+#include "half.h"
+#include "model_kernels.h"
+
+enum { TF_CUDA_THREADS = 256 };
+
+/* What a CUDA device context owns (ctx->backend_state). */
+typedef struct tf_cuda_state {
+  cudaStream_t stream; /* every kernel, copy and cuBLAS call of the device */
+  cublasHandle_t blas; /* bound to stream */
+  int multiprocessors; /* for sizing grids */
+  int cc;              /* compute capability, major * 10 + minor (90: H100/H200) */
+  void *gemm;          /* the engine GEMM's cuBLASLt handle and plan cache (gemm.cu), made on first use */
+} tf_cuda_state;
+
+/* Records "CUDA error in <call>: <reason>" (TF_ERR_OOM with "out of memory"
+ * for allocation failures), clears the non-sticky error state, returns the
+ * status. `call` may be the stringified call: only its name is kept. */
+tf_status tf_cuda_error(cudaError_t err, const char *call);
+tf_status tf_cublas_error(cublasStatus_t err, const char *call);
+/* For paths that cannot return a status (frees, destroys): the failure goes
+ * to stderr instead of being dropped. */
+void tf_cuda_report(cudaError_t err, const char *call);
+
+#define TF_CUDA_CHECK(call)                                              \
+  do {                                                                   \
+    cudaError_t tf_cuda_err_ = (call);                                   \
+    if (tf_cuda_err_ != cudaSuccess) return tf_cuda_error(tf_cuda_err_, #call); \
+  } while (0)
+
+#define TF_CUBLAS_CHECK(call)                                                \
+  do {                                                                       \
+    cublasStatus_t tf_cublas_err_ = (call);                                  \
+    if (tf_cublas_err_ != CUBLAS_STATUS_SUCCESS) return tf_cublas_error(tf_cublas_err_, #call); \
+  } while (0)
+
+/* After a <<<>>> launch: a bad configuration or an earlier asynchronous
+ * fault shows up here, named after the kernel. */
+tf_status tf_cuda_launched(const char *kernel);
+
+/* Makes ctx's GPU current for this host thread (cudaSetDevice only when it
+ * differs from the one this thread last made current). */
+tf_status tf_cuda_use_device(tf_device_ctx *ctx);
+
+static inline tf_cuda_state *tf_cuda_state_of(tf_device_ctx *ctx) { return (tf_cuda_state *)ctx->backend_state; }
+
+/* Blocks for a grid-stride loop over n items: enough to fill the GPU a few
+ * times over, never more than the items need. */
+static inline unsigned tf_cuda_blocks(const tf_cuda_state *st, int64_t n) {
+  int64_t want = (n + TF_CUDA_THREADS - 1) / TF_CUDA_THREADS;
+  int64_t cap = (int64_t)st->multiprocessors * 32;
+  if (want > cap) want = cap;
+  return want < 1 ? 1u : (unsigned)want;
+}
+
+/* Storage and compute types of a dtype, with the loads and stores of
+ * half.h so that f16/bf16 round exactly as on the CPU. i32 computes in
+ * int64, like the CPU backend (cpu.h). */
+template <int DT> struct tf_cuda_dtype;
+template <> struct tf_cuda_dtype<TF_F32> {
+  typedef float storage;
+  typedef float compute;
+  static __device__ __forceinline__ float load(float v) { return v; }
+  static __device__ __forceinline__ float store(float v) { return v; }
+};
+template <> struct tf_cuda_dtype<TF_F16> {
+  typedef uint16_t storage;
+  typedef float compute;
+  static __device__ __forceinline__ float load(uint16_t v) { return tf_f16_to_f32(v); }
+  static __device__ __forceinline__ uint16_t store(float v) { return tf_f32_to_f16(v); }
+};
+template <> struct tf_cuda_dtype<TF_BF16> {
+  typedef uint16_t storage;
+  typedef float compute;
+  static __device__ __forceinline__ float load(uint16_t v) { return tf_bf16_to_f32(v); }
+  static __device__ __forceinline__ uint16_t store(float v) { return tf_f32_to_bf16(v); }
+};
+template <> struct tf_cuda_dtype<TF_F64> {
+  typedef double storage;
+  typedef double compute;
+  static __device__ __forceinline__ double load(double v) { return v; }
+  static __device__ __forceinline__ double store(double v) { return v; }
+};
+template <> struct tf_cuda_dtype<TF_I32> {
+  typedef int32_t storage;
+  typedef int64_t compute;
+  static __device__ __forceinline__ int64_t load(int32_t v) { return v; }
+  static __device__ __forceinline__ int32_t store(int64_t v) { return (int32_t)v; }
+};
+template <> struct tf_cuda_dtype<TF_I64> {
+  typedef int64_t storage;
+  typedef int64_t compute;
+  static __device__ __forceinline__ int64_t load(int64_t v) { return v; }
+  static __device__ __forceinline__ int64_t store(int64_t v) { return v; }
+};
+
+/* Y(DTYPE, ...) for each dtype elementwise kernels exist for, as cpu.h's
+ * TF_CPU_FLOAT_TYPES / TF_CPU_INT_TYPES. */
+#define TF_CUDA_FLOAT_TYPES(Y, ...) \
+  Y(TF_F32, __VA_ARGS__) Y(TF_F16, __VA_ARGS__) Y(TF_BF16, __VA_ARGS__) Y(TF_F64, __VA_ARGS__)
+#define TF_CUDA_INT_TYPES(Y, ...) Y(TF_I32, __VA_ARGS__) Y(TF_I64, __VA_ARGS__)
+
+/* An elementwise iteration space with a contiguous output and up to two
+ * strided inputs, collapsed as cpu_iter.c does (size-1 dims dropped, dims
+ * merged where every operand allows). Dims are stored innermost first so
+ * kernels index them with compile-time positions (no local-memory copy of
+ * the parameter). Passed to kernels by value. */
+typedef struct tf_cuda_strided {
+  int ndim;        /* >= 1 */
+  bool contiguous; /* every input is dense over the whole space: element i is at i */
+  bool narrow;     /* the element count fits 31 bits: index math in 32 bits */
+  int64_t shape[TF_MAX_DIMS];
+  int64_t stride[2][TF_MAX_DIMS];
+} tf_cuda_strided;
+
+void tf_cuda_strided_init(tf_cuda_strided *g, const tf_tensor *out, const tf_tensor *in0, const tf_tensor *in1);
+
+/* Element offset of linear output index i in each of NIN inputs. */
+template <int NIN, typename I>
+__device__ __forceinline__ void tf_cuda_strided_offsets(const tf_cuda_strided &g, I i, int64_t *off) {
+  I idx = i;
+  for (int k = 0; k < NIN; k++) off[k] = 0;
+#pragma unroll
+  for (int d = 0; d < TF_MAX_DIMS; d++) {
+    if (d == g.ndim - 1) {
+      for (int k = 0; k < NIN; k++) off[k] += (int64_t)idx * g.stride[k][d];
+      break;
+    }
+    I size = (I)g.shape[d];
+    I q = idx / size;
+    I r = idx - q * size;
+    for (int k = 0; k < NIN; k++) off[k] += (int64_t)r * g.stride[k][d];
+    idx = q;
+  }
+}
+
+/* Kernel entry points of the other files, gathered into the backend table
+ * by cuda_backend.cu. */
+tf_status tf_cuda_unary(tf_device_ctx *ctx, tf_unary_op op, const tf_tensor *a, tf_tensor *out);
+tf_status tf_cuda_binary(tf_device_ctx *ctx, tf_binary_op op, const tf_tensor *a, const tf_tensor *b, double scalar,
+                         tf_scalar_side side, tf_tensor *out);
+tf_status tf_cuda_convert(tf_device_ctx *ctx, const tf_tensor *src, tf_tensor *dst);
+tf_status tf_cuda_fill(tf_device_ctx *ctx, tf_tensor *out, double value);
+tf_status tf_cuda_arange(tf_device_ctx *ctx, tf_tensor *out, double start, double step);
+tf_status tf_cuda_random(tf_device_ctx *ctx, tf_tensor *out, const tf_random_args *args);
+tf_status tf_cuda_reduce(tf_device_ctx *ctx, tf_reduce_op op, const tf_tensor *a, int64_t outer, int64_t r,
+                         int64_t inner, tf_tensor *out);
+tf_status tf_cuda_matmul(tf_device_ctx *ctx, const tf_matmul_args *args);
+/* The fused neural-network ops (nnops.h), one file each; shared pieces in nn_common.cuh. */
+tf_status tf_cuda_softmax(tf_device_ctx *ctx, const tf_softmax_args *args);
+tf_status tf_cuda_norm(tf_device_ctx *ctx, const tf_norm_args *args);
+tf_status tf_cuda_cross_entropy(tf_device_ctx *ctx, const tf_cross_entropy_args *args, int64_t *bad);
+tf_status tf_cuda_rope(tf_device_ctx *ctx, const tf_rope_args *args);
+tf_status tf_cuda_embedding(tf_device_ctx *ctx, const tf_embedding_args *args, int64_t *bad);
+tf_status tf_cuda_masked_fill(tf_device_ctx *ctx, const tf_tensor *x, const tf_tensor *mask, double value,
+                              tf_tensor *out);
+tf_status tf_cuda_adamw(tf_device_ctx *ctx, const tf_adamw_update *args);
+/* FlashAttention-2 (flash_attn.cu, with flash_attn_fwd.cu and flash_attn_bwd.cu). */
+tf_status tf_cuda_flash_attention(tf_device_ctx *ctx, const tf_flash_args *args);
+size_t tf_cuda_flash_workspace(tf_device_ctx *ctx, const tf_flash_args *args);
+/* The Transformer engine's kernels (model_kernels.h), gathered into one
+ * table by model_backend.cu: gemm.cu, model_encoder.cu, model_norm.cu,
+ * model_swiglu.cu, model_attention.cu, model_loss.cu, and its CUDA graphs
+ * (model_graph.cu). */
+tf_status tf_cuda_gemm(tf_device_ctx *ctx, const tf_gemm_args *args);
+void tf_cuda_gemm_use_lt(tf_device_ctx *ctx, bool on);
+void tf_cuda_gemm_release(tf_cuda_state *st); /* at shutdown */
+tf_status tf_cuda_index_check(tf_device_ctx *ctx, const int64_t *idx, int64_t n, int64_t limit, int64_t *bad);
+tf_status tf_cuda_encoder(tf_device_ctx *ctx, const tf_encoder_args *args);
+size_t tf_cuda_encoder_workspace(tf_device_ctx *ctx, const tf_encoder_args *args);
+tf_status tf_cuda_rmsnorm(tf_device_ctx *ctx, const tf_rmsnorm_args *args);
+size_t tf_cuda_rmsnorm_workspace(tf_device_ctx *ctx, const tf_rmsnorm_args *args);
+tf_status tf_cuda_swiglu(tf_device_ctx *ctx, const tf_swiglu_args *args);
+tf_status tf_cuda_rope_heads(tf_device_ctx *ctx, const tf_rope_heads_args *args);
+tf_status tf_cuda_heads(tf_device_ctx *ctx, const tf_heads_args *args);
+tf_status tf_cuda_causal_softmax(tf_device_ctx *ctx, const tf_causal_softmax_args *args);
+tf_status tf_cuda_lm_loss(tf_device_ctx *ctx, const tf_lm_loss_args *args);
+tf_status tf_cuda_capture_begin(tf_device_ctx *ctx);
+tf_status tf_cuda_capture_end(tf_device_ctx *ctx, tf_graph **out);
+tf_status tf_cuda_graph_launch(tf_device_ctx *ctx, tf_graph *g);
+void tf_cuda_graph_destroy(tf_device_ctx *ctx, tf_graph *g);
+const tf_model_kernels *tf_cuda_model_kernels(void);
+
+#endif

@@ -1,0 +1,320 @@
+/* The profiler's GPU side (core/prof.h): CUPTI's activity API, as GPU.md
+ * verified it on the H100/H200 machines: CONCURRENT_KERNEL (never KERNEL,
+ * which serialises kernels), MEMCPY and MEMSET records, plus RUNTIME and
+ * DRIVER API records with EXTERNAL_CORRELATION, so that the range id pushed
+ * as a CUSTOM0 external correlation id on range entry comes back paired
+ * with the correlation id of every launch made inside the range.
+ *
+ * CUPTI hands over records in buffers on its own thread; buffers come from
+ * a small pool (no allocation per kernel), and each completed buffer is
+ * decoded into core records in one locked batch. A kernel's name is
+ * demangled once per distinct name (CUPTI shares the name pointer between
+ * records of one kernel). Only one CUPTI subscriber may exist per process:
+ * the collector subscribes (a callback that does nothing) while it runs, so
+ * that with Nsight Compute or Systems attached it fails to start and steps
+ * aside with a message instead of fighting over CUPTI. */
+#include <cupti.h>
+#include <cxxabi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "prof.h"
+
+/* The record layouts of this CUPTI; only fields every version has are read. */
+#if CUPTI_API_VERSION >= 130000
+typedef CUpti_ActivityKernel10 tf_cupti_kernel_record;
+typedef CUpti_ActivityMemcpy6 tf_cupti_memcpy_record;
+#else
+typedef CUpti_ActivityKernel9 tf_cupti_kernel_record;
+typedef CUpti_ActivityMemcpy5 tf_cupti_memcpy_record;
+#endif
+typedef CUpti_ActivityMemset4 tf_cupti_memset_record;
+
+namespace {
+
+const size_t kBufferBytes = 4u << 20;
+const size_t kPoolKeep = 8; /* buffers kept for the next session */
+
+/* Never destroyed: CUPTI may still deliver a buffer while the process
+ * exits, after static destructors would have run. */
+std::mutex &pool_lock = *new std::mutex;
+std::vector<uint8_t *> &pool = *new std::vector<uint8_t *>; /* free buffers */
+
+CUpti_SubscriberHandle subscriber;
+bool subscribed = false;
+bool callbacks_registered = false;
+std::vector<CUpti_ActivityKind> &enabled = *new std::vector<CUpti_ActivityKind>;
+
+/* Names by CUPTI's name pointer (the string is checked too, in case a
+ * module was unloaded and its memory reused). Under tf_prof_gpu_lock. */
+struct kernel_name {
+  std::string raw;
+  const char *full, *bare;
+};
+std::unordered_map<const char *, kernel_name> &names = *new std::unordered_map<const char *, kernel_name>;
+
+void CUPTIAPI buffer_requested(uint8_t **buffer, size_t *size, size_t *max_records) {
+  uint8_t *b = NULL;
+  {
+    std::lock_guard<std::mutex> hold(pool_lock);
+    if (!pool.empty()) {
+      b = pool.back();
+      pool.pop_back();
+    }
+  }
+  if (!b) b = (uint8_t *)aligned_alloc(8, kBufferBytes);
+  *buffer = b;
+  *size = b ? kBufferBytes : 0; /* CUPTI drops records (and counts them) without a buffer */
+  *max_records = 0;
+}
+
+void give_back(uint8_t *buffer) {
+  std::lock_guard<std::mutex> hold(pool_lock);
+  pool.push_back(buffer);
+}
+
+const kernel_name &name_of(const char *mangled) {
+  static const kernel_name unknown = {"", "(unknown kernel)", "(unknown kernel)"};
+  if (!mangled) return unknown;
+  auto it = names.find(mangled);
+  if (it != names.end() && it->second.raw == mangled) return it->second;
+  int status = 0;
+  char *demangled = abi::__cxa_demangle(mangled, NULL, NULL, &status);
+  const char *full = tf_prof_intern(status == 0 && demangled ? demangled : mangled);
+  free(demangled);
+  if (!full) return unknown;
+  char bare[512];
+  tf_prof_short_name(full, bare, sizeof bare);
+  const char *short_name = tf_prof_intern(bare);
+  kernel_name entry = {mangled, full, short_name ? short_name : full};
+  return names[mangled] = entry;
+}
+
+const char *copy_kind(uint8_t kind) {
+  switch (kind) {
+    case CUPTI_ACTIVITY_MEMCPY_KIND_HTOD: return "HtoD";
+    case CUPTI_ACTIVITY_MEMCPY_KIND_DTOH: return "DtoH";
+    case CUPTI_ACTIVITY_MEMCPY_KIND_HTOA: return "HtoA";
+    case CUPTI_ACTIVITY_MEMCPY_KIND_ATOH: return "AtoH";
+    case CUPTI_ACTIVITY_MEMCPY_KIND_ATOA: return "AtoA";
+    case CUPTI_ACTIVITY_MEMCPY_KIND_ATOD: return "AtoD";
+    case CUPTI_ACTIVITY_MEMCPY_KIND_DTOA: return "DtoA";
+    case CUPTI_ACTIVITY_MEMCPY_KIND_DTOD: return "DtoD";
+    case CUPTI_ACTIVITY_MEMCPY_KIND_HTOH: return "HtoH";
+    case CUPTI_ACTIVITY_MEMCPY_KIND_PTOP: return "PtoP";
+    default: return "unknown";
+  }
+}
+
+tf_device cuda_device(uint32_t id) {
+  tf_device d;
+  d.type = TF_DEV_CUDA;
+  d.index = (int)id;
+  return d;
+}
+
+void decode(const CUpti_Activity *rec) {
+  switch (rec->kind) {
+    case CUPTI_ACTIVITY_KIND_KERNEL:
+    case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
+      const tf_cupti_kernel_record *r = (const tf_cupti_kernel_record *)rec;
+      const kernel_name &n = name_of(r->name);
+      tf_prof_kernel k;
+      memset(&k, 0, sizeof k);
+      k.name = n.full;
+      k.short_name = n.bare;
+      k.start_ns = (int64_t)r->start;
+      k.end_ns = (int64_t)r->end;
+      k.correlation = r->correlationId;
+      k.stream = r->streamId;
+      k.device = cuda_device(r->deviceId);
+      k.grid[0] = r->gridX, k.grid[1] = r->gridY, k.grid[2] = r->gridZ;
+      k.block[0] = r->blockX, k.block[1] = r->blockY, k.block[2] = r->blockZ;
+      k.registers = r->registersPerThread;
+      k.static_shared = r->staticSharedMemory;
+      k.dynamic_shared = r->dynamicSharedMemory;
+      tf_prof_gpu_kernel(&k);
+      break;
+    }
+    case CUPTI_ACTIVITY_KIND_MEMCPY: {
+      const tf_cupti_memcpy_record *r = (const tf_cupti_memcpy_record *)rec;
+      tf_prof_transfer t;
+      memset(&t, 0, sizeof t);
+      t.kind = copy_kind(r->copyKind);
+      t.bytes = r->bytes;
+      t.start_ns = (int64_t)r->start;
+      t.end_ns = (int64_t)r->end;
+      t.correlation = r->correlationId;
+      t.runtime_correlation = r->runtimeCorrelationId;
+      t.stream = r->streamId;
+      t.device = cuda_device(r->deviceId);
+      tf_prof_gpu_transfer(&t);
+      break;
+    }
+    case CUPTI_ACTIVITY_KIND_MEMSET: {
+      const tf_cupti_memset_record *r = (const tf_cupti_memset_record *)rec;
+      tf_prof_transfer t;
+      memset(&t, 0, sizeof t);
+      t.memset = true;
+      t.kind = "memset";
+      t.bytes = r->bytes;
+      t.start_ns = (int64_t)r->start;
+      t.end_ns = (int64_t)r->end;
+      t.correlation = r->correlationId;
+      t.stream = r->streamId;
+      t.device = cuda_device(r->deviceId);
+      tf_prof_gpu_transfer(&t);
+      break;
+    }
+    case CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION: {
+      const CUpti_ActivityExternalCorrelation *r = (const CUpti_ActivityExternalCorrelation *)rec;
+      if (r->externalKind == CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0)
+        tf_prof_gpu_correlation(r->correlationId, r->externalId);
+      break;
+    }
+    default: /* RUNTIME and DRIVER records only carry the correlation */
+      break;
+  }
+}
+
+void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *buffer, size_t size, size_t valid) {
+  (void)size;
+  tf_prof_gpu_lock();
+  CUpti_Activity *rec = NULL;
+  while (valid > 0 && cuptiActivityGetNextRecord(buffer, valid, &rec) == CUPTI_SUCCESS) decode(rec);
+  size_t dropped = 0;
+  if (cuptiActivityGetNumDroppedRecords(ctx, stream, &dropped) == CUPTI_SUCCESS && dropped)
+    tf_prof_gpu_dropped(dropped);
+  tf_prof_gpu_unlock();
+  if (buffer) give_back(buffer);
+}
+
+void CUPTIAPI ignore_callback(void *, CUpti_CallbackDomain, CUpti_CallbackId, const void *) {}
+
+bool failed(CUptiResult r, const char *call, char *reason, size_t n) {
+  const char *text = NULL;
+  if (cuptiGetResultString(r, &text) != CUPTI_SUCCESS || !text) text = "unknown CUPTI error";
+  if (r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED)
+    snprintf(reason, n, "another CUDA profiler or debugger holds CUPTI (Nsight Compute/Systems, compute-sanitizer, "
+             "cuda-gdb?): %s: %s", call, text);
+  else
+    snprintf(reason, n, "%s: %s", call, text);
+  return false;
+}
+
+const char *kind_name(CUpti_ActivityKind k) {
+  switch (k) {
+    case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: return "cuptiActivityEnable(CONCURRENT_KERNEL)";
+    case CUPTI_ACTIVITY_KIND_MEMCPY: return "cuptiActivityEnable(MEMCPY)";
+    case CUPTI_ACTIVITY_KIND_MEMSET: return "cuptiActivityEnable(MEMSET)";
+    case CUPTI_ACTIVITY_KIND_RUNTIME: return "cuptiActivityEnable(RUNTIME)";
+    case CUPTI_ACTIVITY_KIND_DRIVER: return "cuptiActivityEnable(DRIVER)";
+    case CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION: return "cuptiActivityEnable(EXTERNAL_CORRELATION)";
+    default: return "cuptiActivityEnable";
+  }
+}
+
+void disable_all() {
+  for (size_t i = enabled.size(); i-- > 0;) (void)cuptiActivityDisable(enabled[i]);
+  enabled.clear();
+}
+
+void unsubscribe() {
+  if (subscribed) (void)cuptiUnsubscribe(subscriber);
+  subscribed = false;
+}
+
+/* Frees the pool beyond what the next session will want. */
+void trim_pool() {
+  std::lock_guard<std::mutex> hold(pool_lock);
+  while (pool.size() > kPoolKeep) {
+    free(pool.back());
+    pool.pop_back();
+  }
+}
+
+}  // namespace
+
+extern "C" bool tf_prof_cupti_probe(char *reason, size_t reason_size) {
+  if (subscribed) return true;
+  CUptiResult r = cuptiSubscribe(&subscriber, ignore_callback, NULL);
+  if (r != CUPTI_SUCCESS) return failed(r, "cuptiSubscribe", reason, reason_size);
+  (void)cuptiUnsubscribe(subscriber);
+  return true;
+}
+
+extern "C" bool tf_prof_cupti_start(const tf_prof_options *opts, char *reason, size_t reason_size) {
+  CUptiResult r = cuptiSubscribe(&subscriber, ignore_callback, NULL);
+  if (r != CUPTI_SUCCESS) return failed(r, "cuptiSubscribe", reason, reason_size);
+  subscribed = true;
+  if (!callbacks_registered) {
+    r = cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed);
+    if (r != CUPTI_SUCCESS) {
+      unsubscribe();
+      return failed(r, "cuptiActivityRegisterCallbacks", reason, reason_size);
+    }
+    callbacks_registered = true;
+  }
+  std::vector<CUpti_ActivityKind> kinds;
+  kinds.push_back(CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION);
+  kinds.push_back(CUPTI_ACTIVITY_KIND_RUNTIME);
+  if (opts->driver) kinds.push_back(CUPTI_ACTIVITY_KIND_DRIVER);
+  if (opts->kernels) kinds.push_back(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+  if (opts->memcpy) {
+    kinds.push_back(CUPTI_ACTIVITY_KIND_MEMCPY);
+    kinds.push_back(CUPTI_ACTIVITY_KIND_MEMSET);
+  }
+  for (CUpti_ActivityKind k : kinds) {
+    r = cuptiActivityEnable(k);
+    if (r != CUPTI_SUCCESS) {
+      disable_all();
+      unsubscribe();
+      return failed(r, kind_name(k), reason, reason_size);
+    }
+    enabled.push_back(k);
+  }
+  return true;
+}
+
+extern "C" void tf_prof_cupti_flush(void) { (void)cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED); }
+
+extern "C" void tf_prof_cupti_stop(void) {
+  (void)cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+  disable_all();
+  (void)cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+  unsubscribe();
+  trim_pool();
+}
+
+extern "C" void tf_prof_cupti_push(uint64_t range_id) {
+  (void)cuptiActivityPushExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, range_id);
+}
+
+extern "C" void tf_prof_cupti_pop(void) {
+  (void)cuptiActivityPopExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, NULL);
+}
+
+extern "C" void tf_prof_cupti_clock_pair(int64_t *host_ns, uint64_t *cupti_ns) {
+  int64_t best = -1;
+  for (int i = 0; i < 7; i++) {
+    uint64_t c = 0;
+    int64_t before = tf_prof_now_ns();
+    if (cuptiGetTimestamp(&c) != CUPTI_SUCCESS) c = 0;
+    int64_t after = tf_prof_now_ns();
+    if (c && (best < 0 || after - before < best)) {
+      best = after - before;
+      *host_ns = before + (after - before) / 2;
+      *cupti_ns = c;
+    }
+  }
+  if (best < 0) { /* no CUPTI clock: the host's, unmapped */
+    *host_ns = tf_prof_now_ns();
+    *cupti_ns = (uint64_t)*host_ns;
+  }
+}

@@ -1,0 +1,166 @@
+/* Autograd and autocast from Lua: requires_grad, backward, grad, detach,
+ * and the tf.no_grad / tf.enable_grad / tf.autocast scopes. */
+#include <string.h>
+
+#include "bind.h"
+#include "autocast.h"
+#include "autograd.h"
+
+#define TF_SCOPE_TYPE "tf.Scope"
+
+/* x:requires_grad(on) sets the flag and returns x; x:requires_grad() tells. */
+static int tf_l_requires_grad(lua_State *L) {
+  tf_tensor *t = tf_lua_checktensor(L, 1);
+  if (lua_isnone(L, 2)) {
+    lua_pushboolean(L, tf_tensor_needs_grad(t));
+    return 1;
+  }
+  TF_LUA_CHECK(L, tf_tensor_set_requires_grad(t, lua_toboolean(L, 2)), "requires_grad");
+  lua_settop(L, 1);
+  return 1;
+}
+
+/* loss:backward([gradient] [, {retain_graph = bool}]) */
+static int tf_l_backward(lua_State *L) {
+  tf_tensor *t = tf_lua_checktensor(L, 1);
+  int opts = 2;
+  const tf_tensor *grad = NULL;
+  if (tf_lua_totensor(L, 2) || luaL_testudata(L, 2, TF_TENSOR_TYPE)) {
+    grad = tf_lua_checktensor(L, 2);
+    opts = 3;
+  }
+  bool retain = false;
+  if (lua_istable(L, opts)) {
+    lua_getfield(L, opts, "retain_graph");
+    retain = lua_toboolean(L, -1);
+    lua_pop(L, 1);
+  } else if (!lua_isnoneornil(L, opts)) {
+    return luaL_argerror(L, opts, "expected a gradient tensor or an options table");
+  }
+  TF_LUA_CHECK(L, tf_backward(t, grad, retain), "backward");
+  return 0;
+}
+
+/* x:zero_grad(): drops the accumulated gradient (x.grad becomes nil). */
+static int tf_l_zero_grad(lua_State *L) {
+  tf_tensor *t = tf_lua_checktensor(L, 1);
+  tf_tensor_release(t->grad);
+  t->grad = NULL;
+  return 0;
+}
+
+/* x:detach(): the same values, without history. */
+static int tf_l_detach(lua_State *L) {
+  tf_tensor *t = tf_lua_checktensor(L, 1), *out;
+  TF_LUA_CHECK(L, tf_detach(t, &out), "detach");
+  tf_lua_pushtensor(L, out);
+  return 1;
+}
+
+/* ---- scopes ------------------------------------------------------------- */
+
+typedef enum { TF_SCOPE_GRAD, TF_SCOPE_AUTOCAST } tf_scope_kind;
+
+typedef struct tf_scope {
+  tf_scope_kind kind;
+  int saved; /* grad mode before, or the autocast depth */
+  bool open;
+} tf_scope;
+
+/* Ends the scope: __close and :exit(); harmless twice. A scope that is
+ * never closed stays in effect (there is no __gc: a collection at some
+ * random later point must not flip grad mode or autocast). */
+static int tf_l_scope_exit(lua_State *L) {
+  tf_scope *s = luaL_checkudata(L, 1, TF_SCOPE_TYPE);
+  if (!s->open) return 0;
+  s->open = false;
+  if (s->kind == TF_SCOPE_GRAD)
+    tf_set_grad_enabled(s->saved != 0);
+  else
+    tf_autocast_exit(s->saved);
+  return 0;
+}
+
+static tf_scope *tf_l_push_scope(lua_State *L, tf_scope_kind kind, int saved) {
+  tf_scope *s = lua_newuserdatauv(L, sizeof *s, 0);
+  *s = (tf_scope){kind, saved, true};
+  luaL_setmetatable(L, TF_SCOPE_TYPE);
+  return s;
+}
+
+/* tf._grad_scope(on): a scope with grad mode set to on. */
+static int tf_l_grad_scope(lua_State *L) {
+  bool on = lua_toboolean(L, 1);
+  tf_scope *s = tf_l_push_scope(L, TF_SCOPE_GRAD, 0);
+  s->saved = tf_set_grad_enabled(on);
+  return 1;
+}
+
+/* tf._autocast_scope(dtype | nil): a region with that autocast dtype (nil disables). */
+static int tf_l_autocast_scope(lua_State *L) {
+  int dtype = -1;
+  if (!lua_isnoneornil(L, 1)) {
+    dtype = (int)tf_lua_checkdtype(L, 1);
+    if (dtype != TF_F16 && dtype != TF_BF16)
+      return luaL_argerror(L, 1, lua_pushfstring(L, "autocast works with f16 or bf16, not %s",
+                                                 tf_dtype_name((tf_dtype)dtype)));
+  }
+  int depth;
+  TF_LUA_CHECK(L, tf_autocast_enter(dtype, &depth), "tf.autocast");
+  tf_l_push_scope(L, TF_SCOPE_AUTOCAST, depth);
+  return 1;
+}
+
+static int tf_l_is_grad_enabled(lua_State *L) {
+  lua_pushboolean(L, tf_grad_enabled());
+  return 1;
+}
+
+/* tf.autocast_dtype(): "bf16", "f16" or nil. */
+static int tf_l_autocast_dtype(lua_State *L) {
+  int d = tf_autocast_dtype();
+  if (d < 0)
+    lua_pushnil(L);
+  else
+    lua_pushstring(L, tf_dtype_name((tf_dtype)d));
+  return 1;
+}
+
+static int tf_l_scope_tostring(lua_State *L) {
+  tf_scope *s = luaL_checkudata(L, 1, TF_SCOPE_TYPE);
+  lua_pushfstring(L, "tf.Scope(%s, %s)", s->kind == TF_SCOPE_GRAD ? "grad" : "autocast", s->open ? "open" : "closed");
+  return 1;
+}
+
+static const luaL_Reg tf_autograd_methods[] = {
+    {"requires_grad", tf_l_requires_grad},
+    {"backward", tf_l_backward},
+    {"zero_grad", tf_l_zero_grad},
+    {"detach", tf_l_detach},
+    {NULL, NULL},
+};
+
+static const luaL_Reg tf_autograd_functions[] = {
+    {"_grad_scope", tf_l_grad_scope},
+    {"_autocast_scope", tf_l_autocast_scope},
+    {"is_grad_enabled", tf_l_is_grad_enabled},
+    {"autocast_dtype", tf_l_autocast_dtype},
+    {NULL, NULL},
+};
+
+void tf_open_autograd(lua_State *L) {
+  luaL_setfuncs(L, tf_autograd_functions, 0);
+  lua_getfield(L, -1, "Tensor");
+  luaL_setfuncs(L, tf_autograd_methods, 0);
+  lua_pop(L, 1);
+  luaL_newmetatable(L, TF_SCOPE_TYPE);
+  lua_pushcfunction(L, tf_l_scope_exit);
+  lua_setfield(L, -2, "__close");
+  lua_pushcfunction(L, tf_l_scope_tostring);
+  lua_setfield(L, -2, "__tostring");
+  lua_newtable(L);
+  lua_pushcfunction(L, tf_l_scope_exit);
+  lua_setfield(L, -2, "exit");
+  lua_setfield(L, -2, "__index");
+  lua_pop(L, 1);
+}

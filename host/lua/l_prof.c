@@ -1,0 +1,353 @@
+/* tf.range and the profiler's C side (core/prof.h), as tf._prof: ranges as
+ * to-be-closed values, collector sessions (tf.Profile) and their raw
+ * records. lua/tf/prof.lua builds tf.prof on it: the tables, the kernel
+ * classes and the trace file. */
+#include <string.h>
+
+#include "bind.h"
+#include "prof.h"
+#include "cpu_prof.h"
+
+#define TF_RANGE_TYPE "tf.Range"
+#define TF_PROFILE_TYPE "tf.Profile"
+
+/* ---- ranges ------------------------------------------------------------------------------ */
+
+typedef struct tf_lua_range {
+  uint64_t id;
+  const char *name; /* interned */
+  bool closed;
+} tf_lua_range;
+
+/* tf._prof.range(name) -> an open tf.Range; closing it (close(), <close>)
+ * closes the range. */
+static int tf_l_range_open(lua_State *L) {
+  const char *name = luaL_checkstring(L, 1);
+  tf_lua_range *r = lua_newuserdatauv(L, sizeof *r, 0);
+  *r = (tf_lua_range){0, NULL, true};
+  luaL_setmetatable(L, TF_RANGE_TYPE);
+  TF_LUA_CHECK(L, tf_range_push(name), "tf.range");
+  r->id = tf_range_current();
+  r->name = tf_prof_intern(name);
+  r->closed = false;
+  return 1;
+}
+
+/* r:close() and __close: closes the range; again, nothing. A range closed
+ * while ranges opened inside it are still open closes them too and is an
+ * error, unless an error is already on its way (__close's second argument):
+ * that one matters more. */
+static int tf_l_range_close(lua_State *L) {
+  tf_lua_range *r = luaL_checkudata(L, 1, TF_RANGE_TYPE);
+  if (r->closed) return 0;
+  r->closed = true;
+  tf_status st = tf_range_close(r->id);
+  if (st != TF_OK && lua_isnoneornil(L, 2)) tf_lua_raise(L, st, "tf.range");
+  return 0;
+}
+
+static int tf_l_range_index(lua_State *L) {
+  tf_lua_range *r = luaL_checkudata(L, 1, TF_RANGE_TYPE);
+  const char *key = luaL_checkstring(L, 2);
+  if (strcmp(key, "close") == 0)
+    lua_pushcfunction(L, tf_l_range_close);
+  else if (strcmp(key, "id") == 0)
+    lua_pushinteger(L, (lua_Integer)r->id);
+  else if (strcmp(key, "name") == 0)
+    lua_pushstring(L, r->name);
+  else if (strcmp(key, "open") == 0)
+    lua_pushboolean(L, !r->closed);
+  else
+    lua_pushnil(L);
+  return 1;
+}
+
+static int tf_l_range_tostring(lua_State *L) {
+  tf_lua_range *r = luaL_checkudata(L, 1, TF_RANGE_TYPE);
+  lua_pushfstring(L, "tf.Range(%s, %s)", r->name ? r->name : "?", r->closed ? "closed" : "open");
+  return 1;
+}
+
+/* tf._prof.range_stack() -> names of the open ranges, outermost first. */
+static int tf_l_range_stack(lua_State *L) {
+  const char *names[TF_RANGE_MAX_DEPTH];
+  int n = tf_range_stack(names, TF_RANGE_MAX_DEPTH);
+  lua_createtable(L, n, 0);
+  for (int i = 0; i < n; i++) {
+    lua_pushstring(L, names[i]);
+    lua_rawseti(L, -2, i + 1);
+  }
+  return 1;
+}
+
+/* ---- sessions ----------------------------------------------------------------------------- */
+
+typedef struct tf_lua_profile {
+  tf_prof_session *s; /* NULL once collected */
+} tf_lua_profile;
+
+static tf_prof_session *tf_l_checkprofile(lua_State *L) {
+  tf_lua_profile *p = luaL_checkudata(L, 1, TF_PROFILE_TYPE);
+  if (!p->s) luaL_argerror(L, 1, "profile has been released");
+  return p->s;
+}
+
+static bool tf_l_optbool(lua_State *L, int idx, const char *key, bool dflt) {
+  bool v = dflt;
+  if (lua_getfield(L, idx, key) != LUA_TNIL) {
+    if (!lua_isboolean(L, -1)) luaL_error(L, "tf.prof.start: option '%s' must be a boolean", key);
+    v = lua_toboolean(L, -1);
+  }
+  lua_pop(L, 1);
+  return v;
+}
+
+/* tf._prof.start([opts]) -> a running tf.Profile. opts: kernels, memcpy,
+ * host_ops (booleans, true by default) and driver (false by default: driver
+ * API records attribute memsets to ranges, at a cost on every launch). */
+static int tf_l_prof_start(lua_State *L) {
+  static const char *const keys[] = {"kernels", "memcpy", "host_ops", "driver", NULL};
+  tf_prof_options opts = {true, true, true, true};
+  if (!lua_isnoneornil(L, 1)) {
+    luaL_checktype(L, 1, LUA_TTABLE);
+    lua_pushnil(L);
+    while (lua_next(L, 1)) {
+      lua_pop(L, 1);
+      bool known = false;
+      if (lua_type(L, -1) == LUA_TSTRING)
+        for (int i = 0; keys[i]; i++) known = known || strcmp(lua_tostring(L, -1), keys[i]) == 0;
+      if (!known)
+        return luaL_error(L, "tf.prof.start: unknown option '%s' (have kernels, memcpy, host_ops, driver)",
+                          luaL_tolstring(L, -1, NULL));
+    }
+    opts.kernels = tf_l_optbool(L, 1, "kernels", true);
+    opts.memcpy = tf_l_optbool(L, 1, "memcpy", true);
+    opts.host_ops = tf_l_optbool(L, 1, "host_ops", true);
+    opts.driver = tf_l_optbool(L, 1, "driver", false);
+  }
+  tf_lua_profile *p = lua_newuserdatauv(L, sizeof *p, 0);
+  p->s = NULL;
+  luaL_setmetatable(L, TF_PROFILE_TYPE);
+  TF_LUA_CHECK(L, tf_prof_start(&opts, &p->s), "tf.prof.start");
+  return 1;
+}
+
+/* p:stop() -> p: waits for the devices and stops; stopping again does nothing. */
+static int tf_l_prof_stop(lua_State *L) {
+  TF_LUA_CHECK(L, tf_prof_stop(tf_l_checkprofile(L)), "profile:stop");
+  lua_settop(L, 1);
+  return 1;
+}
+
+/* __close: stops (an error while stopping is raised unless one is already
+ * on its way). */
+static int tf_l_prof_close(lua_State *L) {
+  tf_lua_profile *p = luaL_checkudata(L, 1, TF_PROFILE_TYPE);
+  if (!p->s) return 0;
+  tf_status st = tf_prof_stop(p->s);
+  if (st != TF_OK && lua_isnoneornil(L, 2)) tf_lua_raise(L, st, "profile:close");
+  return 0;
+}
+
+static int tf_l_prof_gc(lua_State *L) {
+  tf_lua_profile *p = luaL_checkudata(L, 1, TF_PROFILE_TYPE);
+  tf_prof_session_free(p->s);
+  p->s = NULL;
+  return 0;
+}
+
+static const char *tf_l_device_name(tf_device d, char *buf, size_t n) {
+  tf_device_format(d, buf, n);
+  return buf;
+}
+
+/* p:info() -> {running, gpu, reason, start_ns, stop_ns, dropped,
+ * clock_drift_ns, options = {...}, kernels, transfers, ranges (counts)}. */
+static int tf_l_prof_info(lua_State *L) {
+  tf_prof_view v;
+  TF_LUA_CHECK(L, tf_prof_view_get(tf_l_checkprofile(L), &v), "profile:info");
+  lua_createtable(L, 0, 12);
+  TF_SET_BOOL(L, "running", v.running);
+  TF_SET_BOOL(L, "gpu", v.gpu);
+  if (!v.gpu) TF_SET_STR(L, "reason", v.gpu_reason);
+  TF_SET_INT(L, "start_ns", v.start_ns);
+  if (!v.running) TF_SET_INT(L, "stop_ns", v.stop_ns);
+  TF_SET_INT(L, "dropped", v.dropped);
+  TF_SET_INT(L, "untimed", v.untimed);
+  TF_SET_INT(L, "clock_drift_ns", v.clock_drift_ns);
+  TF_SET_INT(L, "kernels", v.num_kernels);
+  TF_SET_INT(L, "transfers", v.num_transfers);
+  TF_SET_INT(L, "ranges", v.num_ranges);
+  lua_createtable(L, 0, 4);
+  TF_SET_BOOL(L, "kernels", v.options.kernels);
+  TF_SET_BOOL(L, "memcpy", v.options.memcpy);
+  TF_SET_BOOL(L, "host_ops", v.options.host_ops);
+  TF_SET_BOOL(L, "driver", v.options.driver);
+  lua_setfield(L, -2, "options");
+  return 1;
+}
+
+/* p:_status() -> running, gpu, reason: without waiting for the devices. */
+static int tf_l_prof_status(lua_State *L) {
+  tf_prof_session *s = tf_l_checkprofile(L);
+  const char *reason = "";
+  lua_pushboolean(L, tf_prof_running(s));
+  lua_pushboolean(L, tf_prof_session_gpu(s, &reason));
+  lua_pushstring(L, reason);
+  return 3;
+}
+
+static void tf_l_push_dim3(lua_State *L, const int32_t *d) {
+  lua_createtable(L, 3, 0);
+  for (int i = 0; i < 3; i++) {
+    lua_pushinteger(L, d[i]);
+    lua_rawseti(L, -2, i + 1);
+  }
+}
+
+static void tf_l_push_kernel(lua_State *L, const tf_prof_kernel *k) {
+  char dev[32];
+  lua_createtable(L, 0, 16);
+  TF_SET_STR(L, "name", k->name);
+  TF_SET_STR(L, "short_name", k->short_name);
+  TF_SET_STR(L, "device", tf_l_device_name(k->device, dev, sizeof dev));
+  TF_SET_INT(L, "stream", k->stream);
+  TF_SET_INT(L, "start_ns", k->start_ns);
+  TF_SET_INT(L, "end_ns", k->end_ns);
+  if (k->range) TF_SET_INT(L, "range", k->range);
+  TF_SET_BOOL(L, "host", k->host);
+  if (!k->host) {
+    TF_SET_INT(L, "correlation", k->correlation);
+    tf_l_push_dim3(L, k->grid);
+    lua_setfield(L, -2, "grid");
+    tf_l_push_dim3(L, k->block);
+    lua_setfield(L, -2, "block");
+    TF_SET_INT(L, "registers", k->registers);
+    TF_SET_INT(L, "static_shared", k->static_shared);
+    TF_SET_INT(L, "dynamic_shared", k->dynamic_shared);
+    TF_SET_INT(L, "shared_memory", (int64_t)k->static_shared + k->dynamic_shared);
+  }
+}
+
+static void tf_l_push_transfer(lua_State *L, const tf_prof_transfer *t) {
+  char dev[32];
+  lua_createtable(L, 0, 10);
+  TF_SET_STR(L, "kind", t->kind);
+  TF_SET_INT(L, "bytes", t->bytes);
+  TF_SET_STR(L, "device", tf_l_device_name(t->device, dev, sizeof dev));
+  TF_SET_INT(L, "stream", t->stream);
+  TF_SET_INT(L, "start_ns", t->start_ns);
+  TF_SET_INT(L, "end_ns", t->end_ns);
+  TF_SET_INT(L, "correlation", t->correlation);
+  if (t->range) TF_SET_INT(L, "range", t->range);
+}
+
+static void tf_l_push_range(lua_State *L, const tf_prof_range *r) {
+  lua_createtable(L, 0, 8);
+  TF_SET_INT(L, "id", r->id);
+  TF_SET_STR(L, "name", r->name);
+  if (r->parent) TF_SET_INT(L, "parent", r->parent);
+  TF_SET_INT(L, "depth", r->depth);
+  TF_SET_INT(L, "start_ns", r->start_ns);
+  TF_SET_INT(L, "end_ns", r->end_ns);
+  TF_SET_BOOL(L, "open", r->open);
+}
+
+/* Appends the value on top of the stack to the array at idx. */
+static void tf_l_append(lua_State *L, int idx) {
+  lua_rawseti(L, idx, (lua_Integer)lua_rawlen(L, idx) + 1);
+}
+
+/* p:records() -> {kernels, memcpy, memset, ranges, host_ops}: every record,
+ * times in ns of the host's monotonic clock. kernels are GPU kernels and
+ * the CPU device's ops; host_ops are ops timed on the host for a GPU (when
+ * the GPU backend is wrapped too). */
+static int tf_l_prof_records(lua_State *L) {
+  tf_prof_view v;
+  TF_LUA_CHECK(L, tf_prof_view_get(tf_l_checkprofile(L), &v), "profile:records");
+  lua_createtable(L, 0, 6);
+  int top = lua_gettop(L);
+  lua_createtable(L, (int)v.num_kernels, 0);   /* top + 1: kernels */
+  lua_createtable(L, 0, 0);                    /* top + 2: memcpy */
+  lua_createtable(L, 0, 0);                    /* top + 3: memset */
+  lua_createtable(L, (int)v.num_ranges, 0);    /* top + 4: ranges */
+  lua_createtable(L, 0, 0);                    /* top + 5: host_ops */
+  for (size_t i = 0; i < v.num_kernels; i++) {
+    const tf_prof_kernel *k = &v.kernels[i];
+    tf_l_push_kernel(L, k);
+    tf_l_append(L, k->host && k->device.type != TF_DEV_CPU ? top + 5 : top + 1);
+  }
+  for (size_t i = 0; i < v.num_transfers; i++) {
+    tf_l_push_transfer(L, &v.transfers[i]);
+    tf_l_append(L, v.transfers[i].memset ? top + 3 : top + 2);
+  }
+  for (size_t i = 0; i < v.num_ranges; i++) {
+    tf_l_push_range(L, &v.ranges[i]);
+    tf_l_append(L, top + 4);
+  }
+  static const char *const fields[] = {"kernels", "memcpy", "memset", "ranges", "host_ops"};
+  for (int i = 4; i >= 0; i--) lua_setfield(L, top, fields[i]);
+  return 1;
+}
+
+static int tf_l_prof_tostring(lua_State *L) {
+  tf_lua_profile *p = luaL_checkudata(L, 1, TF_PROFILE_TYPE);
+  lua_pushstring(L, !p->s ? "tf.Profile(released)"
+                          : tf_prof_running(p->s) ? "tf.Profile(running)" : "tf.Profile(stopped)");
+  return 1;
+}
+
+/* tf._prof.available() -> ok, reason */
+static int tf_l_prof_available(lua_State *L) {
+  const char *reason = "";
+  bool ok = tf_prof_gpu_available(&reason);
+  lua_pushboolean(L, ok);
+  lua_pushstring(L, reason);
+  return 2;
+}
+
+/* tf._prof.cpu_wired() -> whether the CPU backend records host ops (its
+ * table comes from tf_cpu_prof_backend). */
+static int tf_l_prof_cpu_wired(lua_State *L) {
+  lua_pushboolean(L, tf_prof_backend_is_wrapped(tf_cpu_backend()));
+  return 1;
+}
+
+static const luaL_Reg tf_profile_methods[] = {
+    {"stop", tf_l_prof_stop},       {"info", tf_l_prof_info}, {"records", tf_l_prof_records},
+    {"_status", tf_l_prof_status}, {NULL, NULL},
+};
+
+static const luaL_Reg tf_prof_functions[] = {
+    {"range", tf_l_range_open},         {"range_stack", tf_l_range_stack}, {"start", tf_l_prof_start},
+    {"available", tf_l_prof_available}, {"cpu_wired", tf_l_prof_cpu_wired}, {NULL, NULL},
+};
+
+/* Adds _prof (with _prof.methods, tf.Profile's method table, for
+ * lua/tf/prof.lua to extend) to the table on top of the stack. */
+void tf_open_prof(lua_State *L) {
+  luaL_newmetatable(L, TF_RANGE_TYPE);
+  lua_pushcfunction(L, tf_l_range_close);
+  lua_setfield(L, -2, "__close");
+  lua_pushcfunction(L, tf_l_range_index);
+  lua_setfield(L, -2, "__index");
+  lua_pushcfunction(L, tf_l_range_tostring);
+  lua_setfield(L, -2, "__tostring");
+  lua_pop(L, 1);
+
+  luaL_newmetatable(L, TF_PROFILE_TYPE);
+  lua_pushcfunction(L, tf_l_prof_gc);
+  lua_setfield(L, -2, "__gc");
+  lua_pushcfunction(L, tf_l_prof_close);
+  lua_setfield(L, -2, "__close");
+  lua_pushcfunction(L, tf_l_prof_tostring);
+  lua_setfield(L, -2, "__tostring");
+  luaL_newlib(L, tf_profile_methods);
+  lua_pushvalue(L, -1);
+  lua_setfield(L, -3, "__index");
+  luaL_newlib(L, tf_prof_functions);
+  lua_insert(L, -2);
+  lua_setfield(L, -2, "methods");
+  lua_remove(L, -2); /* the metatable */
+  lua_setfield(L, -2, "_prof");
+}
