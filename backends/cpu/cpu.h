@@ -5,6 +5,10 @@
 #include "backend.h"
 #include "half.h"
 
+/* The CPU backend's table (host-timed by the profiler's wrapper), which
+ * tf_backends_init registers for the CPU. */
+const tf_backend *tf_cpu_backend(void);
+
 #define TF_LOAD_ID(v) (v)
 #define TF_STORE_ID(v) (v)
 

@@ -5,16 +5,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "cpu.h"
 #include "cpu_model.h"
 #include "cpu_prof.h"
 #include "cpu_nn.h"
 
 struct tf_event {
-  struct timespec at;
+  int64_t at_ns; /* the process's clock */
 };
 
 static tf_status tf_cpu_init(tf_device_ctx *ctx) {
@@ -79,13 +79,13 @@ static tf_status tf_cpu_event_record(tf_device_ctx *ctx, tf_event **ev) {
   (void)ctx;
   *ev = malloc(sizeof **ev);
   if (!*ev) return tf_fail(TF_ERR_OOM, "out of memory: no host memory for a timer event");
-  clock_gettime(CLOCK_MONOTONIC, &(*ev)->at);
+  (*ev)->at_ns = tf_clock_ns();
   return TF_OK;
 }
 
 static tf_status tf_cpu_event_elapsed(tf_device_ctx *ctx, tf_event *start, tf_event *end, double *ms) {
   (void)ctx;
-  *ms = (double)(end->at.tv_sec - start->at.tv_sec) * 1e3 + (double)(end->at.tv_nsec - start->at.tv_nsec) * 1e-6;
+  *ms = (double)(end->at_ns - start->at_ns) * 1e-6;
   return TF_OK;
 }
 
@@ -94,8 +94,11 @@ static void tf_cpu_event_destroy(tf_device_ctx *ctx, tf_event *ev) {
   free(ev);
 }
 
+static int tf_cpu_device_count(void) { return 1; }
+
 static const tf_backend tf_cpu_backend_table = {
     .name = "cpu",
+    .device_count = tf_cpu_device_count,
     .init = tf_cpu_init,
     .shutdown = tf_cpu_shutdown,
     .info = tf_cpu_info,

@@ -1,4 +1,4 @@
-/* FlashAttention-2 on the CPU: the twin of kernels/flash_attn.cu and the
+/* FlashAttention-2 on the CPU: the twin of backends/cuda/flash_attn.cu and the
  * reference its kernels are tested against. The algorithm is the GPU's,
  * tile for tile: a block of queries meets the key blocks one after another
  * with an online softmax (running max and sum, earlier partial outputs

@@ -1,5 +1,5 @@
 /* The Transformer engine's kernels on the CPU (model_kernels.h): the
- * references of kernels/model_*.cu. Row statistics and elementwise
+ * references of backends/cuda/model_*.cu. Row statistics and elementwise
  * formulas in double, rounded once into each output; the embedding's
  * gradient in f32 in position order, as on the GPU (the same bits). Rows
  * run in parallel when there are enough of them; every sum is taken by

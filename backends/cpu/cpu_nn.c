@@ -1,5 +1,5 @@
 /* Losses, rotary positions, lookups, masks and the optimizer step on the
- * CPU: the references of kernels/cross_entropy.cu, rope.cu, embedding.cu,
+ * CPU: the references of backends/cuda/cross_entropy.cu, rope.cu, embedding.cu,
  * masked_fill.cu and adamw.cu. Index tensors are checked before anything
  * is read through them; sums run in double in a fixed order. */
 #include <math.h>
@@ -82,7 +82,7 @@ tf_status tf_cpu_cross_entropy(tf_device_ctx *ctx, const tf_cross_entropy_args *
 
 /* Pair k of a row at position pos turns by pos * theta^(-2k/d): the
  * frequency from pow and the angle from one multiply, in double, exactly as
- * kernels/rope.cu takes them (its host computes the same frequencies), so
+ * backends/cuda/rope.cu takes them (its host computes the same frequencies), so
  * both backends turn by the same angles; the cosine and sine are rounded
  * to the compute type (f32 below f64), the rotated pair to x's dtype. */
 tf_status tf_cpu_rope(tf_device_ctx *ctx, const tf_rope_args *a) {

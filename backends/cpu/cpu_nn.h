@@ -35,7 +35,7 @@ tf_status tf_cpu_masked_fill(tf_device_ctx *ctx, const tf_tensor *x, const tf_te
 tf_status tf_cpu_adamw(tf_device_ctx *ctx, const tf_adamw_update *args);
 
 /* cpu_flash.c: FlashAttention-2's tiled algorithm (online softmax forward,
- * recomputing backward), the twin of kernels/flash_attn.cu. It needs no
+ * recomputing backward), the twin of backends/cuda/flash_attn.cu. It needs no
  * workspace (flash_workspace is 0). */
 tf_status tf_cpu_flash_attention(tf_device_ctx *ctx, const tf_flash_args *args);
 size_t tf_cpu_flash_workspace(tf_device_ctx *ctx, const tf_flash_args *args);

@@ -35,9 +35,9 @@ static const tf_backend *tf_plain_of(const tf_device_ctx *ctx) {
   do {                                                                                  \
     if (!tf_prof_host_ops_on()) return (CALL);                                          \
     uint64_t tf_range_ = tf_range_current();                                            \
-    int64_t tf_start_ = tf_prof_now_ns();                                               \
+    int64_t tf_start_ = tf_clock_ns();                                               \
     tf_status tf_st_ = (CALL);                                                          \
-    tf_prof_record_host_op((NAME), (ctx)->device, tf_start_, tf_prof_now_ns(), tf_range_); \
+    tf_prof_record_host_op((NAME), (ctx)->device, tf_start_, tf_clock_ns(), tf_range_); \
     return tf_st_;                                                                      \
   } while (0)
 

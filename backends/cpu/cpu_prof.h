@@ -1,4 +1,4 @@
-/* Host-timed op records for the profiler (core/prof.h). */
+/* Host-timed op records for the profiler (host/observe/prof.h). */
 #ifndef TF_CPU_PROF_H
 #define TF_CPU_PROF_H
 

@@ -2,7 +2,7 @@
  * checks that turn every failing CUDA/cuBLAS call into a tf_status with a
  * message naming the call, the device switch, launch sizing, per-dtype
  * load/store traits and the strided-iteration geometry of the elementwise
- * families. Include this first in every kernels/ file. */
+ * families. Include this first in every backends/cuda/ file. */
 #ifndef TF_CUDA_COMMON_CUH
 #define TF_CUDA_COMMON_CUH
 

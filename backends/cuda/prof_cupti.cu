@@ -1,4 +1,4 @@
-/* The profiler's GPU side (core/prof.h): CUPTI's activity API, as GPU.md
+/* The profiler's GPU side (host/observe/prof.h): CUPTI's activity API, as GPU.md
  * verified it on the H100/H200 machines: CONCURRENT_KERNEL (never KERNEL,
  * which serialises kernels), MEMCPY and MEMSET records, plus RUNTIME and
  * DRIVER API records with EXTERNAL_CORRELATION, so that the range id pushed
@@ -24,6 +24,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "cuda_backend.h"
 #include "prof.h"
 
 /* The record layouts of this CUPTI; only fields every version has are read. */
@@ -86,12 +87,12 @@ const kernel_name &name_of(const char *mangled) {
   if (it != names.end() && it->second.raw == mangled) return it->second;
   int status = 0;
   char *demangled = abi::__cxa_demangle(mangled, NULL, NULL, &status);
-  const char *full = tf_prof_intern(status == 0 && demangled ? demangled : mangled);
+  const char *full = tf_intern(status == 0 && demangled ? demangled : mangled);
   free(demangled);
   if (!full) return unknown;
   char bare[512];
   tf_prof_short_name(full, bare, sizeof bare);
-  const char *short_name = tf_prof_intern(bare);
+  const char *short_name = tf_intern(bare);
   kernel_name entry = {mangled, full, short_name ? short_name : full};
   return names[mangled] = entry;
 }
@@ -239,9 +240,7 @@ void trim_pool() {
   }
 }
 
-}  // namespace
-
-extern "C" bool tf_prof_cupti_probe(char *reason, size_t reason_size) {
+bool cupti_probe(char *reason, size_t reason_size) {
   if (subscribed) return true;
   CUptiResult r = cuptiSubscribe(&subscriber, ignore_callback, NULL);
   if (r != CUPTI_SUCCESS) return failed(r, "cuptiSubscribe", reason, reason_size);
@@ -249,7 +248,7 @@ extern "C" bool tf_prof_cupti_probe(char *reason, size_t reason_size) {
   return true;
 }
 
-extern "C" bool tf_prof_cupti_start(const tf_prof_options *opts, char *reason, size_t reason_size) {
+bool cupti_start(const tf_prof_options *opts, char *reason, size_t reason_size) {
   CUptiResult r = cuptiSubscribe(&subscriber, ignore_callback, NULL);
   if (r != CUPTI_SUCCESS) return failed(r, "cuptiSubscribe", reason, reason_size);
   subscribed = true;
@@ -282,9 +281,9 @@ extern "C" bool tf_prof_cupti_start(const tf_prof_options *opts, char *reason, s
   return true;
 }
 
-extern "C" void tf_prof_cupti_flush(void) { (void)cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED); }
+void cupti_flush(void) { (void)cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED); }
 
-extern "C" void tf_prof_cupti_stop(void) {
+void cupti_stop(void) {
   (void)cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
   disable_all();
   (void)cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
@@ -292,21 +291,21 @@ extern "C" void tf_prof_cupti_stop(void) {
   trim_pool();
 }
 
-extern "C" void tf_prof_cupti_push(uint64_t range_id) {
+void cupti_push(uint64_t range_id) {
   (void)cuptiActivityPushExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, range_id);
 }
 
-extern "C" void tf_prof_cupti_pop(void) {
+void cupti_pop(void) {
   (void)cuptiActivityPopExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, NULL);
 }
 
-extern "C" void tf_prof_cupti_clock_pair(int64_t *host_ns, uint64_t *cupti_ns) {
+void cupti_clock_pair(int64_t *host_ns, uint64_t *cupti_ns) {
   int64_t best = -1;
   for (int i = 0; i < 7; i++) {
     uint64_t c = 0;
-    int64_t before = tf_prof_now_ns();
+    int64_t before = tf_clock_ns();
     if (cuptiGetTimestamp(&c) != CUPTI_SUCCESS) c = 0;
-    int64_t after = tf_prof_now_ns();
+    int64_t after = tf_clock_ns();
     if (c && (best < 0 || after - before < best)) {
       best = after - before;
       *host_ns = before + (after - before) / 2;
@@ -314,7 +313,18 @@ extern "C" void tf_prof_cupti_clock_pair(int64_t *host_ns, uint64_t *cupti_ns) {
     }
   }
   if (best < 0) { /* no CUPTI clock: the host's, unmapped */
-    *host_ns = tf_prof_now_ns();
+    *host_ns = tf_clock_ns();
     *cupti_ns = (uint64_t)*host_ns;
   }
 }
+
+const char *cupti_unavailable(void) {
+  return tf_cuda_backend_device_count() == 0 ? "no CUDA device is present" : NULL;
+}
+
+const tf_prof_gpu_source cupti_source = {cupti_unavailable, cupti_probe, cupti_start, cupti_flush,
+                                         cupti_stop,        cupti_push,  cupti_pop,   cupti_clock_pair};
+
+}  // namespace
+
+extern "C" const tf_prof_gpu_source *tf_cuda_prof_source(void) { return &cupti_source; }

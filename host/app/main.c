@@ -16,6 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "backends.h"
 #include "bind.h"
 #include "embedded.h"
 #include "luahost.h"
@@ -271,6 +272,7 @@ static size_t tf_lua_heap_cap(void) {
 }
 
 int main(int argc, char **argv) {
+  tf_backends_init();
   tf_cli cli = {.argc = argc, .argv = argv};
   int code = tf_cli_parse(&cli);
   if (code != 0) return code;

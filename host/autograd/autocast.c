@@ -7,13 +7,14 @@
  *                 same ops do in PyTorch);
  *   TF_CAST_F32:  exp, log, pow, rsqrt, sum, softmax, log_softmax,
  *                 layer_norm, cross_entropy;
- *   TF_CAST_NONE: every other op. */
+ *   TF_CAST_NONE: every other op.
+ * The casts themselves are made by tf_autocast_input, beside the cast op
+ * it calls (grad_ops.c). */
 #include "autocast.h"
 
 #include <stdlib.h>
 
 #include "autograd.h"
-#include "grad_ops.h"
 
 enum { TF_AUTOCAST_MAX_DEPTH = 64 };
 
@@ -57,7 +58,7 @@ void tf_autocast_exit(int depth) {
 }
 
 /* A parameter's cast from earlier in this region, still valid. */
-static tf_tensor *tf_autocast_cached(tf_tensor *t, tf_dtype dtype) {
+tf_tensor *tf_autocast_cached(tf_tensor *t, tf_dtype dtype) {
   for (size_t i = 0; i < tf_ac_cached; i++) {
     tf_cast_entry *e = &tf_ac_cache[i];
     if (e->src == t && e->dst->dtype == dtype && e->version == t->storage->version) return e->dst;
@@ -65,7 +66,7 @@ static tf_tensor *tf_autocast_cached(tf_tensor *t, tf_dtype dtype) {
   return NULL;
 }
 
-static void tf_autocast_remember(tf_tensor *src, tf_tensor *dst) {
+void tf_autocast_remember(tf_tensor *src, tf_tensor *dst) {
   if (tf_ac_cached == tf_ac_cache_cap) {
     size_t cap = tf_ac_cache_cap ? tf_ac_cache_cap * 2 : 16;
     tf_cast_entry *bigger = realloc(tf_ac_cache, sizeof *bigger * cap);
@@ -74,23 +75,4 @@ static void tf_autocast_remember(tf_tensor *src, tf_tensor *dst) {
     tf_ac_cache_cap = cap;
   }
   tf_ac_cache[tf_ac_cached++] = (tf_cast_entry){tf_tensor_retain(src), tf_tensor_retain(dst), src->storage->version};
-}
-
-tf_status tf_autocast_input(tf_cast_policy policy, tf_tensor *t, tf_tensor **out) {
-  int region = tf_autocast_dtype();
-  tf_dtype want = policy == TF_CAST_LOW ? (tf_dtype)region : TF_F32;
-  bool eligible = t && region >= 0 && policy != TF_CAST_NONE && tf_dtype_is_float(t->dtype) && t->dtype != TF_F64;
-  if (!eligible || t->dtype == want) {
-    *out = t ? tf_tensor_retain(t) : NULL;
-    return TF_OK;
-  }
-  bool cacheable = t->requires_grad && !t->grad_fn && tf_grad_enabled();
-  tf_tensor *hit = cacheable ? tf_autocast_cached(t, want) : NULL;
-  if (hit) {
-    *out = tf_tensor_retain(hit);
-    return TF_OK;
-  }
-  TF_TRY(tf_ag_to(t, want, t->device, out));
-  if (cacheable) tf_autocast_remember(t, *out);
-  return TF_OK;
 }

@@ -35,9 +35,13 @@ tf_status tf_autocast_enter(int dtype, int *depth);
 /* Leaves the region entered at depth (and any left open inside it). */
 void tf_autocast_exit(int depth);
 
-/* The tensor op should see for input t under policy: t itself (retained)
- * or a differentiable cast of it. */
-tf_status tf_autocast_input(tf_cast_policy policy, tf_tensor *t, tf_tensor **out);
+/* The cast cache of the outermost region: a parameter's cast to dtype made
+ * earlier in it and still valid (not retained; NULL when none), and
+ * remembering a new one (both retained until the region ends). */
+tf_tensor *tf_autocast_cached(tf_tensor *t, tf_dtype dtype);
+void tf_autocast_remember(tf_tensor *src, tf_tensor *dst);
+
+/* tf_autocast_input (grad_ops.h) gives an op its inputs under a policy. */
 
 #ifdef __cplusplus
 }

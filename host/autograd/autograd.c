@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "device.h"
+#include "memrec.h"
 #include "ops.h"
 
 static _Thread_local bool tf_grad_off; /* grad mode is on unless turned off */
@@ -13,6 +14,7 @@ bool tf_grad_enabled(void) { return !tf_grad_off; }
 bool tf_set_grad_enabled(bool on) {
   bool previous = !tf_grad_off;
   tf_grad_off = !on;
+  tf_mem_set_grad_mode(on);
   return previous;
 }
 
@@ -80,6 +82,7 @@ tf_status tf_node_begin(const char *name, tf_backward_fn backward, tf_tensor *co
   bool any = false;
   for (int i = 0; i < ninputs; i++) any = any || tf_tensor_needs_grad(inputs[i]);
   if (!any) return TF_OK;
+  tf_tensor_set_node_release(tf_node_release);
   tf_node *n = calloc(1, sizeof *n);
   if (!n) return tf_fail(TF_ERR_OOM, "out of memory: no host memory for an autograd node");
   n->refcount = 1;

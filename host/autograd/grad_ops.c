@@ -627,3 +627,23 @@ tf_status tf_ag_select(tf_tensor *a, int dim, int64_t index, tf_tensor **out) {
   int64_t params[3] = {1, d, index < 0 && st == TF_OK ? index + a->shape[d] : index};
   return tf_ag_view_done("select", tf_bw_slice, a, st, y, params, 3, out);
 }
+
+/* Here rather than in autocast.c: the cast it makes is the op above. */
+tf_status tf_autocast_input(tf_cast_policy policy, tf_tensor *t, tf_tensor **out) {
+  int region = tf_autocast_dtype();
+  tf_dtype want = policy == TF_CAST_LOW ? (tf_dtype)region : TF_F32;
+  bool eligible = t && region >= 0 && policy != TF_CAST_NONE && tf_dtype_is_float(t->dtype) && t->dtype != TF_F64;
+  if (!eligible || t->dtype == want) {
+    *out = t ? tf_tensor_retain(t) : NULL;
+    return TF_OK;
+  }
+  bool cacheable = t->requires_grad && !t->grad_fn && tf_grad_enabled();
+  tf_tensor *hit = cacheable ? tf_autocast_cached(t, want) : NULL;
+  if (hit) {
+    *out = tf_tensor_retain(hit);
+    return TF_OK;
+  }
+  TF_TRY(tf_ag_to(t, want, t->device, out));
+  if (cacheable) tf_autocast_remember(t, *out);
+  return TF_OK;
+}

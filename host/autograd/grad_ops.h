@@ -6,6 +6,7 @@
 #ifndef TF_GRAD_OPS_H
 #define TF_GRAD_OPS_H
 
+#include "autocast.h"
 #include "ops.h"
 
 #ifdef __cplusplus
@@ -22,6 +23,11 @@ tf_status tf_ag_linear(tf_tensor *x, tf_tensor *w, tf_tensor *b, tf_tensor **out
 
 /* Conversion and views. */
 tf_status tf_ag_to(tf_tensor *a, tf_dtype dtype, tf_device device, tf_tensor **out);
+
+/* The tensor an op should see for input t under autocast's policy
+ * (autocast.h): t itself (retained) or a differentiable cast of it, made
+ * once per region for a parameter. */
+tf_status tf_autocast_input(tf_cast_policy policy, tf_tensor *t, tf_tensor **out);
 tf_status tf_ag_contiguous(tf_tensor *a, tf_tensor **out);
 tf_status tf_ag_reshape(tf_tensor *a, const tf_shape *shape, tf_tensor **out);
 /* A view with the same elements in the same order (unsqueeze, squeeze). */

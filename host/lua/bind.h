@@ -1,4 +1,4 @@
-/* Helpers shared by the Lua bindings (host/l_*.c): argument checking and
+/* Helpers shared by the Lua bindings (host/lua/l_*.c): argument checking and
  * turning core status codes into Lua errors. Bindings stay thin: check
  * arguments, call the core, push results. */
 #ifndef TF_BIND_H

@@ -108,7 +108,7 @@ static void tf_snap_push_frames(tf_snap *sn, uint32_t id) {
   if (!lua_isnil(L, -1)) return;
   lua_pop(L, 1);
   lua_newtable(L);
-  const char *p = tf_mem_string(id);
+  const char *p = tf_intern_string(id);
   int n = 0;
   while (*p) {
     const char *end = strchr(p, '\n');
@@ -139,7 +139,7 @@ static void tf_snap_push_ranges(tf_snap *sn, uint32_t id) {
   if (!lua_isnil(L, -1)) return;
   lua_pop(L, 1);
   lua_newtable(L);
-  const char *p = tf_mem_string(id);
+  const char *p = tf_intern_string(id);
   for (int n = 1; *p; n++) {
     const char *end = strchr(p, '/');
     if (!end) end = p + strlen(p);
@@ -157,11 +157,11 @@ static void tf_snap_set_origin(tf_snap *sn, const tf_mem_origin *o) {
   lua_pushstring(L, tf_mem_tag_name(o->tag));
   lua_setfield(L, -2, "tag");
   if (o->what) {
-    lua_pushstring(L, tf_mem_string(o->what));
+    lua_pushstring(L, tf_intern_string(o->what));
     lua_setfield(L, -2, "what");
   }
   if (o->source) {
-    lua_pushstring(L, tf_mem_string(o->source));
+    lua_pushstring(L, tf_intern_string(o->source));
     lua_setfield(L, -2, "source");
   }
   tf_snap_push_ranges(sn, o->ranges);
@@ -289,7 +289,7 @@ static int tf_l_mem_scope(lua_State *L) {
     return luaL_error(L, "tf.mem.scope: unknown tag '%s' (parameter, gradient, optimizer state, activation, "
                       "workspace, temporary or auto)", tagname);
   const char *what = NULL;
-  if (!lua_isnoneornil(L, 2)) what = tf_mem_string(tf_mem_intern(luaL_checkstring(L, 2)));
+  if (!lua_isnoneornil(L, 2)) what = tf_intern_string(tf_intern_id(luaL_checkstring(L, 2)));
   if (lua_isnoneornil(L, 3)) {
     tf_l_scope *s = lua_newuserdatauv(L, sizeof *s, 0);
     luaL_setmetatable(L, TF_MEM_SCOPE_TYPE);
@@ -360,9 +360,9 @@ static void tf_site_format(lua_State *L, tf_site_entry *e) {
     at += (size_t)w;
     n++;
   }
-  e->source = tf_mem_intern(source);
-  e->frames = tf_mem_intern(frames);
-  e->what = tf_mem_intern(what);
+  e->source = tf_intern_id(source);
+  e->frames = tf_intern_id(frames);
+  e->what = tf_intern_id(what);
 }
 
 static void tf_site_lua(void *ud, tf_mem_origin *o) {

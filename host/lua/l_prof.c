@@ -1,4 +1,4 @@
-/* tf.range and the profiler's C side (core/prof.h), as tf._prof: ranges as
+/* tf.range and the profiler's C side (host/observe/prof.h), as tf._prof: ranges as
  * to-be-closed values, collector sessions (tf.Profile) and their raw
  * records. lua/tf/prof.lua builds tf.prof on it: the tables, the kernel
  * classes and the trace file. */
@@ -28,7 +28,7 @@ static int tf_l_range_open(lua_State *L) {
   luaL_setmetatable(L, TF_RANGE_TYPE);
   TF_LUA_CHECK(L, tf_range_push(name), "tf.range");
   r->id = tf_range_current();
-  r->name = tf_prof_intern(name);
+  r->name = tf_intern(name);
   r->closed = false;
   return 1;
 }
@@ -306,10 +306,12 @@ static int tf_l_prof_available(lua_State *L) {
   return 2;
 }
 
-/* tf._prof.cpu_wired() -> whether the CPU backend records host ops (its
- * table comes from tf_cpu_prof_backend). */
+/* tf._prof.cpu_wired() -> whether the CPU backend records host ops (the
+ * table registered for the CPU comes from tf_cpu_prof_backend). */
 static int tf_l_prof_cpu_wired(lua_State *L) {
-  lua_pushboolean(L, tf_prof_backend_is_wrapped(tf_cpu_backend()));
+  tf_device_ctx *ctx;
+  TF_LUA_CHECK(L, tf_device_ctx_get(tf_cpu(), &ctx), "tf._prof.cpu_wired");
+  lua_pushboolean(L, tf_prof_backend_is_wrapped(ctx->backend));
   return 1;
 }
 

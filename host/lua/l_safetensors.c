@@ -1,6 +1,6 @@
 /* tf.safetensors: load, save and inspect safetensors files.
  *
- * The reading, checking and writing live in host/core/safetensors.c; this
+ * The reading, checking and writing live in host/io/safetensors.c; this
  * file turns Lua tables into name and tensor lists and back. Files are
  * written with tensors in sorted name order, so saving the same tensors
  * always gives the same bytes. */

@@ -146,7 +146,7 @@ struct tf_model {
   uint64_t graph_captures, graph_replays, graph_failures;
 };
 
-/* model.c: CUDA graph replay. */
+/* model_graph.c: CUDA graph replay. */
 /* The body of a phase: kernels only, over the plan and the model's buffers
  * (no allocation, no wait, no host value that changes between calls). */
 typedef tf_status (*tf_model_phase_fn)(tf_model *m, bool keep);

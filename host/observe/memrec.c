@@ -3,9 +3,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-#include "autograd.h"
+#include "clock.h"
+#include "intern.h"
 #include "prof.h"
 
 static const char *const tf_tag_names[TF_TAG_COUNT] = {
@@ -43,71 +43,11 @@ void tf_mem_scope_leave(tf_mem_scope previous) { tf_scope_now = previous; }
 
 tf_mem_scope tf_mem_scope_current(void) { return tf_scope_now; }
 
-/* ---- interned strings -------------------------------------------------------------------- */
+/* Autograd's grad mode as autograd last reported it (on unless turned off),
+ * per thread like the mode itself. */
+static _Thread_local bool tf_mem_grad_off;
 
-/* Open addressing over ids into a growing array of owned strings. */
-static struct {
-  char **strings;
-  uint32_t count, cap;
-  uint32_t *slots; /* id + 1, 0 = empty */
-  uint32_t nslots;
-} tf_interned;
-
-static uint32_t tf_hash(const char *s) {
-  uint32_t h = 2166136261u;
-  for (; *s; s++) h = (h ^ (unsigned char)*s) * 16777619u;
-  return h;
-}
-
-static bool tf_intern_grow(void) {
-  uint32_t nslots = tf_interned.nslots ? tf_interned.nslots * 2 : 1024;
-  uint32_t *slots = calloc(nslots, sizeof *slots);
-  if (!slots) return false;
-  for (uint32_t id = 0; id < tf_interned.count; id++) {
-    uint32_t i = tf_hash(tf_interned.strings[id]) & (nslots - 1);
-    while (slots[i]) i = (i + 1) & (nslots - 1);
-    slots[i] = id + 1;
-  }
-  free(tf_interned.slots);
-  tf_interned.slots = slots;
-  tf_interned.nslots = nslots;
-  return true;
-}
-
-/* Without host memory for a new string, the answer is 0 (the empty one). */
-uint32_t tf_mem_intern(const char *s) {
-  if (!s || !*s) return 0;
-  if (tf_interned.count == 0) {
-    tf_interned.strings = malloc(64 * sizeof *tf_interned.strings);
-    if (!tf_interned.strings || !(tf_interned.strings[0] = calloc(1, 1))) return 0;
-    tf_interned.cap = 64;
-    tf_interned.count = 1;
-    if (!tf_intern_grow()) return 0;
-    uint32_t i = tf_hash("") & (tf_interned.nslots - 1);
-    tf_interned.slots[i] = 1;
-  }
-  uint32_t mask = tf_interned.nslots - 1, i = tf_hash(s) & mask;
-  for (; tf_interned.slots[i]; i = (i + 1) & mask)
-    if (strcmp(tf_interned.strings[tf_interned.slots[i] - 1], s) == 0) return tf_interned.slots[i] - 1;
-  if (2 * (tf_interned.count + 1) > tf_interned.nslots) {
-    if (!tf_intern_grow()) return 0;
-    return tf_mem_intern(s);
-  }
-  if (tf_interned.count == tf_interned.cap) {
-    char **grown = realloc(tf_interned.strings, 2 * tf_interned.cap * sizeof *grown);
-    if (!grown) return 0;
-    tf_interned.strings = grown;
-    tf_interned.cap *= 2;
-  }
-  char *copy = strdup(s);
-  if (!copy) return 0;
-  uint32_t id = tf_interned.count++;
-  tf_interned.strings[id] = copy;
-  tf_interned.slots[i] = id + 1;
-  return id;
-}
-
-const char *tf_mem_string(uint32_t id) { return id < tf_interned.count ? tf_interned.strings[id] : ""; }
+void tf_mem_set_grad_mode(bool on) { tf_mem_grad_off = !on; }
 
 /* ---- origins ----------------------------------------------------------------------------- */
 
@@ -135,13 +75,13 @@ static uint32_t tf_ranges_now(void) {
   size_t at = 0;
   for (int i = 0; i < n && i < 32 && at < sizeof path - 1; i++)
     at += (size_t)snprintf(path + at, sizeof path - at, "%s%s", i ? "/" : "", names[i]);
-  last_path = tf_mem_intern(path);
+  last_path = tf_intern_id(path);
   return last_path;
 }
 
 void tf_mem_origin_now(tf_mem_origin *o, bool full) {
   int tag = tf_scope_now.tag;
-  if (tag == TF_TAG_AUTO) tag = tf_grad_enabled() ? TF_TAG_ACTIVATION : TF_TAG_TEMPORARY;
+  if (tag == TF_TAG_AUTO) tag = !tf_mem_grad_off ? TF_TAG_ACTIVATION : TF_TAG_TEMPORARY;
   *o = (tf_mem_origin){.tag = (uint8_t)tag};
   if (full && tf_site_hook) tf_site_hook(tf_site_ud, o);
   if (tf_scope_now.what || !o->what) {
@@ -149,7 +89,7 @@ void tf_mem_origin_now(tf_mem_origin *o, bool full) {
     static uint32_t last_id;
     if (tf_scope_now.what != last) {
       last = tf_scope_now.what;
-      last_id = tf_mem_intern(last);
+      last_id = tf_intern_id(last);
     }
     o->what = last_id;
   }
@@ -158,11 +98,6 @@ void tf_mem_origin_now(tf_mem_origin *o, bool full) {
 
 /* ---- the recorder ------------------------------------------------------------------------ */
 
-uint64_t tf_mem_now_us(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
-}
 
 /* A restart keeps nothing of the previous history. */
 tf_status tf_mem_recorder_start(tf_mem_recorder *r, size_t max_entries) {
@@ -185,7 +120,7 @@ void tf_mem_record(tf_mem_recorder *r, tf_mem_action action, uint64_t addr, uint
                    const tf_mem_origin *origin, uint64_t device_free) {
   if (!r || !r->on) return;
   tf_mem_event *e = &r->events[r->head];
-  *e = (tf_mem_event){.addr = addr, .size = size, .requested = requested, .time_us = tf_mem_now_us(),
+  *e = (tf_mem_event){.addr = addr, .size = size, .requested = requested, .time_us = (uint64_t)(tf_clock_ns() / 1000),
                       .device_free = device_free, .seq = r->seq++, .action = (uint8_t)action};
   if (origin) e->origin = *origin;
   r->head = (r->head + 1) % r->cap;

@@ -18,6 +18,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "clock.h"
+#include "intern.h"
 #include "status.h"
 
 #ifdef __cplusplus
@@ -51,6 +53,12 @@ tf_mem_scope tf_mem_scope_enter(int tag, const char *what);
 void tf_mem_scope_leave(tf_mem_scope previous);
 tf_mem_scope tf_mem_scope_current(void);
 
+/* Autograd reports its grad mode here whenever it changes (on until told
+ * otherwise): TF_TAG_AUTO allocations are activations while it records and
+ * temporaries while it does not. Pushed from above, so that the recorder
+ * calls nothing of the layers that use it. */
+void tf_mem_set_grad_mode(bool on);
+
 typedef enum tf_mem_action {
   TF_MEM_ALLOC,
   TF_MEM_FREE,
@@ -70,7 +78,7 @@ typedef struct tf_mem_origin {
 
 typedef struct tf_mem_event {
   uint64_t addr, size, requested;
-  uint64_t time_us;     /* monotonic clock */
+  uint64_t time_us;     /* the process's clock (clock.h), in microseconds */
   uint64_t device_free; /* oom: bytes the device (or the limit) still had */
   uint64_t seq;         /* position in the whole history, 0-based */
   tf_mem_origin origin;
@@ -86,9 +94,7 @@ typedef struct tf_mem_recorder {
   bool on;
 } tf_mem_recorder;
 
-/* String interning: id 0 is the empty string. */
-uint32_t tf_mem_intern(const char *s);
-const char *tf_mem_string(uint32_t id);
+/* Strings in origins are ids of the process's interner (intern.h). */
 
 /* The host's view of the running script: sets o->source ("file:line" of
  * the script's statement), o->frames ("file\tline\tname" lines, innermost
@@ -108,8 +114,6 @@ void tf_mem_record(tf_mem_recorder *r, tf_mem_action action, uint64_t addr, uint
                    const tf_mem_origin *origin, uint64_t device_free);
 /* The i-th retained event, oldest first (i < r->count). */
 const tf_mem_event *tf_mem_event_at(const tf_mem_recorder *r, size_t i);
-
-uint64_t tf_mem_now_us(void);
 
 #ifdef __cplusplus
 }

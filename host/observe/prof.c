@@ -1,5 +1,5 @@
 /* Ranges and the profiler's collector (prof.h). The GPU half, CUPTI, lives
- * in kernels/prof_cupti.cu; this file owns the records.
+ * in backends/cuda/prof_cupti.cu; this file owns the records.
  *
  * Records reach a session two ways. Range instances are written by the
  * thread that pushes ranges, straight into the session. Kernels, copies and
@@ -15,19 +15,19 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-#include "backend.h"
 
 #ifdef TF_WITH_CUDA
 #include <nvtx3/nvToolsExt.h>
 #endif
 
-int64_t tf_prof_now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
+
+/* Registered from above (prof.h): the GPU side, and the wait for the devices. */
+static const tf_prof_gpu_source *tf_gpu_source;
+static tf_status (*tf_device_sync_all)(void);
+
+void tf_prof_set_gpu_source(const tf_prof_gpu_source *src) { tf_gpu_source = src; }
+void tf_prof_set_device_sync(tf_status (*sync_all)(void)) { tf_device_sync_all = sync_all; }
 
 /* ---- growable arrays ------------------------------------------------------------------- */
 
@@ -53,55 +53,6 @@ static bool tf_vec_push(tf_vec *v, size_t elem, const void *item) {
 static void tf_vec_free(tf_vec *v) {
   free(v->data);
   *v = (tf_vec){0};
-}
-
-/* ---- interned names --------------------------------------------------------------------- */
-
-static pthread_mutex_t tf_intern_lock = PTHREAD_MUTEX_INITIALIZER;
-static const char **tf_intern_slots; /* open addressing, power-of-two capacity */
-static size_t tf_intern_cap, tf_intern_count;
-
-static uint64_t tf_hash_str(const char *s) {
-  uint64_t h = 1469598103934665603ull; /* FNV-1a */
-  for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
-  return h;
-}
-
-static bool tf_intern_grow(void) {
-  size_t cap = tf_intern_cap ? tf_intern_cap * 2 : 256;
-  const char **slots = calloc(cap, sizeof *slots);
-  if (!slots) return false;
-  for (size_t i = 0; i < tf_intern_cap; i++) {
-    const char *s = tf_intern_slots[i];
-    if (!s) continue;
-    size_t j = tf_hash_str(s) & (cap - 1);
-    while (slots[j]) j = (j + 1) & (cap - 1);
-    slots[j] = s;
-  }
-  free(tf_intern_slots);
-  tf_intern_slots = slots;
-  tf_intern_cap = cap;
-  return true;
-}
-
-const char *tf_prof_intern(const char *s) {
-  pthread_mutex_lock(&tf_intern_lock);
-  const char *found = NULL;
-  if ((tf_intern_count + 1) * 2 > tf_intern_cap && !tf_intern_grow()) goto done;
-  size_t j = tf_hash_str(s) & (tf_intern_cap - 1);
-  while (tf_intern_slots[j] && strcmp(tf_intern_slots[j], s) != 0) j = (j + 1) & (tf_intern_cap - 1);
-  if (!tf_intern_slots[j]) {
-    size_t n = strlen(s) + 1;
-    char *copy = malloc(n);
-    if (!copy) goto done;
-    memcpy(copy, s, n);
-    tf_intern_slots[j] = copy;
-    tf_intern_count++;
-  }
-  found = tf_intern_slots[j];
-done:
-  pthread_mutex_unlock(&tf_intern_lock);
-  return found;
 }
 
 /* ---- kernel names ----------------------------------------------------------------------- */
@@ -345,7 +296,7 @@ static void tf_range_record(tf_prof_session *s, int i) {
   e->recorded = tf_vec_push(&s->ranges, sizeof r, &r) ? (ptrdiff_t)s->ranges.len - 1 : -1;
   if (e->recorded < 0) s->lost++;
   if (s->gpu) {
-    tf_prof_cupti_push(e->id);
+    tf_gpu_source->push(e->id);
     e->cupti = true;
   }
 }
@@ -354,10 +305,10 @@ tf_status tf_range_push(const char *name) {
   if (!name) return tf_fail(TF_ERR_ARG, "a range needs a name");
   if (tf_range_count >= TF_RANGE_MAX_DEPTH)
     return tf_fail(TF_ERR_STATE, "ranges nested deeper than %d (a range left open in a loop?)", TF_RANGE_MAX_DEPTH);
-  const char *interned = tf_prof_intern(name);
+  const char *interned = tf_intern(name);
   if (!interned) return tf_fail(TF_ERR_OOM, "out of memory: no host memory for a range name");
   int i = tf_range_count++;
-  tf_ranges[i] = (tf_range_entry){tf_range_next_id++, interned, tf_prof_now_ns(), -1, false};
+  tf_ranges[i] = (tf_range_entry){tf_range_next_id++, interned, tf_clock_ns(), -1, false};
 #ifdef TF_WITH_CUDA
   nvtxRangePushA(interned);
 #endif
@@ -368,7 +319,7 @@ tf_status tf_range_push(const char *name) {
 /* Closes the innermost range at time now. */
 static void tf_range_pop_top(int64_t now) {
   tf_range_entry *e = &tf_ranges[--tf_range_count];
-  if (e->cupti) tf_prof_cupti_pop();
+  if (e->cupti) tf_gpu_source->pop();
   if (e->recorded >= 0 && tf_running) {
     tf_prof_range *r = (tf_prof_range *)tf_running->ranges.data + e->recorded;
     r->end_ns = now;
@@ -381,7 +332,7 @@ static void tf_range_pop_top(int64_t now) {
 
 tf_status tf_range_pop(void) {
   if (tf_range_count == 0) return tf_fail(TF_ERR_STATE, "no range is open");
-  tf_range_pop_top(tf_prof_now_ns());
+  tf_range_pop_top(tf_clock_ns());
   return TF_OK;
 }
 
@@ -399,7 +350,7 @@ tf_status tf_range_close(uint64_t id) {
   int at = tf_range_count - 1;
   while (at >= 0 && tf_ranges[at].id != id) at--;
   if (at < 0) return TF_OK; /* closed already */
-  int64_t now = tf_prof_now_ns();
+  int64_t now = tf_clock_ns();
   if (at == tf_range_count - 1) {
     tf_range_pop_top(now);
     return TF_OK;
@@ -422,7 +373,7 @@ tf_status tf_range_close(uint64_t id) {
 
 static void tf_prof_clock_point(tf_prof_session *s) {
   tf_clock_point p;
-  tf_prof_cupti_clock_pair(&p.host_ns, &p.cupti_ns);
+  tf_gpu_source->clock_pair(&p.host_ns, &p.cupti_ns);
   if (!tf_vec_push(&s->clock, sizeof p, &p)) s->lost++;
 }
 
@@ -447,15 +398,7 @@ static int64_t tf_prof_host_time(const tf_prof_session *s, uint64_t t) {
 
 /* Waits for every device in use, so that all the work launched so far has
  * finished and CUPTI can hand over its records. */
-static tf_status tf_prof_sync_devices(void) {
-  tf_status first = TF_OK;
-  tf_device_ctx *ctx;
-  for (int i = 0; (ctx = tf_device_ctx_at(i)) != NULL; i++) {
-    tf_status st = ctx->backend->synchronize(ctx);
-    if (st != TF_OK && first == TF_OK) first = st;
-  }
-  return first;
-}
+static tf_status tf_prof_sync_devices(void) { return tf_device_sync_all ? tf_device_sync_all() : TF_OK; }
 
 /* Moves the incoming records into the settled arrays. */
 static void tf_prof_settle(tf_prof_session *s) {
@@ -506,8 +449,9 @@ static void tf_prof_mark_open(tf_prof_session *s, int64_t now) {
 
 /* Why GPU records cannot be had, before trying CUPTI; NULL when they may. */
 static const char *tf_prof_gpu_precheck(void) {
-  if (!tf_cuda_compiled()) return "this tfhost was built without CUDA";
-  if (tf_cuda_device_count() == 0) return "no CUDA device is present";
+  if (!tf_gpu_source) return "this tfhost was built without CUDA";
+  const char *why = tf_gpu_source->unavailable();
+  if (why) return why;
   const char *force = getenv("TF_PROF_FORCE_NO_CUPTI");
   if (force && *force && strcmp(force, "0") != 0) return "TF_PROF_FORCE_NO_CUPTI is set";
   return NULL;
@@ -533,7 +477,7 @@ bool tf_prof_gpu_available(const char **reason) {
     *reason = pre;
     return false;
   }
-  bool ok = tf_prof_cupti_probe(why, sizeof why);
+  bool ok = tf_gpu_source->probe(why, sizeof why);
   *reason = ok ? "" : why;
   return ok;
 }
@@ -545,7 +489,7 @@ tf_status tf_prof_start(const tf_prof_options *opts, tf_prof_session **out) {
   if (!s) return tf_fail(TF_ERR_OOM, "out of memory: no host memory for a profiling session");
   s->opts = *opts;
   s->running = true;
-  s->start_ns = tf_prof_now_ns();
+  s->start_ns = tf_clock_ns();
   pthread_mutex_lock(&tf_record_lock);
   tf_record_target = s;
   pthread_mutex_unlock(&tf_record_lock);
@@ -553,7 +497,7 @@ tf_status tf_prof_start(const tf_prof_options *opts, tf_prof_session **out) {
     const char *pre = tf_prof_gpu_precheck();
     if (pre)
       snprintf(s->reason, sizeof s->reason, "%s", pre);
-    else if (tf_prof_cupti_start(opts, s->reason, sizeof s->reason))
+    else if (tf_gpu_source->start(opts, s->reason, sizeof s->reason))
       s->gpu = true;
     if (s->gpu)
       tf_prof_clock_point(s);
@@ -573,14 +517,14 @@ tf_status tf_prof_stop(tf_prof_session *s) {
   if (!s || !s->running) return TF_OK;
   atomic_store(&tf_host_ops_flag, false);
   tf_status st = tf_prof_sync_devices();
-  int64_t now = tf_prof_now_ns();
+  int64_t now = tf_clock_ns();
   for (int i = tf_range_count - 1; i >= 0; i--) {
-    if (tf_ranges[i].cupti) tf_prof_cupti_pop();
+    if (tf_ranges[i].cupti) tf_gpu_source->pop();
     tf_ranges[i].cupti = false;
   }
   if (s->gpu) {
     tf_prof_clock_point(s);
-    tf_prof_cupti_stop(); /* flushes what CUPTI still holds into s */
+    tf_gpu_source->stop(); /* flushes what CUPTI still holds into s */
   }
   pthread_mutex_lock(&tf_record_lock);
   tf_record_target = NULL;
@@ -603,11 +547,11 @@ tf_status tf_prof_view_get(tf_prof_session *s, tf_prof_view *out) {
   if (s->running) {
     st = tf_prof_sync_devices();
     if (s->gpu) {
-      tf_prof_cupti_flush();
+      tf_gpu_source->flush();
       tf_prof_clock_point(s);
     }
     tf_prof_settle(s);
-    tf_prof_mark_open(s, tf_prof_now_ns());
+    tf_prof_mark_open(s, tf_clock_ns());
   }
   *out = (tf_prof_view){0};
   out->kernels = s->kernels.data;
@@ -653,22 +597,3 @@ void tf_prof_session_free(tf_prof_session *s) {
   tf_corr_free(&s->corr);
   free(s);
 }
-
-/* ---- stand-ins for the CUPTI side in builds without CUDA ----------------------------------- */
-
-#ifndef TF_WITH_CUDA
-bool tf_prof_cupti_start(const tf_prof_options *opts, char *reason, size_t reason_size) {
-  (void)opts;
-  snprintf(reason, reason_size, "this tfhost was built without CUDA");
-  return false;
-}
-bool tf_prof_cupti_probe(char *reason, size_t reason_size) { return tf_prof_cupti_start(NULL, reason, reason_size); }
-void tf_prof_cupti_flush(void) {}
-void tf_prof_cupti_stop(void) {}
-void tf_prof_cupti_push(uint64_t range_id) { (void)range_id; }
-void tf_prof_cupti_pop(void) {}
-void tf_prof_cupti_clock_pair(int64_t *host_ns, uint64_t *cupti_ns) {
-  *host_ns = tf_prof_now_ns();
-  *cupti_ns = (uint64_t)*host_ns;
-}
-#endif

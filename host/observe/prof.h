@@ -12,11 +12,11 @@
  *
  * The collector (one at a time): a session records, until stopped, GPU
  * kernels, memcpys and memsets through CUPTI's activity API, and host-timed
- * op records from backends wrapped by tf_cpu_prof_backend (host/cpu/
+ * op records from backends wrapped by tf_cpu_prof_backend (backends/cpu/
  * cpu_prof.h). When CUPTI cannot start (no GPU, a build without CUDA,
  * another profiler attached, any CUPTI error) it says why once on stderr
  * and keeps recording host timings. Every time is in nanoseconds of the
- * host's monotonic clock (tf_prof_now_ns); CUPTI's timestamps are mapped
+ * process's clock (clock.h); CUPTI's timestamps are mapped
  * onto it through clock readings taken at start, at every read and at stop. */
 #ifndef TF_PROF_H
 #define TF_PROF_H
@@ -25,7 +25,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "device.h"
+#include "clock.h"
+#include "device_id.h"
+#include "intern.h"
 #include "status.h"
 
 #ifdef __cplusplus
@@ -33,13 +35,6 @@ extern "C" {
 #endif
 
 enum { TF_RANGE_MAX_DEPTH = 256 };
-
-/* The host's monotonic clock, in nanoseconds. */
-int64_t tf_prof_now_ns(void);
-
-/* The same pointer for equal strings, valid for the life of the process;
- * NULL only when out of host memory. Thread-safe. */
-const char *tf_prof_intern(const char *s);
 
 /* The bare name of a demangled kernel name, for tables: no return type,
  * namespaces, template arguments or parameters ("void tf::flash_fwd_kernel<
@@ -160,18 +155,31 @@ bool tf_prof_host_ops_on(void);
  * range is tf_range_current() taken before the op ran. */
 void tf_prof_record_host_op(const char *name, tf_device device, int64_t start_ns, int64_t end_ns, uint64_t range);
 
-/* The GPU side (kernels/prof_cupti.cu; stand-ins without CUDA), called by
- * prof.c only. Records arrive through tf_prof_gpu_* below from CUPTI's
- * thread, with raw CUPTI timestamps. */
-bool tf_prof_cupti_start(const tf_prof_options *opts, char *reason, size_t reason_size);
-void tf_prof_cupti_flush(void);
-void tf_prof_cupti_stop(void);
-void tf_prof_cupti_push(uint64_t range_id);
-void tf_prof_cupti_pop(void);
-/* A CUPTI timestamp and the host clock read at the same moment (the
- * tightest of a few tries). */
-void tf_prof_cupti_clock_pair(int64_t *host_ns, uint64_t *cupti_ns);
-bool tf_prof_cupti_probe(char *reason, size_t reason_size);
+/* The GPU side: what a backend that can record GPU work (the CUDA
+ * backend's CUPTI collector, backends/cuda/prof_cupti.cu) gives the
+ * collector, registered from above by tf_backends_init (none: GPU records
+ * are unavailable, "this tfhost was built without CUDA"). Records arrive
+ * through tf_prof_gpu_* below from CUPTI's thread, with raw CUPTI
+ * timestamps. */
+typedef struct tf_prof_gpu_source {
+  /* Why GPU records cannot be had now (no GPU present), before trying; NULL when they may. */
+  const char *(*unavailable)(void);
+  bool (*probe)(char *reason, size_t reason_size);
+  bool (*start)(const tf_prof_options *opts, char *reason, size_t reason_size);
+  void (*flush)(void);
+  void (*stop)(void);
+  void (*push)(uint64_t range_id);
+  void (*pop)(void);
+  /* A CUPTI timestamp and the host clock read at the same moment (the
+   * tightest of a few tries). */
+  void (*clock_pair)(int64_t *host_ns, uint64_t *cupti_ns);
+} tf_prof_gpu_source;
+void tf_prof_set_gpu_source(const tf_prof_gpu_source *src);
+
+/* Waits for every device in use, so that the work launched so far has
+ * finished and its records can be collected; registered by the device
+ * layer when it makes its first device context. */
+void tf_prof_set_device_sync(tf_status (*sync_all)(void));
 
 /* Called by the CUPTI side with a batch of records; they are kept only
  * while a session runs. Locking: tf_prof_gpu_lock around each batch. */

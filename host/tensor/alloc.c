@@ -16,7 +16,7 @@ enum {
 struct tf_alloc_parts {
   const void *base;
   int n;
-  tf_mem_region *regions; /* names interned: region.name is tf_mem_string(id) */
+  tf_mem_region *regions; /* names interned: region.name is tf_intern_string(id) */
   uint32_t *what;
   tf_alloc_parts *next;
 };
@@ -356,7 +356,7 @@ tf_status tf_alloc_record(tf_allocator *a, bool on, size_t max_entries) {
   }
   TF_TRY(tf_mem_recorder_start(&a->history, max_entries));
   a->history.live = a->history.peak = a->stats.allocated; /* what was live before counts */
-  a->history.peak_time_us = tf_mem_now_us();
+  a->history.peak_time_us = (uint64_t)(tf_clock_ns() / 1000);
   return TF_OK;
 }
 
@@ -390,8 +390,8 @@ tf_status tf_alloc_describe(tf_allocator *a, const void *base, int n, const tf_m
       return tf_fail(TF_ERR_ARG, "part %s lies outside its block", regions[i].name);
     }
     p->regions[i] = regions[i];
-    p->what[i] = tf_mem_intern(regions[i].name);
-    p->regions[i].name = tf_mem_string(p->what[i]);
+    p->what[i] = tf_intern_id(regions[i].name);
+    p->regions[i].name = tf_intern_string(p->what[i]);
   }
   for (int i = 1; i < n; i++) /* in address order (insertion sort: descriptions are short and nearly sorted) */
     for (int j = i; j > 0 && p->regions[j].offset < p->regions[j - 1].offset; j--) {

@@ -144,6 +144,8 @@ typedef struct tf_flash_args {
 
 struct tf_backend {
   const char *name;
+  /* Devices of this kind present (the CPU: 1); a machine without a driver has none. */
+  int (*device_count)(void);
   tf_status (*init)(tf_device_ctx *ctx);
   void (*shutdown)(tf_device_ctx *ctx);
   tf_status (*info)(tf_device_ctx *ctx, tf_device_info *info);
@@ -198,11 +200,10 @@ struct tf_backend {
   const struct tf_model_kernels *model;
 };
 
-const tf_backend *tf_cpu_backend(void);
-/* NULL when this build has no CUDA backend. */
-const tf_backend *tf_cuda_backend(void);
-/* GPUs visible to the CUDA backend (0 without one). */
-int tf_cuda_backend_device_count(void);
+/* Backends register themselves with the device layer (backends/backends.c
+ * does it for those a build has, at start): one per device type, the
+ * later registration replacing the earlier. */
+void tf_device_register_backend(tf_device_type type, const tf_backend *be);
 
 #ifdef __cplusplus
 }

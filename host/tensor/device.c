@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "prof.h"
 
 /* Slot 0 is the CPU, slot 1 + i is cuda:i. */
 enum { TF_DEVICE_SLOTS = 1 + TF_MAX_CUDA_DEVICES };
@@ -15,14 +16,21 @@ static uint64_t tf_seed_value = 0;
 static bool tf_default_set = false;
 static tf_device tf_default_dev;
 
-bool tf_cuda_compiled(void) { return tf_cuda_backend() != NULL; }
+/* By device type: what tf_device_register_backend was given. */
+static const tf_backend *tf_backends[2];
+
+void tf_device_register_backend(tf_device_type type, const tf_backend *be) {
+  if (type == TF_DEV_CPU || type == TF_DEV_CUDA) tf_backends[type] = be;
+}
+
+bool tf_cuda_compiled(void) { return tf_backends[TF_DEV_CUDA] != NULL; }
 
 bool tf_env_is(const char *name, const char *value) {
   const char *env = getenv(name);
   return env && strcmp(env, value) == 0;
 }
 
-int tf_cuda_device_count(void) { return tf_cuda_compiled() ? tf_cuda_backend_device_count() : 0; }
+int tf_cuda_device_count(void) { return tf_cuda_compiled() ? tf_backends[TF_DEV_CUDA]->device_count() : 0; }
 
 tf_status tf_device_parse(const char *s, tf_device *out) {
   if (strcmp(s, "cpu") == 0) {
@@ -54,7 +62,10 @@ void tf_device_format(tf_device d, char *buf, size_t n) {
 static int tf_device_slot(tf_device d) { return d.type == TF_DEV_CPU ? 0 : 1 + d.index; }
 
 static tf_status tf_device_check(tf_device d) {
-  if (d.type == TF_DEV_CPU) return TF_OK;
+  if (d.type == TF_DEV_CPU)
+    return tf_backends[TF_DEV_CPU] ? TF_OK
+                                   : tf_fail(TF_ERR_STATE, "no backend is registered for the CPU (call "
+                                                           "tf_backends_init() before using a device)");
   if (!tf_cuda_compiled())
     return tf_fail(TF_ERR_DEVICE, "no CUDA device: this tfhost was built without CUDA (asked for cuda:%d)", d.index);
   int count = tf_cuda_device_count();
@@ -74,7 +85,7 @@ tf_status tf_device_ctx_get(tf_device d, tf_device_ctx **out) {
   TF_TRY(tf_device_check(d));
   int slot = tf_device_slot(d);
   tf_device_ctx *ctx = &tf_ctx_slots[slot];
-  const tf_backend *be = d.type == TF_DEV_CPU ? tf_cpu_backend() : tf_cuda_backend();
+  const tf_backend *be = tf_backends[d.type];
   *ctx = (tf_device_ctx){0};
   ctx->device = d;
   ctx->backend = be;
@@ -83,6 +94,7 @@ tf_status tf_device_ctx_get(tf_device d, tf_device_ctx **out) {
   TF_TRY(be->init(ctx));
   tf_alloc_init(&ctx->alloc, tf_ctx_names[slot], (tf_alloc_backend){be->raw_alloc, be->raw_free, ctx});
   ctx->ready = true;
+  tf_prof_set_device_sync(tf_devices_sync_all);
   *out = ctx;
   return TF_OK;
 }
@@ -114,6 +126,17 @@ tf_status tf_device_info_get(tf_device d, tf_device_info *info) {
   TF_TRY(tf_device_ctx_get(d, &ctx));
   *info = (tf_device_info){0};
   return ctx->backend->info(ctx, info);
+}
+
+tf_status tf_devices_sync_all(void) {
+  tf_status first = TF_OK;
+  for (int slot = 0; slot < TF_DEVICE_SLOTS; slot++) {
+    tf_device_ctx *ctx = &tf_ctx_slots[slot];
+    if (!ctx->ready) continue;
+    tf_status st = ctx->backend->synchronize(ctx);
+    if (st != TF_OK && first == TF_OK) first = st;
+  }
+  return first;
 }
 
 tf_status tf_device_sync(tf_device d) {

@@ -12,20 +12,12 @@
 #include <stdint.h>
 
 #include "alloc.h"
+#include "device_id.h"
 #include "status.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-typedef enum tf_device_type { TF_DEV_CPU = 0, TF_DEV_CUDA = 1 } tf_device_type;
-
-typedef struct tf_device {
-  int type;  /* tf_device_type */
-  int index; /* 0 for the CPU */
-} tf_device;
-
-enum { TF_MAX_CUDA_DEVICES = 16 };
 
 typedef struct tf_backend tf_backend;
 
@@ -50,9 +42,6 @@ typedef struct tf_device_info {
   int runtime_version; /* CUDA runtime the binary was linked with */
   int blas_version;    /* cuBLAS */
 } tf_device_info;
-
-static inline tf_device tf_cpu(void) { return (tf_device){TF_DEV_CPU, 0}; }
-static inline bool tf_device_eq(tf_device a, tf_device b) { return a.type == b.type && a.index == b.index; }
 
 /* "cpu", "cuda", "cuda:N", "gpu" */
 tf_status tf_device_parse(const char *s, tf_device *out);
@@ -79,6 +68,8 @@ tf_status tf_device_info_get(tf_device d, tf_device_info *info);
 
 /* Waits for all work queued on the device. */
 tf_status tf_device_sync(tf_device d);
+/* Waits for every device in use; the first failure is returned. */
+tf_status tf_devices_sync_all(void);
 
 /* Reseeds every device's generator (and those created later). */
 void tf_seed_all(uint64_t seed);

@@ -7,8 +7,8 @@
  * compute dtype: f32, or f16/bf16 under mixed precision. Residual streams,
  * norm gains, statistics and gradients of parameters are always f32, and
  * every kernel computes in f32 whatever it stores. Each kernel has a CPU
- * twin (host/cpu/cpu_model.c, cpu_gemm.c) that its CUDA version
- * (kernels/model_*.cu, gemm.cu) is tested against; both are deterministic:
+ * twin (backends/cpu/cpu_model.c, cpu_gemm.c) that its CUDA version
+ * (backends/cuda/model_*.cu, gemm.cu) is tested against; both are deterministic:
  * sums run in a fixed order, never through float atomics. Index tensors
  * are i64, already checked by index_check; kernels read a bad index as 0
  * so that nothing is ever read out of bounds. */

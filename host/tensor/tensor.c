@@ -3,7 +3,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "autograd.h"
 #include "backend.h"
 
 tf_status tf_shape_check(const tf_shape *s) {
@@ -109,11 +108,17 @@ static void tf_storage_release(tf_storage *st) {
   free(st);
 }
 
+/* Set by autograd before it makes its first node: the tensor layer knows
+ * nodes only through this (a tensor has a grad_fn only if autograd set one). */
+static void (*tf_node_release_hook)(tf_node *);
+
+void tf_tensor_set_node_release(void (*release)(tf_node *)) { tf_node_release_hook = release; }
+
 void tf_tensor_release(tf_tensor *t) {
   if (!t || --t->refcount > 0) return;
   tf_storage_release(t->storage);
   tf_tensor_release(t->grad);
-  tf_node_release(t->grad_fn);
+  if (t->grad_fn) tf_node_release_hook(t->grad_fn);
   free(t);
 }
 

@@ -49,6 +49,11 @@ typedef struct tf_tensor {
   tf_node *grad_fn;
 } tf_tensor;
 
+/* How a tensor drops its grad_fn when released: registered by autograd
+ * (autograd.c) before it makes its first node, so that the tensor layer
+ * calls nothing above it. */
+void tf_tensor_set_node_release(void (*release)(tf_node *));
+
 /* A shape as it travels through the API. */
 typedef struct tf_shape {
   int ndim;

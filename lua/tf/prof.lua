@@ -17,8 +17,8 @@
 -- its launch shape); on the CPU device they are the host-timed ops. A
 -- kernel counts toward every range that was open when it was launched (as
 -- nsys's nvtx_kern_sum counts), through the range instance it was launched
--- in and that instance's parents. The mechanism is C (host/core/prof.c,
--- kernels/prof_cupti.cu); the tables, the kernel classes and the trace
+-- in and that instance's parents. The mechanism is C (host/observe/prof.c,
+-- backends/cuda/prof_cupti.cu); the tables, the kernel classes and the trace
 -- format are here, and scripts may change them (tf.prof.op_classes,
 -- tf.prof.class_patterns).
 local M = {}

@@ -9,6 +9,7 @@
  * bit for bit; the reference's own gradient is checked against central
  * differences first. */
 #include "backend.h"
+#include "backends.h"
 #include "nnref.h"
 
 static tf_device_ctx *cctx;
@@ -225,6 +226,7 @@ static void test_first_row(void) {
 }
 
 int main(void) {
+  tf_backends_init();
   test_seed();
   if (!CHECK_OK(tf_device_ctx_get(tf_cpu(), &cctx)) || !CHECK(cctx->backend->flash_attention)) return tf_check_done();
   test_reference_gradient();

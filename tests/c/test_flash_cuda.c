@@ -1,4 +1,4 @@
-/* FlashAttention-2's CUDA kernels (kernels/flash_attn*.cu) against the CPU
+/* FlashAttention-2's CUDA kernels (backends/cuda/flash_attn*.cu) against the CPU
  * twin (cpu_flash.c, itself checked against plain attention by
  * test_flash.c), on the same fresh random inputs (the seed is printed;
  * TF_TEST_SEED repeats a run):
@@ -34,6 +34,7 @@
  * that), then the forward pass with the mma.sync kernel in place of the
  * wgmma one. No timing is asserted. Exits 77 without a GPU. */
 #include "backend.h"
+#include "backends.h"
 #include "err_table.h"
 #include "gpu_twins.h"
 
@@ -342,6 +343,7 @@ static void bench_shape(int64_t B, int64_t S, int64_t d) { bench_run_shape(B, S,
 static void bench_forward(int64_t B, int64_t S, int64_t d) { bench_run_shape(B, S, d, true); }
 
 int main(void) {
+  tf_backends_init();
   small_run = gpu_test_begin();
   if (!CHECK_OK(tf_device_ctx_get(tf_cpu(), &cctx)) || !CHECK_OK(tf_device_ctx_get(GPU, &gctx))) return 1;
   if (!CHECK(gctx->backend->flash_attention && gctx->backend->flash_workspace)) return tf_check_done();

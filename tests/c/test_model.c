@@ -9,6 +9,7 @@
  * following parameter writes, and a bf16 model near the f32 one.
  * TF_TEST_SEED repeats a run. */
 #include "backend.h"
+#include "backends.h"
 #include "model.h"
 #include "nnref.h"
 
@@ -585,6 +586,7 @@ static void test_mixed_precision(void) {
 }
 
 int main(void) {
+  tf_backends_init();
   test_seed();
   for (int i = 0; i < N; i++) ids_v[i] = rng_int(0, V), targets_v[i] = rng_int(0, V);
   test_against_reference();

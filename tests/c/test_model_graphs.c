@@ -14,6 +14,7 @@
  * TF_TEST_SEED repeats a run. */
 #include <string.h>
 
+#include "backends.h"
 #include "model_internal.h"
 #include "nnref.h"
 
@@ -348,6 +349,7 @@ static void test_errors_and_switch(void) {
 }
 
 int main(void) {
+  tf_backends_init();
   const char *env = getenv("TF_MODEL_GRAPHS");
   if (env && strcmp(env, "0") == 0) tf_check_skip("TF_MODEL_GRAPHS=0 turns graph replay off");
   test_seed();

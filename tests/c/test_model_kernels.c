@@ -7,6 +7,7 @@
  * fused loss, the embedding and the index check. The CUDA kernels are
  * compared with these twins by test_model_kernels_cuda.c. */
 #include "backend.h"
+#include "backends.h"
 #include "model_kernels.h"
 #include "nnref.h"
 
@@ -343,6 +344,7 @@ static void test_index_check(void) {
 }
 
 int main(void) {
+  tf_backends_init();
   test_seed();
   if (!CHECK_OK(tf_device_ctx_get(tf_cpu(), &ctx))) return 1;
   K = ctx->backend->model;

@@ -20,6 +20,7 @@
 #include <time.h>
 
 #include "backend.h"
+#include "backends.h"
 #include "model.h"
 #include "model_kernels.h"
 #include "err_table.h"
@@ -536,6 +537,7 @@ static void bench_model(tf_dtype precision, int64_t B, int64_t T, bool lt) {
 }
 
 int main(void) {
+  tf_backends_init();
   small_run = gpu_test_begin();
   if (!CHECK_OK(tf_device_ctx_get(tf_cpu(), &cctx)) || !CHECK_OK(tf_device_ctx_get(GPU, &gctx))) return 1;
   KC = cctx->backend->model;

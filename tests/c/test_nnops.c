@@ -3,6 +3,7 @@
  * inputs of every float dtype it takes, each backward pass against central
  * differences in f64, AdamW against its formula over several steps, and
  * the argument errors (shapes, dtypes, out-of-range ids and targets). */
+#include "backends.h"
 #include "nnref.h"
 
 /* Reference tolerance of an output of dtype d: its rounding, with room. */
@@ -673,6 +674,7 @@ static void test_errors(void) {
 }
 
 int main(void) {
+  tf_backends_init();
   test_seed();
   test_softmax();
   test_norms();

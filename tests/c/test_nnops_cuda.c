@@ -9,6 +9,7 @@
  * short ones). Ends with a table of the worst errors and, unless
  * TF_TEST_SMALL is set (for compute-sanitizer runs), timings at Transformer
  * shapes. Exits 77 without a GPU. */
+#include "backends.h"
 #include "err_table.h"
 #include "gpu_twins.h"
 
@@ -643,6 +644,7 @@ static void bench(void) {
 }
 
 int main(void) {
+  tf_backends_init();
   small_run = gpu_test_begin();
   test_softmax();
   test_norms();

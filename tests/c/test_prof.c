@@ -1,4 +1,4 @@
-/* The profiler's core without a GPU (core/prof.h, cpu/cpu_prof.h): kernel
+/* The profiler's core without a GPU (host/observe/prof.h, backends/cpu/cpu_prof.h): kernel
  * name shortening, the range stack (nesting, ids, scoped closes that find
  * inner ranges left open, the depth limit), and sessions recording
  * host-timed ops through the wrapped CPU backend: names, attribution to the
@@ -9,10 +9,12 @@
 #include <string.h>
 
 #include "backend.h"
+#include "backends.h"
 #include "check.h"
 #include "model_kernels.h"
 #include "ops.h"
 #include "prof.h"
+#include "cpu.h"
 #include "cpu_prof.h"
 
 static void check_short(const char *full, const char *want) {
@@ -71,7 +73,7 @@ static void test_ranges(void) {
   CHECK_INT(tf_range_stack(names, 4), 2);
   CHECK(strcmp(names[0], "outer") == 0 && strcmp(names[1], "inner") == 0);
   CHECK_INT(tf_range_stack(names, 1), 1);
-  CHECK(names[0] == tf_prof_intern("outer")); /* interned */
+  CHECK(names[0] == tf_intern("outer")); /* interned */
   CHECK_OK(tf_range_close(inner));
   CHECK_OK(tf_range_close(inner)); /* closed already: nothing to do */
   CHECK_INT(tf_range_current(), outer);
@@ -243,7 +245,7 @@ static void test_forced_failure(void) {
   if (CHECK_OK(tf_prof_start(&opts, &s))) {
     CHECK(!tf_prof_session_gpu(s, &reason));
     if (tf_cuda_device_count() > 0) CHECK(strstr(reason, "TF_PROF_FORCE_NO_CUPTI") != NULL);
-    tf_prof_record_host_op("by hand", tf_cpu(), tf_prof_now_ns(), tf_prof_now_ns(), 0);
+    tf_prof_record_host_op("by hand", tf_cpu(), tf_clock_ns(), tf_clock_ns(), 0);
     tf_prof_view v;
     CHECK_OK(tf_prof_view_get(s, &v));
     CHECK_INT(v.num_kernels, 1);
@@ -253,6 +255,7 @@ static void test_forced_failure(void) {
 }
 
 int main(void) {
+  tf_backends_init();
   test_short_names();
   test_ranges();
   test_sessions();

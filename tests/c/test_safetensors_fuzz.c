@@ -13,6 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "backends.h"
 #include "check.h"
 #include "ops.h"
 #include "safetensors.h"
@@ -251,6 +252,7 @@ static void make_seed_image(const char *path, image *im) {
 }
 
 int main(void) {
+  tf_backends_init();
   char path[] = "/tmp/tf_safetensors_fuzz_XXXXXX";
   int fd = mkstemp(path);
   if (fd < 0) tf_check_skip("cannot create a temporary file");

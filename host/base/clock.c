@@ -1,0 +1,9 @@
+#include "clock.h"
+
+#include <time.h>
+
+int64_t tf_clock_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}

@@ -1,0 +1,100 @@
+/* CUDA graph replay of the engine's phases (forward and loss, backward,
+ * inference forward): where the backend can capture and replay its
+ * stream, a phase whose key (plan shape, mode and kernel-choosing
+ * settings) repeats runs as one graph launch instead of its kernels. */
+#include "model_internal.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* Range and message names of the phases, in tf_model_phase order. */
+static const char *const tf_model_phase_names[TF_MODEL_PHASES] = {"forward and loss graph", "backward graph",
+                                                                  "forward graph"};
+
+static bool tf_model_graphs_supported(const tf_model *m) {
+  const tf_model_kernels *k = m->k;
+  return k->capture_begin && k->capture_end && k->graph_launch && k->graph_destroy;
+}
+
+void tf_model_set_graphs(tf_model *m, bool on) {
+  m->graphs = on && tf_model_graphs_supported(m) && !tf_env_is("TF_MODEL_GRAPHS", "0");
+  if (!m->graphs) tf_model_graphs_drop(m);
+}
+
+tf_model_graph_stats tf_model_graphs(const tf_model *m) {
+  return (tf_model_graph_stats){.supported = tf_model_graphs_supported(m), .on = m->graphs,
+                                .captures = m->graph_captures, .replays = m->graph_replays,
+                                .failures = m->graph_failures};
+}
+
+void tf_model_graphs_drop(tf_model *m) {
+  for (int i = 0; i < TF_MODEL_PHASES; i++) {
+    if (m->graph[i].exec) m->k->graph_destroy(m->ctx, m->graph[i].exec);
+    memset(&m->graph[i], 0, sizeof m->graph[i]);
+  }
+}
+
+/* The key of a phase now (the plan's shape and mode, keep, and the
+ * settings that choose kernels). */
+static tf_model_graph_key tf_model_graph_key_now(const tf_model *m, bool keep) {
+  return (tf_model_graph_key){.batch = m->plan.batch, .seq = m->plan.seq, .training_plan = m->plan.training,
+                              .keep = keep, .flash = m->flash, .tf32 = m->ctx->allow_tf32};
+}
+
+static bool tf_model_graph_key_eq(const tf_model_graph_key *a, const tf_model_graph_key *b) {
+  return a->batch == b->batch && a->seq == b->seq && a->training_plan == b->training_plan && a->keep == b->keep &&
+         a->flash == b->flash && a->tf32 == b->tf32;
+}
+
+/* Captures body into g->exec. On failure nothing has run: the failure is
+ * counted, the key is marked (eager from now on) and the caller runs body
+ * eagerly. Besides what the backend refuses during capture (allocations,
+ * waits, copies to the host), a block the caching allocator hands out from
+ * its cache needs no cudaMalloc, so capture cannot see it; its address
+ * would be baked into the graph while the allocator gives it to others,
+ * so any allocation during the capture fails it too. */
+static bool tf_model_capture(tf_model *m, tf_model_phase phase, tf_model_graph *g, bool keep, tf_model_phase_fn body) {
+  char why[256] = "";
+  const uint64_t allocs = m->ctx->alloc.stats.num_allocs;
+  if (m->k->capture_begin(m->ctx) != TF_OK) {
+    snprintf(why, sizeof why, "%s", tf_last_error());
+  } else {
+    if (body(m, keep) != TF_OK) snprintf(why, sizeof why, "%s", tf_last_error());
+    if (m->k->capture_end(m->ctx, &g->exec) != TF_OK && !why[0]) snprintf(why, sizeof why, "%s", tf_last_error());
+    if (!why[0] && m->ctx->alloc.stats.num_allocs != allocs)
+      snprintf(why, sizeof why, "the pass took memory from the caching allocator while being captured");
+  }
+  if (!why[0]) {
+    m->graph_captures++;
+    return true;
+  }
+  m->k->graph_destroy(m->ctx, g->exec);
+  g->exec = NULL;
+  g->failed = true;
+  m->graph_failures++;
+  if (tf_env_is("TF_MODEL_GRAPHS_DEBUG", "1"))
+    fprintf(stderr, "tfhost: model: %s for batch %lld, seq %lld not captured (runs eagerly): %s\n",
+            tf_model_phase_names[phase], (long long)g->key.batch, (long long)g->key.seq, why);
+  return false;
+}
+
+/* Eager while replay is off or the profiler's collector records: a
+ * replay's kernels would all land in the range around its launch. Else a
+ * new key replaces the phase's graph; the key's first call runs eagerly,
+ * the second captures, and a captured phase is replayed. */
+tf_status tf_model_run_phase(tf_model *m, tf_model_phase phase, bool keep, tf_model_phase_fn body) {
+  if (!m->graphs || tf_prof_collecting()) return body(m, keep);
+  tf_model_graph *g = &m->graph[phase];
+  const tf_model_graph_key key = tf_model_graph_key_now(m, keep);
+  if (!tf_model_graph_key_eq(&g->key, &key)) {
+    m->k->graph_destroy(m->ctx, g->exec);
+    *g = (tf_model_graph){.key = key};
+  }
+  if (!g->exec) {
+    const bool warm = g->calls++ > 0;
+    if (!warm || g->failed || !tf_model_capture(m, phase, g, keep, body)) return body(m, keep);
+  }
+  TF_RANGED(tf_model_phase_names[phase], m->k->graph_launch(m->ctx, g->exec));
+  m->graph_replays++;
+  return TF_OK;
+}
