@@ -6,8 +6,15 @@
 
 #include "model_kernels.h"
 
-/* cpu_gemm.c */
-tf_status tf_cpu_gemm(tf_device_ctx *ctx, const tf_gemm_args *a);
+/* Each beside the eager op of the same math. */
+tf_status tf_cpu_gemm(tf_device_ctx *ctx, const tf_gemm_args *a);     /* cpu_gemm.c */
+tf_status tf_cpu_rmsnorm(tf_device_ctx *ctx, const tf_rmsnorm_args *a); /* cpu_norm.c */
+tf_status tf_cpu_causal_softmax(tf_device_ctx *ctx, const tf_causal_softmax_args *a); /* cpu_softmax.c */
+tf_status tf_cpu_rope_heads(tf_device_ctx *ctx, const tf_rope_heads_args *a);         /* cpu_rope.c */
+tf_status tf_cpu_heads(tf_device_ctx *ctx, const tf_heads_args *a);                   /* cpu_rope.c */
+tf_status tf_cpu_lm_loss(tf_device_ctx *ctx, const tf_lm_loss_args *a);               /* cpu_cross_entropy.c */
+tf_status tf_cpu_encoder(tf_device_ctx *ctx, const tf_encoder_args *a);               /* cpu_embedding.c */
+tf_status tf_cpu_index_check(tf_device_ctx *ctx, const int64_t *idx, int64_t n, int64_t limit, int64_t *bad);
 
 /* The table cpu_backend.c registers (cpu_model.c). */
 extern const tf_model_kernels tf_cpu_model_kernels;

@@ -22,14 +22,40 @@ static inline double tf_cpu_row_max_logsum(const void *x, tf_dtype d, int64_t ba
   return m;
 }
 
-/* cpu_norm.c: the row-wise ops. */
-tf_status tf_cpu_softmax(tf_device_ctx *ctx, const tf_softmax_args *args);
+/* Rows run in parallel (each by one thread, so results do not depend on
+ * the thread count) only past this many elements. */
+enum { TF_CPU_PARALLEL_MIN = 1 << 15 };
+
+/* Element i of an index tensor (the dispatcher passes i64; any integer works). */
+static inline int64_t tf_cpu_index(const tf_tensor *t, int64_t i) {
+  return tf_elem_get_int(tf_tensor_data(t), t->dtype, i);
+}
+
+/* The first of n indices outside [0, limit), or -1. */
+static inline int64_t tf_cpu_first_bad(const tf_tensor *t, int64_t n, int64_t limit) {
+  for (int64_t i = 0; i < n; i++) {
+    int64_t v = tf_cpu_index(t, i);
+    if (v < 0 || v >= limit) return i;
+  }
+  return -1;
+}
+
+/* An index as the engine's kernels read it: a bad one reads as 0 (never out of bounds). */
+static inline int64_t tf_cpu_id(const int64_t *ids, int64_t i, int64_t limit) {
+  int64_t v = ids[i];
+  return v >= 0 && v < limit ? v : 0;
+}
+
+/* One file per family: each holds the eager op and the engine kernel of
+ * its math (cpu_model.h). */
+tf_status tf_cpu_softmax(tf_device_ctx *ctx, const tf_softmax_args *args); /* cpu_softmax.c */
+/* cpu_norm.c */
 tf_status tf_cpu_norm(tf_device_ctx *ctx, const tf_norm_args *args);
 
-/* cpu_nn.c: losses, positions, lookups, masks and the optimizer. */
-tf_status tf_cpu_cross_entropy(tf_device_ctx *ctx, const tf_cross_entropy_args *args, int64_t *bad);
-tf_status tf_cpu_rope(tf_device_ctx *ctx, const tf_rope_args *args);
-tf_status tf_cpu_embedding(tf_device_ctx *ctx, const tf_embedding_args *args, int64_t *bad);
+tf_status tf_cpu_cross_entropy(tf_device_ctx *ctx, const tf_cross_entropy_args *args, int64_t *bad); /* cpu_cross_entropy.c */
+tf_status tf_cpu_rope(tf_device_ctx *ctx, const tf_rope_args *args);                                 /* cpu_rope.c */
+tf_status tf_cpu_embedding(tf_device_ctx *ctx, const tf_embedding_args *args, int64_t *bad);       /* cpu_embedding.c */
+/* cpu_nn.c: masks and the optimizer. */
 tf_status tf_cpu_masked_fill(tf_device_ctx *ctx, const tf_tensor *x, const tf_tensor *mask, double value,
                              tf_tensor *out);
 tf_status tf_cpu_adamw(tf_device_ctx *ctx, const tf_adamw_update *args);

@@ -1,5 +1,6 @@
-/* Row-wise ops on the CPU: softmax / log_softmax and layer / rms norm,
- * forward and backward. Every row is read as doubles (elemio.h), reduced in
+/* Norms on the CPU: the eager layer / rms norm (nnops.h) and the engine's
+ * RMSNorm with the residual add in front (model_kernels.h), forward and
+ * backward. Every row is read as doubles (elemio.h), reduced in
  * double in column order and rounded once into its output's dtype; rows run
  * in parallel (each by one thread, so results do not depend on the thread
  * count). Weight gradients are column sums over rows taken in row order. */
@@ -7,54 +8,11 @@
 #include <stdlib.h>
 
 #include "elemio.h"
+#include "cpu.h"
+#include "cpu_model.h"
 #include "cpu_nn.h"
 
-/* Parallel rows only when there is enough work to pay for the threads. */
-enum { TF_CPU_NN_PARALLEL_MIN = 1 << 15 };
 
-/* Max first, so that exp never overflows; an all -inf row gives NaN, as in PyTorch. */
-static tf_status tf_cpu_softmax_forward(const tf_softmax_args *a) {
-  const void *x = tf_tensor_data(a->x);
-  void *y = tf_tensor_data(a->out);
-  tf_dtype d = a->x->dtype;
-  const int64_t cols = a->cols;
-#pragma omp parallel for schedule(static) if (a->rows * cols > TF_CPU_NN_PARALLEL_MIN)
-  for (int64_t r = 0; r < a->rows; r++) {
-    int64_t base = r * cols;
-    double lsum, m = tf_cpu_row_max_logsum(x, d, base, cols, &lsum);
-    for (int64_t c = 0; c < cols; c++) {
-      double v = tf_elem_get(x, d, base + c) - m;
-      tf_elem_set(y, d, base + c, a->log ? v - lsum : exp(v - lsum));
-    }
-  }
-  return TF_OK;
-}
-
-/* softmax: dx = y (dy - sum(dy y)); log_softmax: dx = dy - exp(y) sum(dy). */
-static tf_status tf_cpu_softmax_backward(const tf_softmax_args *a) {
-  const void *y = tf_tensor_data(a->x), *dy = tf_tensor_data(a->dy);
-  void *dx = tf_tensor_data(a->out);
-  tf_dtype d = a->x->dtype;
-  const int64_t cols = a->cols;
-#pragma omp parallel for schedule(static) if (a->rows * cols > TF_CPU_NN_PARALLEL_MIN)
-  for (int64_t r = 0; r < a->rows; r++) {
-    int64_t base = r * cols;
-    double dot = 0;
-    for (int64_t c = 0; c < cols; c++)
-      dot += tf_elem_get(dy, d, base + c) * (a->log ? 1.0 : tf_elem_get(y, d, base + c));
-    for (int64_t c = 0; c < cols; c++) {
-      double yv = tf_elem_get(y, d, base + c), g = tf_elem_get(dy, d, base + c);
-      tf_elem_set(dx, d, base + c, a->log ? g - exp(yv) * dot : yv * (g - dot));
-    }
-  }
-  return TF_OK;
-}
-
-/* The backend entry: dy says which pass. */
-tf_status tf_cpu_softmax(tf_device_ctx *ctx, const tf_softmax_args *a) {
-  (void)ctx;
-  return a->dy ? tf_cpu_softmax_backward(a) : tf_cpu_softmax_forward(a);
-}
 
 /* Element c of an optional weight vector (absent: 1, or 0 for a bias). */
 static double tf_cpu_weight(const tf_tensor *w, int64_t c, double absent) {
@@ -69,7 +27,7 @@ static tf_status tf_cpu_norm_forward(const tf_norm_args *a) {
   tf_dtype d = a->x->dtype;
   const int64_t cols = a->cols;
   const bool layer = a->kind == TF_NORM_LAYER;
-#pragma omp parallel for schedule(static) if (a->rows * cols > TF_CPU_NN_PARALLEL_MIN)
+#pragma omp parallel for schedule(static) if (a->rows * cols > TF_CPU_PARALLEL_MIN)
   for (int64_t r = 0; r < a->rows; r++) {
     int64_t base = r * cols;
     double mean = 0, sq = 0;
@@ -108,7 +66,7 @@ static tf_status tf_cpu_norm_backward(const tf_norm_args *a) {
   tf_dtype sd = a->rstd->dtype;
   if (a->dx) {
     void *dx = tf_tensor_data(a->dx);
-#pragma omp parallel for schedule(static) if (a->rows * cols > TF_CPU_NN_PARALLEL_MIN)
+#pragma omp parallel for schedule(static) if (a->rows * cols > TF_CPU_PARALLEL_MIN)
     for (int64_t r = 0; r < a->rows; r++) {
       int64_t base = r * cols;
       double mean = layer ? tf_elem_get(meanp, sd, r) : 0.0, rstd = tf_elem_get(rstdp, sd, r);
@@ -153,3 +111,62 @@ tf_status tf_cpu_norm(tf_device_ctx *ctx, const tf_norm_args *a) {
   (void)ctx;
   return a->backward ? tf_cpu_norm_backward(a) : tf_cpu_norm_forward(a);
 }
+
+/* ---- rmsnorm ---------------------------------------------------------------------- */
+
+/* x_out = x + delta rounded to f32 first, then normalised from that f32 value. */
+static void tf_cpu_rmsnorm_forward(const tf_rmsnorm_args *a) {
+  const int64_t dim = a->dim;
+  const tf_dtype d = a->dtype;
+#pragma omp parallel for schedule(static) if (a->rows * dim > TF_CPU_PARALLEL_MIN)
+  for (int64_t r = 0; r < a->rows; r++) {
+    const int64_t base = r * dim;
+    const float *x = a->x + base;
+    if (a->delta) {
+      for (int64_t c = 0; c < dim; c++) a->x_out[base + c] = (float)((double)x[c] + tf_elem_get(a->delta, d, base + c));
+      x = a->x_out + base;
+    }
+    double ss = 0;
+    for (int64_t c = 0; c < dim; c++) ss += (double)x[c] * x[c];
+    double rstd = 1.0 / sqrt(ss / (double)dim + a->eps);
+    for (int64_t c = 0; c < dim; c++) tf_elem_set(a->h, d, base + c, (double)x[c] * rstd * a->g[c]);
+    a->rstd[r] = (float)rstd;
+  }
+}
+
+/* Rows in parallel; the gain's column sums in row order, one thread. */
+static void tf_cpu_rmsnorm_backward(const tf_rmsnorm_args *a) {
+  const int64_t dim = a->dim;
+  const tf_dtype d = a->dtype;
+#pragma omp parallel for schedule(static) if (a->rows * dim > TF_CPU_PARALLEL_MIN)
+  for (int64_t r = 0; r < a->rows; r++) {
+    const int64_t base = r * dim;
+    const double rstd = a->rstd[r];
+    double sum = 0;
+    for (int64_t c = 0; c < dim; c++) sum += tf_elem_get(a->dh, d, base + c) * a->g[c] * a->x[base + c] * rstd;
+    const double mean = sum / (double)dim;
+    for (int64_t c = 0; c < dim; c++) {
+      double dx = rstd * (tf_elem_get(a->dh, d, base + c) * a->g[c] - a->x[base + c] * rstd * mean);
+      float v = (float)((a->accumulate ? (double)a->dres[base + c] : 0.0) + dx);
+      a->dres[base + c] = v;
+      if (a->dres_low) tf_elem_set(a->dres_low, d, base + c, v);
+    }
+  }
+  for (int64_t c = 0; c < dim; c++) {
+    double sum = 0;
+    for (int64_t r = 0; r < a->rows; r++)
+      sum += tf_elem_get(a->dh, d, r * dim + c) * a->x[r * dim + c] * (double)a->rstd[r];
+    a->dg[c] = (float)((double)a->dg[c] + sum);
+  }
+}
+
+/* The backend entry of both passes. */
+tf_status tf_cpu_rmsnorm(tf_device_ctx *ctx, const tf_rmsnorm_args *a) {
+  (void)ctx;
+  if (a->backward)
+    tf_cpu_rmsnorm_backward(a);
+  else
+    tf_cpu_rmsnorm_forward(a);
+  return TF_OK;
+}
+
