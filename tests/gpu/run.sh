@@ -67,7 +67,7 @@ for t in tests/cli/test_*.py; do
   else record "$name" FAIL "rc=$rc"; tail -30 "$out/$name.log"; fi
 done
 
-for t in test_nnops_cuda test_flash_cuda; do
+for t in test_nnops_cuda test_model_kernels_cuda test_flash_cuda; do
   command -v compute-sanitizer >/dev/null && [ -x "$dir/$t" ] || continue
   TF_TEST_SMALL=1 compute-sanitizer --tool memcheck "$dir/$t" > "$out/memcheck_$t.log" 2>&1
   record "memcheck $t" "$(grep -q 'ERROR SUMMARY: 0 errors' "$out/memcheck_$t.log" && echo ok || echo FAIL)" \
