@@ -1,8 +1,15 @@
-/* The engine's GEMM (model_kernels.h) on the GPU: cuBLASLt with cached
- * plans, plain cuBLAS as the fallback.
+/* Matrix products on the GPU, one dispatch for the eager matmul
+ * (backend.h) and the engine's GEMM (model_kernels.h): cuBLASLt with
+ * cached plans, plain cuBLAS as the fallback.
  *
- * Operands are row-major; as in matmul.cu, C = A B is computed as the
- * column-major C^T = B^T A^T, so cuBLAS's first operand is our B.
+ * tfhost's operands are row-major and cuBLAS is column-major: a row-major
+ * (rows x cols) matrix with row stride ld is the column-major (cols x rows)
+ * matrix with leading dimension ld, its transpose. So C = A B (row-major)
+ * is computed as C^T = B^T A^T (column-major): cuBLAS's first operand is
+ * our B, its second our A, and the dimensions are (n, m, k). An operand
+ * stored transposed (trans_a: A kept as a row-major (k, m) matrix) is,
+ * seen column-major, A itself, which cuBLAS transposes back (OP_T). A batch
+ * stride of 0 broadcasts an operand over the batch.
  *
  * A plan (matmul descriptor, three layouts, the heuristic's algorithm) is
  * made the first time a (dtypes, transposes, sizes, strides, alignments)
@@ -12,8 +19,9 @@
  * mode does for the fallback. A shape Lt has no algorithm for, or a call
  * Lt refuses, goes to cublasGemmStridedBatchedEx from then on; so does
  * everything when TF_CUBLASLT=0 is set or gemm_use_lt(ctx, false) was
- * called. The workspace (32 MiB) is a cudaMalloc of its own, like
- * cuBLAS's internal one, outside the caching allocator's accounting. */
+ * called. f64 products (the eager matmul's) always take plain cuBLAS, in
+ * f64. The workspace (32 MiB) is a cudaMalloc of its own, like cuBLAS's
+ * internal one, outside the caching allocator's accounting. */
 #include "cuda_common.cuh"
 
 #include <cublasLt.h>
@@ -68,9 +76,9 @@ static unsigned tf_gemm_align(const void *ptr, int64_t batch, int64_t stride, si
   return (unsigned)(v & (~v + 1));
 }
 
-/* The CUDA type of an engine dtype (f32, f16, bf16). */
+/* The CUDA type of a GEMM dtype (f32, f16, bf16, f64). */
 static cudaDataType tf_gemm_type(tf_dtype d) {
-  return d == TF_F16 ? CUDA_R_16F : d == TF_BF16 ? CUDA_R_16BF : CUDA_R_32F;
+  return d == TF_F16 ? CUDA_R_16F : d == TF_BF16 ? CUDA_R_16BF : d == TF_F64 ? CUDA_R_64F : CUDA_R_32F;
 }
 
 /* A column-major layout, strided-batched when batch > 1; *ok turns false on any failure. */
@@ -195,18 +203,21 @@ void tf_cuda_gemm_use_lt(tf_device_ctx *ctx, bool on) {
 
 /* ---- the GEMM ---------------------------------------------------------------------------- */
 
-/* Refuses a size cuBLAS's 32-bit arguments cannot carry. */
-static tf_status tf_gemm_fits(const char *what, int64_t v) {
+/* Refuses a size cuBLAS's 32-bit arguments cannot carry; op names the caller in the message. */
+static tf_status tf_gemm_fits(const char *op, const char *what, int64_t v) {
   if (v < 0 || v > INT_MAX)
-    return tf_fail(TF_ERR_ARG, "gemm: %s is %lld, more than the CUDA backend's limit of %d", what, (long long)v, INT_MAX);
+    return tf_fail(TF_ERR_ARG, "%s: %s is %lld, more than the CUDA backend's limit of %d", op, what, (long long)v,
+                   INT_MAX);
   return TF_OK;
 }
 
-/* The fallback: one strided-batched cublasGemmEx call. */
-static tf_status tf_gemm_cublas(tf_cuda_state *st, const tf_gemm_args *g, const float *alpha, const float *beta) {
+/* The fallback: one strided-batched cublasGemmEx call (alpha and beta in
+ * the compute type: double for f64, else float). */
+static tf_status tf_gemm_cublas(tf_cuda_state *st, const tf_gemm_args *g, const void *alpha, const void *beta) {
   const cudaDataType ab = tf_gemm_type(g->ab_dtype), c = tf_gemm_type(g->c_dtype);
-  const cublasComputeType_t compute =
-      g->allow_tf32 && g->ab_dtype == TF_F32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  const cublasComputeType_t compute = g->ab_dtype == TF_F64                        ? CUBLAS_COMPUTE_64F
+                                      : g->allow_tf32 && g->ab_dtype == TF_F32 ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                                                                 : CUBLAS_COMPUTE_32F;
   TF_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
       st->blas, g->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, g->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, (int)g->n, (int)g->m,
       (int)g->k, alpha, g->b, ab, (int)g->ldb, (long long)g->batch_b, g->a, ab, (int)g->lda, (long long)g->batch_a,
@@ -214,22 +225,35 @@ static tf_status tf_gemm_cublas(tf_cuda_state *st, const tf_gemm_args *g, const 
   return TF_OK;
 }
 
-/* The backend entry: the cached Lt plan when there is one, else plain cuBLAS. */
-tf_status tf_cuda_gemm(tf_device_ctx *ctx, const tf_gemm_args *g) {
-  TF_TRY(tf_gemm_fits("the batch count", g->batch));
-  TF_TRY(tf_gemm_fits("m", g->m));
-  TF_TRY(tf_gemm_fits("n", g->n));
-  TF_TRY(tf_gemm_fits("k", g->k));
-  if (g->ab_dtype != TF_F32 && g->ab_dtype != TF_F16 && g->ab_dtype != TF_BF16)
-    return tf_fail(TF_ERR_ARG, "gemm: operands must be f32, f16 or bf16, not %s", tf_dtype_name(g->ab_dtype));
-  if (g->c_dtype != g->ab_dtype && g->c_dtype != TF_F32)
-    return tf_fail(TF_ERR_ARG, "gemm: C must be %s or f32, not %s", tf_dtype_name(g->ab_dtype),
+/* Sizes and dtypes a product can run with; op names the caller in messages. */
+static tf_status tf_gemm_check(const char *op, const tf_gemm_args *g) {
+  TF_TRY(tf_gemm_fits(op, "the batch count", g->batch));
+  TF_TRY(tf_gemm_fits(op, "m", g->m));
+  TF_TRY(tf_gemm_fits(op, "n", g->n));
+  TF_TRY(tf_gemm_fits(op, "k", g->k));
+  TF_TRY(tf_gemm_fits(op, "the leading dimension of a", g->lda));
+  TF_TRY(tf_gemm_fits(op, "the leading dimension of b", g->ldb));
+  TF_TRY(tf_gemm_fits(op, "the leading dimension of c", g->ldc));
+  const tf_dtype d = g->ab_dtype;
+  if (d != TF_F32 && d != TF_F16 && d != TF_BF16 && d != TF_F64)
+    return tf_fail(TF_ERR_ARG, "%s: the CUDA backend has no kernel for dtype %s", op, tf_dtype_name(d));
+  if (g->c_dtype != d && !(g->c_dtype == TF_F32 && d != TF_F64))
+    return tf_fail(TF_ERR_ARG, "%s: C must be %s%s, not %s", op, tf_dtype_name(d), d == TF_F64 ? "" : " or f32",
                    tf_dtype_name(g->c_dtype));
+  return TF_OK;
+}
+
+/* The one dispatch: the cached Lt plan when there is one, else plain cuBLAS. */
+static tf_status tf_gemm_run(tf_device_ctx *ctx, const tf_gemm_args *g, const char *op) {
+  TF_TRY(tf_gemm_check(op, g));
   if (g->batch == 0 || g->m == 0 || g->n == 0) return TF_OK;
   TF_TRY(tf_cuda_use_device(ctx));
   tf_cuda_state *st = tf_cuda_state_of(ctx);
+  const bool wide = g->ab_dtype == TF_F64;
   const float one = 1.0f, zero = 0.0f;
-  const float *alpha = &one, *beta = g->accumulate ? &one : &zero;
+  const double one_d = 1.0, zero_d = 0.0;
+  const void *alpha = wide ? (const void *)&one_d : (const void *)&one;
+  const void *beta = g->accumulate ? alpha : wide ? (const void *)&zero_d : (const void *)&zero;
   if (g->k == 0) { /* a sum of nothing: C = 0 (+ C) */
     if (g->accumulate) return TF_OK;
     const size_t es = tf_dtype_size(g->c_dtype);
@@ -240,7 +264,7 @@ tf_status tf_cuda_gemm(tf_device_ctx *ctx, const tf_gemm_args *g) {
   }
   tf_gemm_state *gs = NULL;
   TF_TRY(tf_gemm_state_of(st, &gs));
-  if (gs->use_lt) {
+  if (gs->use_lt && !wide) {
     const size_t as = tf_dtype_size(g->ab_dtype), cs = tf_dtype_size(g->c_dtype);
     tf_gemm_key key;
     memset(&key, 0, sizeof key);
@@ -268,4 +292,22 @@ tf_status tf_cuda_gemm(tf_device_ctx *ctx, const tf_gemm_args *g) {
     }
   }
   return tf_gemm_cublas(st, g, alpha, beta);
+}
+
+/* The engine's entry (model_kernels.h). */
+tf_status tf_cuda_gemm(tf_device_ctx *ctx, const tf_gemm_args *g) { return tf_gemm_run(ctx, g, "gemm"); }
+
+/* The eager matmul's entry (backend.h): the same product with C in the
+ * operands' dtype, nothing accumulated. */
+tf_status tf_cuda_matmul(tf_device_ctx *ctx, const tf_matmul_args *x) {
+  tf_gemm_args g;
+  memset(&g, 0, sizeof g);
+  g.a = x->a, g.b = x->b, g.c = x->c;
+  g.ab_dtype = g.c_dtype = x->dtype;
+  g.batch = x->batch, g.m = x->m, g.n = x->n, g.k = x->k;
+  g.trans_a = x->trans_a, g.trans_b = x->trans_b;
+  g.lda = x->lda, g.ldb = x->ldb, g.ldc = x->ldc;
+  g.batch_a = x->batch_a, g.batch_b = x->batch_b, g.batch_c = x->batch_c;
+  g.allow_tf32 = x->allow_tf32;
+  return tf_gemm_run(ctx, &g, "matmul");
 }
