@@ -1,9 +1,13 @@
-/* Norms on the CPU: the eager layer / rms norm (nnops.h) and the engine's
- * RMSNorm with the residual add in front (model_kernels.h), forward and
- * backward. Every row is read as doubles (elemio.h), reduced in
- * double in column order and rounded once into its output's dtype; rows run
- * in parallel (each by one thread, so results do not depend on the thread
- * count). Weight gradients are column sums over rows taken in row order. */
+/* Row norms on the CPU, one routine for the eager layer_norm and rms_norm
+ * (backend.h) and the engine's RMSNorm with the residual add in front
+ * (model_kernels.h), forward and backward: the twin of norm.cu. As there,
+ * x (and the residual's gradient dx) has dtype xd and y, dy, delta and dx's
+ * low-precision copy have yd: the eager ops use one dtype, the engine an
+ * f32 residual stream and its compute dtype. Every row is read as doubles
+ * (elemio.h), reduced in double in column order and rounded once into each
+ * output; rows run in parallel (each by one thread, so results do not
+ * depend on the thread count). Weight gradients are column sums over rows
+ * taken in row order. */
 #include <math.h>
 #include <stdlib.h>
 
@@ -12,76 +16,92 @@
 #include "cpu_model.h"
 #include "cpu_nn.h"
 
-
+typedef struct tf_cpu_norm_rows {
+  bool layer;
+  int64_t rows, cols;
+  double eps;
+  tf_dtype xd, yd, wd, sd;  /* x and dx; y, dy, delta and dx_low; w, b, dw, db; mean and rstd */
+  const void *x;
+  const void *delta;        /* forward: added into x first (x_out = x + delta), or NULL */
+  void *x_out;
+  const void *w, *b;        /* (cols,) or NULL */
+  void *y;                  /* forward */
+  void *mean, *rstd;        /* written forward unless NULL, read backward */
+  const void *dy;           /* backward */
+  void *dx, *dx_low;        /* backward: either may be NULL */
+  bool accumulate;          /* dx += (else dx =) */
+  void *dw, *db;            /* backward: either may be NULL */
+  bool add_w;               /* dw, db += (else =) */
+} tf_cpu_norm_rows;
 
 /* Element c of an optional weight vector (absent: 1, or 0 for a bias). */
-static double tf_cpu_weight(const tf_tensor *w, int64_t c, double absent) {
-  return w ? tf_elem_get(tf_tensor_data(w), w->dtype, c) : absent;
+static double tf_cpu_weight(const void *w, tf_dtype d, int64_t c, double absent) {
+  return w ? tf_elem_get(w, d, c) : absent;
 }
 
 /* layer_norm: y = (x - mean) rstd w + b with the biased variance;
- * rms_norm: y = (x rstd) g with rstd = 1 / sqrt(mean(x^2) + eps). */
-static tf_status tf_cpu_norm_forward(const tf_norm_args *a) {
-  const void *x = tf_tensor_data(a->x);
-  void *y = tf_tensor_data(a->y);
-  tf_dtype d = a->x->dtype;
+ * RMSNorm: y = (x rstd) w with rstd = 1 / sqrt(mean(x^2) + eps), x being
+ * x + delta rounded to x's dtype when there is a delta. */
+static void tf_cpu_norm_rows_forward(const tf_cpu_norm_rows *a) {
   const int64_t cols = a->cols;
-  const bool layer = a->kind == TF_NORM_LAYER;
 #pragma omp parallel for schedule(static) if (a->rows * cols > TF_CPU_PARALLEL_MIN)
   for (int64_t r = 0; r < a->rows; r++) {
-    int64_t base = r * cols;
+    const int64_t base = r * cols;
+    const void *x = a->x;
+    if (a->delta) {
+      for (int64_t c = 0; c < cols; c++)
+        tf_elem_set(a->x_out, a->xd, base + c, tf_elem_get(x, a->xd, base + c) + tf_elem_get(a->delta, a->yd, base + c));
+      x = a->x_out;
+    }
     double mean = 0, sq = 0;
-    if (layer) {
-      for (int64_t c = 0; c < cols; c++) mean += tf_elem_get(x, d, base + c);
+    if (a->layer) {
+      for (int64_t c = 0; c < cols; c++) mean += tf_elem_get(x, a->xd, base + c);
       mean /= (double)cols;
     }
     for (int64_t c = 0; c < cols; c++) {
-      double v = tf_elem_get(x, d, base + c) - mean;
+      double v = tf_elem_get(x, a->xd, base + c) - mean;
       sq += v * v;
     }
     double rstd = 1.0 / sqrt(sq / (double)cols + a->eps);
     for (int64_t c = 0; c < cols; c++) {
-      double v = tf_elem_get(x, d, base + c);
-      double out = layer ? (v - mean) * rstd * tf_cpu_weight(a->w, c, 1.0) + tf_cpu_weight(a->b, c, 0.0)
-                         : (v * rstd) * tf_cpu_weight(a->w, c, 1.0);
-      tf_elem_set(y, d, base + c, out);
+      double v = tf_elem_get(x, a->xd, base + c);
+      double out = a->layer ? (v - mean) * rstd * tf_cpu_weight(a->w, a->wd, c, 1.0) + tf_cpu_weight(a->b, a->wd, c, 0.0)
+                            : (v * rstd) * tf_cpu_weight(a->w, a->wd, c, 1.0);
+      tf_elem_set(a->y, a->yd, base + c, out);
     }
-    if (a->mean) tf_elem_set(tf_tensor_data(a->mean), a->mean->dtype, r, mean);
-    if (a->rstd) tf_elem_set(tf_tensor_data(a->rstd), a->rstd->dtype, r, rstd);
+    if (a->mean) tf_elem_set(a->mean, a->sd, r, mean);
+    if (a->rstd) tf_elem_set(a->rstd, a->sd, r, rstd);
   }
-  return TF_OK;
 }
 
-/* With xhat = (x - mean) rstd (layer) or x rstd (rms) and gw = dy w:
- *   layer: dx = rstd (gw - mean(gw) - xhat mean(gw xhat))
- *   rms:   dx = rstd (gw - xhat mean(gw xhat))
+/* With xhat = (x - mean) rstd (layer) or x rstd (RMSNorm) and g = dy w:
+ *   layer:   dx = rstd (g - mean(g) - xhat mean(g xhat))
+ *   RMSNorm: dx = rstd (g - xhat mean(g xhat))
  * dw = sum over rows of dy xhat, db = sum over rows of dy. The saved mean
- * and rstd are used as given (as on the GPU). */
-static tf_status tf_cpu_norm_backward(const tf_norm_args *a) {
-  const void *x = tf_tensor_data(a->x), *dy = tf_tensor_data(a->dy);
-  tf_dtype d = a->x->dtype;
+ * and rstd are used as given (as on the GPU); dx_low is dx as stored,
+ * rounded again (as the GPU rounds its f32 value). */
+static tf_status tf_cpu_norm_rows_backward(const tf_cpu_norm_rows *a) {
   const int64_t cols = a->cols;
-  const bool layer = a->kind == TF_NORM_LAYER;
-  const void *meanp = layer ? tf_tensor_data(a->mean) : NULL, *rstdp = tf_tensor_data(a->rstd);
-  tf_dtype sd = a->rstd->dtype;
   if (a->dx) {
-    void *dx = tf_tensor_data(a->dx);
 #pragma omp parallel for schedule(static) if (a->rows * cols > TF_CPU_PARALLEL_MIN)
     for (int64_t r = 0; r < a->rows; r++) {
-      int64_t base = r * cols;
-      double mean = layer ? tf_elem_get(meanp, sd, r) : 0.0, rstd = tf_elem_get(rstdp, sd, r);
+      const int64_t base = r * cols;
+      const double mean = a->layer ? tf_elem_get(a->mean, a->sd, r) : 0.0, rstd = tf_elem_get(a->rstd, a->sd, r);
       double sum_g = 0, sum_gx = 0;
       for (int64_t c = 0; c < cols; c++) {
-        double g = tf_elem_get(dy, d, base + c) * tf_cpu_weight(a->w, c, 1.0);
-        double xhat = (tf_elem_get(x, d, base + c) - mean) * rstd;
+        double g = tf_elem_get(a->dy, a->yd, base + c) * tf_cpu_weight(a->w, a->wd, c, 1.0);
+        double xhat = (tf_elem_get(a->x, a->xd, base + c) - mean) * rstd;
         sum_g += g;
         sum_gx += g * xhat;
       }
-      double mg = layer ? sum_g / (double)cols : 0.0, mgx = sum_gx / (double)cols;
+      const double mg = a->layer ? sum_g / (double)cols : 0.0, mgx = sum_gx / (double)cols;
       for (int64_t c = 0; c < cols; c++) {
-        double g = tf_elem_get(dy, d, base + c) * tf_cpu_weight(a->w, c, 1.0);
-        double xhat = (tf_elem_get(x, d, base + c) - mean) * rstd;
-        tf_elem_set(dx, d, base + c, rstd * (g - mg - xhat * mgx));
+        double g = tf_elem_get(a->dy, a->yd, base + c) * tf_cpu_weight(a->w, a->wd, c, 1.0);
+        double xhat = (tf_elem_get(a->x, a->xd, base + c) - mean) * rstd;
+        double dx = rstd * (g - mg - xhat * mgx);
+        if (a->accumulate) dx += tf_elem_get(a->dx, a->xd, base + c);
+        tf_elem_set(a->dx, a->xd, base + c, dx);
+        if (a->dx_low) tf_elem_set(a->dx_low, a->yd, base + c, tf_elem_get(a->dx, a->xd, base + c));
       }
     }
   }
@@ -90,83 +110,64 @@ static tf_status tf_cpu_norm_backward(const tf_norm_args *a) {
   if (!acc) return tf_fail(TF_ERR_OOM, "out of memory: no host memory for a norm's weight gradients");
   double *aw = acc, *ab = acc + cols;
   for (int64_t r = 0; r < a->rows; r++) {
-    int64_t base = r * cols;
-    double mean = layer ? tf_elem_get(meanp, sd, r) : 0.0, rstd = tf_elem_get(rstdp, sd, r);
+    const int64_t base = r * cols;
+    const double mean = a->layer ? tf_elem_get(a->mean, a->sd, r) : 0.0, rstd = tf_elem_get(a->rstd, a->sd, r);
     for (int64_t c = 0; c < cols; c++) {
-      double g = tf_elem_get(dy, d, base + c);
-      aw[c] += g * (tf_elem_get(x, d, base + c) - mean) * rstd;
+      double g = tf_elem_get(a->dy, a->yd, base + c);
+      aw[c] += g * (tf_elem_get(a->x, a->xd, base + c) - mean) * rstd;
       ab[c] += g;
     }
   }
   for (int64_t c = 0; c < cols; c++) {
-    if (a->dw) tf_elem_set(tf_tensor_data(a->dw), a->dw->dtype, c, aw[c]);
-    if (a->db) tf_elem_set(tf_tensor_data(a->db), a->db->dtype, c, ab[c]);
+    if (a->dw) tf_elem_set(a->dw, a->wd, c, (a->add_w ? tf_elem_get(a->dw, a->wd, c) : 0.0) + aw[c]);
+    if (a->db) tf_elem_set(a->db, a->wd, c, (a->add_w ? tf_elem_get(a->db, a->wd, c) : 0.0) + ab[c]);
   }
   free(acc);
   return TF_OK;
 }
 
-/* The backend entry of both norms, both passes. */
+/* The eager ops' entry (backend.h): both norms, both passes, one dtype. */
 tf_status tf_cpu_norm(tf_device_ctx *ctx, const tf_norm_args *a) {
   (void)ctx;
-  return a->backward ? tf_cpu_norm_backward(a) : tf_cpu_norm_forward(a);
+  const tf_tensor *stat = a->rstd ? a->rstd : a->mean;
+  tf_cpu_norm_rows n = {
+      .layer = a->kind == TF_NORM_LAYER, .rows = a->rows, .cols = a->cols, .eps = a->eps,
+      .xd = a->x->dtype, .yd = a->x->dtype,
+      .wd = a->w ? a->w->dtype : a->dw ? a->dw->dtype : a->db ? a->db->dtype : a->x->dtype,
+      .sd = stat ? stat->dtype : a->x->dtype,
+      .x = tf_tensor_data(a->x),
+      .w = a->w ? tf_tensor_data(a->w) : NULL, .b = a->b ? tf_tensor_data(a->b) : NULL,
+      .mean = a->mean ? tf_tensor_data(a->mean) : NULL, .rstd = a->rstd ? tf_tensor_data(a->rstd) : NULL};
+  if (!a->backward) {
+    n.y = tf_tensor_data(a->y);
+    tf_cpu_norm_rows_forward(&n);
+    return TF_OK;
+  }
+  n.dy = tf_tensor_data(a->dy);
+  n.dx = a->dx ? tf_tensor_data(a->dx) : NULL;
+  n.dw = a->dw ? tf_tensor_data(a->dw) : NULL;
+  n.db = a->db ? tf_tensor_data(a->db) : NULL;
+  return tf_cpu_norm_rows_backward(&n);
 }
 
-/* ---- rmsnorm ---------------------------------------------------------------------- */
-
-/* x_out = x + delta rounded to f32 first, then normalised from that f32 value. */
-static void tf_cpu_rmsnorm_forward(const tf_rmsnorm_args *a) {
-  const int64_t dim = a->dim;
-  const tf_dtype d = a->dtype;
-#pragma omp parallel for schedule(static) if (a->rows * dim > TF_CPU_PARALLEL_MIN)
-  for (int64_t r = 0; r < a->rows; r++) {
-    const int64_t base = r * dim;
-    const float *x = a->x + base;
-    if (a->delta) {
-      for (int64_t c = 0; c < dim; c++) a->x_out[base + c] = (float)((double)x[c] + tf_elem_get(a->delta, d, base + c));
-      x = a->x_out + base;
-    }
-    double ss = 0;
-    for (int64_t c = 0; c < dim; c++) ss += (double)x[c] * x[c];
-    double rstd = 1.0 / sqrt(ss / (double)dim + a->eps);
-    for (int64_t c = 0; c < dim; c++) tf_elem_set(a->h, d, base + c, (double)x[c] * rstd * a->g[c]);
-    a->rstd[r] = (float)rstd;
-  }
-}
-
-/* Rows in parallel; the gain's column sums in row order, one thread. */
-static void tf_cpu_rmsnorm_backward(const tf_rmsnorm_args *a) {
-  const int64_t dim = a->dim;
-  const tf_dtype d = a->dtype;
-#pragma omp parallel for schedule(static) if (a->rows * dim > TF_CPU_PARALLEL_MIN)
-  for (int64_t r = 0; r < a->rows; r++) {
-    const int64_t base = r * dim;
-    const double rstd = a->rstd[r];
-    double sum = 0;
-    for (int64_t c = 0; c < dim; c++) sum += tf_elem_get(a->dh, d, base + c) * a->g[c] * a->x[base + c] * rstd;
-    const double mean = sum / (double)dim;
-    for (int64_t c = 0; c < dim; c++) {
-      double dx = rstd * (tf_elem_get(a->dh, d, base + c) * a->g[c] - a->x[base + c] * rstd * mean);
-      float v = (float)((a->accumulate ? (double)a->dres[base + c] : 0.0) + dx);
-      a->dres[base + c] = v;
-      if (a->dres_low) tf_elem_set(a->dres_low, d, base + c, v);
-    }
-  }
-  for (int64_t c = 0; c < dim; c++) {
-    double sum = 0;
-    for (int64_t r = 0; r < a->rows; r++)
-      sum += tf_elem_get(a->dh, d, r * dim + c) * a->x[r * dim + c] * (double)a->rstd[r];
-    a->dg[c] = (float)((double)a->dg[c] + sum);
-  }
-}
-
-/* The backend entry of both passes. */
+/* The engine's entry (model_kernels.h): an f32 residual stream, h in the
+ * compute dtype, the gain's gradient added to. */
 tf_status tf_cpu_rmsnorm(tf_device_ctx *ctx, const tf_rmsnorm_args *a) {
   (void)ctx;
-  if (a->backward)
-    tf_cpu_rmsnorm_backward(a);
-  else
-    tf_cpu_rmsnorm_forward(a);
-  return TF_OK;
+  tf_cpu_norm_rows n = {.rows = a->rows, .cols = a->dim, .eps = a->eps, .xd = TF_F32, .yd = a->dtype,
+                        .wd = TF_F32, .sd = TF_F32, .x = a->x, .w = a->g, .rstd = a->rstd};
+  if (!a->backward) {
+    n.delta = a->delta;
+    n.x_out = a->x_out;
+    n.y = a->h;
+    tf_cpu_norm_rows_forward(&n);
+    return TF_OK;
+  }
+  n.dy = a->dh;
+  n.dx = a->dres;
+  n.dx_low = a->dres_low;
+  n.accumulate = a->accumulate;
+  n.dw = a->dg;
+  n.add_w = true;
+  return tf_cpu_norm_rows_backward(&n);
 }
-

@@ -1,26 +1,41 @@
-/* layer_norm and rms_norm over the last dim, forward and backward, on the
- * GPU: the twin of cpu_norm.c. One row group per row (nn_common.cuh);
- * statistics in f32 (f64 for f64) from passes over the row (re-reads hit
- * L1/L2): layer_norm takes the mean, then the biased variance around it
- * (no cancellation, unlike sum and sum of squares); rms_norm the mean of
- * squares. Weights come in the statistics dtype. The weight gradients are
- * column sums over rows: blocks of columns times splits of the rows write
- * partial sums, and a second pass adds the splits in order, so the result
- * has the same bits every run (no atomics). */
+/* Row norms on the GPU, one kernel family for the eager layer_norm and
+ * rms_norm (backend.h) and the engine's RMSNorm with the residual add
+ * fused in front (model_kernels.h): the twin of cpu_norm.c.
+ *
+ * A row's input x has storage dtype XT and the outputs y (and the
+ * backward's dy, and the low-precision copy of dx) have YT: the eager ops
+ * run with XT = YT = the tensor's dtype, the engine with an f32 residual
+ * stream (XT = f32) and its compute dtype as YT. Statistics, weights and
+ * sums are in XT's compute type (f32, f64 for f64). One row group per row
+ * (nn_common.cuh); the statistics come from passes over the row (re-reads
+ * hit L1/L2): layer_norm takes the mean, then the biased variance around
+ * it (no cancellation, unlike sum and sum of squares); RMSNorm the mean of
+ * squares, after adding delta into the residual when there is one (in
+ * place is fine: each thread reads back only what it wrote). The weight
+ * gradients are column sums over rows: blocks of columns times splits of
+ * the rows write partial sums that a second kernel adds in order, so they
+ * have the same bits every run (no atomics). */
 #include "cuda_common.cuh"
+
+#include <type_traits>
 
 #include "opmath.h"
 #include "nn_common.cuh"
 
 typedef struct tf_cuda_norm_params {
-  const void *x, *dy;
-  const void *w, *b; /* statistics dtype, or NULL */
-  void *y, *dx;
-  void *mean, *rstd; /* statistics dtype: written forward (unless NULL), read backward */
+  const void *x;     /* XT: (rows, cols) */
+  const void *delta; /* YT, forward: added into x first (x_out = x + delta), or NULL */
+  void *x_out;       /* XT, with delta */
+  const void *w, *b; /* compute type (cols,), or NULL */
+  void *y;           /* YT, forward */
+  void *mean, *rstd; /* compute type (rows,): written forward (unless NULL), read backward */
+  const void *dy;    /* YT, backward */
+  void *dx;          /* XT, backward: written, or added to when accumulate */
+  void *dx_low;      /* YT, backward: a copy of dx, or NULL */
   int64_t rows, cols;
   double eps;
   int tpr;
-  bool layer;
+  bool accumulate;
 } tf_cuda_norm_params;
 
 /* V weights at c, or `absent` when there is no weight vector. */
@@ -34,24 +49,25 @@ __device__ __forceinline__ void tf_cuda_norm_weights(const void *w, int64_t c, C
   }
 }
 
-/* layer_norm: y = (x - mean) rstd w + b; rms_norm: y = (x rstd) g. */
-template <int DT, int V>
+/* layer_norm: y = (x - mean) rstd w + b; RMSNorm: y = (x rstd) w, after
+ * x_out = x + delta when delta is given. */
+template <int XT, int YT, int V, bool LAYER>
 __global__ void __launch_bounds__(1024) tf_cuda_norm_forward_kernel(tf_cuda_norm_params p) {
-  typedef tf_cuda_dtype<DT> D;
-  typedef typename D::storage S;
-  typedef typename D::compute C;
+  typedef typename tf_cuda_dtype<XT>::storage XS;
+  typedef typename tf_cuda_dtype<YT>::storage YS;
+  typedef typename tf_cuda_dtype<XT>::compute C;
+  static_assert(sizeof(C) == sizeof(typename tf_cuda_dtype<YT>::compute), "x and y share a compute type");
   __shared__ C scratch[32];
   const C inv_cols = (C)1 / (C)p.cols;
   tf_cuda_for_each_row(p.rows, p.tpr, [&](int64_t row, bool live, int lane) {
     const int64_t n = live ? p.cols : 0, off = row * p.cols;
-    const S *x = (const S *)p.x + off;
-    S *y = (S *)p.y + off;
+    const XS *x = (const XS *)p.x + off;
     C mean = 0;
-    if (p.layer) {
+    if (LAYER) {
       C sum = 0;
       for (int64_t c = (int64_t)lane * V; c < n; c += (int64_t)p.tpr * V) {
         C v[V];
-        tf_cuda_load_row<DT, V>(x + c, v);
+        tf_cuda_load_row<XT, V>(x + c, v);
 #pragma unroll
         for (int u = 0; u < V; u++) sum += v[u];
       }
@@ -60,17 +76,27 @@ __global__ void __launch_bounds__(1024) tf_cuda_norm_forward_kernel(tf_cuda_norm
     C sq = 0;
     for (int64_t c = (int64_t)lane * V; c < n; c += (int64_t)p.tpr * V) {
       C v[V];
-      tf_cuda_load_row<DT, V>(x + c, v);
+      tf_cuda_load_row<XT, V>(x + c, v);
+      if (p.delta) {
+        C dv[V];
+        tf_cuda_load_row<YT, V>((const YS *)p.delta + off + c, dv);
 #pragma unroll
-      for (int u = 0; u < V; u++) sq += (v[u] - mean) * (v[u] - mean);
+        for (int u = 0; u < V; u++) v[u] += dv[u];
+        tf_cuda_store_row<XT, V>((XS *)p.x_out + off + c, v);
+      }
+#pragma unroll
+      for (int u = 0; u < V; u++) sq += LAYER ? (v[u] - mean) * (v[u] - mean) : v[u] * v[u];
     }
     sq = tf_cuda_group_reduce(sq, p.tpr, tf_cuda_add(), scratch);
     const C rstd = (C)1 / tf_sqrt(sq * inv_cols + (C)p.eps);
+    const XS *xs = p.delta ? (const XS *)p.x_out + off : x;
+    YS *y = (YS *)p.y + off;
     for (int64_t c = (int64_t)lane * V; c < n; c += (int64_t)p.tpr * V) {
-      C v[V], w[V], b[V];
-      tf_cuda_load_row<DT, V>(x + c, v);
+      C v[V], w[V];
+      tf_cuda_load_row<XT, V>(xs + c, v);
       tf_cuda_norm_weights<C, V>(p.w, c, (C)1, w);
-      if (p.layer) {
+      if (LAYER) {
+        C b[V];
         tf_cuda_norm_weights<C, V>(p.b, c, (C)0, b);
 #pragma unroll
         for (int u = 0; u < V; u++) v[u] = (v[u] - mean) * rstd * w[u] + b[u];
@@ -78,7 +104,7 @@ __global__ void __launch_bounds__(1024) tf_cuda_norm_forward_kernel(tf_cuda_norm
 #pragma unroll
         for (int u = 0; u < V; u++) v[u] = (v[u] * rstd) * w[u];
       }
-      tf_cuda_store_row<DT, V>(y + c, v);
+      tf_cuda_store_row<YT, V>(y + c, v);
     }
     if (live && lane == 0) {
       if (p.mean) ((C *)p.mean)[row] = mean;
@@ -87,83 +113,112 @@ __global__ void __launch_bounds__(1024) tf_cuda_norm_forward_kernel(tf_cuda_norm
   });
 }
 
-/* With g = dy w and xhat = (x - mean) rstd (rms: x rstd):
- * dx = rstd (g - mean(g) - xhat mean(g xhat)), without the mean(g) term for rms. */
-template <int DT, int V>
+/* With g = dy w and xhat = (x - mean) rstd (RMSNorm: x rstd):
+ * dx = rstd (g - mean(g) - xhat mean(g xhat)), without the mean(g) term for
+ * RMSNorm; dx is added to what dx holds when accumulate, and copied into
+ * dx_low when there is one. */
+template <int XT, int YT, int V, bool LAYER>
 __global__ void __launch_bounds__(1024) tf_cuda_norm_backward_kernel(tf_cuda_norm_params p) {
-  typedef tf_cuda_dtype<DT> D;
-  typedef typename D::storage S;
-  typedef typename D::compute C;
-  __shared__ tf_cuda_pair<C> scratch[32];
+  typedef typename tf_cuda_dtype<XT>::storage XS;
+  typedef typename tf_cuda_dtype<YT>::storage YS;
+  typedef typename tf_cuda_dtype<XT>::compute C;
+  typedef typename std::conditional<LAYER, tf_cuda_pair<C>, C>::type Sum;
+  __shared__ Sum scratch[32];
   const C inv_cols = (C)1 / (C)p.cols;
   tf_cuda_for_each_row(p.rows, p.tpr, [&](int64_t row, bool live, int lane) {
     const int64_t n = live ? p.cols : 0, off = row * p.cols;
-    const S *x = (const S *)p.x + off, *dy = (const S *)p.dy + off;
-    S *dx = (S *)p.dx + off;
-    const C mean = p.layer ? ((const C *)p.mean)[row] : (C)0, rstd = ((const C *)p.rstd)[row];
-    tf_cuda_pair<C> sums;
-    sums.a = 0;
-    sums.b = 0;
+    const XS *x = (const XS *)p.x + off;
+    const YS *dy = (const YS *)p.dy + off;
+    const C mean = LAYER ? ((const C *)p.mean)[row] : (C)0, rstd = ((const C *)p.rstd)[row];
+    C sum_g = 0, sum_gx = 0;
     for (int64_t c = (int64_t)lane * V; c < n; c += (int64_t)p.tpr * V) {
       C v[V], g[V], w[V];
-      tf_cuda_load_row<DT, V>(x + c, v);
-      tf_cuda_load_row<DT, V>(dy + c, g);
+      tf_cuda_load_row<XT, V>(x + c, v);
+      tf_cuda_load_row<YT, V>(dy + c, g);
       tf_cuda_norm_weights<C, V>(p.w, c, (C)1, w);
 #pragma unroll
       for (int u = 0; u < V; u++) {
-        C gw = g[u] * w[u];
-        sums.a += gw;
-        sums.b += gw * ((v[u] - mean) * rstd);
+        const C gw = g[u] * w[u];
+        if (LAYER) {
+          sum_g += gw;
+          sum_gx += gw * ((v[u] - mean) * rstd);
+        } else {
+          sum_gx += gw * (v[u] * rstd);
+        }
       }
     }
-    sums = tf_cuda_group_reduce(sums, p.tpr, tf_cuda_add(), scratch);
-    const C mg = p.layer ? sums.a * inv_cols : (C)0, mgx = sums.b * inv_cols;
+    C mg = 0, mgx;
+    if constexpr (LAYER) {
+      tf_cuda_pair<C> sums;
+      sums.a = sum_g;
+      sums.b = sum_gx;
+      sums = tf_cuda_group_reduce(sums, p.tpr, tf_cuda_add(), scratch);
+      mg = sums.a * inv_cols;
+      mgx = sums.b * inv_cols;
+    } else {
+      mgx = tf_cuda_group_reduce(sum_gx, p.tpr, tf_cuda_add(), scratch) * inv_cols;
+    }
     for (int64_t c = (int64_t)lane * V; c < n; c += (int64_t)p.tpr * V) {
-      C v[V], g[V], w[V];
-      tf_cuda_load_row<DT, V>(x + c, v);
-      tf_cuda_load_row<DT, V>(dy + c, g);
+      C v[V], g[V], w[V], out[V];
+      tf_cuda_load_row<XT, V>(x + c, v);
+      tf_cuda_load_row<YT, V>(dy + c, g);
       tf_cuda_norm_weights<C, V>(p.w, c, (C)1, w);
+      if (p.accumulate) {
+        tf_cuda_load_row<XT, V>((const XS *)p.dx + off + c, out);
+      } else {
 #pragma unroll
-      for (int u = 0; u < V; u++) v[u] = rstd * (g[u] * w[u] - mg - ((v[u] - mean) * rstd) * mgx);
-      tf_cuda_store_row<DT, V>(dx + c, v);
+        for (int u = 0; u < V; u++) out[u] = 0;
+      }
+#pragma unroll
+      for (int u = 0; u < V; u++)
+        out[u] += LAYER ? rstd * (g[u] * w[u] - mg - ((v[u] - mean) * rstd) * mgx)
+                        : rstd * (g[u] * w[u] - (v[u] * rstd) * mgx);
+      tf_cuda_store_row<XT, V>((XS *)p.dx + off + c, out);
+      if (p.dx_low) tf_cuda_store_row<YT, V>((YS *)p.dx_low + off + c, out);
     }
   });
 }
 
 enum { TF_CUDA_WGRAD_THREADS = 256 };
 
-/* Partial column sums over rows [split * chunk, +chunk): dy xhat into pw,
- * dy into pb (either may be NULL), at pw[split * cols + col]. */
-template <int DT>
+/* Column sums over rows [split * chunk, + chunk): dy xhat (for w) and dy
+ * (for b). With one split they go straight into dw and db (added to what
+ * they hold when add), else to the partial sums pw and pb at
+ * [split * cols + col]. Any of the four may be NULL. */
+template <int XT, int YT, bool LAYER>
 __global__ void __launch_bounds__(TF_CUDA_WGRAD_THREADS)
-    tf_cuda_norm_wgrad_kernel(tf_cuda_norm_params p, void *pw, void *pb, int64_t chunk) {
-  typedef tf_cuda_dtype<DT> D;
-  typedef typename D::storage S;
-  typedef typename D::compute C;
+    tf_cuda_norm_wgrad_kernel(tf_cuda_norm_params p, typename tf_cuda_dtype<XT>::compute *pw,
+                              typename tf_cuda_dtype<XT>::compute *pb, typename tf_cuda_dtype<XT>::compute *dw,
+                              typename tf_cuda_dtype<XT>::compute *db, int64_t chunk, bool add) {
+  typedef typename tf_cuda_dtype<XT>::compute C;
   const int64_t col = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (col >= p.cols) return;
   const int64_t r0 = (int64_t)blockIdx.y * chunk;
   const int64_t r1 = r0 + chunk < p.rows ? r0 + chunk : p.rows;
-  const S *x = (const S *)p.x, *dy = (const S *)p.dy;
+  const typename tf_cuda_dtype<XT>::storage *x = (const typename tf_cuda_dtype<XT>::storage *)p.x;
+  const typename tf_cuda_dtype<YT>::storage *dy = (const typename tf_cuda_dtype<YT>::storage *)p.dy;
   const C *meanp = (const C *)p.mean, *rstdp = (const C *)p.rstd;
   C aw = 0, ab = 0;
 #pragma unroll 4
   for (int64_t r = r0; r < r1; r++) {
     const int64_t at = r * p.cols + col;
-    const C g = D::load(dy[at]);
-    const C mean = p.layer ? meanp[r] : (C)0;
-    aw += g * ((D::load(x[at]) - mean) * rstdp[r]);
-    ab += g;
+    const C g = tf_cuda_dtype<YT>::load(dy[at]);
+    const C xv = tf_cuda_dtype<XT>::load(x[at]);
+    aw += LAYER ? g * ((xv - meanp[r]) * rstdp[r]) : g * (xv * rstdp[r]);
+    if (LAYER) ab += g;
   }
   const int64_t out = (int64_t)blockIdx.y * p.cols + col;
-  if (pw) ((C *)pw)[out] = aw;
-  if (pb) ((C *)pb)[out] = ab;
+  if (pw) pw[out] = aw;
+  if (pb) pb[out] = ab;
+  if (dw) dw[col] = add ? dw[col] + aw : aw;
+  if (db) db[col] = add ? db[col] + ab : ab;
 }
 
-/* Adds the splits' partial sums of each column, split 0 first. */
+/* Adds the splits' partial sums of each column, split 0 first, into dw and
+ * db (added to what they hold when add); either may be NULL. */
 template <typename C>
 __global__ void __launch_bounds__(TF_CUDA_WGRAD_THREADS)
-    tf_cuda_norm_wgrad_finish_kernel(const C *pw, const C *pb, C *dw, C *db, int64_t cols, int64_t splits) {
+    tf_cuda_norm_wgrad_finish_kernel(const C *pw, const C *pb, C *dw, C *db, int64_t cols, int64_t splits, bool add) {
   const int64_t col = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (col >= cols) return;
   C aw = 0, ab = 0;
@@ -171,48 +226,99 @@ __global__ void __launch_bounds__(TF_CUDA_WGRAD_THREADS)
     if (dw) aw += pw[s * cols + col];
     if (db) ab += pb[s * cols + col];
   }
-  if (dw) dw[col] = aw;
-  if (db) db[col] = ab;
+  if (dw) dw[col] = add ? dw[col] + aw : aw;
+  if (db) db[col] = add ? db[col] + ab : ab;
 }
 
-/* dw and db: one pass straight into them when the column blocks fill the
- * GPU, else split rows into a workspace and add the splits. */
-template <int DT>
-static tf_status tf_cuda_norm_wgrad(tf_device_ctx *ctx, tf_cuda_state *st, const tf_cuda_norm_params &p, void *dw,
-                                    void *db) {
-  typedef typename tf_cuda_dtype<DT>::compute C;
-  const int64_t col_blocks = (p.cols + TF_CUDA_WGRAD_THREADS - 1) / TF_CUDA_WGRAD_THREADS;
-  const int64_t want = ((int64_t)st->multiprocessors * 8 + col_blocks - 1) / col_blocks;
-  const int64_t most = (p.rows + 31) / 32; /* at least 32 rows per split */
-  int64_t splits = want < most ? want : most;
-  if (splits < 1) splits = 1;
-  const int64_t chunk = (p.rows + splits - 1) / splits;
-  splits = (p.rows + chunk - 1) / chunk;
-  if (splits == 1) {
-    dim3 grid((unsigned)col_blocks, 1);
-    tf_cuda_norm_wgrad_kernel<DT><<<grid, TF_CUDA_WGRAD_THREADS, 0, st->stream>>>(p, dw, db, chunk);
-    return tf_cuda_launched("norm weight-gradient kernel");
-  }
-  tf_block *work = NULL;
-  const size_t half = (size_t)(splits * p.cols) * sizeof(C);
-  TF_TRY(tf_alloc(&ctx->alloc, half * 2, &work));
-  C *pw = (C *)work->ptr, *pb = (C *)((char *)work->ptr + half);
-  dim3 grid((unsigned)col_blocks, (unsigned)splits);
-  tf_cuda_norm_wgrad_kernel<DT><<<grid, TF_CUDA_WGRAD_THREADS, 0, st->stream>>>(p, dw ? pw : NULL, db ? pb : NULL,
-                                                                               chunk);
-  tf_status s = tf_cuda_launched("norm weight-gradient kernel");
-  if (s == TF_OK) {
-    tf_cuda_norm_wgrad_finish_kernel<C><<<(unsigned)col_blocks, TF_CUDA_WGRAD_THREADS, 0, st->stream>>>(
-        pw, pb, (C *)dw, (C *)db, p.cols, splits);
-    s = tf_cuda_launched("norm weight-gradient sum kernel");
-  }
-  /* Safe before the kernels finish: the block's next user queues behind them. */
-  tf_alloc_free(&ctx->alloc, work);
+/* How the column sums are shared out: one pass straight into dw/db when the
+ * column blocks fill the GPU (splits == 1), else splits of chunk rows each
+ * (at least 32) into partial sums, then their sum. */
+typedef struct tf_cuda_norm_split {
+  int64_t col_blocks, splits, chunk;
+} tf_cuda_norm_split;
+
+static tf_cuda_norm_split tf_cuda_norm_splits(const tf_cuda_state *st, int64_t rows, int64_t cols) {
+  tf_cuda_norm_split s;
+  s.col_blocks = (cols + TF_CUDA_WGRAD_THREADS - 1) / TF_CUDA_WGRAD_THREADS;
+  const int64_t want = ((int64_t)st->multiprocessors * 8 + s.col_blocks - 1) / s.col_blocks;
+  const int64_t most = (rows + 31) / 32;
+  s.splits = want < most ? want : most;
+  if (s.splits < 1) s.splits = 1;
+  if (s.splits > 65535) s.splits = 65535;
+  s.chunk = (rows + s.splits - 1) / s.splits;
+  s.splits = (rows + s.chunk - 1) / s.chunk;
   return s;
 }
 
-/* Forward: one row kernel. Backward: the dx row kernel (when asked) and the
- * weight-gradient column sums (when asked). */
+/* The partial sums' bytes: one array of splits * cols per wanted output. */
+static size_t tf_cuda_norm_partial_bytes(const tf_cuda_norm_split &s, int64_t cols, int outputs, size_t csize) {
+  return s.splits > 1 ? (size_t)(s.splits * cols) * csize * (size_t)outputs : 0;
+}
+
+/* dw and db as tf_cuda_norm_splits shares them out; the partial sums go to
+ * workspace, or to a block borrowed from the caching allocator without one. */
+template <int XT, int YT, bool LAYER>
+static tf_status tf_cuda_norm_wgrad(tf_device_ctx *ctx, tf_cuda_state *st, const tf_cuda_norm_params &p, void *dw,
+                                    void *db, bool add, void *workspace) {
+  typedef typename tf_cuda_dtype<XT>::compute C;
+  const tf_cuda_norm_split sp = tf_cuda_norm_splits(st, p.rows, p.cols);
+  const unsigned col_blocks = (unsigned)sp.col_blocks;
+  if (sp.splits == 1) {
+    tf_cuda_norm_wgrad_kernel<XT, YT, LAYER><<<dim3(col_blocks, 1), TF_CUDA_WGRAD_THREADS, 0, st->stream>>>(
+        p, NULL, NULL, (C *)dw, (C *)db, sp.chunk, add);
+    return tf_cuda_launched("norm weight-gradient kernel");
+  }
+  tf_block *work = NULL;
+  if (!workspace) {
+    const int outputs = (dw ? 1 : 0) + (db ? 1 : 0);
+    TF_TRY(tf_alloc(&ctx->alloc, tf_cuda_norm_partial_bytes(sp, p.cols, outputs, sizeof(C)), &work));
+    workspace = work->ptr;
+  }
+  C *pw = dw ? (C *)workspace : NULL;
+  C *pb = db ? (C *)workspace + (dw ? sp.splits * p.cols : 0) : NULL;
+  tf_cuda_norm_wgrad_kernel<XT, YT, LAYER><<<dim3(col_blocks, (unsigned)sp.splits), TF_CUDA_WGRAD_THREADS, 0,
+                                            st->stream>>>(p, pw, pb, NULL, NULL, sp.chunk, add);
+  tf_status s = tf_cuda_launched("norm weight-gradient kernel");
+  if (s == TF_OK) {
+    tf_cuda_norm_wgrad_finish_kernel<C><<<col_blocks, TF_CUDA_WGRAD_THREADS, 0, st->stream>>>(
+        pw, pb, (C *)dw, (C *)db, p.cols, sp.splits, add);
+    s = tf_cuda_launched("norm weight-gradient sum kernel");
+  }
+  /* Safe before the kernels finish: the block's next user queues behind them. */
+  if (work) tf_alloc_free(&ctx->alloc, work);
+  return s;
+}
+
+/* One pass: the forward row kernel, or the backward row kernel (when dx is
+ * wanted) and then the weight gradients (when asked), at vector width V
+ * (1 when the rows are not aligned for it). */
+template <int XT, int YT, bool LAYER, int V>
+static tf_status tf_cuda_norm_launch(tf_device_ctx *ctx, tf_cuda_state *st, tf_cuda_norm_params p, int vec,
+                                     bool backward, void *dw, void *db, bool add, void *workspace) {
+  if (p.rows == 0) return TF_OK;
+  const tf_cuda_row_launch g = tf_cuda_row_geometry(st, p.rows, p.cols, vec);
+  p.tpr = g.tpr;
+  if (!backward) {
+    if (vec > 1)
+      tf_cuda_norm_forward_kernel<XT, YT, V, LAYER><<<g.blocks, g.threads, 0, st->stream>>>(p);
+    else
+      tf_cuda_norm_forward_kernel<XT, YT, 1, LAYER><<<g.blocks, g.threads, 0, st->stream>>>(p);
+    return tf_cuda_launched("norm kernel");
+  }
+  if (p.dx) {
+    if (vec > 1)
+      tf_cuda_norm_backward_kernel<XT, YT, V, LAYER><<<g.blocks, g.threads, 0, st->stream>>>(p);
+    else
+      tf_cuda_norm_backward_kernel<XT, YT, 1, LAYER><<<g.blocks, g.threads, 0, st->stream>>>(p);
+    TF_TRY(tf_cuda_launched("norm backward kernel"));
+  }
+  if (!dw && !db) return TF_OK;
+  return tf_cuda_norm_wgrad<XT, YT, LAYER>(ctx, st, p, dw, db, add, workspace);
+}
+
+/* ---- the eager ops (backend.h): x and y of one dtype ------------------------------------ */
+
+/* 16 bytes per vector step when every row of every operand is aligned for it. */
 template <int DT>
 static tf_status tf_cuda_norm_typed(tf_device_ctx *ctx, tf_cuda_state *st, const tf_norm_args *a) {
   typedef typename tf_cuda_dtype<DT>::storage S;
@@ -227,35 +333,21 @@ static tf_status tf_cuda_norm_typed(tf_device_ctx *ctx, tf_cuda_state *st, const
   p.rows = a->rows;
   p.cols = a->cols;
   p.eps = a->eps;
-  p.layer = a->kind == TF_NORM_LAYER;
+  int vec;
   if (!a->backward) {
     p.y = tf_tensor_data(a->y);
     const void *ptrs[4] = {p.x, p.y, p.w, p.b};
-    const int vec = tf_cuda_row_vec(sizeof(S), p.cols, ptrs, 4);
-    const tf_cuda_row_launch g = tf_cuda_row_geometry(st, p.rows, p.cols, vec);
-    p.tpr = g.tpr;
-    if (vec > 1)
-      tf_cuda_norm_forward_kernel<DT, VW><<<g.blocks, g.threads, 0, st->stream>>>(p);
-    else
-      tf_cuda_norm_forward_kernel<DT, 1><<<g.blocks, g.threads, 0, st->stream>>>(p);
-    return tf_cuda_launched("norm kernel");
-  }
-  p.dy = tf_tensor_data(a->dy);
-  if (a->dx) {
-    p.dx = tf_tensor_data(a->dx);
+    vec = tf_cuda_row_vec(sizeof(S), p.cols, ptrs, 4);
+  } else {
+    p.dy = tf_tensor_data(a->dy);
+    p.dx = a->dx ? tf_tensor_data(a->dx) : NULL;
     const void *ptrs[4] = {p.x, p.dy, p.dx, p.w};
-    const int vec = tf_cuda_row_vec(sizeof(S), p.cols, ptrs, 4);
-    const tf_cuda_row_launch g = tf_cuda_row_geometry(st, p.rows, p.cols, vec);
-    p.tpr = g.tpr;
-    if (vec > 1)
-      tf_cuda_norm_backward_kernel<DT, VW><<<g.blocks, g.threads, 0, st->stream>>>(p);
-    else
-      tf_cuda_norm_backward_kernel<DT, 1><<<g.blocks, g.threads, 0, st->stream>>>(p);
-    TF_TRY(tf_cuda_launched("norm backward kernel"));
+    vec = tf_cuda_row_vec(sizeof(S), p.cols, ptrs, 4);
   }
-  if (!a->dw && !a->db) return TF_OK;
-  return tf_cuda_norm_wgrad<DT>(ctx, st, p, a->dw ? tf_tensor_data(a->dw) : NULL,
-                                a->db ? tf_tensor_data(a->db) : NULL);
+  void *dw = a->dw ? tf_tensor_data(a->dw) : NULL, *db = a->db ? tf_tensor_data(a->db) : NULL;
+  if (a->kind == TF_NORM_LAYER)
+    return tf_cuda_norm_launch<DT, DT, true, VW>(ctx, st, p, vec, a->backward, dw, db, false, NULL);
+  return tf_cuda_norm_launch<DT, DT, false, VW>(ctx, st, p, vec, a->backward, dw, NULL, false, NULL);
 }
 
 /* The backend entry of both norms, both passes. */
@@ -270,4 +362,60 @@ tf_status tf_cuda_norm(tf_device_ctx *ctx, const tf_norm_args *a) {
     default: break;
   }
   return tf_fail(TF_ERR_ARG, "norm: the CUDA backend has no kernel for dtype %s", tf_dtype_name(a->x->dtype));
+}
+
+/* ---- the engine's RMSNorm (model_kernels.h): an f32 residual, h in the compute dtype ------- */
+
+/* The partial sums' bytes for a backward call, planned by the engine. */
+size_t tf_cuda_rmsnorm_workspace(tf_device_ctx *ctx, const tf_rmsnorm_args *a) {
+  if (!a->backward || a->rows <= 0 || a->dim <= 0 || !ctx->backend_state) return 0;
+  const tf_cuda_norm_split s = tf_cuda_norm_splits(tf_cuda_state_of(ctx), a->rows, a->dim);
+  return tf_cuda_norm_partial_bytes(s, a->dim, 1, sizeof(float));
+}
+
+/* 8 elements per vector step (two 16-byte loads of f32, one of f16/bf16)
+ * when every row of every operand is 16-byte aligned, else 1. */
+static int tf_cuda_rms_vec(int64_t dim, const void *const *ptrs, int n) {
+  if (dim % 8 != 0) return 1;
+  for (int i = 0; i < n; i++)
+    if (ptrs[i] && (uintptr_t)ptrs[i] % 16 != 0) return 1;
+  return 8;
+}
+
+/* Forward: one row kernel. Backward: the dx row kernel (added into the
+ * residual's gradient, with its low-precision copy), then dg added to. */
+template <int DT>
+static tf_status tf_cuda_rmsnorm_typed(tf_device_ctx *ctx, tf_cuda_state *st, const tf_rmsnorm_args *a) {
+  tf_cuda_norm_params p;
+  memset(&p, 0, sizeof p);
+  p.x = a->x;
+  p.delta = a->delta;
+  p.x_out = a->x_out;
+  p.w = a->g;
+  p.y = a->h;
+  p.rstd = a->rstd;
+  p.dy = a->dh;
+  p.dx = a->backward ? a->dres : NULL;
+  p.dx_low = a->dres_low;
+  p.rows = a->rows;
+  p.cols = a->dim;
+  p.eps = (double)(float)a->eps;
+  p.accumulate = a->accumulate;
+  const void *ptrs[8] = {a->x, a->delta, a->x_out, a->h, a->dh, a->dres_low, a->dres, a->g};
+  const int vec = tf_cuda_rms_vec(a->dim, ptrs, 8);
+  return tf_cuda_norm_launch<TF_F32, DT, false, 8>(ctx, st, p, vec, a->backward, a->backward ? a->dg : NULL, NULL,
+                                                   true, a->workspace);
+}
+
+/* The backend entry of both passes. */
+tf_status tf_cuda_rmsnorm(tf_device_ctx *ctx, const tf_rmsnorm_args *a) {
+  TF_TRY(tf_cuda_use_device(ctx));
+  tf_cuda_state *st = tf_cuda_state_of(ctx);
+  switch (a->dtype) {
+    case TF_F32: return tf_cuda_rmsnorm_typed<TF_F32>(ctx, st, a);
+    case TF_F16: return tf_cuda_rmsnorm_typed<TF_F16>(ctx, st, a);
+    case TF_BF16: return tf_cuda_rmsnorm_typed<TF_BF16>(ctx, st, a);
+    default: break;
+  }
+  return tf_fail(TF_ERR_ARG, "rmsnorm: the engine computes in f32, f16 or bf16, not %s", tf_dtype_name(a->dtype));
 }
