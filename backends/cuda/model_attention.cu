@@ -1,13 +1,10 @@
-/* The naive attention's own kernels on the GPU (the GEMMs are gemm.cu's),
- * twins of cpu_model.c's:
+/* The naive attention's own kernels on the GPU (the GEMMs are gemm.cu's,
+ * the causal softmax softmax.cu's), twins of cpu_rope.c's:
  *   rope_heads: the fused q/k/v projection (B, T, 3, H, hd) into heads
  *     (B, H, T, hd) with RoPE on q and k from the plan's cos/sin table (one
  *     thread per pair); backward moves the gradients back, rotated by -angle;
  *   heads: (B, H, T, hd) <-> (B, T, H hd), rows of hd moved in the widest
- *     word the row size and alignment allow;
- *   causal_softmax: in place over (B H T, T) rows, one row group per row
- *     (nn_common.cuh), f32 statistics, only the visible columns 0..t read
- *     (the masked half of the row is written as zeros, never read). */
+ *     word the row size and alignment allow. */
 #include "cuda_common.cuh"
 
 #include "opmath.h"
@@ -123,121 +120,4 @@ tf_status tf_cuda_heads(tf_device_ctx *ctx, const tf_heads_args *a) {
   if (align % 8 == 0) return tf_cuda_heads_launch<uint2>(st, a, row);
   if (align % 4 == 0) return tf_cuda_heads_launch<uint32_t>(st, a, row);
   return tf_cuda_heads_launch<uint16_t>(st, a, row);
-}
-
-/* ---- causal softmax ---------------------------------------------------------------------------- */
-
-typedef struct tf_cuda_causal_params {
-  void *s;
-  const void *p;
-  int64_t rows, seq;
-  float scale;
-  int tpr;
-} tf_cuda_causal_params;
-
-/* Row r is query t = r % seq: p = exp(scale s - max) / sum over columns
- * 0..t, zeros after. */
-template <int DT, int V>
-__global__ void __launch_bounds__(1024) tf_cuda_causal_forward_kernel(tf_cuda_causal_params p) {
-  typedef typename tf_cuda_dtype<DT>::storage S;
-  __shared__ tf_cuda_pair<float> scratch[32];
-  tf_cuda_for_each_row(p.rows, p.tpr, [&](int64_t row, bool live, int lane) {
-    const int64_t visible = live ? row % p.seq + 1 : 0, cols = live ? p.seq : 0;
-    S *s = (S *)p.s + row * p.seq;
-    tf_cuda_pair<float> ms;
-    ms.a = -INFINITY;
-    ms.b = 0.0f;
-    for (int64_t c = (int64_t)lane * V; c < visible; c += (int64_t)p.tpr * V) {
-      float v[V];
-      tf_cuda_load_row<DT, V>(s + c, v);
-#pragma unroll
-      for (int u = 0; u < V; u++)
-        if (c + u < visible) tf_cuda_maxsum_add(ms, v[u] * p.scale);
-    }
-    ms = tf_cuda_group_reduce(ms, p.tpr, tf_cuda_maxsum(), scratch);
-    const float m = ms.a, inv = 1.0f / ms.b;
-    for (int64_t c = (int64_t)lane * V; c < cols; c += (int64_t)p.tpr * V) {
-      float v[V] = {};
-      if (c < visible) tf_cuda_load_row<DT, V>(s + c, v);
-#pragma unroll
-      for (int u = 0; u < V; u++) v[u] = c + u < visible ? expf(v[u] * p.scale - m) * inv : 0.0f;
-      tf_cuda_store_row<DT, V>(s + c, v);
-    }
-  });
-}
-
-/* s holds dp: ds = scale p (dp - sum(p dp)) over columns 0..t, zeros after. */
-template <int DT, int V>
-__global__ void __launch_bounds__(1024) tf_cuda_causal_backward_kernel(tf_cuda_causal_params p) {
-  typedef typename tf_cuda_dtype<DT>::storage S;
-  __shared__ float scratch[32];
-  tf_cuda_for_each_row(p.rows, p.tpr, [&](int64_t row, bool live, int lane) {
-    const int64_t visible = live ? row % p.seq + 1 : 0, cols = live ? p.seq : 0;
-    S *ds = (S *)p.s + row * p.seq;
-    const S *pr = (const S *)p.p + row * p.seq;
-    float dot = 0.0f;
-    for (int64_t c = (int64_t)lane * V; c < visible; c += (int64_t)p.tpr * V) {
-      float pv[V], gv[V];
-      tf_cuda_load_row<DT, V>(pr + c, pv);
-      tf_cuda_load_row<DT, V>(ds + c, gv);
-#pragma unroll
-      for (int u = 0; u < V; u++)
-        if (c + u < visible) dot += pv[u] * gv[u];
-    }
-    dot = tf_cuda_group_reduce(dot, p.tpr, tf_cuda_add(), scratch);
-    for (int64_t c = (int64_t)lane * V; c < cols; c += (int64_t)p.tpr * V) {
-      float pv[V] = {}, gv[V] = {};
-      if (c < visible) {
-        tf_cuda_load_row<DT, V>(pr + c, pv);
-        tf_cuda_load_row<DT, V>(ds + c, gv);
-      }
-#pragma unroll
-      for (int u = 0; u < V; u++) gv[u] = c + u < visible ? p.scale * pv[u] * (gv[u] - dot) : 0.0f;
-      tf_cuda_store_row<DT, V>(ds + c, gv);
-    }
-  });
-}
-
-/* Vector width and row geometry, then the pass. */
-template <int DT> static tf_status tf_cuda_causal_typed(tf_cuda_state *st, const tf_causal_softmax_args *a) {
-  typedef typename tf_cuda_dtype<DT>::storage S;
-  constexpr int VW = (int)(16 / sizeof(S));
-  tf_cuda_causal_params p;
-  p.s = a->s;
-  p.p = a->p;
-  p.rows = a->batch * a->seq;
-  p.seq = a->seq;
-  p.scale = (float)a->scale;
-  if (p.rows == 0) return TF_OK;
-  const void *ptrs[2] = {p.s, p.p};
-  const int vec = tf_cuda_row_vec(sizeof(S), p.seq, ptrs, 2);
-  /* Rows average half their length visible: size groups for that. */
-  const tf_cuda_row_launch g = tf_cuda_row_geometry(st, p.rows, (p.seq + 1) / 2, vec);
-  p.tpr = g.tpr;
-  if (a->backward) {
-    if (vec > 1)
-      tf_cuda_causal_backward_kernel<DT, VW><<<g.blocks, g.threads, 0, st->stream>>>(p);
-    else
-      tf_cuda_causal_backward_kernel<DT, 1><<<g.blocks, g.threads, 0, st->stream>>>(p);
-    return tf_cuda_launched("causal softmax backward kernel");
-  }
-  if (vec > 1)
-    tf_cuda_causal_forward_kernel<DT, VW><<<g.blocks, g.threads, 0, st->stream>>>(p);
-  else
-    tf_cuda_causal_forward_kernel<DT, 1><<<g.blocks, g.threads, 0, st->stream>>>(p);
-  return tf_cuda_launched("causal softmax kernel");
-}
-
-/* The backend entry of both passes. */
-tf_status tf_cuda_causal_softmax(tf_device_ctx *ctx, const tf_causal_softmax_args *a) {
-  TF_TRY(tf_cuda_use_device(ctx));
-  tf_cuda_state *st = tf_cuda_state_of(ctx);
-  switch (a->dtype) {
-    case TF_F32: return tf_cuda_causal_typed<TF_F32>(st, a);
-    case TF_F16: return tf_cuda_causal_typed<TF_F16>(st, a);
-    case TF_BF16: return tf_cuda_causal_typed<TF_BF16>(st, a);
-    default: break;
-  }
-  return tf_fail(TF_ERR_ARG, "causal_softmax: the engine computes in f32, f16 or bf16, not %s",
-                 tf_dtype_name(a->dtype));
 }
