@@ -1,6 +1,8 @@
-/* Cross-entropy on the CPU: the eager op (nnops.h) and the engine's fused
- * loss and gradient (model_kernels.h: lm_loss). The references of
- * backends/cuda/cross_entropy.cu and model_loss.cu. */
+/* Cross-entropy on the CPU, one row routine for the eager op (backend.h:
+ * forward, backward) and the engine's loss fused with its gradient
+ * (model_kernels.h: lm_loss): the twin of cross_entropy.cu. Rows are read
+ * as doubles and run in parallel; the mean of the row losses is taken in
+ * row order by one thread. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,82 +12,91 @@
 #include "cpu_model.h"
 #include "cpu_nn.h"
 
-/* ---- cross_entropy ------------------------------------------------------- */
+typedef struct tf_cpu_ce_rows {
+  int64_t rows, cols;
+  tf_dtype d;            /* of x and dx */
+  const void *x;         /* logits (rows, cols) */
+  const void *targets;   /* (rows,) of an integer dtype td */
+  tf_dtype td;
+  bool stats;            /* compute lse (and the row losses) from x; else read lse */
+  void *lse;             /* dtype sd: written (stats, unless NULL) or read */
+  tf_dtype sd;
+  void *row_loss;        /* stats: dtype rd, one per row */
+  tf_dtype rd;
+  void *dx;              /* the gradient (may be x), or NULL for none */
+  double scale;          /* the gradient's scale */
+} tf_cpu_ce_rows;
 
-/* loss = mean over rows of lse(row) - row[target], lse = max + log(sum(exp(x - max))). */
-static tf_status tf_cpu_cross_entropy_forward(const tf_cross_entropy_args *a, int64_t *bad) {
-  *bad = tf_cpu_first_bad(a->targets, a->rows, a->cols);
-  if (*bad >= 0) return TF_OK;
-  double *row_loss = malloc((size_t)a->rows * sizeof *row_loss);
-  if (!row_loss) return tf_fail(TF_ERR_OOM, "out of memory: no host memory for cross_entropy's row losses");
-  const void *x = tf_tensor_data(a->logits);
-  tf_dtype d = a->logits->dtype;
+/* lse = max + log(sum(exp(x - max))), the row's loss lse - x[target] (a bad
+ * target read as class 0), then dx = (exp(x - lse) - onehot) scale, the
+ * target's logit read before the row is overwritten. Without stats a bad
+ * target matches no class (nothing is read through it). */
+static void tf_cpu_ce_rows_run(const tf_cpu_ce_rows *a) {
   const int64_t cols = a->cols;
 #pragma omp parallel for schedule(static) if (a->rows * cols > TF_CPU_PARALLEL_MIN)
   for (int64_t r = 0; r < a->rows; r++) {
-    int64_t base = r * cols;
-    double log_sum, m = tf_cpu_row_max_logsum(x, d, base, cols, &log_sum);
-    double lse = m + log_sum;
-    row_loss[r] = lse - tf_elem_get(x, d, base + tf_cpu_index(a->targets, r));
-    if (a->lse) tf_elem_set(tf_tensor_data(a->lse), a->lse->dtype, r, lse);
-  }
-  double total = 0;
-  for (int64_t r = 0; r < a->rows; r++) total += row_loss[r];
-  free(row_loss);
-  tf_elem_set(tf_tensor_data(a->loss), a->loss->dtype, 0, total / (double)a->rows);
-  return TF_OK;
-}
-
-/* dlogits = (exp(x - lse) - onehot(target)) dloss / rows. A target out of
- * range matches no class (nothing is read through it). */
-static tf_status tf_cpu_cross_entropy_backward(const tf_cross_entropy_args *a) {
-  const void *x = tf_tensor_data(a->logits), *lse = tf_tensor_data(a->lse);
-  void *dx = tf_tensor_data(a->dlogits);
-  tf_dtype d = a->logits->dtype, sd = a->lse->dtype;
-  const int64_t cols = a->cols;
-  double scale = tf_elem_get(tf_tensor_data(a->dloss), a->dloss->dtype, 0) / (double)a->rows;
-#pragma omp parallel for schedule(static) if (a->rows * cols > TF_CPU_PARALLEL_MIN)
-  for (int64_t r = 0; r < a->rows; r++) {
-    int64_t base = r * cols, t = tf_cpu_index(a->targets, r);
-    double l = tf_elem_get(lse, sd, r);
+    const int64_t base = r * cols;
+    int64_t t = tf_elem_get_int(a->targets, a->td, r);
+    double lse;
+    if (a->stats) {
+      if (t < 0 || t >= cols) t = 0;
+      double log_sum, m = tf_cpu_row_max_logsum(a->x, a->d, base, cols, &log_sum);
+      lse = m + log_sum;
+      tf_elem_set(a->row_loss, a->rd, r, lse - tf_elem_get(a->x, a->d, base + t));
+      if (a->lse) tf_elem_set(a->lse, a->sd, r, lse);
+    } else {
+      lse = tf_elem_get(a->lse, a->sd, r);
+    }
+    if (!a->dx) continue;
     for (int64_t c = 0; c < cols; c++) {
-      double p = exp(tf_elem_get(x, d, base + c) - l);
-      tf_elem_set(dx, d, base + c, (p - (c == t ? 1.0 : 0.0)) * scale);
+      double p = exp(tf_elem_get(a->x, a->d, base + c) - lse);
+      tf_elem_set(a->dx, a->d, base + c, (p - (c == t ? 1.0 : 0.0)) * a->scale);
     }
   }
-  return TF_OK;
 }
 
-/* The backend entry; only the forward pass checks targets (the backward
- * pass reads nothing through them). */
+/* The mean of the row losses, added in row order, stored into loss (dtype ld). */
+static void tf_cpu_ce_mean(const tf_cpu_ce_rows *a, void *loss, tf_dtype ld) {
+  double total = 0;
+  for (int64_t r = 0; r < a->rows; r++) total += tf_elem_get(a->row_loss, a->rd, r);
+  tf_elem_set(loss, ld, 0, total / (double)a->rows);
+}
+
+/* The eager op's entry (backend.h). Forward: the targets checked first,
+ * then the row losses and their mean; backward: dlogits from the saved
+ * lse, scaled by dloss / rows. */
 tf_status tf_cpu_cross_entropy(tf_device_ctx *ctx, const tf_cross_entropy_args *a, int64_t *bad) {
   (void)ctx;
   *bad = -1;
-  return a->backward ? tf_cpu_cross_entropy_backward(a) : tf_cpu_cross_entropy_forward(a, bad);
-}
-
-/* ---- the loss --------------------------------------------------------------------------- */
-
-/* The target's logit is read before the row is overwritten by its gradient. */
-tf_status tf_cpu_lm_loss(tf_device_ctx *ctx, const tf_lm_loss_args *a) {
-  (void)ctx;
-  const int64_t V = a->vocab;
-  const tf_dtype d = a->dtype;
-#pragma omp parallel for schedule(static) if (a->rows * V > TF_CPU_PARALLEL_MIN)
-  for (int64_t r = 0; r < a->rows; r++) {
-    const int64_t base = r * V, target = tf_cpu_id(a->targets, r, V);
-    double log_sum, m = tf_cpu_row_max_logsum(a->logits, d, base, V, &log_sum);
-    const double lse = m + log_sum;
-    a->row_loss[r] = (float)(lse - tf_elem_get(a->logits, d, base + target));
-    if (!a->grad) continue;
-    for (int64_t c = 0; c < V; c++) {
-      double p = exp(tf_elem_get(a->logits, d, base + c) - lse);
-      tf_elem_set(a->logits, d, base + c, (p - (c == target ? 1.0 : 0.0)) / (double)a->rows);
-    }
+  tf_cpu_ce_rows ce = {.rows = a->rows, .cols = a->cols, .d = a->logits->dtype, .x = tf_tensor_data(a->logits),
+                       .targets = tf_tensor_data(a->targets), .td = a->targets->dtype,
+                       .lse = a->lse ? tf_tensor_data(a->lse) : NULL, .sd = a->lse ? a->lse->dtype : TF_F64};
+  if (a->backward) {
+    ce.dx = tf_tensor_data(a->dlogits);
+    ce.scale = tf_elem_get(tf_tensor_data(a->dloss), a->dloss->dtype, 0) / (double)a->rows;
+    tf_cpu_ce_rows_run(&ce);
+    return TF_OK;
   }
-  double total = 0;
-  for (int64_t r = 0; r < a->rows; r++) total += a->row_loss[r];
-  *a->loss = (float)(total / (double)a->rows);
+  *bad = tf_cpu_first_bad(a->targets, a->rows, a->cols);
+  if (*bad >= 0) return TF_OK;
+  ce.stats = true;
+  ce.rd = TF_F64;
+  ce.row_loss = malloc((size_t)a->rows * sizeof(double));
+  if (!ce.row_loss) return tf_fail(TF_ERR_OOM, "out of memory: no host memory for cross_entropy's row losses");
+  tf_cpu_ce_rows_run(&ce);
+  tf_cpu_ce_mean(&ce, tf_tensor_data(a->loss), a->loss->dtype);
+  free(ce.row_loss);
   return TF_OK;
 }
 
+/* The engine's entry (model_kernels.h): f32 row losses and mean, the
+ * gradient (scaled by 1 / rows) over the logits in place when asked. */
+tf_status tf_cpu_lm_loss(tf_device_ctx *ctx, const tf_lm_loss_args *a) {
+  (void)ctx;
+  const tf_cpu_ce_rows ce = {.rows = a->rows, .cols = a->vocab, .d = a->dtype, .x = a->logits, .targets = a->targets,
+                             .td = TF_I64, .stats = true, .row_loss = a->row_loss, .rd = TF_F32,
+                             .dx = a->grad ? a->logits : NULL, .scale = 1.0 / (double)a->rows};
+  tf_cpu_ce_rows_run(&ce);
+  tf_cpu_ce_mean(&ce, a->loss, TF_F32);
+  return TF_OK;
+}

@@ -1,108 +1,133 @@
-/* Mean cross-entropy of logits against integer targets, and its gradient,
- * on the GPU: the twin of cpu_nn.c's cross_entropy. The forward pass is
- * softmax's online max-and-sum per row (one read of the logits, no
- * probabilities stored) giving lse = max + log(sum) and the row's loss
- * lse - x[target]; a single block then adds the row losses in a fixed
- * order, so the mean has the same bits every run. A target outside
- * [0, V) is reported through the first-bad word and read as class 0, so
- * nothing is read out of bounds. The backward pass needs no reduction:
- * dlogits = (exp(x - lse) - onehot) * dloss / N, dloss read on the device. */
+/* Cross-entropy of logits against integer targets on the GPU, one row
+ * kernel for the eager op (backend.h: forward, backward) and the engine's
+ * loss fused with its gradient (model_kernels.h: lm_loss): the twin of
+ * cpu_cross_entropy.c.
+ *
+ * One row group per row (nn_common.cuh). The statistics are softmax's
+ * online max-and-sum (one read of the logits, no probabilities stored),
+ * the thread whose chunk holds the target's logit keeping it on the way:
+ * lse = max + log(sum) and the row's loss lse - x[target]. The fused form
+ * then overwrites the row in place with (softmax - onehot) scale in a
+ * second read; the backward form only does that second read, from a saved
+ * lse. A single block adds the row losses in a fixed order, so the mean
+ * has the same bits every run. A target outside [0, V) is reported through
+ * the first-bad word (when one is given) and read as class 0, so nothing is
+ * read out of bounds; in the backward form it matches no class. */
 #include "cuda_common.cuh"
 
 #include "opmath.h"
 #include "nn_common.cuh"
 
+/* What a launch computes: the loss; the loss and the gradient in place; the
+ * gradient from a saved lse. */
+enum { TF_CE_FORWARD, TF_CE_FUSED, TF_CE_BACKWARD };
+
 typedef struct tf_cuda_ce_params {
-  const void *x;
-  const int64_t *targets;
-  void *lse;      /* statistics dtype; forward: may be NULL */
-  void *row_loss; /* forward: statistics dtype, one per row */
-  const void *dloss; /* backward: one value of the statistics dtype */
-  void *dx;          /* backward */
+  const void *x;             /* logits (rows, cols) */
+  const int64_t *targets;    /* (rows,) */
+  void *lse;                 /* compute type: written by the forward form unless NULL, read by the backward */
+  void *row_loss;            /* compute type, one per row (forward, fused) */
+  void *dx;                  /* fused, backward: the gradient (x itself for the fused form) */
+  const void *dloss;         /* backward: one value of the compute type, the scale is dloss / rows */
+  double scale;              /* fused: the gradient's scale */
   int64_t rows, cols;
   int tpr;
-  unsigned long long *first_bad;
+  unsigned long long *first_bad; /* forward: NULL to skip the report */
 } tf_cuda_ce_params;
 
-template <int DT, int V>
-__global__ void __launch_bounds__(1024) tf_cuda_ce_forward_kernel(tf_cuda_ce_params p) {
+template <int DT, int V, int MODE>
+__global__ void __launch_bounds__(1024) tf_cuda_ce_kernel(tf_cuda_ce_params p) {
   typedef tf_cuda_dtype<DT> D;
   typedef typename D::storage S;
   typedef typename D::compute C;
   __shared__ tf_cuda_pair<C> scratch[32];
+  const C scale = MODE == TF_CE_BACKWARD ? *(const C *)p.dloss / (C)p.rows : (C)p.scale;
   tf_cuda_for_each_row(p.rows, p.tpr, [&](int64_t row, bool live, int lane) {
     const int64_t n = live ? p.cols : 0;
     const S *x = (const S *)p.x + row * p.cols;
-    tf_cuda_pair<C> ms;
-    ms.a = (C)-INFINITY;
-    ms.b = (C)0;
+    int64_t target = p.targets[row];
+    C lse;
+    if (MODE == TF_CE_BACKWARD) {
+      lse = ((const C *)p.lse)[row];
+    } else {
+      if (target < 0 || target >= p.cols) {
+        if (p.first_bad && live && lane == 0) tf_cuda_report_bad(p.first_bad, row);
+        target = 0;
+      }
+      tf_cuda_pair<C> ms;
+      ms.a = (C)-INFINITY;
+      ms.b = (C)0;
+      C xt = 0;
+      bool owner = false;
+      for (int64_t c = (int64_t)lane * V; c < n; c += (int64_t)p.tpr * V) {
+        C v[V];
+        tf_cuda_load_row<DT, V>(x + c, v);
+#pragma unroll
+        for (int u = 0; u < V; u++) {
+          tf_cuda_maxsum_add(ms, v[u]);
+          if (c + u == target) xt = v[u], owner = true;
+        }
+      }
+      ms = tf_cuda_group_reduce(ms, p.tpr, tf_cuda_maxsum(), scratch);
+      lse = ms.a + tf_log(ms.b);
+      if (owner) ((C *)p.row_loss)[row] = lse - xt;
+      if (p.lse && live && lane == 0) ((C *)p.lse)[row] = lse;
+    }
+    if (MODE == TF_CE_FORWARD) return; /* the next row */
+    S *dx = (S *)p.dx + row * p.cols;
     for (int64_t c = (int64_t)lane * V; c < n; c += (int64_t)p.tpr * V) {
       C v[V];
       tf_cuda_load_row<DT, V>(x + c, v);
 #pragma unroll
-      for (int u = 0; u < V; u++) tf_cuda_maxsum_add(ms, v[u]);
-    }
-    ms = tf_cuda_group_reduce(ms, p.tpr, tf_cuda_maxsum(), scratch);
-    if (live && lane == 0) {
-      const C lse = ms.a + tf_log(ms.b);
-      int64_t t = p.targets[row];
-      if (t < 0 || t >= p.cols) {
-        tf_cuda_report_bad(p.first_bad, row);
-        t = 0;
-      }
-      ((C *)p.row_loss)[row] = lse - D::load(x[t]);
-      if (p.lse) ((C *)p.lse)[row] = lse;
+      for (int u = 0; u < V; u++) v[u] = (tf_exp(v[u] - lse) - (c + u == target ? (C)1 : (C)0)) * scale;
+      tf_cuda_store_row<DT, V>(dx + c, v);
     }
   });
 }
 
-/* loss = mean of the row losses: one block, each thread adding a strided
- * share in order, then the block's fixed reduction tree. */
-template <int DT>
-__global__ void __launch_bounds__(1024) tf_cuda_ce_mean_kernel(const void *row_loss, int64_t rows, void *loss) {
-  typedef tf_cuda_dtype<DT> D;
-  typedef typename D::compute C;
+/* loss = mean of the row losses (compute type C), stored in dtype OUT: one
+ * block, each thread adding a strided share in order, then the block's
+ * fixed reduction tree. */
+template <typename C, int OUT>
+__global__ void __launch_bounds__(1024) tf_cuda_ce_mean_kernel(const C *row_loss, int64_t rows, void *loss) {
   __shared__ C scratch[32];
   C sum = 0;
-  for (int64_t i = threadIdx.x; i < rows; i += blockDim.x) sum += ((const C *)row_loss)[i];
+  for (int64_t i = threadIdx.x; i < rows; i += blockDim.x) sum += row_loss[i];
   sum = tf_cuda_group_reduce(sum, (int)blockDim.x, tf_cuda_add(), scratch);
-  if (threadIdx.x == 0) *(typename D::storage *)loss = D::store(sum / (C)rows);
+  if (threadIdx.x == 0)
+    *(typename tf_cuda_dtype<OUT>::storage *)loss = tf_cuda_dtype<OUT>::store((typename tf_cuda_dtype<OUT>::compute)(sum / (C)rows));
 }
 
-/* dlogits = (exp(x - lse) - (c == target)) * dloss / rows; a target out of
- * range matches no class. */
-template <int DT, int V>
-__global__ void __launch_bounds__(1024) tf_cuda_ce_backward_kernel(tf_cuda_ce_params p) {
-  typedef tf_cuda_dtype<DT> D;
-  typedef typename D::storage S;
-  typedef typename D::compute C;
-  const int groups = (int)blockDim.x / p.tpr, lane = (int)threadIdx.x % p.tpr;
-  const C scale = *(const C *)p.dloss / (C)p.rows;
-  for (int64_t base = (int64_t)blockIdx.x * groups; base < p.rows; base += (int64_t)gridDim.x * groups) {
-    const int64_t row = base + (int)threadIdx.x / p.tpr;
-    if (row >= p.rows) continue; /* no reduction here: threads may leave */
-    const S *x = (const S *)p.x + row * p.cols;
-    S *dx = (S *)p.dx + row * p.cols;
-    const C lse = ((const C *)p.lse)[row];
-    const int64_t t = p.targets[row];
-    for (int64_t c = (int64_t)lane * V; c < p.cols; c += (int64_t)p.tpr * V) {
-      C v[V];
-      tf_cuda_load_row<DT, V>(x + c, v);
-#pragma unroll
-      for (int u = 0; u < V; u++) v[u] = (tf_exp(v[u] - lse) - (c + u == t ? (C)1 : (C)0)) * scale;
-      tf_cuda_store_row<DT, V>(dx + c, v);
-    }
-  }
-}
-
-/* Backward: one row kernel. Forward: the row kernel into a workspace of row
- * losses, the mean kernel, then the first-bad word read back (this syncs). */
-template <int DT>
-static tf_status tf_cuda_ce_typed(tf_device_ctx *ctx, tf_cuda_state *st, const tf_cross_entropy_args *a,
-                                  int64_t *bad) {
+/* The row kernel at the widest vector the rows allow, then (forward and
+ * fused forms) the mean of the row losses into loss, stored as LOSS_DT. */
+template <int DT, int MODE, int LOSS_DT>
+static tf_status tf_cuda_ce_launch(tf_cuda_state *st, tf_cuda_ce_params p, void *loss) {
   typedef typename tf_cuda_dtype<DT>::storage S;
   typedef typename tf_cuda_dtype<DT>::compute C;
   constexpr int VW = (int)(16 / sizeof(S));
+  const void *ptrs[2] = {p.x, p.dx};
+  const int vec = tf_cuda_row_vec(sizeof(S), p.cols, ptrs, 2);
+  const tf_cuda_row_launch g = tf_cuda_row_geometry(st, p.rows, p.cols, vec);
+  p.tpr = g.tpr;
+  if (vec > 1)
+    tf_cuda_ce_kernel<DT, VW, MODE><<<g.blocks, g.threads, 0, st->stream>>>(p);
+  else
+    tf_cuda_ce_kernel<DT, 1, MODE><<<g.blocks, g.threads, 0, st->stream>>>(p);
+  TF_TRY(tf_cuda_launched("cross_entropy kernel"));
+  if (MODE == TF_CE_BACKWARD) return TF_OK;
+  tf_cuda_ce_mean_kernel<C, LOSS_DT><<<1, 1024, 0, st->stream>>>((const C *)p.row_loss, p.rows, loss);
+  return tf_cuda_launched("cross_entropy mean kernel");
+}
+
+/* ---- the eager op (backend.h) -------------------------------------------------------------- */
+
+/* Backward: the row kernel from the saved lse. Forward: the row kernel into
+ * a workspace of row losses, the mean, then the first-bad word read back
+ * (this syncs). */
+template <int DT>
+static tf_status tf_cuda_ce_typed(tf_device_ctx *ctx, tf_cuda_state *st, const tf_cross_entropy_args *a,
+                                  int64_t *bad) {
+  typedef typename tf_cuda_dtype<DT>::compute C;
   tf_cuda_ce_params p;
   memset(&p, 0, sizeof p);
   p.x = tf_tensor_data(a->logits);
@@ -113,15 +138,7 @@ static tf_status tf_cuda_ce_typed(tf_device_ctx *ctx, tf_cuda_state *st, const t
     p.lse = tf_tensor_data(a->lse);
     p.dloss = tf_tensor_data(a->dloss);
     p.dx = tf_tensor_data(a->dlogits);
-    const void *ptrs[2] = {p.x, p.dx};
-    const int vec = tf_cuda_row_vec(sizeof(S), p.cols, ptrs, 2);
-    const tf_cuda_row_launch g = tf_cuda_row_geometry(st, p.rows, p.cols, vec);
-    p.tpr = g.tpr;
-    if (vec > 1)
-      tf_cuda_ce_backward_kernel<DT, VW><<<g.blocks, g.threads, 0, st->stream>>>(p);
-    else
-      tf_cuda_ce_backward_kernel<DT, 1><<<g.blocks, g.threads, 0, st->stream>>>(p);
-    return tf_cuda_launched("cross_entropy backward kernel");
+    return tf_cuda_ce_launch<DT, TF_CE_BACKWARD, DT>(st, p, NULL);
   }
   p.lse = a->lse ? tf_tensor_data(a->lse) : NULL;
   tf_block *losses = NULL, *word = NULL;
@@ -130,19 +147,7 @@ static tf_status tf_cuda_ce_typed(tf_device_ctx *ctx, tf_cuda_state *st, const t
   tf_status s = tf_cuda_bad_begin(ctx, st, &word);
   if (s == TF_OK) {
     p.first_bad = (unsigned long long *)word->ptr;
-    const void *ptrs[1] = {p.x};
-    const int vec = tf_cuda_row_vec(sizeof(S), p.cols, ptrs, 1);
-    const tf_cuda_row_launch g = tf_cuda_row_geometry(st, p.rows, p.cols, vec);
-    p.tpr = g.tpr;
-    if (vec > 1)
-      tf_cuda_ce_forward_kernel<DT, VW><<<g.blocks, g.threads, 0, st->stream>>>(p);
-    else
-      tf_cuda_ce_forward_kernel<DT, 1><<<g.blocks, g.threads, 0, st->stream>>>(p);
-    s = tf_cuda_launched("cross_entropy kernel");
-    if (s == TF_OK) {
-      tf_cuda_ce_mean_kernel<DT><<<1, 1024, 0, st->stream>>>(p.row_loss, p.rows, tf_tensor_data(a->loss));
-      s = tf_cuda_launched("cross_entropy mean kernel");
-    }
+    s = tf_cuda_ce_launch<DT, TF_CE_FORWARD, DT>(st, p, tf_tensor_data(a->loss));
     tf_status e = tf_cuda_bad_end(ctx, st, word, bad);
     if (s == TF_OK) s = e;
   }
@@ -165,4 +170,37 @@ tf_status tf_cuda_cross_entropy(tf_device_ctx *ctx, const tf_cross_entropy_args 
   }
   return tf_fail(TF_ERR_ARG, "cross_entropy: the CUDA backend has no kernel for dtype %s",
                  tf_dtype_name(a->logits->dtype));
+}
+
+/* ---- the engine's loss (model_kernels.h) --------------------------------------------------- */
+
+/* The row kernel (the gradient over the logits in place when asked), then
+ * the mean into the f32 loss; targets were checked before (index_check),
+ * and nothing waits for the device. */
+template <int DT> static tf_status tf_cuda_lm_loss_typed(tf_cuda_state *st, const tf_lm_loss_args *a) {
+  tf_cuda_ce_params p;
+  memset(&p, 0, sizeof p);
+  p.x = a->logits;
+  p.dx = a->grad ? a->logits : NULL;
+  p.targets = a->targets;
+  p.row_loss = a->row_loss;
+  p.rows = a->rows;
+  p.cols = a->vocab;
+  p.scale = (double)(1.0f / (float)a->rows);
+  if (a->grad) return tf_cuda_ce_launch<DT, TF_CE_FUSED, TF_F32>(st, p, a->loss);
+  return tf_cuda_ce_launch<DT, TF_CE_FORWARD, TF_F32>(st, p, a->loss);
+}
+
+/* The backend entry: the row kernel, then the mean. */
+tf_status tf_cuda_lm_loss(tf_device_ctx *ctx, const tf_lm_loss_args *a) {
+  if (a->rows == 0 || a->vocab == 0) return tf_fail(TF_ERR_ARG, "lm_loss: no rows or no classes");
+  TF_TRY(tf_cuda_use_device(ctx));
+  tf_cuda_state *st = tf_cuda_state_of(ctx);
+  switch (a->dtype) {
+    case TF_F32: return tf_cuda_lm_loss_typed<TF_F32>(st, a);
+    case TF_F16: return tf_cuda_lm_loss_typed<TF_F16>(st, a);
+    case TF_BF16: return tf_cuda_lm_loss_typed<TF_BF16>(st, a);
+    default: break;
+  }
+  return tf_fail(TF_ERR_ARG, "lm_loss: the engine computes in f32, f16 or bf16, not %s", tf_dtype_name(a->dtype));
 }
