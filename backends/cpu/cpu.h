@@ -38,7 +38,7 @@ tf_status tf_cpu_binary(tf_device_ctx *ctx, tf_binary_op op, const tf_tensor *a,
 tf_status tf_cpu_convert(tf_device_ctx *ctx, const tf_tensor *src, tf_tensor *dst);
 tf_status tf_cpu_reduce(tf_device_ctx *ctx, tf_reduce_op op, const tf_tensor *a, int64_t outer, int64_t r,
                         int64_t inner, tf_tensor *out);
-tf_status tf_cpu_matmul(tf_device_ctx *ctx, const tf_matmul_args *args);
+tf_status tf_cpu_matmul(tf_device_ctx *ctx, const tf_matmul_args *args); /* cpu_gemm.c, with the engine's GEMM */
 tf_status tf_cpu_fill(tf_device_ctx *ctx, tf_tensor *out, double value);
 tf_status tf_cpu_arange(tf_device_ctx *ctx, tf_tensor *out, double start, double step);
 tf_status tf_cpu_random(tf_device_ctx *ctx, tf_tensor *out, const tf_random_args *args);

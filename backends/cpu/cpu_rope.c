@@ -1,12 +1,13 @@
-/* Rotary position embeddings on the CPU: the eager op (nnops.h: rope) and
- * the engine's split of qkv into heads with RoPE on q and k, and the heads'
- * layout moves (model_kernels.h). The references of backends/cuda/rope.cu
- * and model_attention.cu. */
+/* Rotary position embeddings on the CPU, the twin of rope.cu: the eager op
+ * (backend.h: rope) and the engine's split of qkv into heads with RoPE on q
+ * and k, and the heads' layout moves (model_kernels.h), the pairs of both
+ * turned by one rule (rope.h). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "elemio.h"
+#include "rope.h"
 #include "cpu.h"
 #include "cpu_model.h"
 #include "cpu_nn.h"
@@ -14,8 +15,8 @@
 /* ---- rope ------------------------------------------------------------------ */
 
 /* Pair k of a row at position pos turns by pos * theta^(-2k/d): the
- * frequency from pow and the angle from one multiply, in double, exactly as
- * backends/cuda/rope.cu takes them (its host computes the same frequencies), so
+ * frequency from pow and the angle from one multiply, in double (rope.h), as
+ * rope.cu takes them (its host computes the same frequencies), so
  * both backends turn by the same angles; the cosine and sine are rounded
  * to the compute type (f32 below f64), the rotated pair to x's dtype. */
 tf_status tf_cpu_rope(tf_device_ctx *ctx, const tf_rope_args *a) {
@@ -30,14 +31,13 @@ tf_status tf_cpu_rope(tf_device_ctx *ctx, const tf_rope_args *a) {
     int64_t base = r * cols;
     int64_t pos = a->positions ? tf_cpu_index(a->positions, r) : r % a->seq;
     for (int64_t k = 0; k < half; k++) {
-      double inv_freq = pow(a->theta, -(double)(2 * k) / (double)cols);
-      double angle = (double)pos * inv_freq;
-      double cs = cos(angle), sn = sin(angle);
+      double angle = (double)pos * tf_rope_inv_freq(a->theta, k, cols);
+      double cs = cos(angle), sn = sin(angle), y0, y1;
       if (!wide) cs = (float)cs, sn = (float)sn;
       if (a->inverse) sn = -sn;
-      double x0 = tf_elem_get(x, d, base + 2 * k), x1 = tf_elem_get(x, d, base + 2 * k + 1);
-      tf_elem_set(y, d, base + 2 * k, x0 * cs - x1 * sn);
-      tf_elem_set(y, d, base + 2 * k + 1, x0 * sn + x1 * cs);
+      tf_rope_turn(tf_elem_get(x, d, base + 2 * k), tf_elem_get(x, d, base + 2 * k + 1), cs, sn, &y0, &y1);
+      tf_elem_set(y, d, base + 2 * k, y0);
+      tf_elem_set(y, d, base + 2 * k + 1, y1);
     }
   }
   return TF_OK;
@@ -60,14 +60,15 @@ tf_status tf_cpu_rope_heads(tf_device_ctx *ctx, const tf_rope_heads_args *a) {
         for (int64_t i = 0; i < half; i++) {
           const int64_t row = bt * 3 * d + part * d + h * hd + 2 * i, hrow = ((b * H + h) * T + t) * hd + 2 * i;
           const double cs = part < 2 ? a->cos[t * half + i] : 1.0, sn = part < 2 ? a->sin[t * half + i] : 0.0;
+          double y0, y1;
           if (!a->backward) {
-            const double x0 = tf_elem_get(a->qkv, dt, row), x1 = tf_elem_get(a->qkv, dt, row + 1);
-            tf_elem_set(heads, dt, hrow, x0 * cs - x1 * sn);
-            tf_elem_set(heads, dt, hrow + 1, x0 * sn + x1 * cs);
+            tf_rope_turn(tf_elem_get(a->qkv, dt, row), tf_elem_get(a->qkv, dt, row + 1), cs, sn, &y0, &y1);
+            tf_elem_set(heads, dt, hrow, y0);
+            tf_elem_set(heads, dt, hrow + 1, y1);
           } else {
-            const double g0 = tf_elem_get(heads, dt, hrow), g1 = tf_elem_get(heads, dt, hrow + 1);
-            tf_elem_set(a->qkv, dt, row, g0 * cs + g1 * sn);
-            tf_elem_set(a->qkv, dt, row + 1, -g0 * sn + g1 * cs);
+            tf_rope_turn(tf_elem_get(heads, dt, hrow), tf_elem_get(heads, dt, hrow + 1), cs, -sn, &y0, &y1);
+            tf_elem_set(a->qkv, dt, row, y0);
+            tf_elem_set(a->qkv, dt, row + 1, y1);
           }
         }
     }

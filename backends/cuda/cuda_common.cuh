@@ -161,8 +161,10 @@ tf_status tf_cuda_arange(tf_device_ctx *ctx, tf_tensor *out, double start, doubl
 tf_status tf_cuda_random(tf_device_ctx *ctx, tf_tensor *out, const tf_random_args *args);
 tf_status tf_cuda_reduce(tf_device_ctx *ctx, tf_reduce_op op, const tf_tensor *a, int64_t outer, int64_t r,
                          int64_t inner, tf_tensor *out);
+/* The ops whose math the fused engine shares live with its kernel for it,
+ * one file per family: gemm.cu (matmul), norm.cu, softmax.cu,
+ * cross_entropy.cu, rope.cu, embedding.cu; shared pieces in nn_common.cuh. */
 tf_status tf_cuda_matmul(tf_device_ctx *ctx, const tf_matmul_args *args);
-/* The fused neural-network ops (nnops.h), one file each; shared pieces in nn_common.cuh. */
 tf_status tf_cuda_softmax(tf_device_ctx *ctx, const tf_softmax_args *args);
 tf_status tf_cuda_norm(tf_device_ctx *ctx, const tf_norm_args *args);
 tf_status tf_cuda_cross_entropy(tf_device_ctx *ctx, const tf_cross_entropy_args *args, int64_t *bad);
@@ -175,9 +177,9 @@ tf_status tf_cuda_adamw(tf_device_ctx *ctx, const tf_adamw_update *args);
 tf_status tf_cuda_flash_attention(tf_device_ctx *ctx, const tf_flash_args *args);
 size_t tf_cuda_flash_workspace(tf_device_ctx *ctx, const tf_flash_args *args);
 /* The Transformer engine's kernels (model_kernels.h), gathered into one
- * table by model_backend.cu: gemm.cu, model_encoder.cu, model_norm.cu,
- * model_swiglu.cu, model_attention.cu, model_loss.cu, and its CUDA graphs
- * (model_graph.cu). */
+ * table by model_backend.cu: in the files of the eager ops of the same math
+ * (gemm.cu, embedding.cu, norm.cu, rope.cu, softmax.cu, cross_entropy.cu),
+ * its own SwiGLU (model_swiglu.cu) and CUDA graphs (model_graph.cu). */
 tf_status tf_cuda_gemm(tf_device_ctx *ctx, const tf_gemm_args *args);
 void tf_cuda_gemm_use_lt(tf_device_ctx *ctx, bool on);
 void tf_cuda_gemm_release(tf_cuda_state *st); /* at shutdown */

@@ -1,19 +1,31 @@
-/* Rotary position embedding on the GPU: the twin of cpu_nn.c's rope. One
- * thread per pair (x[2k], x[2k+1]) of a row at position pos, turned by
- * pos * theta^(-2k/d) (by minus that for the inverse, the backward pass).
+/* Rotary position embedding on the GPU, the twin of cpu_rope.c: the eager
+ * rope op (backend.h) and the engine's attention layout kernels
+ * (model_kernels.h: rope_heads, heads), the pairs of both turned by one
+ * rule (rope.h: tf_rope_inv_freq, tf_rope_turn).
  *
- * Both backends take the angle by the same double-precision operations, so
- * they rotate by the same angles: the frequencies theta^(-2k/d) come from
- * the host's pow, evaluated by the very expression cpu_nn.c uses, and
- * travel in the kernel's arguments (rows of up to 2 * TF_CUDA_ROPE_TABLE
- * elements, every head size in use; longer rows use the device's pow,
- * which may differ in the last bit); the product pos * frequency is one
- * correctly rounded multiply (no fused multiply-add). The cosine and sine
- * are taken in double, then rounded to the compute type. */
+ * rope: one thread per pair (x[2k], x[2k+1]) of a row at position pos,
+ * turned by pos * theta^(-2k/d) (by minus that for the inverse, the
+ * backward pass). Both backends take the angle by the same double-precision
+ * operations, so they rotate by the same angles: the frequencies come from
+ * the host's pow (tf_rope_inv_freq) and travel in the kernel's arguments
+ * (rows of up to 2 * TF_CUDA_ROPE_TABLE elements, every head size in use;
+ * longer rows use the device's pow, which may differ in the last bit); the
+ * product pos * frequency is one correctly rounded multiply (no fused
+ * multiply-add). The cosine and sine are taken in double, then rounded to
+ * the compute type.
+ *
+ * rope_heads: the fused q/k/v projection (B, T, 3, H, hd) into heads
+ * (B, H, T, hd) with RoPE on q and k from the engine's cos/sin table (made
+ * by the same rule, model_plan.c), one thread per pair; backward moves the
+ * gradients back, turned by minus the angle. heads: (B, H, T, hd) <->
+ * (B, T, H hd), rows of hd moved in the widest word the row size and
+ * alignment allow. */
 #include "cuda_common.cuh"
 
 #include <math.h>
 #include <string.h>
+
+#include "rope.h"
 
 enum { TF_CUDA_ROPE_TABLE = 256 };
 
@@ -45,15 +57,16 @@ __global__ void __launch_bounds__(TF_CUDA_THREADS) tf_cuda_rope_kernel(const __g
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
     const int64_t row = i / half, k = i - row * half;
     const int64_t pos = p.positions ? p.positions[row] : row % p.seq;
-    const double freq = p.table ? inv_freq[k] : pow(p.theta, -(double)(2 * k) / (double)p.cols);
+    const double freq = p.table ? inv_freq[k] : tf_rope_inv_freq(p.theta, k, p.cols);
     const double angle = __dmul_rn((double)pos, freq);
     double sn, cs;
     sincos(angle, &sn, &cs);
     const C c = (C)cs, s = p.inverse ? -(C)sn : (C)sn;
     const int64_t at = row * p.cols + 2 * k;
-    const C x0 = D::load(x[at]), x1 = D::load(x[at + 1]);
-    y[at] = D::store(x0 * c - x1 * s);
-    y[at + 1] = D::store(x0 * s + x1 * c);
+    C y0, y1;
+    tf_rope_turn<C>(D::load(x[at]), D::load(x[at + 1]), c, s, &y0, &y1);
+    y[at] = D::store(y0);
+    y[at + 1] = D::store(y1);
   }
 }
 
@@ -79,10 +92,123 @@ tf_status tf_cuda_rope(tf_device_ctx *ctx, const tf_rope_args *a) {
   const int64_t half = a->cols / 2;
   p.table = half <= TF_CUDA_ROPE_TABLE;
   if (p.table)
-    for (int64_t k = 0; k < half; k++) p.inv_freq[k] = pow(a->theta, -(double)(2 * k) / (double)a->cols);
+    for (int64_t k = 0; k < half; k++) p.inv_freq[k] = tf_rope_inv_freq(a->theta, k, a->cols);
   switch (a->x->dtype) {
     TF_CUDA_FLOAT_TYPES(TF_CUDA_ROPE_CASE, 0)
     default: break;
   }
   return tf_fail(TF_ERR_ARG, "rope: the CUDA backend has no kernel for dtype %s", tf_dtype_name(a->x->dtype));
+}
+
+/* ---- rope_heads --------------------------------------------------------------------- */
+
+typedef struct tf_cuda_rope_heads_params {
+  const float *cos, *sin;
+  void *qkv, *q, *k, *v;
+  int64_t batch, seq, heads, head_dim;
+  bool backward;
+} tf_cuda_rope_heads_params;
+
+/* One thread per pair (b, t, q|k|v, head, i), read and written in layout order. */
+template <int DT>
+__global__ void __launch_bounds__(TF_CUDA_THREADS) tf_cuda_rope_heads_kernel(tf_cuda_rope_heads_params p) {
+  typedef tf_cuda_dtype<DT> D;
+  typedef typename D::storage S;
+  const int64_t H = p.heads, hd = p.head_dim, half = hd / 2, d = H * hd, T = p.seq;
+  const int64_t total = p.batch * T * 3 * H * half;
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t k = i % half, rest = i / half, h = rest % H, rest2 = rest / H;
+    const int part = (int)(rest2 % 3);
+    const int64_t bt = rest2 / 3, t = bt % T, b = bt / T;
+    const int64_t row = bt * 3 * d + part * d + h * hd + 2 * k, hrow = ((b * H + h) * T + t) * hd + 2 * k;
+    S *heads = (S *)(part == 0 ? p.q : part == 1 ? p.k : p.v);
+    S *qkv = (S *)p.qkv;
+    const float c = part < 2 ? p.cos[t * half + k] : 1.0f, s = part < 2 ? p.sin[t * half + k] : 0.0f;
+    float y0, y1;
+    if (!p.backward) {
+      tf_rope_turn<float>(D::load(qkv[row]), D::load(qkv[row + 1]), c, s, &y0, &y1);
+      heads[hrow] = D::store(y0);
+      heads[hrow + 1] = D::store(y1);
+    } else {
+      tf_rope_turn<float>(D::load(heads[hrow]), D::load(heads[hrow + 1]), c, -s, &y0, &y1);
+      qkv[row] = D::store(y0);
+      qkv[row + 1] = D::store(y1);
+    }
+  }
+}
+
+/* Arguments by value; one grid-stride kernel. */
+template <int DT> static tf_status tf_cuda_rope_heads_typed(tf_cuda_state *st, const tf_rope_heads_args *a) {
+  tf_cuda_rope_heads_params p;
+  p.cos = a->cos;
+  p.sin = a->sin;
+  p.qkv = a->qkv;
+  p.q = a->q;
+  p.k = a->k;
+  p.v = a->v;
+  p.batch = a->batch;
+  p.seq = a->seq;
+  p.heads = a->heads;
+  p.head_dim = a->head_dim;
+  p.backward = a->backward;
+  const int64_t total = a->batch * a->seq * 3 * a->heads * (a->head_dim / 2);
+  if (total == 0) return TF_OK;
+  tf_cuda_rope_heads_kernel<DT><<<tf_cuda_blocks(st, total), TF_CUDA_THREADS, 0, st->stream>>>(p);
+  return tf_cuda_launched("rope_heads kernel");
+}
+
+/* The backend entry: one kernel per compute dtype. */
+tf_status tf_cuda_rope_heads(tf_device_ctx *ctx, const tf_rope_heads_args *a) {
+  TF_TRY(tf_cuda_use_device(ctx));
+  tf_cuda_state *st = tf_cuda_state_of(ctx);
+  switch (a->dtype) {
+    case TF_F32: return tf_cuda_rope_heads_typed<TF_F32>(st, a);
+    case TF_F16: return tf_cuda_rope_heads_typed<TF_F16>(st, a);
+    case TF_BF16: return tf_cuda_rope_heads_typed<TF_BF16>(st, a);
+    default: break;
+  }
+  return tf_fail(TF_ERR_ARG, "rope_heads: the engine computes in f32, f16 or bf16, not %s", tf_dtype_name(a->dtype));
+}
+
+/* ---- heads ---------------------------------------------------------------------------------- */
+
+/* Word w of every row of hd elements: rows are (b, h, t) in heads layout
+ * and (b, t, h) in merged layout. */
+template <typename W>
+__global__ void __launch_bounds__(TF_CUDA_THREADS)
+    tf_cuda_heads_kernel(const W *src, W *dst, int64_t batch, int64_t seq, int64_t heads, int64_t words, bool split) {
+  const int64_t total = batch * seq * heads * words;
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t w = i % words, r = i / words;
+    /* r enumerates the destination's rows */
+    int64_t b, t, h;
+    if (split) { /* dst (b, h, t) */
+      t = r % seq, h = (r / seq) % heads, b = r / (seq * heads);
+    } else { /* dst (b, t, h) */
+      h = r % heads, t = (r / heads) % seq, b = r / (heads * seq);
+    }
+    const int64_t merged = (b * seq + t) * heads + h, split_row = (b * heads + h) * seq + t;
+    dst[i] = src[(split ? merged : split_row) * words + w];
+  }
+}
+
+/* The kernel for word type W (row bytes divisible by its size). */
+template <typename W> static tf_status tf_cuda_heads_launch(tf_cuda_state *st, const tf_heads_args *a, size_t row) {
+  const int64_t words = (int64_t)(row / sizeof(W)), total = a->batch * a->seq * a->heads * words;
+  if (total == 0) return TF_OK;
+  tf_cuda_heads_kernel<W><<<tf_cuda_blocks(st, total), TF_CUDA_THREADS, 0, st->stream>>>(
+      (const W *)a->src, (W *)a->dst, a->batch, a->seq, a->heads, words, a->split);
+  return tf_cuda_launched("heads kernel");
+}
+
+/* The widest word that divides a row and both pointers' alignment. */
+tf_status tf_cuda_heads(tf_device_ctx *ctx, const tf_heads_args *a) {
+  TF_TRY(tf_cuda_use_device(ctx));
+  tf_cuda_state *st = tf_cuda_state_of(ctx);
+  const size_t row = (size_t)a->head_dim * tf_dtype_size(a->dtype);
+  const uintptr_t align = (uintptr_t)a->src | (uintptr_t)a->dst | (uintptr_t)row;
+  if (align % 16 == 0) return tf_cuda_heads_launch<uint4>(st, a, row);
+  if (align % 8 == 0) return tf_cuda_heads_launch<uint2>(st, a, row);
+  if (align % 4 == 0) return tf_cuda_heads_launch<uint32_t>(st, a, row);
+  return tf_cuda_heads_launch<uint16_t>(st, a, row);
 }

@@ -18,6 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "rope.h"
+
 enum { TF_PLAN_ALIGN = 256 };
 
 /* Hands out aligned ranges of the allocation; a first pass without a base
@@ -118,16 +120,16 @@ static void tf_model_plan_carve(const tf_model *m, tf_model_plan *p, tf_carver *
   p->backward_ws = ws ? tf_carve(c, ws, TF_WS, "encoder and norm backward workspace", 0) : NULL;
 }
 
-/* cos and sin of t * theta^(-2i / hd), in double as nnops' rope takes them
- * (the same angles on every backend), rounded to f32, copied to the device. */
+/* cos and sin of t * theta^(-2i / hd), in double by the rule the rope op
+ * uses (rope.h: the same angles on every backend), rounded to f32, copied
+ * to the device. */
 static tf_status tf_model_plan_rope(tf_model *m) {
   const int64_t T = m->plan.seq, half = m->cfg.d_model / m->cfg.num_heads / 2, n = T * half;
   float *tab = malloc((size_t)n * 2 * sizeof *tab);
   if (!tab) return tf_fail(TF_ERR_OOM, "out of memory: no host memory for the RoPE table");
   for (int64_t t = 0; t < T; t++)
     for (int64_t i = 0; i < half; i++) {
-      double inv_freq = pow(m->cfg.rope_theta, -(double)(2 * i) / (double)(2 * half));
-      double angle = (double)t * inv_freq;
+      double angle = (double)t * tf_rope_inv_freq(m->cfg.rope_theta, i, 2 * half);
       tab[t * half + i] = (float)cos(angle);
       tab[n + t * half + i] = (float)sin(angle);
     }

@@ -1,0 +1,35 @@
+/* The rotary position embedding's rule, written once for every place that
+ * turns pairs: the eager rope op and the engine's rope_heads on both
+ * backends (cpu_rope.c, rope.cu) and the engine's cos/sin tables
+ * (model_plan.c). Pair k = (x[2k], x[2k+1]) of a row of dim elements at
+ * position pos turns by pos * theta^(-2k/dim); the frequency and the angle
+ * are taken in double (one pow, one correctly rounded multiply), so every
+ * backend turns by the same angles. */
+#ifndef TF_ROPE_H
+#define TF_ROPE_H
+
+#include <math.h>
+#include <stdint.h>
+
+#include "hd.h"
+
+/* theta^(-2k/dim), in double. */
+TF_HD double tf_rope_inv_freq(double theta, int64_t k, int64_t dim) {
+  return pow(theta, -(double)(2 * k) / (double)dim);
+}
+
+/* (x0, x1) turned by the angle whose cosine and sine are c and s; by minus
+ * that angle with -s (the backward pass). */
+#ifdef __CUDACC__
+template <typename C> TF_HD void tf_rope_turn(C x0, C x1, C c, C s, C *y0, C *y1) {
+  *y0 = x0 * c - x1 * s;
+  *y1 = x0 * s + x1 * c;
+}
+#else
+TF_HD void tf_rope_turn(double x0, double x1, double c, double s, double *y0, double *y1) {
+  *y0 = x0 * c - x1 * s;
+  *y1 = x0 * s + x1 * c;
+}
+#endif
+
+#endif
