@@ -6,9 +6,11 @@
  * are checked once by the engine, never per kernel. "dtype" below is the
  * compute dtype: f32, or f16/bf16 under mixed precision. Residual streams,
  * norm gains, statistics and gradients of parameters are always f32, and
- * every kernel computes in f32 whatever it stores. Each kernel has a CPU
- * twin (backends/cpu/cpu_model.c, cpu_gemm.c) that its CUDA version
- * (backends/cuda/model_*.cu, gemm.cu) is tested against; both are deterministic:
+ * every kernel computes in f32 whatever it stores. Where the eager ops of
+ * backend.h have the same math (GEMM, norm, softmax, cross-entropy, RoPE,
+ * embedding), both interfaces run the same kernel, in that family's file
+ * (backends/cuda/<family>.cu, backends/cpu/cpu_<family>.c); each kernel has
+ * one CPU twin that its CUDA version is tested against; both are deterministic:
  * sums run in a fixed order, never through float atomics. Index tensors
  * are i64, already checked by index_check; kernels read a bad index as 0
  * so that nothing is ever read out of bounds. */
