@@ -5,12 +5,13 @@
 # one build and then the other, twice, the better of the two runs kept.
 # For checking that a change to shared kernels leaves both paths' speed as
 # it was. Logs and JSON go to $OUT (or ./gpu-out); a table is printed last.
-#   tests/gpu/ops_compare.sh path/to/old/bundle path/to/new/bundle [sizes] [contexts]
+#   tests/gpu/ops_compare.sh path/to/old/bundle path/to/new/bundle [sizes] [contexts] [precisions]
 set -uo pipefail
 old=$(realpath "${1:?usage: tests/gpu/ops_compare.sh OLD_BUNDLE NEW_BUNDLE [sizes] [contexts]}")/tfhost
 new=$(realpath "${2:?usage: tests/gpu/ops_compare.sh OLD_BUNDLE NEW_BUNDLE [sizes] [contexts]}")/tfhost
 sizes=${3:-small,xl}
 contexts=${4:-128,1024}
+precisions=${5:-bf16,f32}
 out=${OUT:-gpu-out}/compare
 mkdir -p "$out"
 cd "$(dirname "$0")/../.."
@@ -22,7 +23,7 @@ for round in 1 2; do
       "$bin" tests/gpu/ops_bench.lua --dtype $dt --json "$out/ops_${which}_${dt}_$round.json" \
         > "$out/ops_${which}_${dt}_$round.log" 2>&1 || echo "ops_bench $which $dt failed: see $out"
     done
-    "$bin" experiments/benchmark.lua --size "$sizes" --context "$contexts" --precision bf16,f32 --mode fwd,step \
+    "$bin" experiments/benchmark.lua --size "$sizes" --context "$contexts" --precision "$precisions" --mode fwd,step \
       --json "$out/step_${which}_$round.json" > "$out/step_${which}_$round.log" 2>&1 \
       || echo "benchmark $which failed: see $out"
   done
