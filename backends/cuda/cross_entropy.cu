@@ -4,9 +4,10 @@
  * cpu_cross_entropy.c.
  *
  * One row group per row (nn_common.cuh). The statistics are softmax's
- * online max-and-sum (one read of the logits, no probabilities stored),
- * the thread whose chunk holds the target's logit keeping it on the way:
- * lse = max + log(sum) and the row's loss lse - x[target]. The fused form
+ * online max-and-sum (one read of the logits, no probabilities stored):
+ * lse = max + log(sum) and the row's loss lse - x[target], the target's
+ * logit kept on the way by the thread whose chunk holds it when the row is
+ * about to be overwritten, else read once after. The fused form
  * then overwrites the row in place with (softmax - onehot) scale in a
  * second read; the backward form only does that second read, from a saved
  * lse. A single block adds the row losses in a fixed order, so the mean
@@ -65,11 +66,14 @@ __global__ void __launch_bounds__(1024) tf_cuda_ce_kernel(tf_cuda_ce_params p) {
 #pragma unroll
         for (int u = 0; u < V; u++) {
           tf_cuda_maxsum_add(ms, v[u]);
-          if (c + u == target) xt = v[u], owner = true;
+          if (MODE == TF_CE_FUSED && c + u == target) xt = v[u], owner = true;
         }
       }
       ms = tf_cuda_group_reduce(ms, p.tpr, tf_cuda_maxsum(), scratch);
       lse = ms.a + tf_log(ms.b);
+      /* In place, the target's logit was kept on the way (the row is
+       * overwritten next); else lane 0 reads it once. */
+      if (MODE == TF_CE_FORWARD && live && lane == 0) xt = D::load(x[target]), owner = true;
       if (owner) ((C *)p.row_loss)[row] = lse - xt;
       if (p.lse && live && lane == 0) ((C *)p.lse)[row] = lse;
     }

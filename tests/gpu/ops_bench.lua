@@ -11,6 +11,7 @@ local opt = tf.options{
   { "dtype", "element type of the inputs", default = "bf16", choices = { "f32", "bf16", "f16" } },
   { "iters", "timed calls per op", default = 20 },
   { "warmup", "untimed calls first", default = 5 },
+  { "ops", "which ops (default: all)", type = "list" },
   { "json", "write the rows and the environment to this file", type = "string" },
 }
 
@@ -63,6 +64,17 @@ local cases = {
       return function() return tf.matmul(a, b) end, { a, b }, { rows, 4 * D }
     end },
 }
+
+if opt.ops then
+  local wanted, chosen = {}, {}
+  for _, name in ipairs(opt.ops) do wanted[name] = true end
+  for _, case in ipairs(cases) do
+    if wanted[case[1]] then chosen[#chosen + 1] = case; wanted[case[1]] = nil end
+  end
+  local unknown = next(wanted)
+  if unknown then tf.exit(2, "ops_bench.lua: unknown op '" .. unknown .. "'\n") end
+  cases = chosen
+end
 
 local out = {}
 print(string.format("device %s, %s, batch %d, context %d, width %d", tf.device(), dt, B, T, D))
