@@ -9,11 +9,11 @@
  * alignment allow. The backward pass is deterministic (the same bits every
  * run, no float atomics): (id, position) pairs are sorted by id with CUB's
  * radix sort, which is stable, so each id's positions stay in increasing
- * order; the first and last slot of each id's run are marked; then every
- * vocabulary row adds its dout rows in position order, one thread per
- * column: from zero into the eager op's gradient (rows of unused ids come
- * out zero), onto the value already there for the engine's (rows of unused
- * ids untouched), in dweight's type. */
+ * order; the end of each id's run is marked at its first slot; then each
+ * id present adds its dout rows in position order, one thread per column:
+ * from zero into the eager op's gradient (zeroed first, so rows of unused
+ * ids come out zero), onto the value already there for the engine's (rows
+ * of unused ids untouched), in dweight's type. */
 #include "cuda_common.cuh"
 
 #include <cub/device/device_radix_sort.cuh>
@@ -93,14 +93,18 @@ __global__ void __launch_bounds__(TF_CUDA_THREADS)
   }
 }
 
-/* Marks each id's run in the sorted keys: [start[id], end[id]) (both zero
- * beforehand, so unused ids have empty runs). One writer per entry. */
+/* The run of each id present in the sorted keys: written at the run's
+ * first slot, its end (0 at every other slot). */
 __global__ void __launch_bounds__(TF_CUDA_THREADS)
-    tf_cuda_embedding_runs_kernel(const uint32_t *keys, int64_t n, uint32_t *start, uint32_t *end) {
+    tf_cuda_embedding_runs_kernel(const uint32_t *keys, int64_t n, uint32_t *run_end) {
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-    const uint32_t k = keys[i];
-    if (i == 0 || keys[i - 1] != k) start[k] = (uint32_t)i;
-    if (i == n - 1 || keys[i + 1] != k) end[k] = (uint32_t)(i + 1);
+    if (i > 0 && keys[i - 1] == keys[i]) {
+      run_end[i] = 0; /* not a run's first slot */
+      continue;
+    }
+    int64_t j = i + 1;
+    while (j < n && keys[j] == keys[i]) j++;
+    run_end[i] = (uint32_t)j;
   }
 }
 
@@ -118,43 +122,45 @@ typedef struct tf_cuda_scatter {
   const char *op;  /* names the caller in messages */
 } tf_cuda_scatter;
 
-/* dweight[v][c] (+)= sum over the run of v of dout[position][c], in order. */
+/* dweight[id][c] (+)= sum over the run of id of dout[position][c], in
+ * order: block y takes run starts y, y + gridDim.y, ...; its threads take
+ * columns. Only the ids present are visited. */
 template <int DT, typename A>
 __global__ void __launch_bounds__(TF_CUDA_THREADS)
-    tf_cuda_embedding_sum_kernel(const void *dout, const uint32_t *positions, const uint32_t *start,
-                                 const uint32_t *end, A *dweight, int64_t vocab, int64_t dim, bool add) {
+    tf_cuda_embedding_sum_kernel(const void *dout, const uint32_t *keys, const uint32_t *positions,
+                                 const uint32_t *run_end, A *dweight, int64_t n, int64_t dim, bool add) {
   typedef tf_cuda_dtype<DT> D;
   typedef typename D::storage S;
   const S *src = (const S *)dout;
-  for (int64_t v = blockIdx.y; v < vocab; v += gridDim.y) {
-    const uint32_t j0 = start[v], j1 = end[v];
-    if (add && j0 == j1) continue;
+  for (int64_t s = blockIdx.y; s < n; s += gridDim.y) {
+    const uint32_t end = run_end[s];
+    if (end == 0) continue;
+    const int64_t id = keys[s];
     for (int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; c < dim; c += (int64_t)gridDim.x * blockDim.x) {
-      A acc = add ? dweight[v * dim + c] : (A)0;
-      for (uint32_t j = j0; j < j1; j++) acc += (A)D::load(src[(int64_t)positions[j] * dim + c]);
-      dweight[v * dim + c] = acc;
+      A acc = add ? dweight[id * dim + c] : (A)0;
+      for (uint32_t j = (uint32_t)s; j < end; j++) acc += (A)D::load(src[(int64_t)positions[j] * dim + c]);
+      dweight[id * dim + c] = acc;
     }
   }
 }
 
 template <int DT, typename A>
-static tf_status tf_cuda_embedding_sum(tf_cuda_state *st, const tf_cuda_scatter &a, const uint32_t *positions,
-                                       const uint32_t *start, const uint32_t *end) {
-  int64_t gx = (a.dim + TF_CUDA_THREADS - 1) / TF_CUDA_THREADS, gy = a.vocab < 65535 ? a.vocab : 65535;
+static tf_status tf_cuda_embedding_sum(tf_cuda_state *st, const tf_cuda_scatter &a, const uint32_t *keys,
+                                       const uint32_t *positions, const uint32_t *run_end) {
+  int64_t gx = (a.dim + TF_CUDA_THREADS - 1) / TF_CUDA_THREADS, gy = a.n < 65535 ? a.n : 65535;
   if (gx > 65535) gx = 65535;
   dim3 grid((unsigned)gx, (unsigned)(gy > 0 ? gy : 1));
-  tf_cuda_embedding_sum_kernel<DT, A><<<grid, TF_CUDA_THREADS, 0, st->stream>>>(a.dout, positions, start, end,
-                                                                               (A *)a.dweight, a.vocab, a.dim, a.add);
+  tf_cuda_embedding_sum_kernel<DT, A><<<grid, TF_CUDA_THREADS, 0, st->stream>>>(a.dout, keys, positions, run_end,
+                                                                               (A *)a.dweight, a.n, a.dim, a.add);
   return tf_cuda_launched("embedding backward sum kernel");
 }
 
 #define TF_CUDA_EMB_SUM_CASE(DT, A) \
-  case DT: return tf_cuda_embedding_sum<DT, A>(st, a, positions, start, end);
+  case DT: return tf_cuda_embedding_sum<DT, A>(st, a, keys, positions, run_end);
 
 /* The sum kernel for dout's dtype and dweight's accumulation type. */
-static tf_status tf_cuda_embedding_sum_dispatch(tf_cuda_state *st, const tf_cuda_scatter &a,
-                                                const uint32_t *positions, const uint32_t *start,
-                                                const uint32_t *end) {
+static tf_status tf_cuda_embedding_sum_dispatch(tf_cuda_state *st, const tf_cuda_scatter &a, const uint32_t *keys,
+                                                const uint32_t *positions, const uint32_t *run_end) {
   if (a.dweight_dtype == TF_F64) {
     switch (a.dout_dtype) {
       TF_CUDA_FLOAT_TYPES(TF_CUDA_EMB_SUM_CASE, double)
@@ -174,12 +180,11 @@ static tf_status tf_cuda_embedding_sum_dispatch(tf_cuda_state *st, const tf_cuda
 static size_t tf_cuda_align256(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
 /* The scratch of a backward pass, carved out of one block: keys and
- * positions and their sorted copies (list bytes each), run starts and ends
- * (runs bytes each), then CUB's sort space (temp bytes) for keys of end_bit
- * bits; total bytes in all. */
+ * positions, their sorted copies and the run ends (list bytes each), then
+ * CUB's sort space (temp bytes) for keys of end_bit bits; total bytes in all. */
 typedef struct tf_cuda_scatter_scratch {
   int end_bit;
-  size_t list, runs, temp, total;
+  size_t list, temp, total;
 } tf_cuda_scatter_scratch;
 
 static tf_status tf_cuda_scatter_scratch_of(tf_cuda_state *st, const tf_cuda_scatter &a, tf_cuda_scatter_scratch *s) {
@@ -191,12 +196,11 @@ static tf_status tf_cuda_scatter_scratch_of(tf_cuda_state *st, const tf_cuda_sca
   s->end_bit = 1;
   while (s->end_bit < 32 && ((int64_t)1 << s->end_bit) < a.vocab) s->end_bit++;
   s->list = tf_cuda_align256((size_t)a.n * sizeof(uint32_t));
-  s->runs = tf_cuda_align256((size_t)a.vocab * sizeof(uint32_t));
   s->temp = 0;
   TF_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(NULL, s->temp, (const uint32_t *)NULL, (uint32_t *)NULL,
                                                 (const uint32_t *)NULL, (uint32_t *)NULL, (int)a.n, 0, s->end_bit,
                                                 st->stream));
-  s->total = s->list * 4 + s->runs * 2 + tf_cuda_align256(s->temp > 0 ? s->temp : 1);
+  s->total = s->list * 5 + tf_cuda_align256(s->temp > 0 ? s->temp : 1);
   return TF_OK;
 }
 
@@ -215,8 +219,8 @@ static tf_status tf_cuda_embedding_backward(tf_device_ctx *ctx, tf_cuda_state *s
   const size_t list = sc.list;
   uint32_t *keys = (uint32_t *)base, *positions = (uint32_t *)(base + list);
   uint32_t *keys_sorted = (uint32_t *)(base + 2 * list), *positions_sorted = (uint32_t *)(base + 3 * list);
-  uint32_t *start = (uint32_t *)(base + 4 * list), *end = (uint32_t *)(base + 4 * list + sc.runs);
-  void *temp = base + 4 * list + 2 * sc.runs;
+  uint32_t *run_end = (uint32_t *)(base + 4 * list);
+  void *temp = base + 5 * list;
   size_t temp_bytes = sc.temp;
   const unsigned blocks = tf_cuda_blocks(st, a.n);
   tf_cuda_embedding_keys_kernel<<<blocks, TF_CUDA_THREADS, 0, st->stream>>>(a.ids, a.n, a.vocab, keys, positions,
@@ -227,15 +231,17 @@ static tf_status tf_cuda_embedding_backward(tf_device_ctx *ctx, tf_cuda_state *s
                                                       positions_sorted, (int)a.n, 0, sc.end_bit, st->stream);
     if (err != cudaSuccess) s = tf_cuda_error(err, "cub::DeviceRadixSort::SortPairs");
   }
-  if (s == TF_OK) {
-    cudaError_t err = cudaMemsetAsync(start, 0, sc.runs * 2, st->stream);
+  if (s == TF_OK && !a.add && a.vocab > 0 && a.dim > 0) { /* rows of unused ids are sums of nothing */
+    const size_t es = a.dweight_dtype == TF_F64 ? sizeof(double) : sizeof(float);
+    cudaError_t err = cudaMemsetAsync(a.dweight, 0, (size_t)(a.vocab * a.dim) * es, st->stream);
     if (err != cudaSuccess) s = tf_cuda_error(err, "cudaMemsetAsync");
   }
   if (s == TF_OK) {
-    tf_cuda_embedding_runs_kernel<<<blocks, TF_CUDA_THREADS, 0, st->stream>>>(keys_sorted, a.n, start, end);
+    tf_cuda_embedding_runs_kernel<<<blocks, TF_CUDA_THREADS, 0, st->stream>>>(keys_sorted, a.n, run_end);
     s = tf_cuda_launched("embedding backward runs kernel");
   }
-  if (s == TF_OK && a.dim > 0 && a.vocab > 0) s = tf_cuda_embedding_sum_dispatch(st, a, positions_sorted, start, end);
+  if (s == TF_OK && a.dim > 0 && a.n > 0)
+    s = tf_cuda_embedding_sum_dispatch(st, a, keys_sorted, positions_sorted, run_end);
   /* Safe before the kernels finish: the block's next user queues behind it. */
   if (work) tf_alloc_free(&ctx->alloc, work);
   return s;
