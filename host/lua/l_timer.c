@@ -1,8 +1,8 @@
 /* tf.Timer: elapsed time of device work (CUDA events on a GPU, the
  * monotonic clock on the CPU), plus tf.sync and tf.now. */
-#include <time.h>
 
 #include "bind.h"
+#include "clock.h"
 #include "backend.h"
 
 #define TF_TIMER_TYPE "tf.Timer"
@@ -90,11 +90,9 @@ static int tf_l_sync(lua_State *L) {
   return 0;
 }
 
-/* tf.now(): host monotonic clock in milliseconds. */
+/* tf.now(): the process's clock (clock.h) in milliseconds. */
 static int tf_l_now(lua_State *L) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  lua_pushnumber(L, (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6);
+  lua_pushnumber(L, (double)tf_clock_ns() * 1e-6);
   return 1;
 }
 

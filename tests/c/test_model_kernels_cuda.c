@@ -17,10 +17,10 @@
  *     compute-sanitizer runs) timings of the small preset, batch 4, at
  *     T = 128 and 512, f32 and bf16.
  * Exits 77 without a GPU. */
-#include <time.h>
 
 #include "backend.h"
 #include "backends.h"
+#include "clock.h"
 #include "model.h"
 #include "model_kernels.h"
 #include "err_table.h"
@@ -477,11 +477,7 @@ static void test_model_behaviour(const tf_model_config *cfg) {
 
 /* ---- timings ---------------------------------------------------------------------------------- */
 
-static double now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
-}
+static double now_ms(void) { return (double)tf_clock_ns() * 1e-6; }
 
 static void bench_model(tf_dtype precision, int64_t B, int64_t T, bool lt) {
   const tf_model_config small = {10000, 1024, 768, 12, 12, 3072, 10000.0};

@@ -10,6 +10,7 @@
  * TF_TEST_SMALL is set (for compute-sanitizer runs), timings at Transformer
  * shapes. Exits 77 without a GPU. */
 #include "backends.h"
+#include "clock.h"
 #include "err_table.h"
 #include "gpu_twins.h"
 
@@ -528,11 +529,7 @@ static void test_device_errors(void) {
 
 /* ---- timings at Transformer shapes ------------------------------------------------------------ */
 
-static double now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
-}
+static double now_ms(void) { return (double)tf_clock_ns() * 1e-6; }
 
 /* Runs body (which releases what it makes) a few times, then reports the
  * mean time per call and the bandwidth of `bytes` moved per call. */
