@@ -461,11 +461,25 @@ void tf_alloc_walk(const tf_allocator *a, tf_alloc_visit_fn fn, void *ud) {
         fn(ud, &v);
         continue;
       }
-      for (int k = 0; k < p->n; k++) {
-        v.ptr = (const char *)b->ptr + p->regions[k].offset;
+      /* The parts, and the bytes no part names (alignment between parts, the
+       * block's rounding after them) as blocks of their own, so that the
+       * visits still tile the segment. */
+      size_t at = 0;
+      for (int k = 0; k <= p->n; k++) {
+        const size_t start = k < p->n ? p->regions[k].offset : b->size;
+        if (start > at) {
+          v.ptr = (const char *)b->ptr + at;
+          v.size = start - at;
+          v.requested = 0;
+          v.origin = b->origin;
+          fn(ud, &v);
+        }
+        if (k == p->n) break;
+        v.ptr = (const char *)b->ptr + start;
         v.size = v.requested = p->regions[k].size;
         tf_parts_origin(p, k, &v.origin, &b->origin);
         fn(ud, &v);
+        if (start + p->regions[k].size > at) at = start + p->regions[k].size;
       }
     }
   }

@@ -117,7 +117,9 @@ tf_status tf_alloc_describe(tf_allocator *a, const void *base, int n, const tf_m
 void tf_alloc_retag(tf_allocator *a, tf_block *b, int tag);
 
 /* Walks segments (by address) and their blocks; a described block is
- * visited once per named part (origin from the part). */
+ * visited once per named part (origin from the part) and once per run of
+ * bytes between and after the parts (the block's origin, requested 0), so
+ * the visits of a segment always tile it exactly. */
 typedef struct tf_alloc_visit {
   const void *segment;      /* segment start */
   size_t segment_size;

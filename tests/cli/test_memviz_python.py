@@ -8,7 +8,12 @@
       prints "skipped: no torch" and the rest still counts;
   (c) headless Chromium renders the page: the script must have run
       (data-status="drawn"), reported no error, and drawn a picture that is
-      not blank (the PNG is decoded here with zlib).
+      not blank (the PNG is decoded here with zlib);
+  (d) real snapshots, of two training steps of the fused engine and of the
+      eager model (tiny preset, on the default device: the GPU where there
+      is one), tile every segment with their blocks, and where torch is
+      importable every reader of torch.cuda._memory_viz takes them whole
+      (segsum, memory, segments, trace_plot, segment_plot, compare).
 
 Run by ctest as `python3 tests/cli/test_memviz_python.py /path/to/tfhost`.
 Standard library only. Chromium is needed for (c): without it that test
@@ -444,6 +449,69 @@ class MemvizFiles(unittest.TestCase):
                     coloured += 1
         self.assertGreater(len(colours), 50, "the picture has many colours")
         self.assertGreater(coloured / total, 0.25, f"only {coloured / total:.0%} of the picture is not white")
+
+
+# Two training steps of each implementation with the history on, dumped as pickles.
+ENGINE_SCRIPT = r"""
+local dir = arg[1]
+for _, impl in ipairs({"fused", "eager"}) do
+  tf.mem.record{max_entries = 1 << 18}
+  local m = tf.model.new{preset = "tiny", context_length = 32, impl = impl}
+  local ids = tf.randint(0, m.config.vocab_size, {2, 32})
+  for _ = 1, 2 do m:step(ids, ids):free() end
+  tf.mem.dump(dir .. "/" .. impl .. ".pickle", tf.mem.snapshot())
+  tf.mem.record(false)
+  m = nil
+  collectgarbage()
+end
+"""
+
+
+class EngineSnapshots(unittest.TestCase):
+    """Snapshots of real training steps, which PyTorch's readers must take whole."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.scratch = tempfile.TemporaryDirectory(prefix="tfhost-memviz-engine-")
+        r = run_tfhost(ENGINE_SCRIPT, cls.scratch.name, cwd=cls.scratch.name)
+        if r.returncode != 0:
+            raise AssertionError(f"tfhost failed:\n{r.stdout}\n{r.stderr}")
+        cls.snaps = {}
+        for impl in ("fused", "eager"):
+            with open(os.path.join(cls.scratch.name, impl + ".pickle"), "rb") as f:
+                cls.snaps[impl] = pickle.load(f)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.scratch.cleanup()
+
+    def test_blocks_tile_every_segment(self):
+        for impl, snap in self.snaps.items():
+            self.assertTrue(snap["segments"], impl)
+            for seg in snap["segments"]:
+                at = seg["address"]
+                for b in seg["blocks"]:
+                    self.assertEqual(b["address"], at, f"{impl}: a block starts where the one before ends")
+                    at += b["size"]
+                self.assertEqual(at - seg["address"], seg["total_size"], f"{impl}: the blocks add up to the segment")
+                active = sum(b["size"] for b in seg["blocks"] if b["state"] == "active_allocated")
+                self.assertEqual(seg["allocated_size"], active, impl)
+
+    def test_every_torch_reader_takes_them(self):
+        try:
+            import torch  # noqa: F401
+            from torch.cuda import _memory_viz
+        except ImportError:
+            print("skipped: no torch", file=sys.stderr)
+            self.skipTest("no torch")
+        for impl, snap in self.snaps.items():
+            self.assertIn("total_reserved", _memory_viz.segsum(snap), impl)
+            for reader in (_memory_viz.memory, _memory_viz.segments, _memory_viz.trace_plot,
+                           _memory_viz.segment_plot):
+                out = reader(snap)
+                self.assertIsInstance(out, str, f"{impl}: {reader.__name__}")
+                self.assertTrue(out, f"{impl}: {reader.__name__}")
+        self.assertIsInstance(_memory_viz.compare(self.snaps["fused"], self.snaps["eager"]), str)
 
 
 if __name__ == "__main__":

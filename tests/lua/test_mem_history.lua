@@ -167,6 +167,21 @@ T.test("the fused engine names its buffers", function()
     for _, blk in ipairs(s.blocks) do found = found or blk.what == "residual.0" end
   end
   T.ok(found, "residual.0 is a block of the snapshot")
+  -- and still tile every segment exactly (PyTorch's segsum asserts it): the
+  -- bytes of a described block that no part names are blocks of their own
+  for _, seg in ipairs(snap.segments) do
+    local at, covered = seg.address, 0
+    for _, blk in ipairs(seg.blocks) do
+      T.eq(blk.address, at, "each block starts where the one before ends")
+      at, covered = blk.address + blk.size, covered + blk.size
+    end
+    T.eq(covered, seg.total_size, "the blocks of a segment add up to its size")
+    local active = 0
+    for _, blk in ipairs(seg.blocks) do
+      if blk.state == "active_allocated" then active = active + blk.size end
+    end
+    T.eq(seg.allocated_size, active, "allocated_size is the active blocks' bytes")
+  end
   m = nil
   collectgarbage()
 end)
