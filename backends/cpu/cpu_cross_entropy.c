@@ -40,7 +40,7 @@ static void tf_cpu_ce_rows_run(const tf_cpu_ce_rows *a) {
     double lse;
     if (a->stats) {
       if (t < 0 || t >= cols) t = 0;
-      double log_sum, m = tf_cpu_row_max_logsum(a->x, a->d, base, cols, &log_sum);
+      double log_sum, m = tf_cpu_row_max_logsum(a->x, a->d, base, cols, 1.0, &log_sum);
       lse = m + log_sum;
       tf_elem_set(a->row_loss, a->rd, r, lse - tf_elem_get(a->x, a->d, base + t));
       if (a->lse) tf_elem_set(a->lse, a->sd, r, lse);

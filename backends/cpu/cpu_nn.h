@@ -9,15 +9,16 @@
 #include "backend.h"
 #include "elemio.h"
 
-/* The max of a row of n elements of x (dtype d) from base, and log of the
- * sum of exp(x - max): log-sum-exp is max + *log_sum. */
-static inline double tf_cpu_row_max_logsum(const void *x, tf_dtype d, int64_t base, int64_t n, double *log_sum) {
+/* The max of scale * x over a row of n elements of x (dtype d) from base,
+ * and log of the sum of exp(scale * x - max): log-sum-exp is max + *log_sum. */
+static inline double tf_cpu_row_max_logsum(const void *x, tf_dtype d, int64_t base, int64_t n, double scale,
+                                           double *log_sum) {
   double m = -INFINITY, sum = 0;
   for (int64_t c = 0; c < n; c++) {
-    double v = tf_elem_get(x, d, base + c);
+    double v = scale * tf_elem_get(x, d, base + c);
     if (v > m) m = v;
   }
-  for (int64_t c = 0; c < n; c++) sum += exp(tf_elem_get(x, d, base + c) - m);
+  for (int64_t c = 0; c < n; c++) sum += exp(scale * tf_elem_get(x, d, base + c) - m);
   *log_sum = log(sum);
   return m;
 }
@@ -38,12 +39,6 @@ static inline int64_t tf_cpu_first_bad(const tf_tensor *t, int64_t n, int64_t li
     if (v < 0 || v >= limit) return i;
   }
   return -1;
-}
-
-/* An index as the engine's kernels read it: a bad one reads as 0 (never out of bounds). */
-static inline int64_t tf_cpu_id(const int64_t *ids, int64_t i, int64_t limit) {
-  int64_t v = ids[i];
-  return v >= 0 && v < limit ? v : 0;
 }
 
 /* One file per family: each holds the eager op and the engine kernel of

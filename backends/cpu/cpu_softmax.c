@@ -31,13 +31,7 @@ static void tf_cpu_softmax_forward(const tf_cpu_softmax_rows *a) {
 #pragma omp parallel for schedule(static) if (a->rows * cols > TF_CPU_PARALLEL_MIN)
   for (int64_t r = 0; r < a->rows; r++) {
     const int64_t base = r * cols, visible = a->causal ? r % cols + 1 : cols;
-    double m = -INFINITY, sum = 0;
-    for (int64_t c = 0; c < visible; c++) {
-      double v = a->scale * tf_elem_get(a->x, a->d, base + c);
-      if (v > m) m = v;
-    }
-    for (int64_t c = 0; c < visible; c++) sum += exp(a->scale * tf_elem_get(a->x, a->d, base + c) - m);
-    const double lsum = log(sum);
+    double lsum, m = tf_cpu_row_max_logsum(a->x, a->d, base, visible, a->scale, &lsum);
     for (int64_t c = 0; c < cols; c++) {
       double v = c < visible ? a->scale * tf_elem_get(a->x, a->d, base + c) - m : 0.0;
       tf_elem_set(a->out, a->d, base + c, c >= visible ? 0.0 : a->log ? v - lsum : exp(v - lsum));

@@ -84,9 +84,7 @@ static int tf_l_sync(lua_State *L) {
     TF_LUA_CHECK(L, tf_device_sync(tf_lua_checkdevice(L, 1)), "tf.sync");
     return 0;
   }
-  tf_device_ctx *ctx;
-  for (int i = 0; (ctx = tf_device_ctx_at(i)) != NULL; i++)
-    TF_LUA_CHECK(L, ctx->backend->synchronize(ctx), "tf.sync");
+  TF_LUA_CHECK(L, tf_devices_sync_all(), "tf.sync");
   return 0;
 }
 

@@ -99,12 +99,6 @@ tf_status tf_device_ctx_get(tf_device d, tf_device_ctx **out) {
   return TF_OK;
 }
 
-tf_device_ctx *tf_device_ctx_at(int i) {
-  for (int slot = 0; slot < TF_DEVICE_SLOTS; slot++)
-    if (tf_ctx_slots[slot].ready && i-- == 0) return &tf_ctx_slots[slot];
-  return NULL;
-}
-
 tf_device tf_default_device(void) {
   if (!tf_default_set) {
     tf_default_dev = tf_cuda_device_count() > 0 ? (tf_device){TF_DEV_CUDA, 0} : tf_cpu();

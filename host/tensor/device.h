@@ -56,9 +56,6 @@ int tf_cuda_device_count(void);
  * message for a GPU when there is none, or an index out of range. */
 tf_status tf_device_ctx_get(tf_device d, tf_device_ctx **out);
 
-/* Each device that has been used so far, in order; NULL past the end. */
-tf_device_ctx *tf_device_ctx_at(int i);
-
 /* The device tensors go to when a script names none: cuda:0 when a GPU is
  * present, else the CPU, unless changed (--device). */
 tf_device tf_default_device(void);
