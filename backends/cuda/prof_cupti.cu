@@ -1,9 +1,17 @@
 /* The profiler's GPU side (host/observe/prof.h): CUPTI's activity API, as GPU.md
  * verified it on the H100/H200 machines: CONCURRENT_KERNEL (never KERNEL,
- * which serialises kernels), MEMCPY and MEMSET records, plus RUNTIME and
- * DRIVER API records with EXTERNAL_CORRELATION, so that the range id pushed
- * as a CUSTOM0 external correlation id on range entry comes back paired
- * with the correlation id of every launch made inside the range.
+ * which serialises kernels), MEMCPY and MEMSET records. Which range a
+ * record belongs to comes from CUPTI's callback API, not from API activity
+ * records: a callback on entry to every launch call of the driver
+ * (kernels, graphs, copies, memsets; found by name, so that variants such
+ * as cuLaunchKernelEx, which cuBLASLt calls directly, are covered; the
+ * runtime's launches go through them too) hands the call's correlation id,
+ * which the record carries, to the collector while the range is still
+ * open. Resource callbacks on graph
+ * nodes being made (during a stream capture) or cloned (when a graph is
+ * instantiated) give the collector the node ids that a replay's records
+ * carry. No record is made per API call, which is what kept the driver's
+ * API records off by default before.
  *
  * CUPTI hands over records in buffers on its own thread; buffers come from
  * a small pool (no allocation per kernel), and each completed buffer is
@@ -14,6 +22,7 @@
  * that with Nsight Compute or Systems attached it fails to start and steps
  * aside with a message instead of fighting over CUPTI. */
 #include <cupti.h>
+#include <cupti_driver_cbid.h>
 #include <cxxabi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -134,6 +143,7 @@ void decode(const CUpti_Activity *rec) {
       k.end_ns = (int64_t)r->end;
       k.correlation = r->correlationId;
       k.stream = r->streamId;
+      k.graph_node = r->graphNodeId;
       k.device = cuda_device(r->deviceId);
       k.grid[0] = r->gridX, k.grid[1] = r->gridY, k.grid[2] = r->gridZ;
       k.block[0] = r->blockX, k.block[1] = r->blockY, k.block[2] = r->blockZ;
@@ -154,6 +164,7 @@ void decode(const CUpti_Activity *rec) {
       t.correlation = r->correlationId;
       t.runtime_correlation = r->runtimeCorrelationId;
       t.stream = r->streamId;
+      t.graph_node = r->graphNodeId;
       t.device = cuda_device(r->deviceId);
       tf_prof_gpu_transfer(&t);
       break;
@@ -169,17 +180,12 @@ void decode(const CUpti_Activity *rec) {
       t.end_ns = (int64_t)r->end;
       t.correlation = r->correlationId;
       t.stream = r->streamId;
+      t.graph_node = r->graphNodeId;
       t.device = cuda_device(r->deviceId);
       tf_prof_gpu_transfer(&t);
       break;
     }
-    case CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION: {
-      const CUpti_ActivityExternalCorrelation *r = (const CUpti_ActivityExternalCorrelation *)rec;
-      if (r->externalKind == CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0)
-        tf_prof_gpu_correlation(r->correlationId, r->externalId);
-      break;
-    }
-    default: /* RUNTIME and DRIVER records only carry the correlation */
+    default:
       break;
   }
 }
@@ -196,7 +202,74 @@ void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *buffer, 
   if (buffer) give_back(buffer);
 }
 
+/* Launch calls tie their correlation id to the open range; graph nodes
+ * made or cloned tie their ids to the capture's ranges. */
+void CUPTIAPI on_callback(void *, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void *data) {
+  if (domain == CUPTI_CB_DOMAIN_DRIVER_API) {
+    const CUpti_CallbackData *cb = (const CUpti_CallbackData *)data;
+    if (cb->callbackSite == CUPTI_API_ENTER) tf_prof_gpu_launch(cb->correlationId);
+    return;
+  }
+  if (domain != CUPTI_CB_DOMAIN_RESOURCE) return;
+  if (cbid != CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED && cbid != CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED) return;
+  const CUpti_GraphData *g = (const CUpti_GraphData *)((const CUpti_ResourceData *)data)->resourceDescriptor;
+  uint64_t node = 0, original = 0;
+  if (!g || !g->node || cuptiGetGraphNodeId(g->node, &node) != CUPTI_SUCCESS) return;
+  if (cbid == CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED &&
+      (!g->originalNode || cuptiGetGraphNodeId(g->originalNode, &original) != CUPTI_SUCCESS || !original))
+    return;
+  tf_prof_gpu_graph_node(node, original);
+}
+
 void CUPTIAPI ignore_callback(void *, CUpti_CallbackDomain, CUpti_CallbackId, const void *) {}
+
+/* Whether an API function (by CUPTI's name for it) launches work that
+ * makes records: kernels, graphs, copies, memsets. */
+bool is_launch(const char *name) {
+  static const char *const prefixes[] = {"cuLaunch", "cuGraphLaunch", "cuMemcpy", "cuMemset", NULL};
+  while (*name == '_') name++;
+  if (strstr(name, "HostFunc")) return false;
+  for (int i = 0; prefixes[i]; i++)
+    if (strncmp(name, prefixes[i], strlen(prefixes[i])) == 0) return true;
+  return false;
+}
+
+/* Turns on the callbacks on_callback handles. */
+CUptiResult enable_callbacks(const char **failed_call) {
+  /* The driver's launch calls are called back for the runtime's launches
+   * too (the runtime makes them), with the correlation id the record
+   * carries: on an H100 every kernel of 60000 runtime launches and of
+   * cuBLASLt's GEMMs had its range with the driver's callbacks alone, at
+   * less cost than with the runtime's as well. */
+  static const struct { CUpti_CallbackDomain domain; uint32_t size; } apis[] = {
+      {CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_SIZE},
+  };
+  int launches = 0;
+  for (const auto &api : apis) {
+    for (uint32_t cbid = 1; cbid < api.size; cbid++) {
+      const char *name = NULL;
+      if (cuptiGetCallbackName(api.domain, cbid, &name) != CUPTI_SUCCESS || !name || !is_launch(name)) continue;
+      CUptiResult r = cuptiEnableCallback(1, subscriber, api.domain, cbid);
+      if (r != CUPTI_SUCCESS) {
+        *failed_call = "cuptiEnableCallback";
+        return r;
+      }
+      launches++;
+    }
+  }
+  if (launches == 0) {
+    *failed_call = "cuptiGetCallbackName (no launch call found)";
+    return CUPTI_ERROR_UNKNOWN;
+  }
+  for (CUpti_CallbackId cbid : {CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED, CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED}) {
+    CUptiResult r = cuptiEnableCallback(1, subscriber, CUPTI_CB_DOMAIN_RESOURCE, cbid);
+    if (r != CUPTI_SUCCESS) {
+      *failed_call = "cuptiEnableCallback(RESOURCE)";
+      return r;
+    }
+  }
+  return CUPTI_SUCCESS;
+}
 
 bool failed(CUptiResult r, const char *call, char *reason, size_t n) {
   const char *text = NULL;
@@ -214,9 +287,6 @@ const char *kind_name(CUpti_ActivityKind k) {
     case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: return "cuptiActivityEnable(CONCURRENT_KERNEL)";
     case CUPTI_ACTIVITY_KIND_MEMCPY: return "cuptiActivityEnable(MEMCPY)";
     case CUPTI_ACTIVITY_KIND_MEMSET: return "cuptiActivityEnable(MEMSET)";
-    case CUPTI_ACTIVITY_KIND_RUNTIME: return "cuptiActivityEnable(RUNTIME)";
-    case CUPTI_ACTIVITY_KIND_DRIVER: return "cuptiActivityEnable(DRIVER)";
-    case CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION: return "cuptiActivityEnable(EXTERNAL_CORRELATION)";
     default: return "cuptiActivityEnable";
   }
 }
@@ -240,6 +310,23 @@ void trim_pool() {
   }
 }
 
+__global__ void tf_prof_warmup_kernel(int *sink) {
+  if (sink) *sink = 0;
+}
+
+/* One traced launch and a wait on a stream of its own, then a flush (see
+ * tf_prof_gpu_source.start): best effort, errors are cleared. */
+void warm_up() {
+  cudaStream_t stream = NULL;
+  if (cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) == cudaSuccess) {
+    tf_prof_warmup_kernel<<<1, 1, 0, stream>>>(NULL);
+    (void)cudaStreamSynchronize(stream);
+    (void)cudaStreamDestroy(stream);
+  }
+  (void)cudaGetLastError();
+  (void)cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+}
+
 bool cupti_probe(char *reason, size_t reason_size) {
   if (subscribed) return true;
   CUptiResult r = cuptiSubscribe(&subscriber, ignore_callback, NULL);
@@ -249,9 +336,15 @@ bool cupti_probe(char *reason, size_t reason_size) {
 }
 
 bool cupti_start(const tf_prof_options *opts, char *reason, size_t reason_size) {
-  CUptiResult r = cuptiSubscribe(&subscriber, ignore_callback, NULL);
+  CUptiResult r = cuptiSubscribe(&subscriber, on_callback, NULL);
   if (r != CUPTI_SUCCESS) return failed(r, "cuptiSubscribe", reason, reason_size);
   subscribed = true;
+  const char *call = NULL;
+  r = enable_callbacks(&call);
+  if (r != CUPTI_SUCCESS) {
+    unsubscribe();
+    return failed(r, call, reason, reason_size);
+  }
   if (!callbacks_registered) {
     r = cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed);
     if (r != CUPTI_SUCCESS) {
@@ -261,9 +354,6 @@ bool cupti_start(const tf_prof_options *opts, char *reason, size_t reason_size) 
     callbacks_registered = true;
   }
   std::vector<CUpti_ActivityKind> kinds;
-  kinds.push_back(CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION);
-  kinds.push_back(CUPTI_ACTIVITY_KIND_RUNTIME);
-  if (opts->driver) kinds.push_back(CUPTI_ACTIVITY_KIND_DRIVER);
   if (opts->kernels) kinds.push_back(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
   if (opts->memcpy) {
     kinds.push_back(CUPTI_ACTIVITY_KIND_MEMCPY);
@@ -278,6 +368,7 @@ bool cupti_start(const tf_prof_options *opts, char *reason, size_t reason_size) 
     }
     enabled.push_back(k);
   }
+  warm_up();
   return true;
 }
 
@@ -289,14 +380,6 @@ void cupti_stop(void) {
   (void)cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
   unsubscribe();
   trim_pool();
-}
-
-void cupti_push(uint64_t range_id) {
-  (void)cuptiActivityPushExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, range_id);
-}
-
-void cupti_pop(void) {
-  (void)cuptiActivityPopExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, NULL);
 }
 
 void cupti_clock_pair(int64_t *host_ns, uint64_t *cupti_ns) {
@@ -322,8 +405,8 @@ const char *cupti_unavailable(void) {
   return tf_cuda_backend_device_count() == 0 ? "no CUDA device is present" : NULL;
 }
 
-const tf_prof_gpu_source cupti_source = {cupti_unavailable, cupti_probe, cupti_start, cupti_flush,
-                                         cupti_stop,        cupti_push,  cupti_pop,   cupti_clock_pair};
+const tf_prof_gpu_source cupti_source = {cupti_unavailable, cupti_probe, cupti_start,
+                                         cupti_flush,       cupti_stop,  cupti_clock_pair};
 
 }  // namespace
 

@@ -103,11 +103,12 @@ static bool tf_l_optbool(lua_State *L, int idx, const char *key, bool dflt) {
 }
 
 /* tf._prof.start([opts]) -> a running tf.Profile. opts: kernels, memcpy,
- * host_ops (booleans, true by default) and driver (false by default: driver
- * API records attribute memsets to ranges, at a cost on every launch). */
+ * host_ops (booleans, true by default). driver, an option of earlier
+ * versions (driver API records, which attributed driver-launched work to
+ * ranges), is accepted and does nothing: every launch is attributed now. */
 static int tf_l_prof_start(lua_State *L) {
   static const char *const keys[] = {"kernels", "memcpy", "host_ops", "driver", NULL};
-  tf_prof_options opts = {true, true, true, true};
+  tf_prof_options opts = {true, true, true};
   if (!lua_isnoneornil(L, 1)) {
     luaL_checktype(L, 1, LUA_TTABLE);
     lua_pushnil(L);
@@ -123,7 +124,7 @@ static int tf_l_prof_start(lua_State *L) {
     opts.kernels = tf_l_optbool(L, 1, "kernels", true);
     opts.memcpy = tf_l_optbool(L, 1, "memcpy", true);
     opts.host_ops = tf_l_optbool(L, 1, "host_ops", true);
-    opts.driver = tf_l_optbool(L, 1, "driver", false);
+    (void)tf_l_optbool(L, 1, "driver", false); /* checked for a boolean, no effect */
   }
   tf_lua_profile *p = lua_newuserdatauv(L, sizeof *p, 0);
   p->s = NULL;
@@ -178,11 +179,10 @@ static int tf_l_prof_info(lua_State *L) {
   TF_SET_INT(L, "kernels", v.num_kernels);
   TF_SET_INT(L, "transfers", v.num_transfers);
   TF_SET_INT(L, "ranges", v.num_ranges);
-  lua_createtable(L, 0, 4);
+  lua_createtable(L, 0, 3);
   TF_SET_BOOL(L, "kernels", v.options.kernels);
   TF_SET_BOOL(L, "memcpy", v.options.memcpy);
   TF_SET_BOOL(L, "host_ops", v.options.host_ops);
-  TF_SET_BOOL(L, "driver", v.options.driver);
   lua_setfield(L, -2, "options");
   return 1;
 }
@@ -218,6 +218,7 @@ static void tf_l_push_kernel(lua_State *L, const tf_prof_kernel *k) {
   TF_SET_BOOL(L, "host", k->host);
   if (!k->host) {
     TF_SET_INT(L, "correlation", k->correlation);
+    if (k->graph_node) TF_SET_INT(L, "graph_node", (int64_t)k->graph_node);
     tf_l_push_dim3(L, k->grid);
     lua_setfield(L, -2, "grid");
     tf_l_push_dim3(L, k->block);
@@ -239,6 +240,7 @@ static void tf_l_push_transfer(lua_State *L, const tf_prof_transfer *t) {
   TF_SET_INT(L, "start_ns", t->start_ns);
   TF_SET_INT(L, "end_ns", t->end_ns);
   TF_SET_INT(L, "correlation", t->correlation);
+  if (t->graph_node) TF_SET_INT(L, "graph_node", (int64_t)t->graph_node);
   if (t->range) TF_SET_INT(L, "range", t->range);
 }
 
@@ -251,6 +253,7 @@ static void tf_l_push_range(lua_State *L, const tf_prof_range *r) {
   TF_SET_INT(L, "start_ns", r->start_ns);
   TF_SET_INT(L, "end_ns", r->end_ns);
   TF_SET_BOOL(L, "open", r->open);
+  if (r->replay) TF_SET_BOOL(L, "replay", true);
 }
 
 /* Appends the value on top of the stack to the array at idx. */

@@ -56,6 +56,7 @@ static bool tf_model_graph_key_eq(const tf_model_graph_key *a, const tf_model_gr
 static bool tf_model_capture(tf_model *m, tf_model_phase phase, tf_model_graph *g, bool keep, tf_model_phase_fn body) {
   char why[256] = "";
   const uint64_t allocs = m->ctx->alloc.stats.num_allocs;
+  tf_prof_graph_capture_begin();
   if (m->k->capture_begin(m->ctx) != TF_OK) {
     snprintf(why, sizeof why, "%s", tf_last_error());
   } else {
@@ -64,7 +65,9 @@ static bool tf_model_capture(tf_model *m, tf_model_phase phase, tf_model_graph *
     if (!why[0] && m->ctx->alloc.stats.num_allocs != allocs)
       snprintf(why, sizeof why, "the pass took memory from the caching allocator while being captured");
   }
+  tf_prof_graph_capture_end();
   if (!why[0]) {
+    g->traced = tf_prof_collecting_gpu();
     m->graph_captures++;
     return true;
   }
@@ -78,17 +81,23 @@ static bool tf_model_capture(tf_model *m, tf_model_phase phase, tf_model_graph *
   return false;
 }
 
-/* Eager while replay is off or the profiler's collector records: a
- * replay's kernels would all land in the range around its launch. Else a
- * new key replaces the phase's graph; the key's first call runs eagerly,
- * the second captures, and a captured phase is replayed. */
+/* Eager while replay is off. Else a new key replaces the phase's graph;
+ * the key's first call runs eagerly, the second captures, and a captured
+ * phase is replayed. The profiler's collector attributes a replay's
+ * kernels to the ranges they were captured in, which it learns during the
+ * capture: a graph captured while no collector recorded GPU work is
+ * captured again (instead of replayed) the first time one does. */
 tf_status tf_model_run_phase(tf_model *m, tf_model_phase phase, bool keep, tf_model_phase_fn body) {
-  if (!m->graphs || tf_prof_collecting()) return body(m, keep);
+  if (!m->graphs) return body(m, keep);
   tf_model_graph *g = &m->graph[phase];
   const tf_model_graph_key key = tf_model_graph_key_now(m, keep);
   if (!tf_model_graph_key_eq(&g->key, &key)) {
     m->k->graph_destroy(m->ctx, g->exec);
     *g = (tf_model_graph){.key = key};
+  }
+  if (g->exec && !g->traced && tf_prof_collecting_gpu()) {
+    m->k->graph_destroy(m->ctx, g->exec);
+    g->exec = NULL;
   }
   if (!g->exec) {
     const bool warm = g->calls++ > 0;

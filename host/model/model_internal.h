@@ -119,6 +119,7 @@ typedef struct tf_model_graph {
   tf_model_graph_key key;
   int64_t calls;  /* calls with this key */
   bool failed;    /* the capture failed: eager for this key from now on */
+  bool traced;    /* captured while the profiler recorded GPU work: its nodes know their ranges */
   tf_graph *exec; /* NULL until captured */
 } tf_model_graph;
 

@@ -1,13 +1,16 @@
 /* Ranges and the profiler's collector (prof.h). The GPU half, CUPTI, lives
  * in backends/cuda/prof_cupti.cu; this file owns the records.
  *
- * Records reach a session two ways. Range instances are written by the
- * thread that pushes ranges, straight into the session. Kernels, copies and
- * host-timed ops arrive from other threads (CUPTI delivers its buffers on
- * its own thread) into "incoming" arrays under one mutex; reading a session
- * or stopping it first waits for the devices and has CUPTI flush, then moves
+ * Records reach a session three ways. Range instances are written by the
+ * thread that pushes ranges, straight into the session. Launch calls tie
+ * their correlation id to the open range on the launching thread, as they
+ * are made, under the launch lock. Kernels, copies and host-timed ops
+ * arrive from other threads (CUPTI delivers its buffers on its own thread)
+ * into "incoming" arrays under the record lock; reading a session or
+ * stopping it first waits for the devices and has CUPTI flush, then moves
  * the incoming records into the settled arrays, converting CUPTI's clock to
- * the host's and resolving each correlation id to its range instance. */
+ * the host's and resolving each correlation id to its range instance (and,
+ * for a graph replay's kernel, its node to the ranges of the capture). */
 #include "prof.h"
 
 #include <pthread.h>
@@ -153,60 +156,63 @@ void tf_prof_short_name(const char *full, char *out, size_t n) {
   snprintf(out, n, "%.*s", (int)(name_end - name), name);
 }
 
-/* ---- correlation id -> range instance ----------------------------------------------------- */
+/* ---- uint64 -> uint64 maps ------------------------------------------------------------ */
 
-typedef struct tf_corr_map {
-  uint32_t *keys; /* 0: empty */
+/* Open addressing; key 0 is the empty slot (no correlation, node or range
+ * id is 0). Used for correlation id -> range instance, graph node -> range
+ * path and (replay, path) -> replay range. */
+typedef struct tf_u64_map {
+  uint64_t *keys;
   uint64_t *values;
   size_t cap, count;
-} tf_corr_map;
+} tf_u64_map;
 
-static bool tf_corr_put(tf_corr_map *m, uint32_t key, uint64_t value);
-
-static bool tf_corr_grow(tf_corr_map *m) {
-  tf_corr_map bigger = {0};
-  bigger.cap = m->cap ? m->cap * 2 : 4096;
-  bigger.keys = calloc(bigger.cap, sizeof *bigger.keys);
-  bigger.values = malloc(bigger.cap * sizeof *bigger.values);
-  if (!bigger.keys || !bigger.values) {
-    free(bigger.keys);
-    free(bigger.values);
-    return false;
-  }
-  for (size_t i = 0; i < m->cap; i++)
-    if (m->keys[i]) tf_corr_put(&bigger, m->keys[i], m->values[i]);
-  free(m->keys);
-  free(m->values);
-  *m = bigger;
-  return true;
-}
-
-static size_t tf_corr_slot(const tf_corr_map *m, uint32_t key) {
-  size_t j = (size_t)(key * 2654435761u) & (m->cap - 1);
+static size_t tf_map_slot(const tf_u64_map *m, uint64_t key) {
+  size_t j = (size_t)((key * 0x9E3779B97F4A7C15ull) >> 17) & (m->cap - 1);
   while (m->keys[j] && m->keys[j] != key) j = (j + 1) & (m->cap - 1);
   return j;
 }
 
-static bool tf_corr_put(tf_corr_map *m, uint32_t key, uint64_t value) {
+static bool tf_map_put(tf_u64_map *m, uint64_t key, uint64_t value) {
   if (key == 0) return true;
-  if ((m->count + 1) * 2 > m->cap && !tf_corr_grow(m)) return false;
-  size_t j = tf_corr_slot(m, key);
+  if ((m->count + 1) * 2 > m->cap) {
+    tf_u64_map bigger = {0};
+    bigger.cap = m->cap ? m->cap * 2 : 1024;
+    bigger.keys = calloc(bigger.cap, sizeof *bigger.keys);
+    bigger.values = malloc(bigger.cap * sizeof *bigger.values);
+    if (!bigger.keys || !bigger.values) {
+      free(bigger.keys);
+      free(bigger.values);
+      return false;
+    }
+    for (size_t i = 0; i < m->cap; i++) {
+      if (!m->keys[i]) continue;
+      size_t j = tf_map_slot(&bigger, m->keys[i]);
+      bigger.keys[j] = m->keys[i];
+      bigger.values[j] = m->values[i];
+      bigger.count++;
+    }
+    free(m->keys);
+    free(m->values);
+    *m = bigger;
+  }
+  size_t j = tf_map_slot(m, key);
   if (!m->keys[j]) m->count++;
   m->keys[j] = key;
   m->values[j] = value;
   return true;
 }
 
-static uint64_t tf_corr_get(const tf_corr_map *m, uint32_t key) {
+static uint64_t tf_map_get(const tf_u64_map *m, uint64_t key) {
   if (key == 0 || m->cap == 0) return 0;
-  size_t j = tf_corr_slot(m, key);
+  size_t j = tf_map_slot(m, key);
   return m->keys[j] ? m->values[j] : 0;
 }
 
-static void tf_corr_free(tf_corr_map *m) {
+static void tf_map_free(tf_u64_map *m) {
   free(m->keys);
   free(m->values);
-  *m = (tf_corr_map){0};
+  *m = (tf_u64_map){0};
 }
 
 /* ---- sessions ------------------------------------------------------------------------- */
@@ -224,9 +230,12 @@ struct tf_prof_session {
   int64_t start_ns, stop_ns;
   tf_vec kernels, transfers, ranges; /* settled: tf_prof_kernel, tf_prof_transfer, tf_prof_range */
   tf_vec clock;                      /* tf_clock_point, in time order */
+  tf_u64_map replays;                /* (launch range, path index) -> index + 1 in ranges */
+  /* Under tf_launch_lock: */
+  tf_u64_map corr; /* correlation id -> range instance */
+  uint64_t lost_launches;
   /* Under tf_record_lock: */
   tf_vec in_kernels, in_transfers;
-  tf_corr_map corr;
   uint64_t dropped; /* CUPTI's, and records lost for want of host memory */
   uint64_t lost;    /* range instances and clock readings lost (the ranges' thread) */
   uint64_t untimed; /* GPU records CUPTI delivered without timestamps (left out) */
@@ -234,6 +243,8 @@ struct tf_prof_session {
 
 static pthread_mutex_t tf_record_lock = PTHREAD_MUTEX_INITIALIZER;
 static tf_prof_session *tf_record_target; /* under tf_record_lock: where records go */
+static pthread_mutex_t tf_launch_lock = PTHREAD_MUTEX_INITIALIZER;
+static tf_prof_session *tf_launch_target; /* under tf_launch_lock: where launches go */
 static tf_prof_session *tf_running;       /* the ranges' thread's view of the same */
 static atomic_bool tf_host_ops_flag;
 
@@ -250,11 +261,6 @@ void tf_prof_gpu_kernel(const tf_prof_kernel *k) {
 void tf_prof_gpu_transfer(const tf_prof_transfer *t) {
   tf_prof_session *s = tf_record_target;
   if (s && !tf_vec_push(&s->in_transfers, sizeof *t, t)) s->dropped++;
-}
-
-void tf_prof_gpu_correlation(uint32_t correlation, uint64_t range_id) {
-  tf_prof_session *s = tf_record_target;
-  if (s && !tf_corr_put(&s->corr, correlation, range_id)) s->dropped++;
 }
 
 void tf_prof_gpu_dropped(uint64_t n) {
@@ -281,7 +287,6 @@ typedef struct tf_range_entry {
   const char *name;
   int64_t start_ns;
   ptrdiff_t recorded; /* index in the running session's ranges, or -1 */
-  bool cupti;         /* its id is pushed as CUPTI's external correlation id */
 } tf_range_entry;
 
 static tf_range_entry tf_ranges[TF_RANGE_MAX_DEPTH];
@@ -292,13 +297,9 @@ static uint64_t tf_range_next_id = 1;
  * or when the range opens while s runs). */
 static void tf_range_record(tf_prof_session *s, int i) {
   tf_range_entry *e = &tf_ranges[i];
-  tf_prof_range r = {e->id, i > 0 ? tf_ranges[i - 1].id : 0, e->name, i, e->start_ns, 0, true};
+  tf_prof_range r = {e->id, i > 0 ? tf_ranges[i - 1].id : 0, e->name, i, e->start_ns, 0, true, false};
   e->recorded = tf_vec_push(&s->ranges, sizeof r, &r) ? (ptrdiff_t)s->ranges.len - 1 : -1;
   if (e->recorded < 0) s->lost++;
-  if (s->gpu) {
-    tf_gpu_source->push(e->id);
-    e->cupti = true;
-  }
 }
 
 tf_status tf_range_push(const char *name) {
@@ -308,7 +309,7 @@ tf_status tf_range_push(const char *name) {
   const char *interned = tf_intern(name);
   if (!interned) return tf_fail(TF_ERR_OOM, "out of memory: no host memory for a range name");
   int i = tf_range_count++;
-  tf_ranges[i] = (tf_range_entry){tf_range_next_id++, interned, tf_clock_ns(), -1, false};
+  tf_ranges[i] = (tf_range_entry){tf_range_next_id++, interned, tf_clock_ns(), -1};
 #ifdef TF_WITH_CUDA
   nvtxRangePushA(interned);
 #endif
@@ -319,7 +320,6 @@ tf_status tf_range_push(const char *name) {
 /* Closes the innermost range at time now. */
 static void tf_range_pop_top(int64_t now) {
   tf_range_entry *e = &tf_ranges[--tf_range_count];
-  if (e->cupti) tf_gpu_source->pop();
   if (e->recorded >= 0 && tf_running) {
     tf_prof_range *r = (tf_prof_range *)tf_running->ranges.data + e->recorded;
     r->end_ns = now;
@@ -369,6 +369,133 @@ tf_status tf_range_close(uint64_t id) {
                  left, inner == 1 ? "was" : "were");
 }
 
+/* ---- launches and graph nodes --------------------------------------------------------------- */
+
+void tf_prof_gpu_launch(uint32_t correlation) {
+  uint64_t range = tf_range_current();
+  if (!range) return;
+  pthread_mutex_lock(&tf_launch_lock);
+  tf_prof_session *s = tf_launch_target;
+  if (s && !tf_map_put(&s->corr, correlation, range)) s->lost_launches++;
+  pthread_mutex_unlock(&tf_launch_lock);
+}
+
+/* A range path of a graph capture: the names of the ranges open inside
+ * the capture, outermost first, as a chain to its parent path. Paths are
+ * made once per distinct chain and kept for the life of the process, as
+ * the nodes that refer to them are. */
+typedef struct tf_range_path {
+  const struct tf_range_path *parent;
+  const char *name;  /* interned */
+  int depth;         /* 1 for a range opened right inside the capture */
+  uint32_t index;    /* 1, 2, ... in order of making */
+} tf_range_path;
+
+enum { TF_PATH_INDEX_BITS = 20 };
+
+/* Under tf_launch_lock. */
+static tf_vec tf_paths;              /* tf_range_path *, by index - 1 */
+static tf_u64_map tf_node_paths;     /* CUPTI graph node id -> tf_range_path * */
+static int tf_capture_base = -1;     /* range depth at the start of the capture, -1: none */
+
+/* The path (parent, name), made when new; NULL when out of memory. */
+static const tf_range_path *tf_path_get(const tf_range_path *parent, const char *name) {
+  tf_range_path *const *paths = tf_paths.data;
+  for (size_t i = 0; i < tf_paths.len; i++)
+    if (paths[i]->parent == parent && paths[i]->name == name) return paths[i];
+  if (tf_paths.len + 1 >= ((size_t)1 << TF_PATH_INDEX_BITS)) return NULL;
+  tf_range_path *p = malloc(sizeof *p);
+  if (!p) return NULL;
+  *p = (tf_range_path){parent, name, parent ? parent->depth + 1 : 1, (uint32_t)tf_paths.len + 1};
+  if (!tf_vec_push(&tf_paths, sizeof p, &p)) {
+    free(p);
+    return NULL;
+  }
+  return p;
+}
+
+void tf_prof_graph_capture_begin(void) {
+  pthread_mutex_lock(&tf_launch_lock);
+  tf_capture_base = tf_range_count;
+  pthread_mutex_unlock(&tf_launch_lock);
+}
+
+void tf_prof_graph_capture_end(void) {
+  pthread_mutex_lock(&tf_launch_lock);
+  tf_capture_base = -1;
+  pthread_mutex_unlock(&tf_launch_lock);
+}
+
+void tf_prof_gpu_graph_node(uint64_t node, uint64_t original) {
+  pthread_mutex_lock(&tf_launch_lock);
+  uint64_t path = 0;
+  if (original) {
+    path = tf_map_get(&tf_node_paths, original);
+  } else if (tf_capture_base >= 0) {
+    const tf_range_path *p = NULL;
+    for (int i = tf_capture_base; i < tf_range_count; i++) {
+      p = tf_path_get(p, tf_ranges[i].name);
+      if (!p) break;
+    }
+    path = (uint64_t)(uintptr_t)p;
+  }
+  if (path) (void)tf_map_put(&tf_node_paths, node, path); /* out of memory: the node lands in the launch's range */
+  pthread_mutex_unlock(&tf_launch_lock);
+}
+
+/* The index in s's ranges of instance id, -1 when s has none (ranges are
+ * in order of id). */
+static ptrdiff_t tf_prof_range_index(const tf_prof_session *s, uint64_t id) {
+  const tf_prof_range *r = s->ranges.data;
+  size_t lo = 0, hi = s->ranges.len;
+  while (lo < hi) {
+    size_t mid = (lo + hi) / 2;
+    if (r[mid].id < id) lo = mid + 1; else hi = mid;
+  }
+  return lo < s->ranges.len && r[lo].id == id ? (ptrdiff_t)lo : -1;
+}
+
+/* The index in s's ranges of the instance of path for the replay launched
+ * in range instance launch (made, with its parents, for the first record
+ * of that replay), widened to cover [start_ns, end_ns]; -1 when it cannot
+ * be made. */
+static ptrdiff_t tf_prof_replay_range(tf_prof_session *s, uint64_t launch, const tf_range_path *path,
+                                      int64_t start_ns, int64_t end_ns) {
+  ptrdiff_t parent = path->parent ? tf_prof_replay_range(s, launch, path->parent, start_ns, end_ns)
+                                  : tf_prof_range_index(s, launch);
+  if (path->parent && parent < 0) return -1;
+  if (launch >> (64 - TF_PATH_INDEX_BITS)) return -1;
+  const uint64_t key = launch << TF_PATH_INDEX_BITS | path->index;
+  uint64_t at = tf_map_get(&s->replays, key);
+  if (at) {
+    tf_prof_range *r = (tf_prof_range *)s->ranges.data + (at - 1);
+    if (start_ns < r->start_ns) r->start_ns = start_ns;
+    if (end_ns > r->end_ns) r->end_ns = end_ns;
+    return (ptrdiff_t)at - 1;
+  }
+  const tf_prof_range *p = parent >= 0 ? (const tf_prof_range *)s->ranges.data + parent : NULL;
+  tf_prof_range r = {tf_range_next_id++, p ? p->id : 0, path->name, p ? p->depth + 1 : 0, start_ns, end_ns, false,
+                     true};
+  if (!tf_vec_push(&s->ranges, sizeof r, &r) || !tf_map_put(&s->replays, key, s->ranges.len)) {
+    s->lost++;
+    return -1;
+  }
+  return (ptrdiff_t)s->ranges.len - 1;
+}
+
+/* The range instance of a record launched in range instance launch: for a
+ * graph node captured inside ranges, this replay's instance of them. */
+static uint64_t tf_prof_record_range(tf_prof_session *s, uint64_t launch, uint64_t node, int64_t start_ns,
+                                     int64_t end_ns) {
+  if (!node) return launch;
+  pthread_mutex_lock(&tf_launch_lock);
+  const tf_range_path *path = (const tf_range_path *)(uintptr_t)tf_map_get(&tf_node_paths, node);
+  pthread_mutex_unlock(&tf_launch_lock);
+  if (!path) return launch;
+  ptrdiff_t at = tf_prof_replay_range(s, launch, path, start_ns, end_ns);
+  return at >= 0 ? ((const tf_prof_range *)s->ranges.data)[at].id : launch;
+}
+
 /* ---- the clock mapping -------------------------------------------------------------------- */
 
 static void tf_prof_clock_point(tf_prof_session *s) {
@@ -402,6 +529,11 @@ static tf_status tf_prof_sync_devices(void) { return tf_device_sync_all ? tf_dev
 
 /* Moves the incoming records into the settled arrays. */
 static void tf_prof_settle(tf_prof_session *s) {
+  pthread_mutex_lock(&tf_launch_lock);
+  tf_u64_map corr = s->corr; /* settling follows a wait for the devices and a forced flush: every
+                                launch so far has delivered its records, so the map has done its work */
+  s->corr = (tf_u64_map){0};
+  pthread_mutex_unlock(&tf_launch_lock);
   pthread_mutex_lock(&tf_record_lock);
   tf_prof_kernel *ks = s->in_kernels.data;
   for (size_t i = 0; i < s->in_kernels.len; i++) {
@@ -413,7 +545,7 @@ static void tf_prof_settle(tf_prof_session *s) {
     if (!k.host) {
       k.start_ns = tf_prof_host_time(s, (uint64_t)k.start_ns);
       k.end_ns = tf_prof_host_time(s, (uint64_t)k.end_ns);
-      k.range = tf_corr_get(&s->corr, k.correlation);
+      k.range = tf_prof_record_range(s, tf_map_get(&corr, k.correlation), k.graph_node, k.start_ns, k.end_ns);
     }
     if (!tf_vec_push(&s->kernels, sizeof k, &k)) s->dropped++;
   }
@@ -426,15 +558,14 @@ static void tf_prof_settle(tf_prof_session *s) {
     }
     t.start_ns = tf_prof_host_time(s, (uint64_t)t.start_ns);
     t.end_ns = tf_prof_host_time(s, (uint64_t)t.end_ns);
-    t.range = tf_corr_get(&s->corr, t.correlation);
-    if (!t.range) t.range = tf_corr_get(&s->corr, t.runtime_correlation);
+    uint64_t launch = tf_map_get(&corr, t.correlation);
+    if (!launch) launch = tf_map_get(&corr, t.runtime_correlation);
+    t.range = tf_prof_record_range(s, launch, t.graph_node, t.start_ns, t.end_ns);
     if (!tf_vec_push(&s->transfers, sizeof t, &t)) s->dropped++;
   }
   s->in_kernels.len = s->in_transfers.len = 0;
-  /* Settling follows a wait for the devices and a forced flush: every
-   * launch so far has delivered its records, so the map has done its work. */
-  tf_corr_free(&s->corr);
   pthread_mutex_unlock(&tf_record_lock);
+  tf_map_free(&corr);
 }
 
 /* Sets the end of the session's open ranges to now. */
@@ -489,23 +620,26 @@ tf_status tf_prof_start(const tf_prof_options *opts, tf_prof_session **out) {
   if (!s) return tf_fail(TF_ERR_OOM, "out of memory: no host memory for a profiling session");
   s->opts = *opts;
   s->running = true;
-  s->start_ns = tf_clock_ns();
-  pthread_mutex_lock(&tf_record_lock);
-  tf_record_target = s;
-  pthread_mutex_unlock(&tf_record_lock);
+  /* The GPU side starts (and warms up, see prof.h) before records are
+   * kept: whatever it runs to warm up is not part of the session. */
   if (opts->kernels || opts->memcpy) {
     const char *pre = tf_prof_gpu_precheck();
     if (pre)
       snprintf(s->reason, sizeof s->reason, "%s", pre);
     else if (tf_gpu_source->start(opts, s->reason, sizeof s->reason))
       s->gpu = true;
-    if (s->gpu)
-      tf_prof_clock_point(s);
-    else
-      tf_prof_warn(s->reason);
+    if (!s->gpu) tf_prof_warn(s->reason);
   } else {
     snprintf(s->reason, sizeof s->reason, "GPU records were not asked for");
   }
+  s->start_ns = tf_clock_ns();
+  pthread_mutex_lock(&tf_record_lock);
+  tf_record_target = s;
+  pthread_mutex_unlock(&tf_record_lock);
+  pthread_mutex_lock(&tf_launch_lock);
+  tf_launch_target = s;
+  pthread_mutex_unlock(&tf_launch_lock);
+  if (s->gpu) tf_prof_clock_point(s);
   tf_running = s;
   atomic_store(&tf_host_ops_flag, opts->host_ops);
   for (int i = 0; i < tf_range_count; i++) tf_range_record(s, i);
@@ -518,10 +652,6 @@ tf_status tf_prof_stop(tf_prof_session *s) {
   atomic_store(&tf_host_ops_flag, false);
   tf_status st = tf_prof_sync_devices();
   int64_t now = tf_clock_ns();
-  for (int i = tf_range_count - 1; i >= 0; i--) {
-    if (tf_ranges[i].cupti) tf_gpu_source->pop();
-    tf_ranges[i].cupti = false;
-  }
   if (s->gpu) {
     tf_prof_clock_point(s);
     tf_gpu_source->stop(); /* flushes what CUPTI still holds into s */
@@ -530,6 +660,11 @@ tf_status tf_prof_stop(tf_prof_session *s) {
   tf_record_target = NULL;
   pthread_mutex_unlock(&tf_record_lock);
   tf_prof_settle(s);
+  pthread_mutex_lock(&tf_launch_lock);
+  tf_launch_target = NULL;
+  s->lost += s->lost_launches;
+  s->lost_launches = 0;
+  pthread_mutex_unlock(&tf_launch_lock);
   tf_prof_mark_open(s, now);
   for (int i = 0; i < tf_range_count; i++) tf_ranges[i].recorded = -1;
   s->running = false;
@@ -580,6 +715,8 @@ bool tf_prof_running(const tf_prof_session *s) { return s && s->running; }
 
 bool tf_prof_collecting(void) { return tf_running != NULL; }
 
+bool tf_prof_collecting_gpu(void) { return tf_running && tf_running->gpu; }
+
 bool tf_prof_session_gpu(const tf_prof_session *s, const char **reason) {
   *reason = s->gpu ? "" : s->reason;
   return s->gpu;
@@ -594,6 +731,7 @@ void tf_prof_session_free(tf_prof_session *s) {
   tf_vec_free(&s->clock);
   tf_vec_free(&s->in_kernels);
   tf_vec_free(&s->in_transfers);
-  tf_corr_free(&s->corr);
+  tf_map_free(&s->corr);
+  tf_map_free(&s->replays);
   free(s);
 }

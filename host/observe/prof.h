@@ -3,9 +3,15 @@
  * Ranges: a process-wide stack of named regions (tf_range_push/pop). Every
  * push makes a range instance with its own id, its parent instance and its
  * host start/end times; in CUDA builds it is also an NVTX range (Nsight
- * tools see it) and, while the collector records GPU work, a CUPTI external
- * correlation id, so every kernel launched inside maps to the innermost
- * instance and through its parents to every enclosing one. The stack is for
+ * tools see it). While the collector records GPU work, every launch (of a
+ * kernel, a copy, a memset or a CUDA graph, through the runtime or the
+ * driver API, by tfhost or by a library such as cuBLASLt) is tied to the
+ * innermost instance open at the call, and through its parents to every
+ * enclosing one. A kernel of a CUDA graph replay is tied to the instance
+ * open at the replay's launch and, below it, to the ranges that were open
+ * inside the capture when its node was recorded (tf_prof_graph_capture_*):
+ * each replay gets instances of those ranges of its own (replay: true),
+ * spanning their kernels' GPU times. The stack is for
  * the thread that runs Lua (one per process); push/pop cost a clock read and
  * a hash lookup when no collector runs, never an allocation past the first
  * use of a name (names are interned for the life of the process).
@@ -68,7 +74,6 @@ typedef struct tf_prof_options {
   bool kernels;  /* GPU kernel records (CUPTI) */
   bool memcpy;   /* GPU memcpy and memset records (CUPTI) */
   bool host_ops; /* host-timed op records from wrapped backends (the CPU's ops) */
-  bool driver;   /* also trace driver API calls: attributes memsets and driver-launched work */
 } tf_prof_options;
 
 /* A kernel: a GPU kernel from CUPTI, or an op timed on the host (host:
@@ -80,6 +85,7 @@ typedef struct tf_prof_kernel {
   uint64_t range;         /* innermost range instance open at launch, 0 for none */
   uint32_t correlation;   /* CUPTI correlation id; 0 for host-timed ops */
   uint32_t stream;        /* CUPTI stream id; 0 for host-timed ops */
+  uint64_t graph_node;    /* CUPTI's id of the CUDA graph node it ran as, 0 outside graphs */
   tf_device device;
   bool host;
   int32_t grid[3], block[3];
@@ -97,6 +103,7 @@ typedef struct tf_prof_transfer {
   uint32_t correlation;         /* driver API correlation id */
   uint32_t runtime_correlation; /* runtime API correlation id (memcpy), 0 when unknown */
   uint32_t stream;
+  uint64_t graph_node; /* as for kernels */
   tf_device device;
 } tf_prof_transfer;
 
@@ -107,6 +114,8 @@ typedef struct tf_prof_range {
   int depth;           /* 0 for an outermost range */
   int64_t start_ns, end_ns;
   bool open;           /* still open: end_ns is the time of the read (or of stop) */
+  bool replay;         /* a range captured in a CUDA graph, for one replay: its times are
+                          the GPU span of its kernels */
 } tf_prof_range;
 
 /* What a session holds, as of tf_prof_view. Ranges are in order of id. */
@@ -140,6 +149,18 @@ tf_status tf_prof_view_get(tf_prof_session *s, tf_prof_view *out);
 bool tf_prof_running(const tf_prof_session *s);
 /* Whether any collector is running now (on the ranges' thread). */
 bool tf_prof_collecting(void);
+/* Whether a running collector records GPU work (CUPTI started). */
+bool tf_prof_collecting_gpu(void);
+
+/* Around a stream capture into a CUDA graph (the fused engine's phases):
+ * the ranges opened between begin and end are kept as each captured
+ * node's range path, relative to the ranges open at begin, so that a
+ * replay's kernels land in them (see the top of this file). Nodes are
+ * only seen while a collector records GPU work: a graph captured without
+ * one replays into the range around its launch alone, so the engine
+ * captures again when a collector has started since. */
+void tf_prof_graph_capture_begin(void);
+void tf_prof_graph_capture_end(void);
 /* Whether s collects (collected) GPU records; when not, *reason says why. */
 bool tf_prof_session_gpu(const tf_prof_session *s, const char **reason);
 /* Stops it if running and frees it. NULL is fine. */
@@ -165,11 +186,15 @@ typedef struct tf_prof_gpu_source {
   /* Why GPU records cannot be had now (no GPU present), before trying; NULL when they may. */
   const char *(*unavailable)(void);
   bool (*probe)(char *reason, size_t reason_size);
+  /* Starts recording and pays what the first launches after it would
+   * (CUPTI sets itself up on the first kernel it traces: about 3 ms in a
+   * process's first session, 0.5 ms in later ones, seen on an H100), by
+   * running a little work of its own and waiting for it, so that the
+   * first region profiled is not longer for being profiled. Records of
+   * that work reach no session. */
   bool (*start)(const tf_prof_options *opts, char *reason, size_t reason_size);
   void (*flush)(void);
   void (*stop)(void);
-  void (*push)(uint64_t range_id);
-  void (*pop)(void);
   /* A CUPTI timestamp and the host clock read at the same moment (the
    * tightest of a few tries). */
   void (*clock_pair)(int64_t *host_ns, uint64_t *cupti_ns);
@@ -187,8 +212,15 @@ void tf_prof_gpu_lock(void);
 void tf_prof_gpu_unlock(void);
 void tf_prof_gpu_kernel(const tf_prof_kernel *k);      /* raw CUPTI times, range 0 */
 void tf_prof_gpu_transfer(const tf_prof_transfer *t); /* raw CUPTI times, range 0 */
-void tf_prof_gpu_correlation(uint32_t correlation, uint64_t range_id);
 void tf_prof_gpu_dropped(uint64_t n);
+/* Called by the GPU side on the launching thread, as a launch API call
+ * (kernel, copy, memset, graph) starts, without tf_prof_gpu_lock: ties the
+ * call's correlation id to the innermost open range. */
+void tf_prof_gpu_launch(uint32_t correlation);
+/* Called as a graph node is made (original 0; during a stream capture,
+ * with the capture's ranges open) or cloned from node original (when a
+ * graph is instantiated or cloned), on the calling thread. */
+void tf_prof_gpu_graph_node(uint64_t node, uint64_t original);
 
 #ifdef __cplusplus
 }

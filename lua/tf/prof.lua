@@ -1,7 +1,7 @@
 --- tf.prof: where the time of a piece of code goes, kernel by kernel.
 --
 --   do
---     local p <close> = tf.prof.start()             -- {kernels, memcpy, host_ops, driver}
+--     local p <close> = tf.prof.start()             -- {kernels, memcpy, host_ops}
 --     for _ = 1, 3 do
 --       local _ <close> = tf.range("step")
 --       tf.range("forward", function() loss = m:loss(ids, targets) end)
@@ -17,7 +17,8 @@
 -- its launch shape); on the CPU device they are the host-timed ops. A
 -- kernel counts toward every range that was open when it was launched (as
 -- nsys's nvtx_kern_sum counts), through the range instance it was launched
--- in and that instance's parents. The mechanism is C (host/observe/prof.c,
+-- in and that instance's parents; a CUDA graph replay's kernels through
+-- the replay's instances of the ranges they were captured in. The mechanism is C (host/observe/prof.c,
 -- backends/cuda/prof_cupti.cu); the tables, the kernel classes and the trace
 -- format are here, and scripts may change them (tf.prof.op_classes,
 -- tf.prof.class_patterns).
@@ -133,9 +134,12 @@ local function analyse(p)
   if a then return a end
   local info = p:info()
   local rec = p:records()
-  a = { info = info, rec = rec, by_id = {}, items = {} }
+  a = { info = info, rec = rec, by_id = {}, items = {}, names = {}, noted = {} }
   -- Ranges: each instance's chain (itself, then its parents).
-  for _, r in ipairs(rec.ranges) do a.by_id[r.id] = r end
+  for _, r in ipairs(rec.ranges) do
+    a.by_id[r.id] = r
+    a.names[r.name] = true
+  end
   for _, r in ipairs(rec.ranges) do -- in id order: parents come first
     local parent = r.parent and a.by_id[r.parent]
     r.chain = { r }
@@ -250,6 +254,13 @@ function Profile:kernels(opts)
     error("profile:kernels: instance must be an integer range id", 2)
   end
   local a = analyse(self)
+  for _, n in ipairs(names) do
+    if not a.names[n] and not a.noted[n] then
+      a.noted[n] = true
+      io.stderr:write(string.format("tf.prof: no range named '%s' was open while the collector ran: "
+        .. "its kernels are an empty table\n", n))
+    end
+  end
   local groups, order, total = {}, {}, 0
   local function group(key, class)
     local g = groups[key]
@@ -470,7 +481,7 @@ function Profile:trace(path)
   return path
 end
 
---- tf.prof.start{kernels = true, memcpy = true, host_ops = true, driver = false}
+--- tf.prof.start{kernels = true, memcpy = true, host_ops = true}
 -- -> a running profile (use with <close>, or call p:stop()). Only one runs
 -- at a time. Without GPU records (no GPU, another profiler attached, ...)
 -- it says why once on stderr and records host timings; p:info().reason

@@ -3,7 +3,10 @@
  * inner ranges left open, the depth limit), and sessions recording
  * host-timed ops through the wrapped CPU backend: names, attribution to the
  * innermost range, ranges open at start and at stop, times that nest, one
- * collector at a time, reads after stop, nothing recorded when stopped. */
+ * collector at a time, reads after stop, nothing recorded when stopped.
+ * Last, with a stand-in GPU side feeding records as CUPTI's callbacks and
+ * buffers would: launches tied to their ranges, and a CUDA graph's replays
+ * given instances of the ranges its nodes were captured in. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -137,7 +140,7 @@ static void test_sessions(void) {
 
   CHECK_OK(tf_range_push("before start")); /* open when the session starts */
   uint64_t before = tf_range_current();
-  tf_prof_options opts = {true, true, true, true};
+  tf_prof_options opts = {true, true, true};
   tf_prof_session *s = NULL, *other = NULL;
   if (!CHECK_OK(tf_prof_start(&opts, &s))) return;
   CHECK(tf_prof_start(&opts, &other) == TF_ERR_STATE);
@@ -224,7 +227,7 @@ static void test_sessions(void) {
   tf_prof_session_free(s);
 
   /* Host ops only: no CUPTI attempt. */
-  tf_prof_options host_only = {false, false, true, false};
+  tf_prof_options host_only = {false, false, true};
   if (CHECK_OK(tf_prof_start(&host_only, &s))) {
     CHECK(!tf_prof_session_gpu(s, &reason));
     CHECK(strstr(reason, "not asked for") != NULL);
@@ -240,7 +243,7 @@ static void test_forced_failure(void) {
   const char *reason = NULL;
   CHECK(!tf_prof_gpu_available(&reason));
   printf("forced: %s\n", reason);
-  tf_prof_options opts = {true, true, true, true};
+  tf_prof_options opts = {true, true, true};
   tf_prof_session *s = NULL;
   if (CHECK_OK(tf_prof_start(&opts, &s))) {
     CHECK(!tf_prof_session_gpu(s, &reason));
@@ -254,11 +257,156 @@ static void test_forced_failure(void) {
   unsetenv("TF_PROF_FORCE_NO_CUPTI");
 }
 
+/* ---- a stand-in GPU side ------------------------------------------------------------- */
+
+static const char *fake_unavailable(void) { return NULL; }
+static bool fake_probe(char *reason, size_t n) { (void)reason, (void)n; return true; }
+static bool fake_start(const tf_prof_options *o, char *reason, size_t n) { (void)o, (void)reason, (void)n; return true; }
+static void fake_nothing(void) {}
+/* CUPTI's clock is the host's here: record times need no mapping. */
+static void fake_clock(int64_t *host_ns, uint64_t *cupti_ns) {
+  *host_ns = tf_clock_ns();
+  *cupti_ns = (uint64_t)*host_ns;
+}
+static const tf_prof_gpu_source fake_source = {fake_unavailable, fake_probe, fake_start,
+                                               fake_nothing,     fake_nothing, fake_clock};
+
+/* A kernel record as CUPTI's thread hands it over. */
+static void fake_kernel(const char *name, uint32_t correlation, uint64_t node, int64_t start_ns, int64_t end_ns) {
+  tf_prof_kernel k = {0};
+  k.name = k.short_name = name;
+  k.correlation = correlation;
+  k.graph_node = node;
+  k.start_ns = start_ns;
+  k.end_ns = end_ns;
+  k.device = (tf_device){TF_DEV_CUDA, 0};
+  tf_prof_gpu_lock();
+  tf_prof_gpu_kernel(&k);
+  tf_prof_gpu_unlock();
+}
+
+static const tf_prof_kernel *kernel_at(const tf_prof_view *v, const char *name, int64_t start_ns) {
+  for (size_t i = 0; i < v->num_kernels; i++)
+    if (strcmp(v->kernels[i].name, name) == 0 && v->kernels[i].start_ns == start_ns) return &v->kernels[i];
+  return NULL;
+}
+
+/* Launches in ranges (a library's launch through the driver is the same
+ * call to the collector), a graph captured in ranges "attn" > "scores"
+ * and replayed twice in range "replay", a node cloned at instantiation, a
+ * node captured outside any range of the capture, and a node the
+ * collector never saw. */
+static void test_launches_and_replays(void) {
+  tf_prof_set_gpu_source(&fake_source);
+  tf_prof_options opts = {true, true, false};
+  tf_prof_session *s = NULL;
+  if (!CHECK_OK(tf_prof_start(&opts, &s))) return;
+  const char *reason = NULL;
+  CHECK(tf_prof_session_gpu(s, &reason));
+  CHECK(tf_prof_collecting_gpu());
+
+  CHECK_OK(tf_range_push("step"));
+  const uint64_t step = tf_range_current();
+  tf_prof_gpu_launch(10); /* an eager kernel in "step" */
+  /* The capture: nodes 1..3 made under the capture's ranges, then cloned. */
+  tf_prof_graph_capture_begin();
+  CHECK_OK(tf_range_push("attn"));
+  tf_prof_gpu_graph_node(1, 0);
+  CHECK_OK(tf_range_push("scores"));
+  tf_prof_gpu_graph_node(2, 0);
+  CHECK_OK(tf_range_pop());
+  CHECK_OK(tf_range_pop());
+  tf_prof_gpu_graph_node(3, 0); /* outside the capture's ranges */
+  tf_prof_graph_capture_end();
+  tf_prof_gpu_graph_node(11, 1);
+  tf_prof_gpu_graph_node(12, 2);
+  tf_prof_gpu_graph_node(13, 3);
+  uint64_t replay[2];
+  for (int i = 0; i < 2; i++) {
+    CHECK_OK(tf_range_push("replay"));
+    replay[i] = tf_range_current();
+    tf_prof_gpu_launch((uint32_t)(20 + i)); /* the graph launch */
+    CHECK_OK(tf_range_pop());
+  }
+  CHECK_OK(tf_range_pop());
+  tf_prof_gpu_launch(30); /* outside every range */
+
+  /* The records, as they would come: replay i runs from t0 + 1000 i. */
+  const int64_t t0 = tf_clock_ns();
+  fake_kernel("eager", 10, 0, t0 - 500, t0 - 400);
+  for (int i = 0; i < 2; i++) {
+    int64_t b = t0 + 1000 * i;
+    fake_kernel("attn_k", (uint32_t)(20 + i), 11, b + 10, b + 20);
+    fake_kernel("scores_k", (uint32_t)(20 + i), 12, b + 30, b + 60);
+    fake_kernel("scores_k", (uint32_t)(20 + i), 12, b + 70, b + 90);
+    fake_kernel("tail_k", (uint32_t)(20 + i), 13, b + 100, b + 110);
+    fake_kernel("unseen_k", (uint32_t)(20 + i), 99, b + 120, b + 130);
+  }
+  fake_kernel("lone", 30, 0, t0 + 5000, t0 + 5100);
+  CHECK_OK(tf_prof_stop(s));
+  tf_prof_view v;
+  CHECK_OK(tf_prof_view_get(s, &v));
+  CHECK_INT(v.num_kernels, 12);
+
+  const tf_prof_kernel *k = kernel_at(&v, "eager", t0 - 500);
+  CHECK(k && k->range == step);
+  k = kernel_at(&v, "lone", t0 + 5000);
+  CHECK(k && k->range == 0);
+  uint64_t attn_seen[2] = {0, 0};
+  for (int i = 0; i < 2; i++) {
+    int64_t b = t0 + 1000 * i;
+    const tf_prof_kernel *a = kernel_at(&v, "attn_k", b + 10), *sc = kernel_at(&v, "scores_k", b + 30),
+                         *sc2 = kernel_at(&v, "scores_k", b + 70), *tail = kernel_at(&v, "tail_k", b + 100),
+                         *unseen = kernel_at(&v, "unseen_k", b + 120);
+    if (!CHECK(a && sc && sc2 && tail && unseen)) return;
+    /* Outside the capture's ranges, or never seen: the replay's own range. */
+    CHECK_INT(tail->range, replay[i]);
+    CHECK_INT(unseen->range, replay[i]);
+    CHECK_INT(sc->range, sc2->range);
+    const tf_prof_range *ra = find_range(&v, a->range), *rs = find_range(&v, sc->range),
+                        *rr = find_range(&v, replay[i]);
+    if (!CHECK(ra && rs && rr)) return;
+    CHECK(strcmp(ra->name, "attn") == 0 && ra->replay && !ra->open);
+    CHECK(strcmp(rs->name, "scores") == 0 && rs->replay);
+    CHECK_INT(ra->parent, replay[i]);
+    CHECK_INT(rs->parent, ra->id);
+    CHECK_INT(ra->depth, rr->depth + 1);
+    CHECK_INT(rs->depth, rr->depth + 2);
+    CHECK(!rr->replay);
+    /* A replay range spans its kernels' GPU times (the parent's include the child's). */
+    CHECK_INT(rs->start_ns, b + 30);
+    CHECK_INT(rs->end_ns, b + 90);
+    CHECK_INT(ra->start_ns, b + 10);
+    CHECK_INT(ra->end_ns, b + 90);
+    attn_seen[i] = ra->id;
+  }
+  CHECK(attn_seen[0] != attn_seen[1]); /* one instance per replay */
+  /* Ranges stay in order of id. */
+  for (size_t i = 1; i < v.num_ranges; i++) CHECK(v.ranges[i].id > v.ranges[i - 1].id);
+  CHECK_INT(v.num_ranges, 5 + 2 * 2); /* step, the capture's attn and scores, replay x2; attn and scores per replay */
+  tf_prof_session_free(s);
+
+  /* A later session keeps what the capture taught: a replay lands in "attn" again. */
+  if (CHECK_OK(tf_prof_start(&opts, &s))) {
+    CHECK_OK(tf_range_push("again"));
+    tf_prof_gpu_launch(40);
+    CHECK_OK(tf_range_pop());
+    fake_kernel("attn_k", 40, 11, t0 + 9000, t0 + 9010);
+    CHECK_OK(tf_prof_view_get(s, &v));
+    CHECK_INT(v.num_kernels, 1);
+    const tf_prof_range *r = v.num_kernels ? find_range(&v, v.kernels[0].range) : NULL;
+    CHECK(r && strcmp(r->name, "attn") == 0 && r->replay);
+    tf_prof_session_free(s);
+  }
+  CHECK(!tf_prof_collecting_gpu());
+}
+
 int main(void) {
   tf_backends_init();
   test_short_names();
   test_ranges();
   test_sessions();
   test_forced_failure();
+  test_launches_and_replays(); /* last: it replaces the GPU side */
   return tf_check_done();
 }

@@ -10,7 +10,9 @@
  * timestamps ordered on the stream and inside their range's host interval
  * (each range waits for its work before closing), the clock mapping's
  * drift, a second session that starts empty, one collector at a time, and
- * the forced failure path (TF_PROF_FORCE_NO_CUPTI). Prints what it saw.
+ * the forced failure path (TF_PROF_FORCE_NO_CUPTI). Then a CUDA graph
+ * captured in ranges and replayed: each replay's kernels land in that
+ * replay's instances of the capture's ranges. Prints what it saw.
  * Exits 77 without a GPU. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +21,7 @@
 #include "backend.h"
 #include "backends.h"
 #include "check.h"
+#include "model_kernels.h"
 #include "ops.h"
 #include "prof.h"
 
@@ -95,7 +98,7 @@ static void test_known_work(tf_device_ctx *ctx) {
   CHECK_OK(tf_prof_test_spin(ctx, 1000, 1, 1, 32, 1, 0));
   CHECK_OK(ctx->backend->synchronize(ctx));
 
-  tf_prof_options opts = {true, true, false, true};
+  tf_prof_options opts = {true, true, false};
   tf_prof_session *s = NULL;
   if (!CHECK_OK(tf_prof_start(&opts, &s))) return;
   const char *reason = NULL;
@@ -221,10 +224,124 @@ static void test_known_work(tf_device_ctx *ctx) {
   }
 }
 
+/* A graph captured while the collector runs: 2 spins in "captured", 1 in
+ * "captured" > "inner part", 1 outside the capture's ranges; replayed
+ * REPLAYS times in range "replay". Then the same graph in a later session
+ * (what the capture taught stays), and a graph captured with no collector
+ * running, whose replay lands in the range around its launch. */
+static void test_graph_replay(tf_device_ctx *ctx) {
+  enum { REPLAYS = 3, A_NS = 40000, B_NS = 70000, C_NS = 20000 };
+  const tf_model_kernels *mk = ctx->backend->model;
+  if (!CHECK(mk && mk->capture_begin && mk->capture_end && mk->graph_launch && mk->graph_destroy)) return;
+  tf_prof_options opts = {true, true, false};
+  tf_prof_session *s = NULL;
+  if (!CHECK_OK(tf_prof_start(&opts, &s))) return;
+  tf_graph *g = NULL;
+  CHECK_OK(tf_range_push("step"));
+  tf_prof_graph_capture_begin();
+  CHECK_OK(mk->capture_begin(ctx));
+  CHECK_OK(tf_range_push("captured"));
+  CHECK_OK(tf_prof_test_spin(ctx, A_NS, 1, 1, 32, 1, 0));
+  CHECK_OK(tf_prof_test_spin(ctx, A_NS, 1, 1, 32, 1, 0));
+  CHECK_OK(tf_range_push("inner part"));
+  CHECK_OK(tf_prof_test_spin(ctx, B_NS, 1, 1, 32, 1, 0));
+  CHECK_OK(tf_range_pop());
+  CHECK_OK(tf_range_pop());
+  CHECK_OK(tf_prof_test_spin(ctx, C_NS, 1, 1, 32, 1, 0));
+  CHECK_OK(mk->capture_end(ctx, &g));
+  tf_prof_graph_capture_end();
+  if (!CHECK(g != NULL)) return;
+  uint64_t replay[REPLAYS];
+  for (int i = 0; i < REPLAYS; i++) {
+    CHECK_OK(tf_range_push("replay"));
+    replay[i] = tf_range_current();
+    CHECK_OK(mk->graph_launch(ctx, g));
+    CHECK_OK(tf_range_pop());
+  }
+  CHECK_OK(tf_range_pop());
+  CHECK_OK(tf_prof_stop(s));
+  tf_prof_view v;
+  CHECK_OK(tf_prof_view_get(s, &v));
+  print_view(&v);
+  int in_captured[REPLAYS] = {0}, in_inner[REPLAYS] = {0}, in_replay[REPLAYS] = {0}, graph_spins = 0;
+  for (size_t i = 0; i < v.num_kernels; i++) {
+    const tf_prof_kernel *k = &v.kernels[i];
+    if (!is_spin(k)) continue;
+    CHECK(k->graph_node != 0); /* nothing ran outside the graph */
+    graph_spins++;
+    const tf_prof_range *r = NULL;
+    for (size_t j = 0; j < v.num_ranges; j++)
+      if (v.ranges[j].id == k->range) r = &v.ranges[j];
+    if (!CHECK(r != NULL)) continue;
+    int64_t want = strcmp(r->name, "inner part") == 0 ? B_NS : strcmp(r->name, "captured") == 0 ? A_NS : C_NS;
+    CHECK(k->end_ns - k->start_ns >= want - 2000);
+    /* The replay this kernel belongs to: its range or an ancestor. */
+    const tf_prof_range *up = r;
+    while (up && !(strcmp(up->name, "replay") == 0 && !up->replay)) {
+      const tf_prof_range *parent = NULL;
+      for (size_t j = 0; j < v.num_ranges; j++)
+        if (v.ranges[j].id == up->parent) parent = &v.ranges[j];
+      up = parent;
+    }
+    int at = -1;
+    for (int j = 0; j < REPLAYS && up; j++)
+      if (replay[j] == up->id) at = j;
+    if (!CHECK(at >= 0)) continue;
+    if (r->id == replay[at]) in_replay[at]++;
+    else if (strcmp(r->name, "captured") == 0 && r->replay && r->parent == replay[at]) in_captured[at]++;
+    else if (strcmp(r->name, "inner part") == 0 && r->replay) in_inner[at]++;
+    /* A replayed range spans its kernels. */
+    if (r->replay) CHECK(k->start_ns >= r->start_ns && k->end_ns <= r->end_ns);
+  }
+  CHECK_INT(graph_spins, 4 * REPLAYS);
+  for (int i = 0; i < REPLAYS; i++) {
+    CHECK_INT(in_captured[i], 2);
+    CHECK_INT(in_inner[i], 1);
+    CHECK_INT(in_replay[i], 1);
+  }
+  tf_prof_session_free(s);
+
+  /* A later session: the graph's nodes still know their ranges. */
+  if (CHECK_OK(tf_prof_start(&opts, &s))) {
+    CHECK_OK(tf_range_push("replay"));
+    CHECK_OK(mk->graph_launch(ctx, g));
+    CHECK_OK(tf_range_pop());
+    CHECK_OK(tf_prof_view_get(s, &v));
+    int inner = 0;
+    for (size_t i = 0; i < v.num_kernels; i++)
+      for (size_t j = 0; j < v.num_ranges; j++)
+        if (v.ranges[j].id == v.kernels[i].range && strcmp(v.ranges[j].name, "inner part") == 0) inner++;
+    CHECK_INT(inner, 1);
+    tf_prof_session_free(s);
+  }
+  mk->graph_destroy(ctx, g);
+
+  /* Captured with no collector: a replay lands in the range of its launch. */
+  g = NULL;
+  CHECK_OK(mk->capture_begin(ctx));
+  CHECK_OK(tf_range_push("captured"));
+  CHECK_OK(tf_prof_test_spin(ctx, C_NS, 1, 1, 32, 1, 0));
+  CHECK_OK(tf_range_pop());
+  CHECK_OK(mk->capture_end(ctx, &g));
+  if (g && CHECK_OK(tf_prof_start(&opts, &s))) {
+    CHECK_OK(tf_range_push("late replay"));
+    uint64_t late = tf_range_current();
+    CHECK_OK(mk->graph_launch(ctx, g));
+    CHECK_OK(tf_range_pop());
+    CHECK_OK(tf_prof_view_get(s, &v));
+    int spins = 0;
+    for (size_t i = 0; i < v.num_kernels; i++)
+      if (is_spin(&v.kernels[i])) spins += CHECK_INT(v.kernels[i].range, late);
+    CHECK_INT(spins, 1);
+    tf_prof_session_free(s);
+  }
+  mk->graph_destroy(ctx, g);
+}
+
 /* With the environment variable, the collector steps aside and keeps host records. */
 static void test_forced_failure(void) {
   setenv("TF_PROF_FORCE_NO_CUPTI", "1", 1);
-  tf_prof_options opts = {true, true, true, true};
+  tf_prof_options opts = {true, true, true};
   tf_prof_session *s = NULL;
   if (CHECK_OK(tf_prof_start(&opts, &s))) {
     const char *reason = NULL;
@@ -249,6 +366,7 @@ int main(void) {
   tf_device_ctx *ctx;
   if (!CHECK_OK(tf_device_ctx_get((tf_device){TF_DEV_CUDA, 0}, &ctx))) return tf_check_done();
   test_known_work(ctx);
+  test_graph_replay(ctx);
   test_forced_failure();
 #endif
   return tf_check_done();

@@ -149,7 +149,7 @@ T.test("inference forward: logits identical with and without graphs", function()
   end
 end)
 
-T.test("replay turned off, or the profiler recording, runs eagerly with the same bits", function()
+T.test("replay turned off runs eagerly, and the profiler keeps replaying, with the same bits", function()
   local on, off, _ <close> = pair("bf16", "flash")
   local x, y = ids(4, 12), ids(4, 12)
   local s = 0
@@ -172,9 +172,66 @@ T.test("replay turned off, or the profiler recording, runs eagerly with the same
     local p <close> = tf.prof.start()
     steps(2, "profiling")
   end
-  T.eq(counts(on), { 4, 6, 0 }, "eager while the collector records (per-kernel ranges)")
+  T.eq(counts(on), { 6, 10, 0 },
+    "the collector's first step captures again (so that the nodes know their ranges), then replays")
   steps(1, "after profiling")
-  T.eq(counts(on), { 4, 8, 0 }, "replay again once it stopped")
+  T.eq(counts(on), { 6, 12, 0 }, "graphs captured while profiling are kept after")
+  do
+    local p <close> = tf.prof.start()
+    steps(1, "profiling again")
+  end
+  T.eq(counts(on), { 6, 14, 0 }, "a later session replays them without capturing")
+end)
+
+-- Kernel counts per range name and kernel name, from one profiled call of fn(m).
+local function kernels_by_range(m, fn)
+  local p <close> = tf.prof.start()
+  fn(m)
+  tf.sync()
+  p:stop()
+  local out, unattributed = {}, 0
+  for _, row in ipairs(p:ranges()) do
+    if not row.name:find(" graph$") then -- the replay's own range (around its launch)
+      for _, k in ipairs(p:kernels{ range = row.name, copies = false }) do
+        out[row.name .. " | " .. k.name] = k.instances
+      end
+    end
+  end
+  for _, k in ipairs(p:records().kernels) do
+    if not k.range then unattributed = unattributed + 1 end
+  end
+  return out, unattributed
+end
+
+T.test("profiled replays: every kernel in the ranges it was captured in, as when eager", function()
+  for _, spec in ipairs({ { "bf16", "flash" }, { "f32", "naive" } }) do
+    local on, off, _ <close> = pair(spec[1], spec[2])
+    local x, y = ids(4, 12), ids(4, 12)
+    for i = 1, 3 do step_both(on, off, x, y, i, "warm-up " .. i) end
+    for _ = 1, 3 do forward_both(on, off, x, false, "warm-up forward") end
+    local function work(m)
+      tf.range("training step", function()
+        local l = m:loss(x, y)
+        m:backward()
+        m:zero_grad()
+        l:free()
+      end)
+      tf.range("forward pass", function() m:forward(x):free() end)
+    end
+    local before = on:info().graph_replays
+    local got, lost_on = kernels_by_range(on, work)
+    local want, lost_off = kernels_by_range(off, work)
+    T.eq(on:info().graph_replays - before, 3, spec[1] .. " " .. spec[2] .. ": replayed while profiled")
+    T.eq(lost_on, 0, "no kernel outside the ranges (replays)")
+    T.eq(lost_off, 0, "no kernel outside the ranges (eager)")
+    local n = 0
+    for key, count in pairs(want) do
+      n = n + 1
+      T.eq(got[key], count, spec[1] .. " " .. spec[2] .. ": " .. key)
+    end
+    for key in pairs(got) do T.ok(want[key] ~= nil, "only with replays: " .. key) end
+    T.ok(n > 20, "the eager profile has kernels in many ranges")
+  end
 end)
 
 T.run()

@@ -312,6 +312,28 @@ local function tfhost_path()
   return arg[i]
 end
 
+T.test("a range that never opened: an empty table and one note on stderr", function()
+  local script = os.tmpname()
+  local f = assert(io.open(script, "w"))
+  f:write([[
+    local x = tf.randn({8, 8}, {device = "cpu"})
+    local p <close> = tf.prof.start{kernels = false, memcpy = false}
+    tf.range("there", function() tf.matmul(x, x) end)
+    p:stop()
+    print("rows=" .. #p:kernels{range = "not there"} .. "," .. #p:kernels{range = {"there", "not there"}}
+      .. "," .. #p:kernels{range = "not there", by = "class"})
+  ]])
+  f:close()
+  local pipe = assert(io.popen(string.format("'%s' '%s' 2>&1", tfhost_path(), script)))
+  local out = pipe:read("a")
+  local ok = pipe:close()
+  os.remove(script)
+  T.ok(ok, out)
+  T.ok(out:find("rows=0,0,0", 1, true), out)
+  local _, notes = out:gsub("tf%.prof: no range named 'not there' was open while the collector ran", "")
+  T.eq(notes, 1, "one note per name and session:\n" .. out)
+end)
+
 T.test("without CUPTI: one line on stderr, host records kept", function()
   local script = os.tmpname()
   local f = assert(io.open(script, "w"))
