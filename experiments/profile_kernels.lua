@@ -218,6 +218,6 @@ tf.report.table(rows, { columns = cols{
 print("\nSoftmax costs a few FLOPs per score against 2*head_dim per score for each matmul, yet its time is a far "
   .. "larger share: it is bound by memory traffic over the (seq x seq) scores, the matmuls by arithmetic.")
 if opt.json then
-  tf.results.write(opt.json, rows)
+  tf.results.write(opt.json, rows, { options = opt })
   print("wrote " .. opt.json)
 end

@@ -4,7 +4,7 @@
 # step, the memory profile (peaks beside torch.cuda.max_memory_allocated for
 # the same configurations, and the snapshot read back by torch's own
 # _memory_viz), and the kernel profile. Logs and JSON go to $OUT.
-#   tests/gpu/observe.sh build/bundle memory|overhead|kernels [sizes] [contexts]
+#   tests/gpu/observe.sh build/bundle memory|overhead|kernels [sizes] [contexts] [precision (kernels)]
 set -uo pipefail
 bin=$(realpath "${1:?usage: tests/gpu/observe.sh path/to/bundle memory|overhead|kernels [sizes] [contexts]}")/tfhost
 what=${2:?memory, overhead or kernels}
@@ -14,10 +14,9 @@ cd "$(dirname "$0")/../.."
 
 case $what in
 overhead)
-  for prec in bf16 f32; do
-    "$bin" experiments/overhead.lua --size small --context 256 --precision $prec --rounds 5 --steps 20 \
-      --json "$out/overhead_$prec.json" 2> "$out/overhead_$prec.err" | tee "$out/overhead_$prec.md"
-  done
+  sizes=${3:-small,2.7B}
+  "$bin" experiments/overhead.lua --size "$sizes" --context 256 --precision bf16 \
+    --json "$out/overhead_bf16.json" 2> "$out/overhead_bf16.err" | tee "$out/overhead_bf16.md"
   ;;
 memory)
   sizes=${3:-2.7B}
@@ -58,9 +57,15 @@ PY
 kernels)
   sizes=${3:-small,medium,large,xl,2.7B}
   contexts=${4:-128,256,512,1024}
-  "$bin" experiments/profile_kernels.lua --size "$sizes" --context "$contexts" --warmup 2 --passes 2 \
-    --trace "$out/traces" --json "$out/kernels_${sizes//,/-}.json" 2> "$out/kernels.err" \
-    | tee "$out/kernels_${sizes//,/-}.md"
+  precision=${5:-bf16}
+  name=kernels_${sizes//,/-}_$precision
+  "$bin" experiments/profile_kernels.lua --size "$sizes" --context "$contexts" --precision "$precision" \
+    --warmup 2 --passes 2 --trace "$out/traces" --json "$out/$name.json" 2> "$out/kernels.err" \
+    | tee "$out/$name.md"
+  # the GEMM share beside PyTorch's profiler on the CS336 model (section d)
+  python3 tests/reference/torch_profile_kernels.py --size "$sizes" --context "$contexts" --precision "$precision" \
+    --json "$out/torch_$name.json" --compare "$out/$name.json" 2> "$out/torch_kernels.err" \
+    | tee "$out/torch_$name.md"
   ;;
 *)
   echo "observe.sh: unknown part '$what'" >&2

@@ -31,7 +31,9 @@ PRESETS = {
 }
 
 
-def bench(size, ctx, precision, modes, batch, vocab, warmup, steps):
+def setup(size, ctx, precision, batch, vocab):
+    """The model of a configuration (seed 0), its AdamW, random ids and targets, and the autocast
+    context of the precision: cfg, model, opt, ids, targets, autocast."""
     cfg = dict(PRESETS[size], vocab_size=vocab, context_length=ctx, rope_theta=10000.0)
     torch.manual_seed(0)
     model = TransformerLM(cfg).cuda()
@@ -39,6 +41,11 @@ def bench(size, ctx, precision, modes, batch, vocab, warmup, steps):
     ids = torch.randint(0, vocab, (batch, ctx), device="cuda")
     targets = torch.randint(0, vocab, (batch, ctx), device="cuda")
     autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=precision == "bf16")
+    return cfg, model, opt, ids, targets, autocast
+
+
+def bench(size, ctx, precision, modes, batch, vocab, warmup, steps):
+    cfg, model, opt, ids, targets, autocast = setup(size, ctx, precision, batch, vocab)
     params = sum(p.numel() for p in model.parameters())
     flops = 6 * params * batch * ctx + 12 * cfg["num_layers"] * batch * ctx * ctx * cfg["d_model"]
 
