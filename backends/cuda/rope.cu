@@ -137,7 +137,47 @@ __global__ void __launch_bounds__(TF_CUDA_THREADS) tf_cuda_rope_heads_kernel(tf_
   }
 }
 
-/* Arguments by value; one grid-stride kernel. */
+/* The same, VEC elements (16 bytes) per thread: a run of VEC elements of a
+ * qkv row lies in one head of one of q, k, v when head_dim is a multiple
+ * of VEC, and moves as one 16-byte word each way. Index arithmetic in I
+ * (32 bits when everything fits). Each pair is turned by the very
+ * operations of the kernel above, so the bits are the same. */
+template <int DT, int VEC, typename I>
+__global__ void __launch_bounds__(TF_CUDA_THREADS) tf_cuda_rope_heads_vec_kernel(tf_cuda_rope_heads_params p) {
+  typedef tf_cuda_dtype<DT> D;
+  typedef typename D::storage S;
+  static_assert(VEC * sizeof(S) == sizeof(uint4), "one 16-byte word per thread");
+  const I H = (I)p.heads, hd = (I)p.head_dim, half = hd / 2, d = H * hd, T = (I)p.seq;
+  const I per_row = 3 * d / VEC, total = (I)p.batch * T * per_row;
+  for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (I)gridDim.x * blockDim.x) {
+    const I bt = i / per_row, e = (i - bt * per_row) * VEC;
+    const I part = e / d, rem = e - part * d, h = rem / hd, at = rem - h * hd;
+    const I t = bt % T, b = bt / T;
+    const I row = bt * 3 * d + e, hrow = ((b * H + h) * T + t) * hd + at;
+    S *heads = (S *)(part == 0 ? p.q : part == 1 ? p.k : p.v);
+    S *qkv = (S *)p.qkv;
+    union {
+      uint4 word;
+      S v[VEC];
+    } in, out;
+    in.word = *(const uint4 *)(p.backward ? heads + hrow : qkv + row);
+    const float *cs = p.cos + t * half + at / 2, *sn = p.sin + t * half + at / 2;
+#pragma unroll
+    for (int j = 0; j < VEC / 2; j++) {
+      const float c = part < 2 ? cs[j] : 1.0f, s = part < 2 ? sn[j] : 0.0f;
+      float y0, y1;
+      tf_rope_turn<float>(D::load(in.v[2 * j]), D::load(in.v[2 * j + 1]), c, p.backward ? -s : s, &y0, &y1);
+      out.v[2 * j] = D::store(y0);
+      out.v[2 * j + 1] = D::store(y1);
+    }
+    *(uint4 *)(p.backward ? qkv + row : heads + hrow) = out.word;
+  }
+}
+
+static bool tf_cuda_aligned16(const void *ptr) { return ((uintptr_t)ptr & 15) == 0; }
+
+/* Arguments by value; one grid-stride kernel (16 bytes per thread where
+ * the head size and the buffers' alignment allow). */
 template <int DT> static tf_status tf_cuda_rope_heads_typed(tf_cuda_state *st, const tf_rope_heads_args *a) {
   tf_cuda_rope_heads_params p;
   p.cos = a->cos;
@@ -153,6 +193,16 @@ template <int DT> static tf_status tf_cuda_rope_heads_typed(tf_cuda_state *st, c
   p.backward = a->backward;
   const int64_t total = a->batch * a->seq * 3 * a->heads * (a->head_dim / 2);
   if (total == 0) return TF_OK;
+  enum { VEC = (int)(sizeof(uint4) / sizeof(typename tf_cuda_dtype<DT>::storage)) };
+  if (a->head_dim % VEC == 0 && tf_cuda_aligned16(a->qkv) && tf_cuda_aligned16(a->q) && tf_cuda_aligned16(a->k) &&
+      tf_cuda_aligned16(a->v)) {
+    const int64_t words = total * 2 / VEC;
+    if (words * VEC < INT32_MAX)
+      tf_cuda_rope_heads_vec_kernel<DT, VEC, int32_t><<<tf_cuda_blocks(st, words), TF_CUDA_THREADS, 0, st->stream>>>(p);
+    else
+      tf_cuda_rope_heads_vec_kernel<DT, VEC, int64_t><<<tf_cuda_blocks(st, words), TF_CUDA_THREADS, 0, st->stream>>>(p);
+    return tf_cuda_launched("rope_heads kernel");
+  }
   tf_cuda_rope_heads_kernel<DT><<<tf_cuda_blocks(st, total), TF_CUDA_THREADS, 0, st->stream>>>(p);
   return tf_cuda_launched("rope_heads kernel");
 }

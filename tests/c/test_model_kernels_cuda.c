@@ -273,6 +273,7 @@ static void test_attention_kernels(void) {
     const tf_dtype d = DTYPES[di];
     rope_heads_case(d, 2, 17, 3, 64);
     rope_heads_case(d, 1, 5, 2, 6);
+    rope_heads_case(d, 2, 9, 2, 80); /* the 2.7B model's head size: 16-byte words */
     heads_case(d, 2, 33, 12, 64);
     heads_case(d, 1, 3, 2, 5);
     heads_case(d, 2, 4, 3, 2);
