@@ -31,21 +31,25 @@ PRESETS = {
 }
 
 
-def setup(size, ctx, precision, batch, vocab):
+def setup(size, ctx, precision, batch, vocab, impl="eager"):
     """The model of a configuration (seed 0), its AdamW, random ids and targets, and the autocast
-    context of the precision: cfg, model, opt, ids, targets, autocast."""
-    cfg = dict(PRESETS[size], vocab_size=vocab, context_length=ctx, rope_theta=10000.0)
+    context of the precision: cfg, model, opt, ids, targets, autocast. impl "eager" is CS336's
+    reference (naive attention, torch.optim.AdamW); "compiled" is what a speed-minded PyTorch user
+    runs: scaled_dot_product_attention with its default backend, torch.compile, AdamW(fused=True)."""
+    cfg = dict(PRESETS[size], vocab_size=vocab, context_length=ctx, rope_theta=10000.0, sdpa=impl == "compiled")
     torch.manual_seed(0)
     model = TransformerLM(cfg).cuda()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=impl == "compiled")
+    if impl == "compiled":
+        model = torch.compile(model)
     ids = torch.randint(0, vocab, (batch, ctx), device="cuda")
     targets = torch.randint(0, vocab, (batch, ctx), device="cuda")
     autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=precision == "bf16")
     return cfg, model, opt, ids, targets, autocast
 
 
-def bench(size, ctx, precision, modes, batch, vocab, warmup, steps):
-    cfg, model, opt, ids, targets, autocast = setup(size, ctx, precision, batch, vocab)
+def bench(size, ctx, precision, modes, batch, vocab, warmup, steps, impl="eager"):
+    cfg, model, opt, ids, targets, autocast = setup(size, ctx, precision, batch, vocab, impl)
     params = sum(p.numel() for p in model.parameters())
     flops = 6 * params * batch * ctx + 12 * cfg["num_layers"] * batch * ctx * ctx * cfg["d_model"]
 
@@ -80,7 +84,7 @@ def bench(size, ctx, precision, modes, batch, vocab, warmup, steps):
             times.append(start.elapsed_time(end))
         mean = statistics.mean(times)
         f = flops / 3 if mode == "fwd" else flops
-        rows.append(dict(size=size, context=ctx, precision=precision, mode=mode, mean_ms=mean,
+        rows.append(dict(size=size, context=ctx, precision=precision, mode=mode, impl=impl, mean_ms=mean,
                          std_ms=statistics.stdev(times) if len(times) > 1 else 0.0, tflops=f / (mean * 1e-3) / 1e12,
                          peak_gib=torch.cuda.max_memory_allocated() / 2 ** 30, params=params))
     del model, opt
@@ -91,16 +95,18 @@ def bench(size, ctx, precision, modes, batch, vocab, warmup, steps):
 def compare(tf_rows, torch_rows):
     key = lambda r: (r["size"], r["context"], r["precision"], r["mode"])
     ours = {key(r): r for r in tf_rows if r.get("warmup", 5) == max(x.get("warmup", 5) for x in tf_rows)}
-    print("| size | ctx | prec | mode | tfhost ms | PyTorch ms | time ratio | tfhost GiB | PyTorch GiB | memory ratio |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("| size | ctx | prec | mode | PyTorch | tfhost ms | PyTorch ms | time ratio | tfhost GiB | PyTorch GiB | "
+          "memory ratio |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in torch_rows:
         o = ours.get(key(r))
         if not o:
             continue
         if o.get("oom"):
-            print(f"| {r['size']} | {r['context']} | {r['precision']} | {r['mode']} | OOM | {r['mean_ms']:.2f} | | | | |")
+            print(f"| {r['size']} | {r['context']} | {r['precision']} | {r['mode']} | {r.get('impl', 'eager')} | OOM | "
+                  f"{r['mean_ms']:.2f} | | | | |")
             continue
-        print(f"| {r['size']} | {r['context']} | {r['precision']} | {r['mode']} | {o['mean_ms']:.2f} | "
+        print(f"| {r['size']} | {r['context']} | {r['precision']} | {r['mode']} | {r.get('impl', 'eager')} | {o['mean_ms']:.2f} | "
               f"{r['mean_ms']:.2f} | {o['mean_ms'] / r['mean_ms']:.2f} | {o['peak_gib']:.2f} | "
               f"{r['peak_gib']:.2f} | {o['peak_gib'] / r['peak_gib']:.2f} |")
 
@@ -115,6 +121,8 @@ def main():
     p.add_argument("--vocab", type=int, default=10000)
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--impl", default="eager", help="eager (CS336's reference), compiled (torch.compile + SDPA + "
+                   "fused AdamW), or both: eager,compiled")
     p.add_argument("--json")
     p.add_argument("--compare")
     a = p.parse_args()
@@ -123,18 +131,20 @@ def main():
     for size in a.size.split(","):
         for ctx in map(int, a.context.split(",")):
             for precision in a.precision.split(","):
-                try:
-                    rows += bench(size, ctx, precision, a.mode.split(","), a.batch, a.vocab, a.warmup, a.steps)
-                except torch.cuda.OutOfMemoryError:
-                    rows.append(dict(size=size, context=ctx, precision=precision, mode="all", oom=True))
-                    torch.cuda.empty_cache()
-                print(f"torch {size} ctx {ctx} {precision} done", file=sys.stderr)
+                for impl in a.impl.split(","):
+                    try:
+                        rows += bench(size, ctx, precision, a.mode.split(","), a.batch, a.vocab, a.warmup, a.steps,
+                                      impl)
+                    except torch.cuda.OutOfMemoryError:
+                        rows.append(dict(size=size, context=ctx, precision=precision, mode="all", impl=impl, oom=True))
+                        torch.cuda.empty_cache()
+                    print(f"torch {size} ctx {ctx} {precision} {impl} done", file=sys.stderr)
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"torch": torch.__version__, "device": torch.cuda.get_device_name(), "results": rows}, f, indent=1)
     for r in rows:
         if not r.get("oom"):
-            print(f"{r['size']:>6} {r['context']:>5} {r['precision']:>5} {r['mode']:>7} {r['mean_ms']:9.2f} ms "
+            print(f"{r['size']:>6} {r['context']:>5} {r['precision']:>5} {r['mode']:>7} {r['impl']:>8} {r['mean_ms']:9.2f} ms "
                   f"{r['tflops']:7.1f} TFLOP/s {r['peak_gib']:6.2f} GiB")
     if a.compare:
         with open(a.compare) as f:

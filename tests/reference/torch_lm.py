@@ -61,12 +61,16 @@ class Attention(nn.Module):
         super().__init__()
         d = cfg["d_model"]
         self.h, self.dh, self.theta = cfg["num_heads"], d // cfg["num_heads"], cfg["rope_theta"]
+        self.sdpa = cfg.get("sdpa", False)  # PyTorch's own attention (default backend) instead of CS336's
         self.q_proj, self.k_proj, self.v_proj, self.output_proj = (Linear(d, d) for _ in range(4))
 
     def forward(self, x):
         b, t, d = x.shape
         split = lambda y: y.view(b, t, self.h, self.dh).transpose(1, 2)
         q, k, v = rope(split(self.q_proj(x)), self.theta), rope(split(self.k_proj(x)), self.theta), split(self.v_proj(x))
+        if self.sdpa:
+            out = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+            return self.output_proj(out.transpose(1, 2).reshape(b, t, d))
         scores = q @ k.transpose(-1, -2) / math.sqrt(self.dh)
         future = torch.triu(torch.ones(t, t, dtype=torch.bool, device=x.device), diagonal=1)
         probs = scores.masked_fill(future, float("-inf")).softmax(-1)
