@@ -50,7 +50,8 @@ tf_status tf_cpu_adamw(tf_device_ctx *ctx, const tf_adamw_update *a) {
   void *p = tf_tensor_data(a->p), *m = tf_tensor_data(a->m), *v = tf_tensor_data(a->v);
   const void *g = tf_tensor_data(a->g);
   tf_dtype pd = a->p->dtype, gd = a->g->dtype;
-  int64_t n = tf_tensor_numel(a->p);
+  int64_t n = tf_tensor_numel(a->p), n_low = a->low ? tf_tensor_numel(a->low) : 0;
+  void *low = a->low ? tf_tensor_data(a->low) : NULL;
 #pragma omp parallel for schedule(static) if (n > TF_CPU_PARALLEL_MIN)
   for (int64_t i = 0; i < n; i++) {
     double gv = tf_elem_get(g, gd, i);
@@ -59,6 +60,7 @@ tf_status tf_cpu_adamw(tf_device_ctx *ctx, const tf_adamw_update *a) {
     double vv = a->beta2 * tf_elem_get(v, pd, i) + (1.0 - a->beta2) * gv * gv;
     pv -= a->step_size * mv / (sqrt(vv) / a->bias2_sqrt + a->eps);
     tf_elem_set(p, pd, i, pv);
+    if (i < n_low) tf_elem_set(low, a->low->dtype, i, tf_elem_get(p, pd, i)); /* from the stored p */
     tf_elem_set(m, pd, i, mv);
     tf_elem_set(v, pd, i, vv);
   }

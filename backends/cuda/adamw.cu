@@ -9,11 +9,15 @@ template <typename P> struct tf_cuda_adamw_params {
   P *p, *m, *v;
   const void *g;
   int64_t n;
+  void *low; /* the first n_low elements of the new p, rounded to bf16 (low_bf16) or f16; f32 p only */
+  int64_t n_low;
+  bool low_bf16;
   P decay, beta1, beta2, one_minus_beta1, one_minus_beta2, step_size, bias2_sqrt, eps;
 };
 
 /* p = p decay; m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;
- * p -= step_size m / (sqrt(v) / bias2_sqrt + eps). */
+ * p -= step_size m / (sqrt(v) / bias2_sqrt + eps); the low-precision copy
+ * of p's prefix by the rounding of the conversion kernels. */
 template <typename P, int GDT>
 __global__ void __launch_bounds__(TF_CUDA_THREADS) tf_cuda_adamw_kernel(tf_cuda_adamw_params<P> a) {
   typedef tf_cuda_dtype<GDT> G;
@@ -25,6 +29,10 @@ __global__ void __launch_bounds__(TF_CUDA_THREADS) tf_cuda_adamw_kernel(tf_cuda_
     P p = a.p[i] * a.decay;
     p -= a.step_size * m / (sqrt(v) / a.bias2_sqrt + a.eps);
     a.p[i] = p;
+    if (i < a.n_low) {
+      uint16_t *low = (uint16_t *)a.low;
+      low[i] = a.low_bf16 ? tf_f32_to_bf16((float)p) : tf_f32_to_f16((float)p);
+    }
     a.m[i] = m;
     a.v[i] = v;
   }
@@ -40,6 +48,9 @@ static tf_status tf_cuda_adamw_typed(tf_cuda_state *st, const tf_adamw_update *u
   a.v = (P *)tf_tensor_data(u->v);
   a.g = tf_tensor_data(u->g);
   a.n = tf_tensor_numel(u->p);
+  a.low = u->low ? tf_tensor_data(u->low) : NULL;
+  a.n_low = u->low ? tf_tensor_numel(u->low) : 0;
+  a.low_bf16 = u->low && u->low->dtype == TF_BF16;
   a.decay = (P)u->decay;
   a.beta1 = (P)u->beta1;
   a.beta2 = (P)u->beta2;

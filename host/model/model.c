@@ -349,11 +349,15 @@ static tf_status tf_model_ensure_moments(tf_model *m) {
 }
 
 /* One fused kernel over every parameter (alignment gaps hold zeros and stay
- * zero), then the low-precision copy refreshed from the new weights. */
+ * zero) that also refreshes the low-precision copy of the matmul weights
+ * from the new ones, in the same pass (when it was in step before: else
+ * the whole copy is converted afterwards). */
 static tf_status tf_model_run_adamw(tf_model *m, const tf_adamw_args *args) {
   TF_TRY(tf_model_ensure_moments(m));
-  TF_TRY(tf_adamw_step(m->params, m->grads, m->adam_m, m->adam_v, args));
+  const bool in_step = m->low && m->low_version == m->params->storage->version;
+  TF_TRY(tf_adamw_step_with_low(m->params, m->grads, m->adam_m, m->adam_v, in_step ? m->low : NULL, args));
   m->params->storage->version++; /* an in-place write, as autograd counts them */
+  if (in_step) m->low_version = m->params->storage->version;
   return tf_model_sync_weights(m);
 }
 

@@ -111,6 +111,8 @@ typedef struct tf_adamw_update {
   double step_size;     /* lr / (1 - beta1^step) */
   double bias2_sqrt;    /* sqrt(1 - beta2^step) */
   double eps;
+  tf_tensor *low;       /* or NULL (f32 p only): the first numel(low) elements of the updated p, rounded
+                           to low's dtype (f16 or bf16), as a conversion of p afterwards would give them */
 } tf_adamw_update;
 
 /* FlashAttention-2 over batch independent problems (all leading dims of

@@ -609,6 +609,11 @@ static tf_status tf_nn_adamw_like(const char *arg, const tf_tensor *t, const tf_
 }
 
 tf_status tf_adamw_step(tf_tensor *p, const tf_tensor *g, tf_tensor *m, tf_tensor *v, const tf_adamw_args *args) {
+  return tf_adamw_step_with_low(p, g, m, v, NULL, args);
+}
+
+tf_status tf_adamw_step_with_low(tf_tensor *p, const tf_tensor *g, tf_tensor *m, tf_tensor *v, tf_tensor *low,
+                                 const tf_adamw_args *args) {
   const char *op = "adamw_step";
   if (p->dtype != TF_F32 && p->dtype != TF_F64)
     return tf_fail(TF_ERR_ARG, "%s: p must be f32 or f64 (keep a full-precision master copy), not %s", op,
@@ -628,6 +633,14 @@ tf_status tf_adamw_step(tf_tensor *p, const tf_tensor *g, tf_tensor *m, tf_tenso
   for (int i = 0; i < 3; i++)
     if (!tf_tensor_is_contiguous(inplace[i]))
       return tf_fail(TF_ERR_ARG, "%s: %s is updated in place and must be contiguous", op, inames[i]);
+  if (low) {
+    if (p->dtype != TF_F32 || (low->dtype != TF_BF16 && low->dtype != TF_F16))
+      return tf_fail(TF_ERR_ARG, "%s: the low-precision copy is bf16 or f16 of f32 parameters, not %s of %s", op,
+                     tf_dtype_name(low->dtype), tf_dtype_name(p->dtype));
+    TF_TRY(tf_nn_same_device(op, "low", low, "p", p));
+    if (!tf_tensor_is_contiguous(low) || tf_tensor_numel(low) > tf_tensor_numel(p))
+      return tf_fail(TF_ERR_ARG, "%s: the low-precision copy must be contiguous and no longer than p", op);
+  }
   const tf_adamw_args *a = args;
   if (a->step < 1) return tf_fail(TF_ERR_ARG, "%s: step counts from 1, not %lld", op, (long long)a->step);
   if (!(a->lr >= 0) || !isfinite(a->lr))
@@ -651,7 +664,7 @@ tf_status tf_adamw_step(tf_tensor *p, const tf_tensor *g, tf_tensor *m, tf_tenso
                          .beta1 = a->beta1, .beta2 = a->beta2,
                          .step_size = a->lr / (1.0 - pow(a->beta1, steps)),
                          .bias2_sqrt = sqrt(1.0 - pow(a->beta2, steps)),
-                         .eps = a->eps};
+                         .eps = a->eps, .low = low};
     st = ctx->backend->adamw(ctx, &u);
   }
   tf_temps_drop(&tt);

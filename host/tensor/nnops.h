@@ -75,6 +75,12 @@ typedef struct tf_adamw_args {
   int64_t step;
 } tf_adamw_args;
 tf_status tf_adamw_step(tf_tensor *p, const tf_tensor *g, tf_tensor *m, tf_tensor *v, const tf_adamw_args *args);
+/* The same, also writing the first numel(low) elements of the new p into
+ * low (contiguous, f16 or bf16, p's device; p f32), rounded as
+ * tf_copy_into(low, p's prefix) would round them: a mixed-precision
+ * model's low-precision weights refreshed in the same pass over p. */
+tf_status tf_adamw_step_with_low(tf_tensor *p, const tf_tensor *g, tf_tensor *m, tf_tensor *v, tf_tensor *low,
+                                 const tf_adamw_args *args);
 
 #ifdef __cplusplus
 }

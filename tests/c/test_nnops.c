@@ -473,6 +473,44 @@ static void test_masked_fill(void) {
 
 /* ---- adamw ----------------------------------------------------------------------- */
 
+/* With the low-precision copy: p, m, v as the plain step gives them, and the
+ * copy bit for bit what converting the new p's prefix gives. */
+static void test_adamw_with_low(void) {
+  const int64_t n = 41, nl = 29, one = 1;
+  tf_adamw_args a = {.lr = 1e-2, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.01, .step = 3};
+  for (int li = 0; li < 2; li++) {
+    const tf_dtype ld = li ? TF_F16 : TF_BF16;
+    double *pv, *gv;
+    tf_tensor *p = tensor_randn(SHAPE(n), TF_F32, 1.0, &pv), *g = tensor_randn(SHAPE(n), TF_F32, 1.0, &gv);
+    tf_tensor *p2 = NULL, *m = NULL, *v = NULL, *m2 = NULL, *v2 = NULL, *low = NULL, *conv = NULL, *prefix = NULL;
+    CHECK_OK(tf_full(&SHAPE(n), 0.0, TF_F32, tf_cpu(), &p2));
+    CHECK_OK(tf_copy_into(p2, p));
+    CHECK_OK(tf_full(&SHAPE(n), 0.1, TF_F32, tf_cpu(), &m));
+    CHECK_OK(tf_full(&SHAPE(n), 0.2, TF_F32, tf_cpu(), &v));
+    CHECK_OK(tf_full(&SHAPE(n), 0.1, TF_F32, tf_cpu(), &m2));
+    CHECK_OK(tf_full(&SHAPE(n), 0.2, TF_F32, tf_cpu(), &v2));
+    CHECK_OK(tf_full(&SHAPE(nl), 0.0, ld, tf_cpu(), &low));
+    CHECK_OK(tf_adamw_step_with_low(p, g, m, v, low, &a));
+    CHECK_OK(tf_adamw_step(p2, g, m2, v2, &a));
+    float x[41], y[41];
+    CHECK_OK(tf_tensor_read(p, x, sizeof x));
+    CHECK_OK(tf_tensor_read(p2, y, sizeof y));
+    CHECK(memcmp(x, y, sizeof x) == 0);
+    tf_shape s = {1, {nl}};
+    CHECK_OK(tf_tensor_view(p, &s, &one, 0, &prefix));
+    CHECK_OK(tf_full(&s, 0.0, ld, tf_cpu(), &conv));
+    CHECK_OK(tf_copy_into(conv, prefix));
+    uint16_t lb[29], cb[29];
+    CHECK_OK(tf_tensor_read(low, lb, sizeof lb));
+    CHECK_OK(tf_tensor_read(conv, cb, sizeof cb));
+    CHECK(memcmp(lb, cb, sizeof lb) == 0);
+    CHECK(tf_adamw_step_with_low(p, g, m, v, m2, &a) == TF_ERR_ARG); /* an f32 copy */
+    tf_tensor *released[] = {p, g, p2, m, v, m2, v2, low, conv, prefix};
+    for (size_t i = 0; i < sizeof released / sizeof released[0]; i++) tf_tensor_release(released[i]);
+    free(pv), free(gv);
+  }
+}
+
 static void test_adamw(void) {
   const tf_adamw_args base = {.lr = 1e-2, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.1};
   const tf_dtype pdts[] = {TF_F32, TF_F64}, gdts[] = {TF_F32, TF_BF16, TF_F64};
@@ -683,6 +721,7 @@ int main(void) {
   test_embedding();
   test_masked_fill();
   test_adamw();
+  test_adamw_with_low();
   test_compare();
   test_errors();
   /* every tensor went back to the allocator */

@@ -429,6 +429,53 @@ static void test_masked_fill(void) {
 
 /* ---- adamw -------------------------------------------------------------------------------- */
 
+/* low holds exactly what converting p's prefix gives, on p's device. */
+static void check_low_is_conversion(tf_tensor *p, tf_tensor *low, const char *where) {
+  const int64_t nl = tf_tensor_numel(low), one = 1;
+  tf_shape s = {1, {nl}};
+  tf_tensor *prefix = NULL, *conv = NULL;
+  CHECK_OK(tf_tensor_view(p, &s, &one, 0, &prefix));
+  CHECK_OK(tf_full(&s, 0.0, low->dtype, p->device, &conv));
+  CHECK_OK(tf_copy_into(conv, prefix));
+  uint16_t *a = malloc((size_t)nl * 2), *b = malloc((size_t)nl * 2);
+  CHECK_OK(tf_tensor_read(low, a, (size_t)nl * 2));
+  CHECK_OK(tf_tensor_read(conv, b, (size_t)nl * 2));
+  if (!CHECK(memcmp(a, b, (size_t)nl * 2) == 0)) fprintf(stderr, "  %s: low copy differs from the conversion\n", where);
+  free(a), free(b);
+  tf_tensor_release(prefix), tf_tensor_release(conv);
+}
+
+/* The step that also writes the low-precision copy of p's prefix: the same
+ * p, m, v as the plain step, and the copy a conversion would make. */
+static void test_adamw_with_low(void) {
+  const int64_t n = small_run ? 1001 : 1000003, nl = n / 2 + 3;
+  for (int li = 0; li < 2; li++) {
+    const tf_dtype ld = li ? TF_F16 : TF_BF16;
+    pair p = pair_randn(SHAPE(n), TF_F32, 1.0), g = pair_randn(SHAPE(n), TF_F32, 1.0);
+    tf_tensor *zm = NULL, *zv = NULL, *zl = NULL;
+    CHECK_OK(tf_full(&SHAPE(n), 0.0, TF_F32, tf_cpu(), &zm));
+    CHECK_OK(tf_full(&SHAPE(n), 0.0, TF_F32, tf_cpu(), &zv));
+    CHECK_OK(tf_full(&SHAPE(nl), 0.0, ld, tf_cpu(), &zl));
+    pair m = pair_of(zm), v = pair_of(zv), low = pair_of(zl);
+    tf_adamw_args a = {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.01, .step = 1};
+    CHECK_OK(tf_adamw_step_with_low(p.c, g.c, m.c, v.c, low.c, &a));
+    CHECK_OK(tf_adamw_step_with_low(p.g, g.g, m.g, v.g, low.g, &a));
+    same("adamw with low p", tf_dtype_name(ld), p.g, p.c, 1e-5);
+    same("adamw with low m", tf_dtype_name(ld), m.g, m.c, 1e-5);
+    same("adamw with low copy", tf_dtype_name(ld), low.g, low.c, 1e-2);
+    check_low_is_conversion(p.c, low.c, "cpu");
+    check_low_is_conversion(p.g, low.g, "cuda");
+    /* Bad copies: f32, or longer than p. */
+    tf_tensor *f32 = NULL, *longer = NULL;
+    CHECK_OK(tf_full(&SHAPE(4), 0.0, TF_F32, tf_cpu(), &f32));
+    CHECK_OK(tf_full(&SHAPE(n + 1), 0.0, TF_BF16, tf_cpu(), &longer));
+    CHECK(tf_adamw_step_with_low(p.c, g.c, m.c, v.c, f32, &a) == TF_ERR_ARG);
+    CHECK(tf_adamw_step_with_low(p.c, g.c, m.c, v.c, longer, &a) == TF_ERR_ARG);
+    tf_tensor_release(f32), tf_tensor_release(longer);
+    pair_release(&p), pair_release(&g), pair_release(&m), pair_release(&v), pair_release(&low);
+  }
+}
+
 static void test_adamw(void) {
   const int64_t n = small_run ? 1001 : 1000003;
   const tf_dtype cases[][2] = {
@@ -650,6 +697,7 @@ int main(void) {
   test_embedding();
   test_masked_fill();
   test_adamw();
+  test_adamw_with_low();
   test_compare();
   test_device_errors();
   CHECK_OK(tf_device_sync(GPU));
