@@ -13,21 +13,62 @@ template <typename P> struct tf_cuda_adamw_params {
   int64_t n_low;
   bool low_bf16;
   P decay, beta1, beta2, one_minus_beta1, one_minus_beta2, step_size, bias2_sqrt, eps;
+  const P *consts; /* or NULL: the constants above, from device memory (enum tf_adamw_const) */
 };
 
-/* p = p decay; m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;
- * p -= step_size m / (sqrt(v) / bias2_sqrt + eps); the low-precision copy
- * of p's prefix by the rounding of the conversion kernels. */
+/* Correctly rounded operations, none fused, so that every kernel below
+ * gives the same bits for an element (the compiler would contract
+ * multiply-adds differently in each). */
+template <typename P> struct tf_cuda_adamw_ops;
+template <> struct tf_cuda_adamw_ops<float> {
+  static __device__ __forceinline__ float mul(float a, float b) { return __fmul_rn(a, b); }
+  static __device__ __forceinline__ float add(float a, float b) { return __fadd_rn(a, b); }
+  static __device__ __forceinline__ float sub(float a, float b) { return __fsub_rn(a, b); }
+  static __device__ __forceinline__ float div(float a, float b) { return __fdiv_rn(a, b); }
+  static __device__ __forceinline__ float sqrt(float a) { return __fsqrt_rn(a); }
+};
+template <> struct tf_cuda_adamw_ops<double> {
+  static __device__ __forceinline__ double mul(double a, double b) { return __dmul_rn(a, b); }
+  static __device__ __forceinline__ double add(double a, double b) { return __dadd_rn(a, b); }
+  static __device__ __forceinline__ double sub(double a, double b) { return __dsub_rn(a, b); }
+  static __device__ __forceinline__ double div(double a, double b) { return __ddiv_rn(a, b); }
+  static __device__ __forceinline__ double sqrt(double a) { return __dsqrt_rn(a); }
+};
+
+/* One element: p = p decay; m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g g;
+ * p -= step_size m / (sqrt(v) / bias2_sqrt + eps). */
+template <typename P>
+__device__ __forceinline__ void tf_cuda_adamw_one(const tf_cuda_adamw_params<P> &a, P gv, P &p, P &m, P &v) {
+  typedef tf_cuda_adamw_ops<P> O;
+  m = O::add(O::mul(a.beta1, m), O::mul(a.one_minus_beta1, gv));
+  v = O::add(O::mul(a.beta2, v), O::mul(O::mul(a.one_minus_beta2, gv), gv));
+  p = O::mul(p, a.decay);
+  p = O::sub(p, O::div(O::mul(a.step_size, m), O::add(O::div(O::sqrt(v), a.bias2_sqrt), a.eps)));
+}
+
+/* The constants from device memory (a.consts, enum tf_adamw_const). */
+template <typename P> __device__ __forceinline__ void tf_cuda_adamw_load(tf_cuda_adamw_params<P> &a) {
+  const P *c = a.consts;
+  a.decay = c[TF_ADAMW_DECAY];
+  a.beta1 = c[TF_ADAMW_BETA1];
+  a.beta2 = c[TF_ADAMW_BETA2];
+  a.one_minus_beta1 = c[TF_ADAMW_ONE_MINUS_BETA1];
+  a.one_minus_beta2 = c[TF_ADAMW_ONE_MINUS_BETA2];
+  a.step_size = c[TF_ADAMW_STEP_SIZE];
+  a.bias2_sqrt = c[TF_ADAMW_BIAS2_SQRT];
+  a.eps = c[TF_ADAMW_EPS];
+}
+
+/* The update of every element; the low-precision copy of p's prefix by
+ * the rounding of the conversion kernels. */
 template <typename P, int GDT>
 __global__ void __launch_bounds__(TF_CUDA_THREADS) tf_cuda_adamw_kernel(tf_cuda_adamw_params<P> a) {
   typedef tf_cuda_dtype<GDT> G;
   const typename G::storage *g = (const typename G::storage *)a.g;
+  if (a.consts) tf_cuda_adamw_load(a);
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < a.n; i += (int64_t)gridDim.x * blockDim.x) {
-    const P gv = (P)G::load(g[i]);
-    const P m = a.beta1 * a.m[i] + a.one_minus_beta1 * gv;
-    const P v = a.beta2 * a.v[i] + a.one_minus_beta2 * gv * gv;
-    P p = a.p[i] * a.decay;
-    p -= a.step_size * m / (sqrt(v) / a.bias2_sqrt + a.eps);
+    P p = a.p[i], m = a.m[i], v = a.v[i];
+    tf_cuda_adamw_one<P>(a, (P)G::load(g[i]), p, m, v);
     a.p[i] = p;
     if (i < a.n_low) {
       uint16_t *low = (uint16_t *)a.low;
@@ -38,11 +79,24 @@ __global__ void __launch_bounds__(TF_CUDA_THREADS) tf_cuda_adamw_kernel(tf_cuda_
   }
 }
 
-/* Rounds the constants to P once, on the host (as the CPU's double ones are
- * rounded by its stores), and queues the kernel for g's dtype. */
+/* The constants rounded to P once, on the host (as the CPU's double ones
+ * are rounded by its stores). */
+template <typename P> static void tf_cuda_adamw_round(const tf_adamw_update *u, tf_cuda_adamw_params<P> *a) {
+  a->decay = (P)u->decay;
+  a->beta1 = (P)u->beta1;
+  a->beta2 = (P)u->beta2;
+  a->one_minus_beta1 = (P)(1.0 - u->beta1);
+  a->one_minus_beta2 = (P)(1.0 - u->beta2);
+  a->step_size = (P)u->step_size;
+  a->bias2_sqrt = (P)u->bias2_sqrt;
+  a->eps = (P)u->eps;
+}
+
+/* Queues the kernel for g's dtype. */
 template <typename P>
 static tf_status tf_cuda_adamw_typed(tf_cuda_state *st, const tf_adamw_update *u) {
   tf_cuda_adamw_params<P> a;
+  a.consts = NULL;
   a.p = (P *)tf_tensor_data(u->p);
   a.m = (P *)tf_tensor_data(u->m);
   a.v = (P *)tf_tensor_data(u->v);
@@ -51,14 +105,7 @@ static tf_status tf_cuda_adamw_typed(tf_cuda_state *st, const tf_adamw_update *u
   a.low = u->low ? tf_tensor_data(u->low) : NULL;
   a.n_low = u->low ? tf_tensor_numel(u->low) : 0;
   a.low_bf16 = u->low && u->low->dtype == TF_BF16;
-  a.decay = (P)u->decay;
-  a.beta1 = (P)u->beta1;
-  a.beta2 = (P)u->beta2;
-  a.one_minus_beta1 = (P)(1.0 - u->beta1);
-  a.one_minus_beta2 = (P)(1.0 - u->beta2);
-  a.step_size = (P)u->step_size;
-  a.bias2_sqrt = (P)u->bias2_sqrt;
-  a.eps = (P)u->eps;
+  tf_cuda_adamw_round<P>(u, &a);
   const unsigned blocks = tf_cuda_blocks(st, a.n);
   switch (u->g->dtype) {
     case TF_F32: tf_cuda_adamw_kernel<P, TF_F32><<<blocks, TF_CUDA_THREADS, 0, st->stream>>>(a); break;
@@ -80,4 +127,102 @@ tf_status tf_cuda_adamw(tf_device_ctx *ctx, const tf_adamw_update *u) {
   if (u->p->dtype == TF_F64) return tf_cuda_adamw_typed<double>(st, u);
   return tf_fail(TF_ERR_ARG, "adamw_step: the CUDA backend updates f32 or f64 parameters, not %s",
                  tf_dtype_name(u->p->dtype));
+}
+
+/* ---- the engine's AdamW beside its backward pass (model_kernels.h) -------------------------- */
+
+struct tf_cuda_adamw_consts {
+  float v[TF_ADAMW_CONSTS];
+};
+
+__global__ void tf_cuda_adamw_consts_kernel(float *dst, tf_cuda_adamw_consts c) {
+  if (threadIdx.x < TF_ADAMW_CONSTS) dst[threadIdx.x] = c.v[threadIdx.x];
+}
+
+/* One small kernel writes them (ordered on the stream, nothing waits), and
+ * the side stream is made now, outside any capture. */
+tf_status tf_cuda_adamw_constants(tf_device_ctx *ctx, float *consts, const tf_adamw_update *u) {
+  TF_TRY(tf_cuda_use_device(ctx));
+  tf_cuda_state *st = tf_cuda_state_of(ctx);
+  TF_TRY(tf_cuda_side_ready(st));
+  tf_cuda_adamw_params<float> r;
+  tf_cuda_adamw_round<float>(u, &r);
+  tf_cuda_adamw_consts c;
+  c.v[TF_ADAMW_DECAY] = r.decay;
+  c.v[TF_ADAMW_BETA1] = r.beta1;
+  c.v[TF_ADAMW_BETA2] = r.beta2;
+  c.v[TF_ADAMW_ONE_MINUS_BETA1] = r.one_minus_beta1;
+  c.v[TF_ADAMW_ONE_MINUS_BETA2] = r.one_minus_beta2;
+  c.v[TF_ADAMW_STEP_SIZE] = r.step_size;
+  c.v[TF_ADAMW_BIAS2_SQRT] = r.bias2_sqrt;
+  c.v[TF_ADAMW_EPS] = r.eps;
+  tf_cuda_adamw_consts_kernel<<<1, 32, 0, st->stream>>>(consts, c);
+  return tf_cuda_launched("adamw constants kernel");
+}
+
+/* The engine's update, 4 elements per thread in 16-byte words (p, m, v, g
+ * 16-byte aligned), the tail one by one; the bits of tf_cuda_adamw_kernel. */
+__global__ void __launch_bounds__(TF_CUDA_THREADS) tf_cuda_adamw4_kernel(tf_cuda_adamw_params<float> a) {
+  tf_cuda_adamw_load(a);
+  const float *g = (const float *)a.g;
+  uint16_t *low = (uint16_t *)a.low;
+  const int64_t words = a.n / 4, stride = (int64_t)gridDim.x * blockDim.x;
+  for (int64_t w = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; w < words; w += stride) {
+    float4 p = ((const float4 *)a.p)[w], m = ((const float4 *)a.m)[w], v = ((const float4 *)a.v)[w];
+    const float4 gv = ((const float4 *)g)[w];
+    tf_cuda_adamw_one<float>(a, gv.x, p.x, m.x, v.x);
+    tf_cuda_adamw_one<float>(a, gv.y, p.y, m.y, v.y);
+    tf_cuda_adamw_one<float>(a, gv.z, p.z, m.z, v.z);
+    tf_cuda_adamw_one<float>(a, gv.w, p.w, m.w, v.w);
+    ((float4 *)a.p)[w] = p;
+    ((float4 *)a.m)[w] = m;
+    ((float4 *)a.v)[w] = v;
+    const int64_t i = 4 * w;
+    if (i + 3 < a.n_low) {
+      ushort4 l;
+      l.x = a.low_bf16 ? tf_f32_to_bf16(p.x) : tf_f32_to_f16(p.x);
+      l.y = a.low_bf16 ? tf_f32_to_bf16(p.y) : tf_f32_to_f16(p.y);
+      l.z = a.low_bf16 ? tf_f32_to_bf16(p.z) : tf_f32_to_f16(p.z);
+      l.w = a.low_bf16 ? tf_f32_to_bf16(p.w) : tf_f32_to_f16(p.w);
+      *(ushort4 *)(low + i) = l;
+    } else if (i < a.n_low) {
+      const float ps[4] = {p.x, p.y, p.z, p.w};
+      for (int u = 0; u < 4 && i + u < a.n_low; u++) low[i + u] = a.low_bf16 ? tf_f32_to_bf16(ps[u]) : tf_f32_to_f16(ps[u]);
+    }
+  }
+  for (int64_t i = 4 * words + (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < a.n; i += stride) {
+    float p = a.p[i], m = a.m[i], v = a.v[i];
+    tf_cuda_adamw_one<float>(a, g[i], p, m, v);
+    a.p[i] = p;
+    a.m[i] = m;
+    a.v[i] = v;
+    if (i < a.n_low) low[i] = a.low_bf16 ? tf_f32_to_bf16(p) : tf_f32_to_f16(p);
+  }
+}
+
+static bool tf_cuda_adamw_aligned(const void *ptr, size_t bytes) { return ((uintptr_t)ptr & (bytes - 1)) == 0; }
+
+/* The f32-gradient kernel of tf_cuda_adamw, its constants from consts (in
+ * 16-byte words where the buffers allow). */
+tf_status tf_cuda_model_adamw(tf_device_ctx *ctx, const tf_model_adamw_args *m) {
+  TF_TRY(tf_cuda_use_device(ctx));
+  tf_cuda_state *st = tf_cuda_state_of(ctx);
+  if (m->n == 0) return TF_OK;
+  tf_cuda_adamw_params<float> a;
+  memset(&a, 0, sizeof a);
+  a.p = m->p;
+  a.m = m->m;
+  a.v = m->v;
+  a.g = m->g;
+  a.n = m->n;
+  a.low = m->low;
+  a.n_low = m->low ? m->n_low : 0;
+  a.low_bf16 = m->low_dtype == TF_BF16;
+  a.consts = m->consts;
+  if (tf_cuda_adamw_aligned(a.p, 16) && tf_cuda_adamw_aligned(a.m, 16) && tf_cuda_adamw_aligned(a.v, 16) &&
+      tf_cuda_adamw_aligned(a.g, 16) && (!a.low || tf_cuda_adamw_aligned(a.low, 8)))
+    tf_cuda_adamw4_kernel<<<tf_cuda_blocks(st, (a.n + 3) / 4), TF_CUDA_THREADS, 0, st->stream>>>(a);
+  else
+    tf_cuda_adamw_kernel<float, TF_F32><<<tf_cuda_blocks(st, a.n), TF_CUDA_THREADS, 0, st->stream>>>(a);
+  return tf_cuda_launched("adamw kernel");
 }

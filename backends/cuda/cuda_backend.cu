@@ -17,6 +17,7 @@ struct tf_event {
 /* Releases whatever part of a state init managed to create. */
 static void tf_cuda_state_release(tf_cuda_state *st) {
   tf_cuda_gemm_release(st);
+  tf_cuda_side_release(st);
   if (st->blas) {
     cublasStatus_t err = cublasDestroy(st->blas);
     if (err != CUBLAS_STATUS_SUCCESS)
@@ -41,7 +42,12 @@ static tf_status tf_cuda_state_create(tf_device_ctx *ctx, tf_cuda_state *st) {
   TF_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, ctx->device.index));
   TF_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, ctx->device.index));
   st->cc = major * 10 + minor;
-  TF_CUDA_CHECK(cudaStreamCreateWithFlags(&st->stream, cudaStreamNonBlocking));
+  /* The device's stream at the highest priority: work on the side stream
+   * (the optimizer beside the backward pass, model_graph.cu) takes the
+   * multiprocessors the main stream's kernels leave free. */
+  int least = 0, greatest = 0;
+  TF_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+  TF_CUDA_CHECK(cudaStreamCreateWithPriority(&st->stream, cudaStreamNonBlocking, greatest));
   TF_CUBLAS_CHECK(cublasCreate(&st->blas));
   TF_CUBLAS_CHECK(cublasSetStream(st->blas, st->stream));
   TF_CUBLAS_CHECK(cublasSetMathMode(st->blas, tf_cuda_math_mode));

@@ -27,6 +27,10 @@ typedef struct tf_cuda_state {
   int multiprocessors; /* for sizing grids */
   int cc;              /* compute capability, major * 10 + minor (90: H100/H200) */
   void *gemm;          /* the engine GEMM's cuBLASLt handle and plan cache (gemm.cu), made on first use */
+  /* The side stream (model_graph.cu), made on first use: while work goes
+   * to it, stream is side and main_stream holds the device's own stream. */
+  cudaStream_t main_stream, side;
+  cudaEvent_t fork, join;
 } tf_cuda_state;
 
 /* Records "CUDA error in <call>: <reason>" (TF_ERR_OOM with "out of memory"
@@ -197,6 +201,13 @@ tf_status tf_cuda_capture_begin(tf_device_ctx *ctx);
 tf_status tf_cuda_capture_end(tf_device_ctx *ctx, tf_graph **out);
 tf_status tf_cuda_graph_launch(tf_device_ctx *ctx, tf_graph *g);
 void tf_cuda_graph_destroy(tf_device_ctx *ctx, tf_graph *g);
+tf_status tf_cuda_side_ready(tf_cuda_state *st);
+void tf_cuda_side_release(tf_cuda_state *st); /* at shutdown */
+tf_status tf_cuda_side_enter(tf_device_ctx *ctx);
+tf_status tf_cuda_side_leave(tf_device_ctx *ctx);
+tf_status tf_cuda_side_join(tf_device_ctx *ctx);
+tf_status tf_cuda_adamw_constants(tf_device_ctx *ctx, float *consts, const tf_adamw_update *u);
+tf_status tf_cuda_model_adamw(tf_device_ctx *ctx, const tf_model_adamw_args *a);
 const tf_model_kernels *tf_cuda_model_kernels(void);
 
 #endif

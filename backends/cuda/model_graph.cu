@@ -61,3 +61,54 @@ void tf_cuda_graph_destroy(tf_device_ctx *ctx, tf_graph *g) {
   tf_cuda_report(cudaGraphExecDestroy(g->exec), "cudaGraphExecDestroy");
   free(g);
 }
+
+/* ---- the side stream ---------------------------------------------------------------------- */
+
+/* Made outside any capture (adamw_constants calls this before the phase). */
+tf_status tf_cuda_side_ready(tf_cuda_state *st) {
+  if (st->side) return TF_OK;
+  TF_CUDA_CHECK(cudaEventCreateWithFlags(&st->fork, cudaEventDisableTiming));
+  TF_CUDA_CHECK(cudaEventCreateWithFlags(&st->join, cudaEventDisableTiming));
+  int least = 0, greatest = 0;
+  TF_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+  TF_CUDA_CHECK(cudaStreamCreateWithPriority(&st->side, cudaStreamNonBlocking, least));
+  return TF_OK;
+}
+
+void tf_cuda_side_release(tf_cuda_state *st) {
+  if (st->side) tf_cuda_report(cudaStreamDestroy(st->side), "cudaStreamDestroy");
+  if (st->fork) tf_cuda_report(cudaEventDestroy(st->fork), "cudaEventDestroy");
+  if (st->join) tf_cuda_report(cudaEventDestroy(st->join), "cudaEventDestroy");
+  st->side = NULL;
+  st->fork = st->join = NULL;
+}
+
+/* The side stream waits for the main one's work so far; launches go to it. */
+tf_status tf_cuda_side_enter(tf_device_ctx *ctx) {
+  TF_TRY(tf_cuda_use_device(ctx));
+  tf_cuda_state *st = tf_cuda_state_of(ctx);
+  if (!st->side) return tf_fail(TF_ERR_STATE, "side stream used before adamw_constants made it");
+  if (st->main_stream) return tf_fail(TF_ERR_STATE, "side_enter inside side_enter");
+  TF_CUDA_CHECK(cudaEventRecord(st->fork, st->stream));
+  TF_CUDA_CHECK(cudaStreamWaitEvent(st->side, st->fork, 0));
+  st->main_stream = st->stream;
+  st->stream = st->side;
+  return TF_OK;
+}
+
+tf_status tf_cuda_side_leave(tf_device_ctx *ctx) {
+  tf_cuda_state *st = tf_cuda_state_of(ctx);
+  if (st->main_stream) st->stream = st->main_stream;
+  st->main_stream = NULL;
+  return TF_OK;
+}
+
+/* The main stream waits for everything queued on the side one. */
+tf_status tf_cuda_side_join(tf_device_ctx *ctx) {
+  TF_TRY(tf_cuda_use_device(ctx));
+  tf_cuda_state *st = tf_cuda_state_of(ctx);
+  if (!st->side) return TF_OK;
+  TF_CUDA_CHECK(cudaEventRecord(st->join, st->side));
+  TF_CUDA_CHECK(cudaStreamWaitEvent(st->stream, st->join, 0));
+  return TF_OK;
+}

@@ -189,18 +189,34 @@ static double tf_l_model_opt(lua_State *L, int idx, const char *key, double def)
 }
 
 /* m:adamw_step{step = t [, lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.01]} */
-static int tf_l_model_adamw_step(lua_State *L) {
-  tf_model *m = tf_l_checkmodel(L, 1);
+/* The options table at index 2 of an AdamW call named fname. */
+static void tf_l_model_adamw_args(lua_State *L, const char *fname, tf_adamw_args *a) {
   luaL_checktype(L, 2, LUA_TTABLE);
   lua_getfield(L, 2, "step");
   int ok;
   lua_Integer step = lua_tointegerx(L, -1, &ok);
-  if (!ok) luaL_error(L, "model:adamw_step: option 'step' must be an integer (counting from 1)");
+  if (!ok) luaL_error(L, "%s: option 'step' must be an integer (counting from 1)", fname);
   lua_pop(L, 1);
-  tf_adamw_args a = {tf_l_model_opt(L, 2, "lr", 1e-3), tf_l_model_opt(L, 2, "beta1", 0.9),
-                     tf_l_model_opt(L, 2, "beta2", 0.999), tf_l_model_opt(L, 2, "eps", 1e-8),
-                     tf_l_model_opt(L, 2, "weight_decay", 0.01), (int64_t)step};
+  *a = (tf_adamw_args){tf_l_model_opt(L, 2, "lr", 1e-3), tf_l_model_opt(L, 2, "beta1", 0.9),
+                       tf_l_model_opt(L, 2, "beta2", 0.999), tf_l_model_opt(L, 2, "eps", 1e-8),
+                       tf_l_model_opt(L, 2, "weight_decay", 0.01), (int64_t)step};
+}
+
+static int tf_l_model_adamw_step(lua_State *L) {
+  tf_model *m = tf_l_checkmodel(L, 1);
+  tf_adamw_args a;
+  tf_l_model_adamw_args(L, "model:adamw_step", &a);
   TF_LUA_CHECK(L, tf_model_adamw_step(m, &a), "model:adamw_step");
+  return 0;
+}
+
+/* m:backward_adamw{step = t, ...}: m:backward() and m:adamw_step{...} in one
+ * call, the optimizer beside the backward pass (model.h). */
+static int tf_l_model_backward_adamw(lua_State *L) {
+  tf_model *m = tf_l_checkmodel(L, 1);
+  tf_adamw_args a;
+  tf_l_model_adamw_args(L, "model:backward_adamw", &a);
+  TF_LUA_CHECK(L, tf_model_backward_adamw(m, &a), "model:backward_adamw");
   return 0;
 }
 
@@ -302,7 +318,7 @@ static int tf_l_model_tostring(lua_State *L) {
 static const luaL_Reg tf_model_methods[] = {
     {"forward", tf_l_model_forward},       {"loss", tf_l_model_loss},
     {"backward", tf_l_model_backward},     {"zero_grad", tf_l_model_zero_grad},
-    {"adamw_step", tf_l_model_adamw_step}, {"parameters", tf_l_model_parameters},
+    {"adamw_step", tf_l_model_adamw_step}, {"backward_adamw", tf_l_model_backward_adamw}, {"parameters", tf_l_model_parameters},
     {"grads", tf_l_model_grads},           {"config", tf_l_model_config},
     {"info", tf_l_model_info},             {"memory", tf_l_model_memory},
     {"sync_weights", tf_l_model_sync_weights}, {"set_graphs", tf_l_model_set_graphs},

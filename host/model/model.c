@@ -267,7 +267,7 @@ void tf_model_free(tf_model *m) {
     tf_tensor_release(m->tensors[i].param);
     tf_tensor_release(m->tensors[i].grad);
   }
-  tf_tensor *bufs[] = {m->matmul_params, m->params, m->grads, m->adam_m, m->adam_v, m->low};
+  tf_tensor *bufs[] = {m->matmul_params, m->params, m->grads, m->adam_m, m->adam_v, m->low, m->adam_consts};
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) tf_tensor_release(bufs[i]);
   free(m->tensors);
   free(m->layers);
@@ -334,7 +334,7 @@ tf_status tf_model_zero_grad(tf_model *m) { return tf_model_fill(m, m->grads, 0.
 
 /* The moments are allocated (zeroed) by the first step: a model only run
  * forward never holds optimizer state. */
-static tf_status tf_model_ensure_moments(tf_model *m) {
+tf_status tf_model_ensure_moments(tf_model *m) {
   if (m->adam_m) return TF_OK;
   tf_status st = tf_model_flat(m, m->total, TF_F32, TF_TAG_OPTIMIZER, ".exp_avg", &m->adam_m);
   if (st == TF_OK) st = tf_model_flat(m, m->total, TF_F32, TF_TAG_OPTIMIZER, ".exp_avg_sq", &m->adam_v);

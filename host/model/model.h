@@ -130,6 +130,13 @@ tf_status tf_model_zero_grad(tf_model *m);
 /* One AdamW step over every parameter (one fused kernel over the flat
  * buffers), then the low-precision weight copy refreshed (one conversion). */
 tf_status tf_model_adamw_step(tf_model *m, const tf_adamw_args *args);
+/* tf_model_backward, then tf_model_adamw_step, with the same bits; where
+ * the backend has a second stream, each layer's parameters are updated
+ * there as soon as the backward pass has finished with them, beside the
+ * rest of the pass (the last backward of a step: gradients accumulated
+ * over several backward passes go through tf_model_backward, then
+ * tf_model_adamw_step). */
+tf_status tf_model_backward_adamw(tf_model *m, const tf_adamw_args *args);
 
 #ifdef __cplusplus
 }

@@ -50,25 +50,105 @@ static tf_status tf_model_layer_backward(tf_model *m, int64_t l) {
   return TF_OK;
 }
 
-/* The logits' gradient (left by the fused loss) is the starting point;
- * the body of the "backward" phase (keep is always true here). */
-static tf_status tf_model_backward_pass(tf_model *m, bool keep) {
-  (void)keep;
+/* With tf_model_backward_adamw: AdamW over the parameters [off, off + n)
+ * on the side stream, after everything queued so far (their gradients are
+ * final, and the pass no longer reads them); the matmul weights' low copy
+ * refreshed as it goes. */
+static tf_status tf_model_step_region(tf_model *m, int64_t off, int64_t end) {
+  if (!m->step_in_backward || end <= off) return TF_OK;
+  const tf_model_kernels *k = m->k;
+  tf_model_adamw_args a = {.p = tf_model_pw(m, off), .m = (float *)tf_tensor_data(m->adam_m) + off,
+                           .v = (float *)tf_tensor_data(m->adam_v) + off, .g = tf_model_gw(m, off), .n = end - off,
+                           .consts = tf_tensor_data(m->adam_consts)};
+  if (m->step_low && off < m->matmul_total) {
+    a.low = tf_model_at(m, tf_tensor_data(m->low), off);
+    a.low_dtype = m->dtype;
+    a.n_low = (end < m->matmul_total ? end : m->matmul_total) - off;
+  }
+  TF_TRY(k->side_enter(m->ctx));
+  const bool ranged = tf_range_push("optimizer") == TF_OK;
+  tf_status st = k->adamw(m->ctx, &a);
+  if (ranged) (void)tf_range_pop();
+  (void)k->side_leave(m->ctx);
+  return st;
+}
+
+/* The backward pass's body, without the join of the side stream. */
+static tf_status tf_model_backward_steps(tf_model *m) {
   const tf_model_config *c = &m->cfg;
   tf_model_plan *p = &m->plan;
   const int64_t n = p->batch * p->seq, d = c->d_model, L = c->num_layers;
   /* logits = lm_head(ln_final(x_L)) */
   TF_TRY(tf_model_linear_backward(m, p->logits, p->hf, n, d, c->vocab_size, tf_model_mw(m, m->lm_head),
                                   tf_model_gw(m, m->lm_head), p->proj));
+  TF_TRY(tf_model_step_region(m, m->lm_head, m->matmul_total));
   TF_TRY(tf_model_norm_backward(m, p->resid[2 * L], m->lnf, p->rstdf, p->proj, false, true));
   for (int64_t l = L - 1; l >= 0; l--) {
     char name[32];
     snprintf(name, sizeof name, "layer %lld", (long long)l);
     TF_RANGED(name, tf_model_layer_backward(m, l));
+    TF_TRY(tf_model_step_region(m, m->layers[l].qkv, l + 1 < L ? m->layers[l + 1].qkv : m->lm_head));
   }
   tf_encoder_args enc = {.backward = true, .n = n, .dim = d, .vocab = c->vocab_size, .ids = p->ids,
                          .dout = p->dres, .dwte = tf_model_gw(m, m->wte), .workspace = p->backward_ws};
-  return m->k->encoder(m->ctx, &enc);
+  TF_TRY(m->k->encoder(m->ctx, &enc));
+  return tf_model_step_region(m, m->matmul_total, m->total); /* embedding, norms */
+}
+
+/* The logits' gradient (left by the fused loss) is the starting point;
+ * the body of the "backward" phase (keep is always true here). The side
+ * stream is joined however the pass ends, so that a capture ends whole. */
+static tf_status tf_model_backward_pass(tf_model *m, bool keep) {
+  (void)keep;
+  tf_status st = tf_model_backward_steps(m);
+  if (m->step_in_backward) {
+    char why[256];
+    snprintf(why, sizeof why, "%s", tf_last_error());
+    tf_status joined = m->k->side_join(m->ctx);
+    if (st == TF_OK) return joined;
+    (void)tf_fail(st, "%s", why); /* the pass's own failure is the one to report */
+  }
+  return st;
+}
+
+/* Whether this backend, in this state, can step the optimizer beside the
+ * backward pass: a side stream, and a low copy in step with the weights
+ * (a stale one is converted whole after the step instead). */
+static bool tf_model_can_overlap(const tf_model *m) {
+  const tf_model_kernels *k = m->k;
+  return k->side_enter && k->side_leave && k->side_join && k->adamw && k->adamw_constants &&
+         (!m->low || m->low_version == m->params->storage->version);
+}
+
+tf_status tf_model_backward_adamw(tf_model *m, const tf_adamw_args *args) {
+  if (!m->loss_ready)
+    return tf_fail(TF_ERR_STATE, "model backward: no loss to differentiate: call loss() first (one backward per loss)");
+  tf_adamw_update u = {0};
+  TF_TRY(tf_adamw_constants("model:backward_adamw", args, &u));
+  if (!tf_model_can_overlap(m)) {
+    TF_TRY(tf_model_backward(m));
+    return tf_model_adamw_step(m, args);
+  }
+  TF_TRY(tf_model_ensure_moments(m));
+  if (!m->adam_consts) {
+    tf_shape s = {1, {TF_ADAMW_CONSTS}};
+    tf_mem_scope scope = tf_mem_scope_enter(TF_TAG_OPTIMIZER, "model AdamW constants");
+    tf_status st = tf_tensor_empty(&s, TF_F32, m->device, &m->adam_consts);
+    tf_mem_scope_leave(scope);
+    TF_TRY(st);
+  }
+  TF_TRY(m->k->adamw_constants(m->ctx, tf_tensor_data(m->adam_consts), &u));
+  m->loss_ready = false;
+  m->step_in_backward = true;
+  m->step_low = m->low != NULL;
+  const bool ranged = tf_range_push("backward") == TF_OK;
+  tf_status st = tf_model_run_phase(m, TF_MODEL_PHASE_BACKWARD, true, tf_model_backward_pass);
+  if (ranged) (void)tf_range_pop();
+  m->step_in_backward = m->step_low = false;
+  TF_TRY(st);
+  m->params->storage->version++; /* an in-place write, as autograd counts them */
+  if (m->low) m->low_version = m->params->storage->version;
+  return TF_OK;
 }
 
 /* Consumes the loss: the plan's activations are read. */

@@ -110,6 +110,7 @@ typedef enum tf_model_phase {
 typedef struct tf_model_graph_key {
   int64_t batch, seq;
   bool training_plan, keep, flash, tf32;
+  bool optimizer; /* the backward pass with AdamW beside it */
 } tf_model_graph_key;
 
 /* One phase's graph: the first call of a key runs eagerly (it warms
@@ -136,6 +137,9 @@ struct tf_model {
   int64_t total;        /* elements of each flat buffer (with alignment gaps) */
   int64_t matmul_total; /* the prefix holding the matmul weights */
   tf_tensor *params, *grads, *adam_m, *adam_v; /* flat f32 (total,) */
+  tf_tensor *adam_consts;   /* AdamW's step constants on the device, for tf_model_backward_adamw */
+  bool step_in_backward;    /* the backward pass being run also steps the optimizer */
+  bool step_low;            /* ... and refreshes the low copy as it goes */
   tf_tensor *low;           /* flat dtype (matmul_total,), or NULL under f32 */
   tf_tensor *matmul_params; /* params' first matmul_total elements */
   uint64_t low_version;     /* params' storage version the low copy was made from */
@@ -146,6 +150,9 @@ struct tf_model {
   tf_model_graph graph[TF_MODEL_PHASES];
   uint64_t graph_captures, graph_replays, graph_failures;
 };
+
+/* model.c: the optimizer's moments, allocated (zeroed) by the first step. */
+tf_status tf_model_ensure_moments(tf_model *m);
 
 /* model_graph.c: CUDA graph replay. */
 /* The body of a phase: kernels only, over the plan and the model's buffers

@@ -149,6 +149,24 @@ typedef struct tf_lm_loss_args {
   bool grad;
 } tf_lm_loss_args;
 
+/* AdamW (backend.h's tf_adamw_update) over n contiguous f32 parameters,
+ * the step's constants read from device memory (written by
+ * adamw_constants, in the order enum tf_adamw_const says), so that a
+ * captured graph replays with each step's values; low (or NULL) gets the
+ * first n_low new values rounded to low_dtype (bf16 or f16). */
+enum tf_adamw_const {
+  TF_ADAMW_DECAY, TF_ADAMW_BETA1, TF_ADAMW_BETA2, TF_ADAMW_ONE_MINUS_BETA1, TF_ADAMW_ONE_MINUS_BETA2,
+  TF_ADAMW_STEP_SIZE, TF_ADAMW_BIAS2_SQRT, TF_ADAMW_EPS, TF_ADAMW_CONSTS
+};
+typedef struct tf_model_adamw_args {
+  float *p, *m, *v;
+  const float *g;
+  void *low;
+  tf_dtype low_dtype;
+  int64_t n, n_low;
+  const float *consts; /* TF_ADAMW_CONSTS floats on the device */
+} tf_model_adamw_args;
+
 /* A captured, instantiated CUDA graph: work queued on a device's stream
  * once, replayed as one launch. */
 typedef struct tf_graph tf_graph;
@@ -191,6 +209,21 @@ typedef struct tf_model_kernels {
   tf_status (*capture_end)(tf_device_ctx *ctx, tf_graph **out);
   tf_status (*graph_launch)(tf_device_ctx *ctx, tf_graph *g);
   void (*graph_destroy)(tf_device_ctx *ctx, tf_graph *g);
+
+  /* The optimizer beside the backward pass, all NULL where a backend runs
+   * one stream (the engine then steps after the backward pass).
+   * adamw_constants queues the write of u's constants, rounded to f32, into
+   * consts (TF_ADAMW_CONSTS floats), and readies the side stream; it is
+   * not capturable. side_enter makes the device's work from now on go to
+   * a second stream, after everything queued so far on the main one;
+   * side_leave sends work to the main stream again; side_join makes the
+   * main stream wait for everything queued on the side one. All three may
+   * be captured into a graph (the side stream joins the capture). */
+  tf_status (*adamw_constants)(tf_device_ctx *ctx, float *consts, const struct tf_adamw_update *u);
+  tf_status (*adamw)(tf_device_ctx *ctx, const tf_model_adamw_args *a);
+  tf_status (*side_enter)(tf_device_ctx *ctx);
+  tf_status (*side_leave)(tf_device_ctx *ctx);
+  tf_status (*side_join)(tf_device_ctx *ctx);
 } tf_model_kernels;
 
 #ifdef __cplusplus

@@ -641,6 +641,23 @@ tf_status tf_adamw_step_with_low(tf_tensor *p, const tf_tensor *g, tf_tensor *m,
     if (!tf_tensor_is_contiguous(low) || tf_tensor_numel(low) > tf_tensor_numel(p))
       return tf_fail(TF_ERR_ARG, "%s: the low-precision copy must be contiguous and no longer than p", op);
   }
+  tf_adamw_update u = {.p = p, .m = m, .v = v, .low = low};
+  TF_TRY(tf_adamw_constants(op, args, &u));
+  if (tf_tensor_numel(p) == 0) return TF_OK;
+  tf_device_ctx *ctx;
+  TF_TRY(tf_device_ctx_get(p->device, &ctx));
+  tf_temps tt = {0};
+  const tf_tensor *cg;
+  tf_status st = tf_nn_prepare(&tt, g, g->dtype, &cg);
+  if (st == TF_OK) {
+    u.g = cg;
+    st = ctx->backend->adamw(ctx, &u);
+  }
+  tf_temps_drop(&tt);
+  return st;
+}
+
+tf_status tf_adamw_constants(const char *op, const tf_adamw_args *args, tf_adamw_update *u) {
   const tf_adamw_args *a = args;
   if (a->step < 1) return tf_fail(TF_ERR_ARG, "%s: step counts from 1, not %lld", op, (long long)a->step);
   if (!(a->lr >= 0) || !isfinite(a->lr))
@@ -651,22 +668,12 @@ tf_status tf_adamw_step_with_low(tf_tensor *p, const tf_tensor *g, tf_tensor *m,
     return tf_fail(TF_ERR_ARG, "%s: eps must be a finite number >= 0, not %g", op, a->eps);
   if (!(a->weight_decay >= 0) || !isfinite(a->weight_decay))
     return tf_fail(TF_ERR_ARG, "%s: weight_decay must be a finite number >= 0, not %g", op, a->weight_decay);
-  if (tf_tensor_numel(p) == 0) return TF_OK;
-  tf_device_ctx *ctx;
-  TF_TRY(tf_device_ctx_get(p->device, &ctx));
-  tf_temps tt = {0};
-  const tf_tensor *cg;
-  tf_status st = tf_nn_prepare(&tt, g, g->dtype, &cg);
-  if (st == TF_OK) {
-    double steps = (double)a->step;
-    tf_adamw_update u = {.p = p, .m = m, .v = v, .g = cg,
-                         .decay = 1.0 - a->lr * a->weight_decay,
-                         .beta1 = a->beta1, .beta2 = a->beta2,
-                         .step_size = a->lr / (1.0 - pow(a->beta1, steps)),
-                         .bias2_sqrt = sqrt(1.0 - pow(a->beta2, steps)),
-                         .eps = a->eps, .low = low};
-    st = ctx->backend->adamw(ctx, &u);
-  }
-  tf_temps_drop(&tt);
-  return st;
+  const double steps = (double)a->step;
+  u->decay = 1.0 - a->lr * a->weight_decay;
+  u->beta1 = a->beta1;
+  u->beta2 = a->beta2;
+  u->step_size = a->lr / (1.0 - pow(a->beta1, steps));
+  u->bias2_sqrt = sqrt(1.0 - pow(a->beta2, steps));
+  u->eps = a->eps;
+  return TF_OK;
 }

@@ -81,6 +81,11 @@ tf_status tf_adamw_step(tf_tensor *p, const tf_tensor *g, tf_tensor *m, tf_tenso
  * model's low-precision weights refreshed in the same pass over p. */
 tf_status tf_adamw_step_with_low(tf_tensor *p, const tf_tensor *g, tf_tensor *m, tf_tensor *v, tf_tensor *low,
                                  const tf_adamw_args *args);
+/* Checks args (op names the caller in messages) and works out a step's
+ * constants into u's scalar fields (decay, beta1, beta2, step_size,
+ * bias2_sqrt, eps), as tf_adamw_step does. */
+struct tf_adamw_update;
+tf_status tf_adamw_constants(const char *op, const tf_adamw_args *args, struct tf_adamw_update *u);
 
 #ifdef __cplusplus
 }

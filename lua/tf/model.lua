@@ -182,10 +182,22 @@ function Fused:make_optimizer(opts)
   local engine = self.engine
   local o = { lr = opts.lr or 1e-3, beta1 = betas[1], beta2 = betas[2], eps = opts.eps or 1e-8,
     weight_decay = opts.weight_decay or 0.01, t = 0 }
+  local function args(opt)
+    return { lr = opt.lr, beta1 = opt.beta1, beta2 = opt.beta2, eps = opt.eps, weight_decay = opt.weight_decay,
+      step = opt.t }
+  end
   function o.step(opt)
     opt.t = opt.t + 1 -- the engine opens the "optimizer" range itself
-    engine:adamw_step({ lr = opt.lr, beta1 = opt.beta1, beta2 = opt.beta2, eps = opt.eps,
-      weight_decay = opt.weight_decay, step = opt.t })
+    engine:adamw_step(args(opt))
+  end
+  -- The backward pass with this step beside it (one backward per step).
+  function o.backward_step(opt)
+    opt.t = opt.t + 1
+    local ok, err = pcall(engine.backward_adamw, engine, args(opt))
+    if not ok then
+      opt.t = opt.t - 1
+      error(err, 0)
+    end
   end
   function o.zero_grad() engine:zero_grad() end
   return o
@@ -214,13 +226,15 @@ function Model:optimizer(opts)
 end
 
 --- One training step: loss, backward, AdamW, zero_grad. Returns the loss tensor.
+-- The fused engine steps AdamW beside its backward pass (layer by layer,
+-- on a second stream on a GPU), with the same bits as one after the other.
 function Model:step(ids, targets)
   local loss = self:loss(ids, targets)
-  self:backward()
   local opt = self:optimizer()
   if self.engine then
-    opt:step()
+    opt:backward_step()
   else
+    self:backward()
     tf.range("optimizer", opt.step, opt)
   end
   opt:zero_grad()

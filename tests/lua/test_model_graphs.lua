@@ -183,6 +183,43 @@ T.test("replay turned off runs eagerly, and the profiler keeps replaying, with t
   T.eq(counts(on), { 6, 14, 0 }, "a later session replays them without capturing")
 end)
 
+T.test("AdamW beside the backward pass (a second stream) gives the bits of the step after it", function()
+  for _, spec in ipairs({ { "bf16", "flash" }, { "f32", "naive" } }) do
+    for _, graphs in ipairs({ true, false }) do
+      local what = string.format("%s %s, graphs %s", spec[1], spec[2], tostring(graphs))
+      tf.seed(7)
+      local a = E.create(TINY, { device = dev, precision = spec[1], attention = spec[2], graphs = graphs })
+      tf.seed(7)
+      local b = E.create(TINY, { device = dev, precision = spec[1], attention = spec[2], graphs = graphs })
+      local x, y = ids(4, 12), ids(4, 12)
+      for s = 1, 5 do
+        local la, lb = a:loss(x, y), b:loss(x, y)
+        a:backward_adamw({ step = s, lr = 1e-2 })
+        b:backward()
+        b:adamw_step({ step = s, lr = 1e-2 })
+        T.eq(la:item(), lb:item(), what .. ", step " .. s .. ": loss")
+        local worst, where, pb = 0.0, "", b:parameters()
+        for i, p in ipairs(a:parameters()) do
+          local d = maxdiff(p.tensor, pb[i].tensor)
+          if not (d <= worst) then worst, where = d, p.name end
+        end
+        T.eq(worst, 0.0, what .. ", step " .. s .. ": parameters differ (" .. where .. ")")
+        a:zero_grad()
+        b:zero_grad()
+      end
+      -- the low-precision weights the next forward reads: the same logits
+      T.eq(maxdiff(a:forward(x), b:forward(x)), 0.0, what .. ": logits after the steps")
+      if graphs then T.ok(a:info().graph_replays > 0, what .. ": the backward pass with AdamW replayed") end
+      T.ok(not pcall(a.backward_adamw, a, { step = 6 }), what .. ": no loss to differentiate")
+      local l = a:loss(x, y)
+      T.ok(not pcall(a.backward_adamw, a, { step = 0 }), what .. ": step 0 refused")
+      l:free()
+      a:free()
+      b:free()
+    end
+  end
+end)
+
 -- Kernel counts per range name and kernel name, from one profiled call of fn(m).
 local function kernels_by_range(m, fn)
   local p <close> = tf.prof.start()
