@@ -187,10 +187,23 @@ static bool tf_run_args(lua_State *L, tf_cli *cli) {
   return true;
 }
 
+/* Loads stdin as one script, as lua does. A syntax error says so: a bare
+ * expression line (which the REPL would print) is not a statement. */
+static int tf_load_stdin(lua_State *L) {
+  int status = luaL_loadfile(L, NULL);
+  if (status == LUA_ERRSYNTAX) {
+    lua_pushfstring(L, "%s\n(stdin is read as one script, as lua reads it: a line must be a statement; "
+                       "tfhost -i reads it line by line as the REPL does, printing the values of expressions)",
+                    lua_tostring(L, -1));
+    lua_remove(L, -2);
+  }
+  return status;
+}
+
 static bool tf_run_script(lua_State *L, tf_cli *cli) {
   const char *fname = cli->stdin_script ? NULL : cli->argv[cli->script];
   tf_runtime_add_script_dir(L, fname);
-  int status = luaL_loadfile(L, fname);
+  int status = fname ? luaL_loadfile(L, fname) : tf_load_stdin(L);
   if (status != LUA_OK) return tf_handle_status(L, cli, status);
   int nargs = cli->argc - cli->script - 1;
   luaL_checkstack(L, nargs + 3, "too many arguments to script");
@@ -239,7 +252,7 @@ static int tf_pmain(lua_State *L) {
       tf_print_version();
       cli->exit_code = tf_repl(L);
     } else {
-      tf_handle_status(L, cli, tf_dochunk(L, luaL_loadfile(L, NULL)));
+      tf_handle_status(L, cli, tf_dochunk(L, tf_load_stdin(L)));
     }
   }
   return 0;

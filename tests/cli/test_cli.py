@@ -403,6 +403,17 @@ class ArgumentsAndModules(TfhostTest):
         r = self.tfhost(stdin="local x = nil\nprint(x.y)\n")
         self.assertScriptError(r, "stdin:2: attempt to index a nil value (local 'x')")
 
+    def test_piped_expression_line_says_stdin_is_a_script(self):
+        for args in ((), ("-",)):
+            r = self.tfhost(*args, stdin="x = tf.ones(2)\nx\n")
+            self.assertExit(r, 1)
+            self.assertIn("stdin:", r.stderr)
+            self.assertIn("stdin is read as one script", r.stderr)
+            self.assertIn("tfhost -i", r.stderr)
+        r = self.tfhost("-i", stdin="x = tf.ones(2)\nx\n")  # the REPL prints the expression
+        self.assertExit(r, 0)
+        self.assertIn("1", r.stdout)
+
     def test_exec_options_run_in_order_before_the_script(self):
         self.write("greet.lua", "print(greeting .. ' from script', counter)\n")
         r = self.tfhost("-e", "counter = 1", "-ecounter = counter * 10", "-e", "greeting = 'hi'", "greet.lua")
