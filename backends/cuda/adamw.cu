@@ -14,6 +14,7 @@ template <typename P> struct tf_cuda_adamw_params {
   bool low_bf16;
   P decay, beta1, beta2, one_minus_beta1, one_minus_beta2, step_size, bias2_sqrt, eps;
   const P *consts; /* or NULL: the constants above, from device memory (enum tf_adamw_const) */
+  bool zero_g;     /* write zeros over g after reading it (f32 g only) */
 };
 
 /* Correctly rounded operations, none fused, so that every kernel below
@@ -76,6 +77,7 @@ __global__ void __launch_bounds__(TF_CUDA_THREADS) tf_cuda_adamw_kernel(tf_cuda_
     }
     a.m[i] = m;
     a.v[i] = v;
+    if (a.zero_g && GDT == TF_F32) ((float *)a.g)[i] = 0.f;
   }
 }
 
@@ -97,6 +99,7 @@ template <typename P>
 static tf_status tf_cuda_adamw_typed(tf_cuda_state *st, const tf_adamw_update *u) {
   tf_cuda_adamw_params<P> a;
   a.consts = NULL;
+  a.zero_g = false;
   a.p = (P *)tf_tensor_data(u->p);
   a.m = (P *)tf_tensor_data(u->m);
   a.v = (P *)tf_tensor_data(u->v);
@@ -177,6 +180,7 @@ __global__ void __launch_bounds__(TF_CUDA_THREADS) tf_cuda_adamw4_kernel(tf_cuda
     ((float4 *)a.p)[w] = p;
     ((float4 *)a.m)[w] = m;
     ((float4 *)a.v)[w] = v;
+    if (a.zero_g) ((float4 *)a.g)[w] = make_float4(0.f, 0.f, 0.f, 0.f);
     const int64_t i = 4 * w;
     if (i + 3 < a.n_low) {
       ushort4 l;
@@ -196,6 +200,7 @@ __global__ void __launch_bounds__(TF_CUDA_THREADS) tf_cuda_adamw4_kernel(tf_cuda
     a.p[i] = p;
     a.m[i] = m;
     a.v[i] = v;
+    if (a.zero_g) ((float *)a.g)[i] = 0.f;
     if (i < a.n_low) low[i] = a.low_bf16 ? tf_f32_to_bf16(p) : tf_f32_to_f16(p);
   }
 }
@@ -219,6 +224,7 @@ tf_status tf_cuda_model_adamw(tf_device_ctx *ctx, const tf_model_adamw_args *m) 
   a.n_low = m->low ? m->n_low : 0;
   a.low_bf16 = m->low_dtype == TF_BF16;
   a.consts = m->consts;
+  a.zero_g = m->zero_g;
   if (tf_cuda_adamw_aligned(a.p, 16) && tf_cuda_adamw_aligned(a.m, 16) && tf_cuda_adamw_aligned(a.v, 16) &&
       tf_cuda_adamw_aligned(a.g, 16) && (!a.low || tf_cuda_adamw_aligned(a.low, 8)))
     tf_cuda_adamw4_kernel<<<tf_cuda_blocks(st, (a.n + 3) / 4), TF_CUDA_THREADS, 0, st->stream>>>(a);

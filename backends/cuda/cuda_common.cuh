@@ -30,7 +30,7 @@ typedef struct tf_cuda_state {
   /* The side stream (model_graph.cu), made on first use: while work goes
    * to it, stream is side and main_stream holds the device's own stream. */
   cudaStream_t main_stream, side;
-  cudaEvent_t fork, join;
+  cudaEvent_t fork, join, marks[TF_SIDE_MARKS];
 } tf_cuda_state;
 
 /* Records "CUDA error in <call>: <reason>" (TF_ERR_OOM with "out of memory"
@@ -206,6 +206,8 @@ void tf_cuda_side_release(tf_cuda_state *st); /* at shutdown */
 tf_status tf_cuda_side_enter(tf_device_ctx *ctx);
 tf_status tf_cuda_side_leave(tf_device_ctx *ctx);
 tf_status tf_cuda_side_join(tf_device_ctx *ctx);
+tf_status tf_cuda_side_mark(tf_device_ctx *ctx, int i);
+tf_status tf_cuda_main_wait(tf_device_ctx *ctx, int i);
 tf_status tf_cuda_adamw_constants(tf_device_ctx *ctx, float *consts, const tf_adamw_update *u);
 tf_status tf_cuda_model_adamw(tf_device_ctx *ctx, const tf_model_adamw_args *a);
 const tf_model_kernels *tf_cuda_model_kernels(void);

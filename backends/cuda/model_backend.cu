@@ -27,6 +27,8 @@ static tf_model_kernels tf_cuda_make_model_table(void) {
   k.side_enter = tf_cuda_side_enter;
   k.side_leave = tf_cuda_side_leave;
   k.side_join = tf_cuda_side_join;
+  k.side_mark = tf_cuda_side_mark;
+  k.main_wait = tf_cuda_main_wait;
   return k;
 }
 

@@ -69,6 +69,7 @@ tf_status tf_cuda_side_ready(tf_cuda_state *st) {
   if (st->side) return TF_OK;
   TF_CUDA_CHECK(cudaEventCreateWithFlags(&st->fork, cudaEventDisableTiming));
   TF_CUDA_CHECK(cudaEventCreateWithFlags(&st->join, cudaEventDisableTiming));
+  for (int i = 0; i < TF_SIDE_MARKS; i++) TF_CUDA_CHECK(cudaEventCreateWithFlags(&st->marks[i], cudaEventDisableTiming));
   int least = 0, greatest = 0;
   TF_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
   TF_CUDA_CHECK(cudaStreamCreateWithPriority(&st->side, cudaStreamNonBlocking, least));
@@ -79,6 +80,10 @@ void tf_cuda_side_release(tf_cuda_state *st) {
   if (st->side) tf_cuda_report(cudaStreamDestroy(st->side), "cudaStreamDestroy");
   if (st->fork) tf_cuda_report(cudaEventDestroy(st->fork), "cudaEventDestroy");
   if (st->join) tf_cuda_report(cudaEventDestroy(st->join), "cudaEventDestroy");
+  for (int i = 0; i < TF_SIDE_MARKS; i++) {
+    if (st->marks[i]) tf_cuda_report(cudaEventDestroy(st->marks[i]), "cudaEventDestroy");
+    st->marks[i] = NULL;
+  }
   st->side = NULL;
   st->fork = st->join = NULL;
 }
@@ -110,5 +115,21 @@ tf_status tf_cuda_side_join(tf_device_ctx *ctx) {
   if (!st->side) return TF_OK;
   TF_CUDA_CHECK(cudaEventRecord(st->join, st->side));
   TF_CUDA_CHECK(cudaStreamWaitEvent(st->stream, st->join, 0));
+  return TF_OK;
+}
+
+tf_status tf_cuda_side_mark(tf_device_ctx *ctx, int i) {
+  TF_TRY(tf_cuda_use_device(ctx));
+  tf_cuda_state *st = tf_cuda_state_of(ctx);
+  if (!st->side || i < 0 || i >= TF_SIDE_MARKS) return tf_fail(TF_ERR_STATE, "side_mark %d without a side stream", i);
+  TF_CUDA_CHECK(cudaEventRecord(st->marks[i], st->side));
+  return TF_OK;
+}
+
+tf_status tf_cuda_main_wait(tf_device_ctx *ctx, int i) {
+  TF_TRY(tf_cuda_use_device(ctx));
+  tf_cuda_state *st = tf_cuda_state_of(ctx);
+  if (!st->side || i < 0 || i >= TF_SIDE_MARKS) return tf_fail(TF_ERR_STATE, "main_wait %d without a side stream", i);
+  TF_CUDA_CHECK(cudaStreamWaitEvent(st->stream, st->marks[i], 0));
   return TF_OK;
 }

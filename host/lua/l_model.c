@@ -224,6 +224,7 @@ static int tf_l_model_backward_adamw(lua_State *L) {
 static int tf_l_model_views(lua_State *L, bool grads) {
   tf_model *m = tf_l_checkmodel(L, 1);
   int n = tf_model_num_tensors(m);
+  if (grads && n > 0 && !tf_model_grad(m, 0)) tf_lua_raise(L, TF_ERR_OOM, "model:grads"); /* made on first use */
   lua_createtable(L, n, 0);
   for (int i = 0; i < n; i++) {
     lua_createtable(L, 2, 2);

@@ -182,7 +182,6 @@ static tf_status tf_model_fill(tf_model *m, tf_tensor *t, double v) { return m->
  * temporaries). */
 static tf_status tf_model_init_params(tf_model *m) {
   TF_TRY(tf_model_fill(m, m->params, 0.0));
-  TF_TRY(tf_model_fill(m, m->grads, 0.0));
   for (int i = 0; i < m->ntensors; i++) {
     tf_model_tensor *t = &m->tensors[i];
     if (t->init_std == 0) {
@@ -206,7 +205,6 @@ static tf_status tf_model_build(tf_model *m) {
   if (!m->tensors || !m->layers) return tf_fail(TF_ERR_OOM, "out of memory: no host memory for the model's tables");
   TF_TRY(tf_model_layout(m));
   TF_TRY(tf_model_flat(m, m->total, TF_F32, TF_TAG_PARAMETER, "", &m->params));
-  TF_TRY(tf_model_flat(m, m->total, TF_F32, TF_TAG_GRADIENT, ".grad", &m->grads));
   if (m->dtype != TF_F32)
     TF_TRY(tf_model_flat(m, m->matmul_total, m->dtype, TF_TAG_PARAMETER, m->dtype == TF_BF16 ? ".bf16" : ".f16",
                          &m->low));
@@ -218,7 +216,6 @@ static tf_status tf_model_build(tf_model *m) {
     int64_t strides[TF_MAX_DIMS];
     tf_contiguous_strides(&t->shape, strides);
     TF_TRY(tf_tensor_view(m->params, &t->shape, strides, t->offset, &t->param));
-    TF_TRY(tf_tensor_view(m->grads, &t->shape, strides, t->offset, &t->grad));
   }
   tf_mem_scope outer = tf_mem_scope_enter(TF_TAG_TEMPORARY, "model init");
   tf_status st = tf_model_init_params(m);
@@ -267,7 +264,7 @@ void tf_model_free(tf_model *m) {
     tf_tensor_release(m->tensors[i].param);
     tf_tensor_release(m->tensors[i].grad);
   }
-  tf_tensor *bufs[] = {m->matmul_params, m->params, m->grads, m->adam_m, m->adam_v, m->low, m->adam_consts};
+  tf_tensor *bufs[] = {m->matmul_params, m->params, m->grads, m->adam_m, m->adam_v, m->low, m->adam_consts, m->ring};
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) tf_tensor_release(bufs[i]);
   free(m->tensors);
   free(m->layers);
@@ -286,7 +283,10 @@ const char *tf_model_tensor_name(const tf_model *m, int i) {
 }
 
 tf_tensor *tf_model_param(const tf_model *m, int i) { return i >= 0 && i < m->ntensors ? m->tensors[i].param : NULL; }
-tf_tensor *tf_model_grad(const tf_model *m, int i) { return i >= 0 && i < m->ntensors ? m->tensors[i].grad : NULL; }
+tf_tensor *tf_model_grad(tf_model *m, int i) {
+  if (i < 0 || i >= m->ntensors || tf_model_ensure_grads(m) != TF_OK) return NULL;
+  return m->tensors[i].grad;
+}
 
 /* A linear search: a model has a few hundred names at most. */
 int tf_model_find(const tf_model *m, const char *name) {
@@ -299,7 +299,7 @@ int tf_model_find(const tf_model *m, const char *name) {
 tf_model_memory tf_model_memory_use(const tf_model *m) {
   tf_model_memory u = {0};
   u.params = tf_tensor_nbytes(m->params);
-  u.grads = tf_tensor_nbytes(m->grads);
+  u.grads = (m->grads ? tf_tensor_nbytes(m->grads) : 0) + (m->ring ? tf_tensor_nbytes(m->ring) : 0);
   u.optimizer = m->adam_m ? tf_tensor_nbytes(m->adam_m) + tf_tensor_nbytes(m->adam_v) : 0;
   u.low_precision = m->low ? tf_tensor_nbytes(m->low) : 0;
   u.activations = m->plan.storage ? m->plan.bytes : 0;
@@ -330,7 +330,70 @@ tf_status tf_model_set_attention(tf_model *m, bool flash) {
 bool tf_model_uses_flash(const tf_model *m) { return m->flash; }
 
 /* One fill over the flat gradient buffer. */
-tf_status tf_model_zero_grad(tf_model *m) { return tf_model_fill(m, m->grads, 0.0); }
+/* Nothing to do for gradients never written (or written by a step that
+ * zeroed them as it read them). */
+tf_status tf_model_zero_grad(tf_model *m) {
+  if (!m->grads || !m->grads_dirty) return TF_OK;
+  TF_TRY(tf_model_fill(m, m->grads, 0.0));
+  m->grads_dirty = false;
+  return TF_OK;
+}
+
+tf_status tf_model_ensure_grads(tf_model *m) {
+  if (m->grads) return TF_OK;
+  TF_TRY(tf_model_flat(m, m->total, TF_F32, TF_TAG_GRADIENT, ".grad", &m->grads));
+  tf_status st = tf_model_fill(m, m->grads, 0.0);
+  for (int i = 0; st == TF_OK && i < m->ntensors; i++) {
+    tf_model_tensor *t = &m->tensors[i];
+    int64_t strides[TF_MAX_DIMS];
+    tf_contiguous_strides(&t->shape, strides);
+    st = tf_tensor_view(m->grads, &t->shape, strides, t->offset, &t->grad);
+  }
+  if (st != TF_OK) {
+    for (int i = 0; i < m->ntensors; i++) {
+      tf_tensor_release(m->tensors[i].grad);
+      m->tensors[i].grad = NULL;
+    }
+    tf_tensor_release(m->grads);
+    m->grads = NULL;
+  }
+  m->grads_dirty = false;
+  return st;
+}
+
+/* The ring: TF_SIDE_MARKS slots of ring_slot elements, then lm_head's
+ * gradient, then the rest's (embedding, norms: [matmul_total, total)). */
+tf_status tf_model_ensure_ring(tf_model *m) {
+  if (m->ring) return TF_OK;
+  int64_t slot = 0;
+  for (int64_t l = 0; l < m->cfg.num_layers; l++) {
+    const int64_t end = l + 1 < m->cfg.num_layers ? m->layers[l + 1].qkv : m->lm_head;
+    if (end - m->layers[l].qkv > slot) slot = end - m->layers[l].qkv;
+  }
+  m->ring_slot = slot;
+  tf_shape s = {1, {TF_SIDE_MARKS * slot + (m->total - m->lm_head)}};
+  tf_mem_scope outer = tf_mem_scope_enter(TF_TAG_GRADIENT, "model gradient ring");
+  tf_status st = tf_tensor_empty(&s, TF_F32, m->device, &m->ring);
+  tf_mem_scope_leave(outer);
+  TF_TRY(st);
+  st = tf_model_fill(m, m->ring, 0.0);
+  if (st != TF_OK) {
+    tf_tensor_release(m->ring);
+    m->ring = NULL;
+  }
+  return st;
+}
+
+float *tf_model_ring_at(const tf_model *m, int64_t off) {
+  float *base = tf_tensor_data(m->ring);
+  if (off >= m->lm_head) return base + TF_SIDE_MARKS * m->ring_slot + (off - m->lm_head);
+  int64_t lo = 0, hi = m->cfg.num_layers - 1; /* the last layer starting at or before off */
+  while (lo < hi) {
+    const int64_t mid = (lo + hi + 1) / 2;
+    if (m->layers[mid].qkv <= off) lo = mid; else hi = mid - 1;
+  }
+  return base + (lo % TF_SIDE_MARKS) * m->ring_slot + (off - m->layers[lo].qkv);
+}
 
 /* The moments are allocated (zeroed) by the first step: a model only run
  * forward never holds optimizer state. */
@@ -354,6 +417,7 @@ tf_status tf_model_ensure_moments(tf_model *m) {
  * the whole copy is converted afterwards). */
 static tf_status tf_model_run_adamw(tf_model *m, const tf_adamw_args *args) {
   TF_TRY(tf_model_ensure_moments(m));
+  TF_TRY(tf_model_ensure_grads(m));
   const bool in_step = m->low && m->low_version == m->params->storage->version;
   TF_TRY(tf_adamw_step_with_low(m->params, m->grads, m->adam_m, m->adam_v, in_step ? m->low : NULL, args));
   m->params->storage->version++; /* an in-place write, as autograd counts them */

@@ -100,7 +100,7 @@ tf_model_graph_stats tf_model_graphs(const tf_model *m);
 int tf_model_num_tensors(const tf_model *m);
 const char *tf_model_tensor_name(const tf_model *m, int i);
 tf_tensor *tf_model_param(const tf_model *m, int i);
-tf_tensor *tf_model_grad(const tf_model *m, int i);
+tf_tensor *tf_model_grad(tf_model *m, int i); /* makes the gradients on first use (NULL: out of memory) */
 /* The index of a name, or -1. */
 int tf_model_find(const tf_model *m, const char *name);
 /* Refreshes the low-precision weight copy now if the parameters' storage

@@ -54,12 +54,12 @@ static tf_status tf_model_layer_backward(tf_model *m, int64_t l) {
  * on the side stream, after everything queued so far (their gradients are
  * final, and the pass no longer reads them); the matmul weights' low copy
  * refreshed as it goes. */
-static tf_status tf_model_step_region(tf_model *m, int64_t off, int64_t end) {
+static tf_status tf_model_step_region(tf_model *m, int64_t off, int64_t end, int mark) {
   if (!m->step_in_backward || end <= off) return TF_OK;
   const tf_model_kernels *k = m->k;
   tf_model_adamw_args a = {.p = tf_model_pw(m, off), .m = (float *)tf_tensor_data(m->adam_m) + off,
                            .v = (float *)tf_tensor_data(m->adam_v) + off, .g = tf_model_gw(m, off), .n = end - off,
-                           .consts = tf_tensor_data(m->adam_consts)};
+                           .consts = tf_tensor_data(m->adam_consts), .zero_g = m->use_ring};
   if (m->step_low && off < m->matmul_total) {
     a.low = tf_model_at(m, tf_tensor_data(m->low), off);
     a.low_dtype = m->dtype;
@@ -68,6 +68,7 @@ static tf_status tf_model_step_region(tf_model *m, int64_t off, int64_t end) {
   TF_TRY(k->side_enter(m->ctx));
   const bool ranged = tf_range_push("optimizer") == TF_OK;
   tf_status st = k->adamw(m->ctx, &a);
+  if (st == TF_OK && m->use_ring && mark >= 0) st = k->side_mark(m->ctx, mark); /* the slot may be used again */
   if (ranged) (void)tf_range_pop();
   (void)k->side_leave(m->ctx);
   return st;
@@ -81,18 +82,20 @@ static tf_status tf_model_backward_steps(tf_model *m) {
   /* logits = lm_head(ln_final(x_L)) */
   TF_TRY(tf_model_linear_backward(m, p->logits, p->hf, n, d, c->vocab_size, tf_model_mw(m, m->lm_head),
                                   tf_model_gw(m, m->lm_head), p->proj));
-  TF_TRY(tf_model_step_region(m, m->lm_head, m->matmul_total));
+  TF_TRY(tf_model_step_region(m, m->lm_head, m->matmul_total, -1));
   TF_TRY(tf_model_norm_backward(m, p->resid[2 * L], m->lnf, p->rstdf, p->proj, false, true));
   for (int64_t l = L - 1; l >= 0; l--) {
     char name[32];
     snprintf(name, sizeof name, "layer %lld", (long long)l);
+    const int slot = (int)(l % TF_SIDE_MARKS);
+    if (m->use_ring && l + TF_SIDE_MARKS < L) TF_TRY(m->k->main_wait(m->ctx, slot)); /* read and zeroed */
     TF_RANGED(name, tf_model_layer_backward(m, l));
-    TF_TRY(tf_model_step_region(m, m->layers[l].qkv, l + 1 < L ? m->layers[l + 1].qkv : m->lm_head));
+    TF_TRY(tf_model_step_region(m, m->layers[l].qkv, l + 1 < L ? m->layers[l + 1].qkv : m->lm_head, slot));
   }
   tf_encoder_args enc = {.backward = true, .n = n, .dim = d, .vocab = c->vocab_size, .ids = p->ids,
                          .dout = p->dres, .dwte = tf_model_gw(m, m->wte), .workspace = p->backward_ws};
   TF_TRY(m->k->encoder(m->ctx, &enc));
-  return tf_model_step_region(m, m->matmul_total, m->total); /* embedding, norms */
+  return tf_model_step_region(m, m->matmul_total, m->total, -1); /* embedding, norms */
 }
 
 /* The logits' gradient (left by the fused loss) is the starting point;
@@ -116,8 +119,8 @@ static tf_status tf_model_backward_pass(tf_model *m, bool keep) {
  * (a stale one is converted whole after the step instead). */
 static bool tf_model_can_overlap(const tf_model *m) {
   const tf_model_kernels *k = m->k;
-  return k->side_enter && k->side_leave && k->side_join && k->adamw && k->adamw_constants &&
-         (!m->low || m->low_version == m->params->storage->version);
+  return k->side_enter && k->side_leave && k->side_join && k->side_mark && k->main_wait && k->adamw &&
+         k->adamw_constants && (!m->low || m->low_version == m->params->storage->version);
 }
 
 tf_status tf_model_backward_adamw(tf_model *m, const tf_adamw_args *args) {
@@ -137,14 +140,19 @@ tf_status tf_model_backward_adamw(tf_model *m, const tf_adamw_args *args) {
     tf_mem_scope_leave(scope);
     TF_TRY(st);
   }
+  /* Gradients accumulated by earlier backward passes are added to in place;
+   * else they go through the ring and the flat buffer is never needed. */
+  const bool ring = !m->grads || !m->grads_dirty;
+  TF_TRY(ring ? tf_model_ensure_ring(m) : TF_OK);
   TF_TRY(m->k->adamw_constants(m->ctx, tf_tensor_data(m->adam_consts), &u));
   m->loss_ready = false;
   m->step_in_backward = true;
   m->step_low = m->low != NULL;
+  m->use_ring = ring;
   const bool ranged = tf_range_push("backward") == TF_OK;
   tf_status st = tf_model_run_phase(m, TF_MODEL_PHASE_BACKWARD, true, tf_model_backward_pass);
   if (ranged) (void)tf_range_pop();
-  m->step_in_backward = m->step_low = false;
+  m->step_in_backward = m->step_low = m->use_ring = false;
   TF_TRY(st);
   m->params->storage->version++; /* an in-place write, as autograd counts them */
   if (m->low) m->low_version = m->params->storage->version;
@@ -155,7 +163,9 @@ tf_status tf_model_backward_adamw(tf_model *m, const tf_adamw_args *args) {
 tf_status tf_model_backward(tf_model *m) {
   if (!m->loss_ready)
     return tf_fail(TF_ERR_STATE, "model backward: no loss to differentiate: call loss() first (one backward per loss)");
+  TF_TRY(tf_model_ensure_grads(m));
   m->loss_ready = false;
+  m->grads_dirty = true;
   TF_RANGED("backward", tf_model_run_phase(m, TF_MODEL_PHASE_BACKWARD, true, tf_model_backward_pass));
   return TF_OK;
 }

@@ -39,12 +39,13 @@ void tf_model_graphs_drop(tf_model *m) {
 static tf_model_graph_key tf_model_graph_key_now(const tf_model *m, bool keep) {
   return (tf_model_graph_key){.batch = m->plan.batch, .seq = m->plan.seq, .training_plan = m->plan.training,
                               .keep = keep, .flash = m->flash, .tf32 = m->ctx->allow_tf32,
-                              .optimizer = m->step_in_backward};
+                              .optimizer = m->step_in_backward, .ring = m->use_ring};
 }
 
 static bool tf_model_graph_key_eq(const tf_model_graph_key *a, const tf_model_graph_key *b) {
   return a->batch == b->batch && a->seq == b->seq && a->training_plan == b->training_plan && a->keep == b->keep &&
-         a->flash == b->flash && a->tf32 == b->tf32 && a->optimizer == b->optimizer;
+         a->flash == b->flash && a->tf32 == b->tf32 && a->optimizer == b->optimizer &&
+         a->ring == b->ring;
 }
 
 /* Captures body into g->exec. On failure nothing has run: the failure is

@@ -111,6 +111,7 @@ typedef struct tf_model_graph_key {
   int64_t batch, seq;
   bool training_plan, keep, flash, tf32;
   bool optimizer; /* the backward pass with AdamW beside it */
+  bool ring;      /* ... writing the gradients into the ring (tf_model.ring) */
 } tf_model_graph_key;
 
 /* One phase's graph: the first call of a key runs eagerly (it warms
@@ -136,7 +137,17 @@ struct tf_model {
   int64_t wte, lnf, lm_head;
   int64_t total;        /* elements of each flat buffer (with alignment gaps) */
   int64_t matmul_total; /* the prefix holding the matmul weights */
-  tf_tensor *params, *grads, *adam_m, *adam_v; /* flat f32 (total,) */
+  tf_tensor *params, *adam_m, *adam_v; /* flat f32 (total,) */
+  tf_tensor *grads;         /* flat f32 (total,), made by the first backward pass that needs it
+                               (tf_model_ensure_grads); NULL until then */
+  bool grads_dirty;         /* grads may hold non-zeros (a backward pass since the last zero_grad) */
+  /* tf_model_backward_adamw without accumulated gradients: each layer's
+   * weight gradients go into one of TF_SIDE_MARKS slots, used again two
+   * layers later once the optimizer has read (and zeroed) them; lm_head's
+   * and the rest's (embedding, norms) have places of their own. */
+  tf_tensor *ring;
+  int64_t ring_slot;        /* elements per slot: the largest layer's matmul weights */
+  bool use_ring;            /* the backward pass being run writes gradients into the ring */
   tf_tensor *adam_consts;   /* AdamW's step constants on the device, for tf_model_backward_adamw */
   bool step_in_backward;    /* the backward pass being run also steps the optimizer */
   bool step_low;            /* ... and refreshes the low copy as it goes */
@@ -151,8 +162,12 @@ struct tf_model {
   uint64_t graph_captures, graph_replays, graph_failures;
 };
 
-/* model.c: the optimizer's moments, allocated (zeroed) by the first step. */
+/* model.c: the optimizer's moments, allocated (zeroed) by the first step;
+ * the flat gradients (zeroed, with their views) by the first pass that
+ * needs them; the ring by the first step without them. */
 tf_status tf_model_ensure_moments(tf_model *m);
+tf_status tf_model_ensure_grads(tf_model *m);
+tf_status tf_model_ensure_ring(tf_model *m);
 
 /* model_graph.c: CUDA graph replay. */
 /* The body of a phase: kernels only, over the plan and the model's buffers
@@ -189,7 +204,11 @@ tf_status tf_model_attention_backward(tf_model *m, const tf_model_layer_acts *ac
 /* ---- pointers into the flat buffers ---------------------------------------- */
 
 static inline float *tf_model_pw(const tf_model *m, int64_t off) { return (float *)tf_tensor_data(m->params) + off; }
-static inline float *tf_model_gw(const tf_model *m, int64_t off) { return (float *)tf_tensor_data(m->grads) + off; }
+/* Where the gradient of parameter element off goes in the ring (see tf_model.ring). */
+float *tf_model_ring_at(const tf_model *m, int64_t off);
+static inline float *tf_model_gw(const tf_model *m, int64_t off) {
+  return m->use_ring ? tf_model_ring_at(m, off) : (float *)tf_tensor_data(m->grads) + off;
+}
 /* A matmul weight as the GEMMs read it: the low copy, or the f32 parameter. */
 static inline void *tf_model_mw(const tf_model *m, int64_t off) {
   if (!m->low) return tf_model_pw(m, off);

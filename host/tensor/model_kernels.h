@@ -165,6 +165,7 @@ typedef struct tf_model_adamw_args {
   tf_dtype low_dtype;
   int64_t n, n_low;
   const float *consts; /* TF_ADAMW_CONSTS floats on the device */
+  bool zero_g;         /* g is zeroed after it is read (a gradient buffer used again) */
 } tf_model_adamw_args;
 
 /* A captured, instantiated CUDA graph: work queued on a device's stream
@@ -224,7 +225,14 @@ typedef struct tf_model_kernels {
   tf_status (*side_enter)(tf_device_ctx *ctx);
   tf_status (*side_leave)(tf_device_ctx *ctx);
   tf_status (*side_join)(tf_device_ctx *ctx);
+  /* side_mark records mark i (0 <= i < TF_SIDE_MARKS) after what is queued
+   * on the side stream so far; main_wait makes the main stream wait for
+   * the work before the last mark i. Capturable. */
+  tf_status (*side_mark)(tf_device_ctx *ctx, int i);
+  tf_status (*main_wait)(tf_device_ctx *ctx, int i);
 } tf_model_kernels;
+
+enum { TF_SIDE_MARKS = 2 };
 
 #ifdef __cplusplus
 }
