@@ -28,8 +28,28 @@ void **tf_lua_push_owner(lua_State *L, void (*release)(void *)) {
   return &o->ptr;
 }
 
+/* Whether the words of a and b (split at spaces, '.', ':' and '_') are the
+ * same, b's being the last words of a's: "tf.matmul" ends with "matmul",
+ * "model:forward" with "model forward". */
+static bool tf_lua_words_end(const char *a, size_t na, const char *b, size_t nb) {
+  char x[128], y[128];
+  size_t nx = 0, ny = 0;
+  for (size_t i = 0; i < na && nx + 1 < sizeof x; i++) x[nx++] = strchr(" .:_", a[i]) ? ' ' : a[i];
+  for (size_t i = 0; i < nb && ny + 1 < sizeof y; i++) y[ny++] = strchr(" .:_", b[i]) ? ' ' : b[i];
+  if (ny == 0 || ny > nx || memcmp(x + nx - ny, y, ny) != 0) return false;
+  return nx == ny || x[nx - ny - 1] == ' ';
+}
+
+/* The message without a leading "<op>: " that repeats what fname already
+ * says ("tf.matmul: matmul: shapes ..." reads "tf.matmul: shapes ..."). */
+static const char *tf_lua_unprefixed(const char *fname, const char *msg) {
+  const char *colon = strstr(msg, ": ");
+  if (!colon || colon - msg > 48) return msg;
+  return tf_lua_words_end(fname, strlen(fname), msg, (size_t)(colon - msg)) ? colon + 2 : msg;
+}
+
 int tf_lua_raise(lua_State *L, tf_status st, const char *fname) {
-  const char *msg = tf_last_error();
+  const char *msg = tf_lua_unprefixed(fname, tf_last_error());
   if (st == TF_ERR_OOM) {
     lua_pushfstring(L, "%s (in %s)", msg, fname);
     return lua_error(L);

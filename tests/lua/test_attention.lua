@@ -267,7 +267,7 @@ T.test("errors name the function and the argument", function()
   for _, impl in ipairs({ "flash", "naive" }) do
     local o = { impl = impl }
     T.raises(function() tf.attention(tf.arange(10):reshape(2, 5), k, v, o) end,
-      "tf.attention: attention: q must have a floating dtype")
+      "tf.attention: q must have a floating dtype")
     T.raises(function() tf.attention(tf.randn(8), k, v, o) end, "q must have at least 2 dims (..., seq, head_dim)")
     T.raises(function() tf.attention(q, tf.randn(3, 7, 8), v, o) end, "k must have q's leading dims (2,)")
     T.raises(function() tf.attention(q, tf.randn(7, 8), v, o) end, "k must have q's leading dims (2,)")
