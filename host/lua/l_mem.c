@@ -30,7 +30,7 @@ static int tf_l_mem_stats(lua_State *L) {
   TF_SET_INT(L, "num_segment_allocs", s->num_segment_allocs);
   TF_SET_INT(L, "num_segment_frees", s->num_segment_frees);
   TF_SET_INT(L, "num_ooms", s->num_ooms);
-  TF_SET_INT(L, "limit", ctx->alloc.limit);
+  if (ctx->alloc.limit) TF_SET_INT(L, "limit", ctx->alloc.limit); /* nil: no cap, as set_limit(nil) sets */
   return 1;
 }
 

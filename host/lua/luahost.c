@@ -154,7 +154,10 @@ bool tf_lua_exit_request(lua_State *L, int *code) {
   lua_getiuservalue(L, -1, 1);
   if (lua_isstring(L, -1)) {
     FILE *to = req->code == 0 ? stdout : stderr;
-    fputs(lua_tostring(L, -1), to);
+    size_t len = 0;
+    const char *msg = lua_tolstring(L, -1, &len);
+    fputs(msg, to);
+    if (len > 0 && msg[len - 1] != '\n') fputc('\n', to); /* a line, as print writes it */
     fflush(to);
   }
   lua_pop(L, 2);

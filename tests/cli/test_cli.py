@@ -334,6 +334,11 @@ class ExitFunction(TfhostTest):
         self.assertExit(r, 0)
         self.assertEqual(r.stdout, "fine\n")
         self.assertEqual(r.stderr, "")
+        r = self.tfhost("-e", "tf.exit(0, 'bye')")  # the line is ended for it
+        self.assertExit(r, 0)
+        self.assertEqual(r.stdout, "bye\n")
+        r = self.tfhost("-e", "tf.exit(2, 'no')")
+        self.assertEqual(r.stderr, "no\n")
 
     def test_exit_unwinds_close_variables(self):
         r = self.tfhost("-e", "local x <close> = setmetatable({}, {__close = function() print('closed') end}) tf.exit(3)")
