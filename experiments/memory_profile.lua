@@ -10,8 +10,10 @@
 --   tfhost experiments/memory_profile.lua --size tiny --context 32 --out /tmp/mem   (a quick CPU run)
 local opt = tf.options{
   description = "Peak memory, snapshots and timelines of the Transformer LM's forward pass and training step.",
-  { "size", "model size (small, medium, large, xl, 2.7B; tiny for a quick CPU run)", default = "2.7B" },
-  { "context", "context lengths", default = "128,256,512", type = "list:int" },
+  { "size", "model size (small, medium, large, xl, 2.7B; tiny for a quick CPU run; on a CPU the default is tiny)",
+    default = tf.cuda.is_available() and "2.7B" or "tiny" },
+  { "context", "context lengths (on a CPU the default is 32,64)",
+    default = tf.cuda.is_available() and "128,256,512" or "32,64", type = "list:int" },
   { "precision", "precisions", default = "f32,bf16", type = "list", choices = { "f32", "bf16", "f16" } },
   { "mode", "what to profile", default = "forward,step", type = "list", choices = { "forward", "step" } },
   { "batch", "batch size", default = 4 },

@@ -28,6 +28,8 @@ end
 if opt.rounds < 3 then tf.exit(2, "overhead.lua: --rounds must be >= 3 (a spread needs them)\n") end
 if opt.memory_limit > 0 then tf.mem.set_limit(math.floor(opt.memory_limit * 2 ^ 30)) end
 
+if not tf.prof.available() then tf.prof.start{}:stop() end -- its one-line note before the progress lines
+
 local modes = {
   { name = "plain", start = function() end, stop = function() end },
   { name = "tf.mem.record", start = function() tf.mem.record{ max_entries = 1 << 22 } end,
