@@ -16,7 +16,11 @@ print("device: " .. tf.device())
 local n, dtype = opt.size, opt.dtype
 local a = tf.randn(n, n, { dtype = dtype })
 local b = tf.randn(n, n, { dtype = dtype })
+tf.sync()
+local t0 = tf.now()
 local c = tf.matmul(a, b)
+tf.sync()
+local first_ms = tf.now() - t0
 print(string.format("c = a @ b for %d x %d %s matrices; c[0, :4] =", n, n, dtype))
 print(c:narrow(0, 0, 1):narrow(1, 0, 4))
 
@@ -28,7 +32,18 @@ local diff = got - ref
 local relerr = math.sqrt((diff * diff):sum():item() / (ref * ref):sum():item())
 print(string.format("relative error against an f64 CPU product: %.2e", relerr))
 
-local stats = tf.bench(function() tf.matmul(a, b) end, { warmup = 2, iters = opt.iters })
+-- A slow product (a large one on a CPU) says how long the timing will take.
+local calls = 2 + opt.iters
+if first_ms * calls > 5000 then
+  tf.report.progress("timing %d products of about %.1f s each (about %.0f s) ...\n", calls, first_ms / 1e3,
+    first_ms * calls / 1e3)
+end
+local done = 0
+local stats = tf.bench(function()
+  tf.matmul(a, b)
+  done = done + 1
+  if first_ms * calls > 5000 then tf.report.progress("  %d/%d\n", done, calls) end
+end, { warmup = 2, iters = opt.iters })
 local tflops = 2 * n ^ 3 / (stats.median * 1e-3) / 1e12
 local rows = { { device = tf.device(), n = n, dtype = dtype, median_ms = stats.median, mean_ms = stats.mean,
   std_ms = stats.std, tflops = tflops, relerr = relerr } }
