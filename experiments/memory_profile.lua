@@ -6,7 +6,7 @@
 -- configuration, the size of one residual-stream activation and the largest
 -- allocations with their origin.
 --
---   tfhost experiments/memory_profile.lua                        (2.7B, ctx 128,256,512, f32+bf16)
+--   tfhost experiments/memory_profile.lua                        (2.7B, ctx 128,256,512, f32+bf16; tiny on a CPU)
 --   tfhost experiments/memory_profile.lua --size tiny --context 32 --out /tmp/mem   (a quick CPU run)
 local opt = tf.options{
   description = "Peak memory, snapshots and timelines of the Transformer LM's forward pass and training step.",
@@ -138,7 +138,7 @@ for _, ctx in ipairs(opt.context) do
   end
 end
 
-print(string.format("## (a, b) Peak memory: %s model, batch %d, device %s\n", opt.size, opt.batch, tf.device()))
+print(string.format("## (a, b, c) Peak memory: %s model, batch %d, device %s\n", opt.size, opt.batch, tf.device()))
 local function gib(v, row) return row.oom and "OOM" or string.format("%.2f", v) end
 local function at(tag)
   return { "at_peak", tag, function(v, row) return row.oom and "" or string.format("%.3f", v[tag]) end }
@@ -148,7 +148,9 @@ tf.report.table(rows, {
     at("parameter"), at("gradient"), at("optimizer state"), at("activation"), at("workspace"), at("temporary"),
     { "write_s", "write s", "%.2f" } },
 })
-print("\nThe tag columns are GiB live at the peak moment of the recorded history.")
+print("\nThe tag columns are GiB live at the peak moment of the recorded history. (a) is each configuration's "
+  .. "snapshot and timeline (the files listed at the end), (b) the peak by context and mode, (c) the precision "
+  .. "column: f32 against mixed precision at each context.")
 
 local ref
 for _, r in ipairs(rows) do
