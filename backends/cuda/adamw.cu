@@ -12,8 +12,8 @@ template <typename P> struct tf_cuda_adamw_params {
   void *low; /* the first n_low elements of the new p, rounded to bf16 (low_bf16) or f16; f32 p only */
   int64_t n_low;
   bool low_bf16;
-  P decay, beta1, beta2, one_minus_beta1, one_minus_beta2, step_size, bias2_sqrt, eps;
-  const P *consts; /* or NULL: the constants above, from device memory (enum tf_adamw_const) */
+  P c[TF_ADAMW_CONSTS]; /* the step's constants, by enum tf_adamw_const */
+  const P *consts;      /* or NULL: c from device memory instead */
   bool zero_g;     /* write zeros over g after reading it (f32 g only) */
 };
 
@@ -41,23 +41,23 @@ template <> struct tf_cuda_adamw_ops<double> {
 template <typename P>
 __device__ __forceinline__ void tf_cuda_adamw_one(const tf_cuda_adamw_params<P> &a, P gv, P &p, P &m, P &v) {
   typedef tf_cuda_adamw_ops<P> O;
-  m = O::add(O::mul(a.beta1, m), O::mul(a.one_minus_beta1, gv));
-  v = O::add(O::mul(a.beta2, v), O::mul(O::mul(a.one_minus_beta2, gv), gv));
-  p = O::mul(p, a.decay);
-  p = O::sub(p, O::div(O::mul(a.step_size, m), O::add(O::div(O::sqrt(v), a.bias2_sqrt), a.eps)));
+  const P *c = a.c;
+  m = O::add(O::mul(c[TF_ADAMW_BETA1], m), O::mul(c[TF_ADAMW_ONE_MINUS_BETA1], gv));
+  v = O::add(O::mul(c[TF_ADAMW_BETA2], v), O::mul(O::mul(c[TF_ADAMW_ONE_MINUS_BETA2], gv), gv));
+  p = O::mul(p, c[TF_ADAMW_DECAY]);
+  p = O::sub(p, O::div(O::mul(c[TF_ADAMW_STEP_SIZE], m),
+                       O::add(O::div(O::sqrt(v), c[TF_ADAMW_BIAS2_SQRT]), c[TF_ADAMW_EPS])));
 }
 
-/* The constants from device memory (a.consts, enum tf_adamw_const). */
+/* The constants from device memory, when a.consts gives them. */
 template <typename P> __device__ __forceinline__ void tf_cuda_adamw_load(tf_cuda_adamw_params<P> &a) {
-  const P *c = a.consts;
-  a.decay = c[TF_ADAMW_DECAY];
-  a.beta1 = c[TF_ADAMW_BETA1];
-  a.beta2 = c[TF_ADAMW_BETA2];
-  a.one_minus_beta1 = c[TF_ADAMW_ONE_MINUS_BETA1];
-  a.one_minus_beta2 = c[TF_ADAMW_ONE_MINUS_BETA2];
-  a.step_size = c[TF_ADAMW_STEP_SIZE];
-  a.bias2_sqrt = c[TF_ADAMW_BIAS2_SQRT];
-  a.eps = c[TF_ADAMW_EPS];
+  if (!a.consts) return;
+  for (int k = 0; k < TF_ADAMW_CONSTS; k++) a.c[k] = a.consts[k];
+}
+
+/* An element of the low-precision copy, rounded as the conversion kernels round. */
+template <typename P> __device__ __forceinline__ uint16_t tf_cuda_adamw_low(const tf_cuda_adamw_params<P> &a, P p) {
+  return a.low_bf16 ? tf_f32_to_bf16((float)p) : tf_f32_to_f16((float)p);
 }
 
 /* The update of every element; the low-precision copy of p's prefix by
@@ -66,15 +66,12 @@ template <typename P, int GDT>
 __global__ void __launch_bounds__(TF_CUDA_THREADS) tf_cuda_adamw_kernel(tf_cuda_adamw_params<P> a) {
   typedef tf_cuda_dtype<GDT> G;
   const typename G::storage *g = (const typename G::storage *)a.g;
-  if (a.consts) tf_cuda_adamw_load(a);
+  tf_cuda_adamw_load(a);
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < a.n; i += (int64_t)gridDim.x * blockDim.x) {
     P p = a.p[i], m = a.m[i], v = a.v[i];
     tf_cuda_adamw_one<P>(a, (P)G::load(g[i]), p, m, v);
     a.p[i] = p;
-    if (i < a.n_low) {
-      uint16_t *low = (uint16_t *)a.low;
-      low[i] = a.low_bf16 ? tf_f32_to_bf16((float)p) : tf_f32_to_f16((float)p);
-    }
+    if (i < a.n_low) ((uint16_t *)a.low)[i] = tf_cuda_adamw_low(a, p);
     a.m[i] = m;
     a.v[i] = v;
     if (a.zero_g && GDT == TF_F32) ((float *)a.g)[i] = 0.f;
@@ -83,15 +80,15 @@ __global__ void __launch_bounds__(TF_CUDA_THREADS) tf_cuda_adamw_kernel(tf_cuda_
 
 /* The constants rounded to P once, on the host (as the CPU's double ones
  * are rounded by its stores). */
-template <typename P> static void tf_cuda_adamw_round(const tf_adamw_update *u, tf_cuda_adamw_params<P> *a) {
-  a->decay = (P)u->decay;
-  a->beta1 = (P)u->beta1;
-  a->beta2 = (P)u->beta2;
-  a->one_minus_beta1 = (P)(1.0 - u->beta1);
-  a->one_minus_beta2 = (P)(1.0 - u->beta2);
-  a->step_size = (P)u->step_size;
-  a->bias2_sqrt = (P)u->bias2_sqrt;
-  a->eps = (P)u->eps;
+template <typename P> static void tf_cuda_adamw_round(const tf_adamw_update *u, P *c) {
+  c[TF_ADAMW_DECAY] = (P)u->decay;
+  c[TF_ADAMW_BETA1] = (P)u->beta1;
+  c[TF_ADAMW_BETA2] = (P)u->beta2;
+  c[TF_ADAMW_ONE_MINUS_BETA1] = (P)(1.0 - u->beta1);
+  c[TF_ADAMW_ONE_MINUS_BETA2] = (P)(1.0 - u->beta2);
+  c[TF_ADAMW_STEP_SIZE] = (P)u->step_size;
+  c[TF_ADAMW_BIAS2_SQRT] = (P)u->bias2_sqrt;
+  c[TF_ADAMW_EPS] = (P)u->eps;
 }
 
 /* Queues the kernel for g's dtype. */
@@ -108,7 +105,7 @@ static tf_status tf_cuda_adamw_typed(tf_cuda_state *st, const tf_adamw_update *u
   a.low = u->low ? tf_tensor_data(u->low) : NULL;
   a.n_low = u->low ? tf_tensor_numel(u->low) : 0;
   a.low_bf16 = u->low && u->low->dtype == TF_BF16;
-  tf_cuda_adamw_round<P>(u, &a);
+  tf_cuda_adamw_round<P>(u, a.c);
   const unsigned blocks = tf_cuda_blocks(st, a.n);
   switch (u->g->dtype) {
     case TF_F32: tf_cuda_adamw_kernel<P, TF_F32><<<blocks, TF_CUDA_THREADS, 0, st->stream>>>(a); break;
@@ -148,17 +145,8 @@ tf_status tf_cuda_adamw_constants(tf_device_ctx *ctx, float *consts, const tf_ad
   TF_TRY(tf_cuda_use_device(ctx));
   tf_cuda_state *st = tf_cuda_state_of(ctx);
   TF_TRY(tf_cuda_side_ready(st));
-  tf_cuda_adamw_params<float> r;
-  tf_cuda_adamw_round<float>(u, &r);
   tf_cuda_adamw_consts c;
-  c.v[TF_ADAMW_DECAY] = r.decay;
-  c.v[TF_ADAMW_BETA1] = r.beta1;
-  c.v[TF_ADAMW_BETA2] = r.beta2;
-  c.v[TF_ADAMW_ONE_MINUS_BETA1] = r.one_minus_beta1;
-  c.v[TF_ADAMW_ONE_MINUS_BETA2] = r.one_minus_beta2;
-  c.v[TF_ADAMW_STEP_SIZE] = r.step_size;
-  c.v[TF_ADAMW_BIAS2_SQRT] = r.bias2_sqrt;
-  c.v[TF_ADAMW_EPS] = r.eps;
+  tf_cuda_adamw_round<float>(u, c.v);
   tf_cuda_adamw_consts_kernel<<<1, 32, 0, st->stream>>>(consts, c);
   return tf_cuda_launched("adamw constants kernel");
 }
@@ -183,15 +171,11 @@ __global__ void __launch_bounds__(TF_CUDA_THREADS) tf_cuda_adamw4_kernel(tf_cuda
     if (a.zero_g) ((float4 *)a.g)[w] = make_float4(0.f, 0.f, 0.f, 0.f);
     const int64_t i = 4 * w;
     if (i + 3 < a.n_low) {
-      ushort4 l;
-      l.x = a.low_bf16 ? tf_f32_to_bf16(p.x) : tf_f32_to_f16(p.x);
-      l.y = a.low_bf16 ? tf_f32_to_bf16(p.y) : tf_f32_to_f16(p.y);
-      l.z = a.low_bf16 ? tf_f32_to_bf16(p.z) : tf_f32_to_f16(p.z);
-      l.w = a.low_bf16 ? tf_f32_to_bf16(p.w) : tf_f32_to_f16(p.w);
-      *(ushort4 *)(low + i) = l;
+      *(ushort4 *)(low + i) = make_ushort4(tf_cuda_adamw_low(a, p.x), tf_cuda_adamw_low(a, p.y),
+                                           tf_cuda_adamw_low(a, p.z), tf_cuda_adamw_low(a, p.w));
     } else if (i < a.n_low) {
       const float ps[4] = {p.x, p.y, p.z, p.w};
-      for (int u = 0; u < 4 && i + u < a.n_low; u++) low[i + u] = a.low_bf16 ? tf_f32_to_bf16(ps[u]) : tf_f32_to_f16(ps[u]);
+      for (int u = 0; u < 4 && i + u < a.n_low; u++) low[i + u] = tf_cuda_adamw_low(a, ps[u]);
     }
   }
   for (int64_t i = 4 * words + (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < a.n; i += stride) {
@@ -201,7 +185,7 @@ __global__ void __launch_bounds__(TF_CUDA_THREADS) tf_cuda_adamw4_kernel(tf_cuda
     a.m[i] = m;
     a.v[i] = v;
     if (a.zero_g) ((float *)a.g)[i] = 0.f;
-    if (i < a.n_low) low[i] = a.low_bf16 ? tf_f32_to_bf16(p) : tf_f32_to_f16(p);
+    if (i < a.n_low) low[i] = tf_cuda_adamw_low(a, p);
   }
 }
 

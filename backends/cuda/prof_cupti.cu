@@ -240,26 +240,25 @@ CUptiResult enable_callbacks(const char **failed_call) {
    * too (the runtime makes them), with the correlation id the record
    * carries: on an H100 every kernel of 60000 runtime launches and of
    * cuBLASLt's GEMMs had its range with the driver's callbacks alone, at
-   * less cost than with the runtime's as well. */
-  static const struct { CUpti_CallbackDomain domain; uint32_t size; } apis[] = {
-      {CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_SIZE},
-  };
-  int launches = 0;
-  for (const auto &api : apis) {
-    for (uint32_t cbid = 1; cbid < api.size; cbid++) {
+   * less cost than with the runtime's as well. Found by name once. */
+  static std::vector<CUpti_CallbackId> &launch_calls = *new std::vector<CUpti_CallbackId>;
+  if (launch_calls.empty()) {
+    for (uint32_t cbid = 1; cbid < CUPTI_DRIVER_TRACE_CBID_SIZE; cbid++) {
       const char *name = NULL;
-      if (cuptiGetCallbackName(api.domain, cbid, &name) != CUPTI_SUCCESS || !name || !is_launch(name)) continue;
-      CUptiResult r = cuptiEnableCallback(1, subscriber, api.domain, cbid);
-      if (r != CUPTI_SUCCESS) {
-        *failed_call = "cuptiEnableCallback";
-        return r;
-      }
-      launches++;
+      if (cuptiGetCallbackName(CUPTI_CB_DOMAIN_DRIVER_API, cbid, &name) == CUPTI_SUCCESS && name && is_launch(name))
+        launch_calls.push_back(cbid);
     }
   }
-  if (launches == 0) {
+  if (launch_calls.empty()) {
     *failed_call = "cuptiGetCallbackName (no launch call found)";
     return CUPTI_ERROR_UNKNOWN;
+  }
+  for (CUpti_CallbackId cbid : launch_calls) {
+    CUptiResult r = cuptiEnableCallback(1, subscriber, CUPTI_CB_DOMAIN_DRIVER_API, cbid);
+    if (r != CUPTI_SUCCESS) {
+      *failed_call = "cuptiEnableCallback";
+      return r;
+    }
   }
   for (CUpti_CallbackId cbid : {CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED, CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED}) {
     CUptiResult r = cuptiEnableCallback(1, subscriber, CUPTI_CB_DOMAIN_RESOURCE, cbid);
