@@ -177,11 +177,11 @@ static int tf_l_model_zero_grad(lua_State *L) {
 }
 
 /* Option key of the table at idx, a number (def when absent). */
-static double tf_l_model_opt(lua_State *L, int idx, const char *key, double def) {
+static double tf_l_model_opt(lua_State *L, const char *fname, int idx, const char *key, double def) {
   lua_getfield(L, idx, key);
   double v = def;
   if (!lua_isnil(L, -1)) {
-    if (lua_type(L, -1) != LUA_TNUMBER) luaL_error(L, "model:adamw_step: option '%s' must be a number", key);
+    if (lua_type(L, -1) != LUA_TNUMBER) luaL_error(L, "%s: option '%s' must be a number", fname, key);
     v = lua_tonumber(L, -1);
   }
   lua_pop(L, 1);
@@ -197,9 +197,9 @@ static void tf_l_model_adamw_args(lua_State *L, const char *fname, tf_adamw_args
   lua_Integer step = lua_tointegerx(L, -1, &ok);
   if (!ok) luaL_error(L, "%s: option 'step' must be an integer (counting from 1)", fname);
   lua_pop(L, 1);
-  *a = (tf_adamw_args){tf_l_model_opt(L, 2, "lr", 1e-3), tf_l_model_opt(L, 2, "beta1", 0.9),
-                       tf_l_model_opt(L, 2, "beta2", 0.999), tf_l_model_opt(L, 2, "eps", 1e-8),
-                       tf_l_model_opt(L, 2, "weight_decay", 0.01), (int64_t)step};
+  *a = (tf_adamw_args){tf_l_model_opt(L, fname, 2, "lr", 1e-3), tf_l_model_opt(L, fname, 2, "beta1", 0.9),
+                       tf_l_model_opt(L, fname, 2, "beta2", 0.999), tf_l_model_opt(L, fname, 2, "eps", 1e-8),
+                       tf_l_model_opt(L, fname, 2, "weight_decay", 0.01), (int64_t)step};
 }
 
 static int tf_l_model_adamw_step(lua_State *L) {

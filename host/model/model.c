@@ -166,12 +166,17 @@ static tf_status tf_model_describe(tf_model *m, const tf_tensor *buf, int64_t n,
 
 /* One flat buffer of the model (parameters, gradients, moments, low copy),
  * tagged and named for memory snapshots. */
-static tf_status tf_model_flat(tf_model *m, int64_t n, tf_dtype d, int tag, const char *suffix, tf_tensor **out) {
+tf_status tf_model_alloc(tf_model *m, int64_t n, tf_dtype d, int tag, const char *what, tf_tensor **out) {
   tf_shape s = {1, {n}};
-  tf_mem_scope outer = tf_mem_scope_enter(tag, "model");
+  tf_mem_scope outer = tf_mem_scope_enter(tag, what);
   tf_status st = tf_tensor_empty(&s, d, m->device, out);
   tf_mem_scope_leave(outer);
-  return st == TF_OK ? tf_model_describe(m, *out, n, tag, suffix) : st;
+  return st;
+}
+
+static tf_status tf_model_flat(tf_model *m, int64_t n, tf_dtype d, int tag, const char *suffix, tf_tensor **out) {
+  TF_TRY(tf_model_alloc(m, n, d, tag, "model", out));
+  return tf_model_describe(m, *out, n, tag, suffix);
 }
 
 /* Fills a whole buffer or view with one value (one kernel). */
@@ -371,12 +376,9 @@ tf_status tf_model_ensure_ring(tf_model *m) {
     if (end - m->layers[l].qkv > slot) slot = end - m->layers[l].qkv;
   }
   m->ring_slot = slot;
-  tf_shape s = {1, {TF_SIDE_MARKS * slot + (m->total - m->lm_head)}};
-  tf_mem_scope outer = tf_mem_scope_enter(TF_TAG_GRADIENT, "model gradient ring");
-  tf_status st = tf_tensor_empty(&s, TF_F32, m->device, &m->ring);
-  tf_mem_scope_leave(outer);
-  TF_TRY(st);
-  st = tf_model_fill(m, m->ring, 0.0);
+  TF_TRY(tf_model_alloc(m, TF_SIDE_MARKS * slot + (m->total - m->lm_head), TF_F32, TF_TAG_GRADIENT,
+                        "model gradient ring", &m->ring));
+  tf_status st = tf_model_fill(m, m->ring, 0.0);
   if (st != TF_OK) {
     tf_tensor_release(m->ring);
     m->ring = NULL;

@@ -60,7 +60,7 @@ static tf_status tf_model_step_region(tf_model *m, int64_t off, int64_t end, int
   tf_model_adamw_args a = {.p = tf_model_pw(m, off), .m = (float *)tf_tensor_data(m->adam_m) + off,
                            .v = (float *)tf_tensor_data(m->adam_v) + off, .g = tf_model_gw(m, off), .n = end - off,
                            .consts = tf_tensor_data(m->adam_consts), .zero_g = m->use_ring};
-  if (m->step_low && off < m->matmul_total) {
+  if (m->low && off < m->matmul_total) {
     a.low = tf_model_at(m, tf_tensor_data(m->low), off);
     a.low_dtype = m->dtype;
     a.n_low = (end < m->matmul_total ? end : m->matmul_total) - off;
@@ -114,6 +114,12 @@ static tf_status tf_model_backward_pass(tf_model *m, bool keep) {
   return st;
 }
 
+/* A loss that no backward pass has consumed yet. */
+static tf_status tf_model_need_loss(const tf_model *m) {
+  if (m->loss_ready) return TF_OK;
+  return tf_fail(TF_ERR_STATE, "model backward: no loss to differentiate: call loss() first (one backward per loss)");
+}
+
 /* Whether this backend, in this state, can step the optimizer beside the
  * backward pass: a side stream, and a low copy in step with the weights
  * (a stale one is converted whole after the step instead). */
@@ -124,8 +130,7 @@ static bool tf_model_can_overlap(const tf_model *m) {
 }
 
 tf_status tf_model_backward_adamw(tf_model *m, const tf_adamw_args *args) {
-  if (!m->loss_ready)
-    return tf_fail(TF_ERR_STATE, "model backward: no loss to differentiate: call loss() first (one backward per loss)");
+  TF_TRY(tf_model_need_loss(m));
   tf_adamw_update u = {0};
   TF_TRY(tf_adamw_constants("model:backward_adamw", args, &u));
   if (!tf_model_can_overlap(m)) {
@@ -133,26 +138,20 @@ tf_status tf_model_backward_adamw(tf_model *m, const tf_adamw_args *args) {
     return tf_model_adamw_step(m, args);
   }
   TF_TRY(tf_model_ensure_moments(m));
-  if (!m->adam_consts) {
-    tf_shape s = {1, {TF_ADAMW_CONSTS}};
-    tf_mem_scope scope = tf_mem_scope_enter(TF_TAG_OPTIMIZER, "model AdamW constants");
-    tf_status st = tf_tensor_empty(&s, TF_F32, m->device, &m->adam_consts);
-    tf_mem_scope_leave(scope);
-    TF_TRY(st);
-  }
+  if (!m->adam_consts)
+    TF_TRY(tf_model_alloc(m, TF_ADAMW_CONSTS, TF_F32, TF_TAG_OPTIMIZER, "model AdamW constants", &m->adam_consts));
   /* Gradients accumulated by earlier backward passes are added to in place;
    * else they go through the ring and the flat buffer is never needed. */
   const bool ring = !m->grads || !m->grads_dirty;
-  TF_TRY(ring ? tf_model_ensure_ring(m) : TF_OK);
+  if (ring) TF_TRY(tf_model_ensure_ring(m));
   TF_TRY(m->k->adamw_constants(m->ctx, tf_tensor_data(m->adam_consts), &u));
   m->loss_ready = false;
   m->step_in_backward = true;
-  m->step_low = m->low != NULL;
   m->use_ring = ring;
   const bool ranged = tf_range_push("backward") == TF_OK;
   tf_status st = tf_model_run_phase(m, TF_MODEL_PHASE_BACKWARD, true, tf_model_backward_pass);
   if (ranged) (void)tf_range_pop();
-  m->step_in_backward = m->step_low = m->use_ring = false;
+  m->step_in_backward = m->use_ring = false;
   TF_TRY(st);
   m->params->storage->version++; /* an in-place write, as autograd counts them */
   if (m->low) m->low_version = m->params->storage->version;
@@ -161,8 +160,7 @@ tf_status tf_model_backward_adamw(tf_model *m, const tf_adamw_args *args) {
 
 /* Consumes the loss: the plan's activations are read. */
 tf_status tf_model_backward(tf_model *m) {
-  if (!m->loss_ready)
-    return tf_fail(TF_ERR_STATE, "model backward: no loss to differentiate: call loss() first (one backward per loss)");
+  TF_TRY(tf_model_need_loss(m));
   TF_TRY(tf_model_ensure_grads(m));
   m->loss_ready = false;
   m->grads_dirty = true;

@@ -149,8 +149,8 @@ struct tf_model {
   int64_t ring_slot;        /* elements per slot: the largest layer's matmul weights */
   bool use_ring;            /* the backward pass being run writes gradients into the ring */
   tf_tensor *adam_consts;   /* AdamW's step constants on the device, for tf_model_backward_adamw */
-  bool step_in_backward;    /* the backward pass being run also steps the optimizer */
-  bool step_low;            /* ... and refreshes the low copy as it goes */
+  bool step_in_backward;    /* the backward pass being run also steps the optimizer (and refreshes
+                               the low copy, which tf_model_backward_adamw requires in step) */
   tf_tensor *low;           /* flat dtype (matmul_total,), or NULL under f32 */
   tf_tensor *matmul_params; /* params' first matmul_total elements */
   uint64_t low_version;     /* params' storage version the low copy was made from */
@@ -166,6 +166,8 @@ struct tf_model {
  * the flat gradients (zeroed, with their views) by the first pass that
  * needs them; the ring by the first step without them. */
 tf_status tf_model_ensure_moments(tf_model *m);
+/* An allocation of the model's, tagged and named for memory snapshots. */
+tf_status tf_model_alloc(tf_model *m, int64_t n, tf_dtype d, int tag, const char *what, tf_tensor **out);
 tf_status tf_model_ensure_grads(tf_model *m);
 tf_status tf_model_ensure_ring(tf_model *m);
 
