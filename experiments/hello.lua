@@ -34,7 +34,8 @@ print(string.format("relative error against an f64 CPU product: %.2e", relerr))
 
 -- A slow product (a large one on a CPU) says how long the timing will take.
 local calls = 2 + opt.iters
-if first_ms * calls > 5000 then
+local slow = first_ms * calls > 5000
+if slow then
   tf.report.progress("timing %d products of about %.1f s each (about %.0f s) ...\n", calls, first_ms / 1e3,
     first_ms * calls / 1e3)
 end
@@ -42,7 +43,7 @@ local done = 0
 local stats = tf.bench(function()
   tf.matmul(a, b)
   done = done + 1
-  if first_ms * calls > 5000 then tf.report.progress("  %d/%d\n", done, calls) end
+  if slow then tf.report.progress("  %d/%d\n", done, calls) end
 end, { warmup = 2, iters = opt.iters })
 local tflops = 2 * n ^ 3 / (stats.median * 1e-3) / 1e12
 local rows = { { device = tf.device(), n = n, dtype = dtype, median_ms = stats.median, mean_ms = stats.mean,

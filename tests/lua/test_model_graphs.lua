@@ -193,6 +193,18 @@ local function params_maxdiff(a, b)
   return worst, where
 end
 
+-- One step of a through backward_adamw and of b through backward then
+-- adamw_step: the same loss and the same parameter bits.
+local function step_both_ways(a, b, x, y, s, what)
+  local la, lb = a:loss(x, y), b:loss(x, y)
+  a:backward_adamw({ step = s, lr = 1e-2 })
+  b:backward()
+  b:adamw_step({ step = s, lr = 1e-2 })
+  T.eq(la:item(), lb:item(), what .. ": loss")
+  local worst, where = params_maxdiff(a, b)
+  T.eq(worst, 0.0, what .. ": parameters differ (" .. where .. ")")
+end
+
 T.test("AdamW beside the backward pass (a second stream) gives the bits of the step after it", function()
   for _, spec in ipairs({ { "bf16", "flash" }, { "f32", "naive" } }) do
     for _, graphs in ipairs({ true, false }) do
@@ -203,13 +215,7 @@ T.test("AdamW beside the backward pass (a second stream) gives the bits of the s
       local b = E.create(TINY, { device = dev, precision = spec[1], attention = spec[2], graphs = graphs })
       local x, y = ids(4, 12), ids(4, 12)
       for s = 1, 5 do
-        local la, lb = a:loss(x, y), b:loss(x, y)
-        a:backward_adamw({ step = s, lr = 1e-2 })
-        b:backward()
-        b:adamw_step({ step = s, lr = 1e-2 })
-        T.eq(la:item(), lb:item(), what .. ", step " .. s .. ": loss")
-        local worst, where = params_maxdiff(a, b)
-        T.eq(worst, 0.0, what .. ", step " .. s .. ": parameters differ (" .. where .. ")")
+        step_both_ways(a, b, x, y, s, what .. ", step " .. s)
         a:zero_grad()
         b:zero_grad()
       end
@@ -227,24 +233,13 @@ T.test("AdamW beside the backward pass (a second stream) gives the bits of the s
         b:loss(x2, y):free()
         a:backward()
         b:backward()
-        local la, lb = a:loss(x, y), b:loss(x, y)
-        a:backward_adamw({ step = s, lr = 1e-2 })
-        b:backward()
-        b:adamw_step({ step = s, lr = 1e-2 })
-        T.eq(la:item(), lb:item(), what .. ", accumulated step " .. s .. ": loss")
-        local worst, where = params_maxdiff(a, b)
-        T.eq(worst, 0.0, what .. ", accumulated step " .. s .. ": parameters differ (" .. where .. ")")
+        step_both_ways(a, b, x, y, s, what .. ", accumulated step " .. s)
         a:zero_grad()
         b:zero_grad()
       end
       -- and the ring again after it (the flat gradients are clean)
-      local la, lb = a:loss(x, y), b:loss(x, y)
-      a:backward_adamw({ step = 8, lr = 1e-2 })
-      b:backward()
-      b:adamw_step({ step = 8, lr = 1e-2 })
+      step_both_ways(a, b, x, y, 8, what .. ", ring step after accumulation")
       T.eq(maxdiff(a:forward(x), b:forward(x)), 0.0, what .. ": logits after a ring step following accumulation")
-      la:free()
-      lb:free()
       T.ok(not pcall(a.backward_adamw, a, { step = 9 }), what .. ": no loss to differentiate")
       local l = a:loss(x, y)
       T.ok(not pcall(a.backward_adamw, a, { step = 0 }), what .. ": step 0 refused")

@@ -60,12 +60,13 @@ local function accounts(what, p, event_ms, each, n, bound)
   local region, per = rows.region, rows[each]
   T.ok(region and per, what .. ": ranges recorded")
   if not (region and per) then return end
+  local rec = p:records() -- read once: each call builds the tables anew
   local pct = 100 * region.gpu_ms / event_ms
   print(string.format("%-34s events %9.3f ms  kernels in 'region' %9.3f ms (%5.1f %%)  in '%s' %9.3f ms  %d kernels",
     what, event_ms, region.gpu_ms, pct, each, per.gpu_ms, region.kernels))
   if pct < 97 then -- where the GPU waited: the largest gaps between kernels, to read in the log
     local ks = {}
-    for _, k in ipairs(p:records().kernels) do
+    for _, k in ipairs(rec.kernels) do
       if k.range then ks[#ks + 1] = k end
     end
     table.sort(ks, function(x, y) return x.start_ns < y.start_ns end)
@@ -85,11 +86,11 @@ local function accounts(what, p, event_ms, each, n, bound)
   -- fused engine's optimizer runs on a second stream, beside the backward
   -- pass, so kernels may overlap and their sum exceed the wall time).
   local region_start_ns
-  for _, r in ipairs(p:records().ranges) do
+  for _, r in ipairs(rec.ranges) do
     if r.name == "region" then region_start_ns = r.start_ns end
   end
   local spans = {}
-  for _, k in ipairs(p:records().kernels) do
+  for _, k in ipairs(rec.kernels) do
     if k.range and k.start_ns >= region_start_ns then spans[#spans + 1] = { k.start_ns, k.end_ns } end
   end
   table.sort(spans, function(x, y) return x[1] < y[1] end)
@@ -111,7 +112,6 @@ local function accounts(what, p, event_ms, each, n, bound)
   local inst = p:ranges{ instances = true }
   local reg
   for _, r in ipairs(inst) do if r.name == "region" then reg = r end end
-  local rec = p:records()
   local t0 = p:info().start_ns
   local outside = 0
   for _, k in ipairs(rec.kernels) do
