@@ -446,8 +446,8 @@ template <int DT> static tf_status tf_flash_dq_dt(tf_cuda_state *st, const tf_cu
 tf_status tf_cuda_flash_backward_tc(tf_cuda_state *st, const tf_cuda_flash_params *p, tf_dtype dt, int hd_pad,
                                     bool atomic_dq) {
 #ifdef TF_WITH_SM90A
-  if ((hd_pad == 64 || (hd_pad == 128 && !atomic_dq)) && tf_flash_wgmma_here(st))
-    return tf_cuda_flash_backward_wgmma(st, p, dt, hd_pad, atomic_dq);
+  const int hd_w = tf_flash_wgmma_dim(p->head_dim);
+  if (hd_w > 0 && tf_flash_wgmma_here(st)) return tf_cuda_flash_backward_wgmma(st, p, dt, hd_w, atomic_dq);
 #endif
   return dt == TF_BF16 ? tf_flash_bwd_dt<TF_BF16>(st, p, hd_pad, atomic_dq)
                        : tf_flash_bwd_dt<TF_F16>(st, p, hd_pad, atomic_dq);
@@ -455,7 +455,8 @@ tf_status tf_cuda_flash_backward_tc(tf_cuda_state *st, const tf_cuda_flash_param
 
 tf_status tf_cuda_flash_dq_tc(tf_cuda_state *st, const tf_cuda_flash_params *p, tf_dtype dt, int hd_pad) {
 #ifdef TF_WITH_SM90A
-  if ((hd_pad == 64 || hd_pad == 128) && tf_flash_wgmma_here(st)) return tf_cuda_flash_dq_wgmma(st, p, dt, hd_pad);
+  const int hd_w = tf_flash_wgmma_dim(p->head_dim);
+  if (hd_w > 0 && tf_flash_wgmma_here(st)) return tf_cuda_flash_dq_wgmma(st, p, dt, hd_w);
 #endif
   return dt == TF_BF16 ? tf_flash_dq_dt<TF_BF16>(st, p, hd_pad) : tf_flash_dq_dt<TF_F16>(st, p, hd_pad);
 }

@@ -43,6 +43,11 @@ template <bool V> struct tf_flash_bool {
   static constexpr bool value = V;
 };
 
+/* A compile-time int for generic lambdas (a product's width). */
+template <int V> struct tf_flash_int {
+  static constexpr int value = V;
+};
+
 /* A C fragment pair (columns 16 kk .. 16 kk + 15 of a 16-row tile) as the A
  * fragment of a product whose k runs along those columns. */
 template <int DT>
@@ -177,16 +182,24 @@ static inline int tf_flash_tc_dim(int64_t hd) {
   return hd <= 16 ? 16 : hd <= 32 ? 32 : hd <= 64 ? 64 : hd <= 96 ? 96 : 128;
 }
 
+/* The head dim the Hopper (wgmma) kernels use for hd: 64, 80, 96 or 128
+ * (hd rounded up to one of them), or 0 for head dims they do not take
+ * (those the tensor-core kernels pad to 16 or 32, and the others). */
+static inline int tf_flash_wgmma_dim(int64_t hd) {
+  if (tf_flash_tc_dim(hd) < 64) return 0;
+  return hd <= 64 ? 64 : hd <= 80 ? 80 : hd <= 96 ? 96 : 128;
+}
+
 /* flash_attn_fwd.cu: O and lse. */
 tf_status tf_cuda_flash_forward_tc(tf_cuda_state *st, const tf_cuda_flash_params *p, tf_dtype dt, int hd_pad);
-/* sm90/flash_attn_wgmma.cu (built for sm_90a where TF_WITH_SM90A): O and
- * lse by wgmma, head dims padded to 64 or 128; the backward pass's dK, dV
- * at head dims padded to 64 or 128, and dQ into dq_acc (atomic_dq) at 64. */
-tf_status tf_cuda_flash_forward_wgmma(tf_cuda_state *st, const tf_cuda_flash_params *p, tf_dtype dt, int hd_pad);
-tf_status tf_cuda_flash_backward_wgmma(tf_cuda_state *st, const tf_cuda_flash_params *p, tf_dtype dt, int hd_pad,
+/* sm90/flash_attn_wgmma.cu (built for sm_90a where TF_WITH_SM90A), at
+ * head dim hd_w = tf_flash_wgmma_dim(head_dim): O and lse by wgmma; the
+ * backward pass's dK, dV, and dQ into dq_acc when atomic_dq. */
+tf_status tf_cuda_flash_forward_wgmma(tf_cuda_state *st, const tf_cuda_flash_params *p, tf_dtype dt, int hd_w);
+tf_status tf_cuda_flash_backward_wgmma(tf_cuda_state *st, const tf_cuda_flash_params *p, tf_dtype dt, int hd_w,
                                        bool atomic_dq);
-/* ... and the deterministic dQ, head dims padded to 64 or 128. */
-tf_status tf_cuda_flash_dq_wgmma(tf_cuda_state *st, const tf_cuda_flash_params *p, tf_dtype dt, int hd_pad);
+/* ... and the deterministic dQ. */
+tf_status tf_cuda_flash_dq_wgmma(tf_cuda_state *st, const tf_cuda_flash_params *p, tf_dtype dt, int hd_w);
 /* flash_attn_fwd.cu: whether st's device takes those (compute capability
  * 9.0, and TF_FLASH_WGMMA is not 0). */
 bool tf_flash_wgmma_here(const tf_cuda_state *st);

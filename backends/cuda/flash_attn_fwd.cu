@@ -275,7 +275,8 @@ bool tf_flash_wgmma_here(const tf_cuda_state *st) {
 
 tf_status tf_cuda_flash_forward_tc(tf_cuda_state *st, const tf_cuda_flash_params *p, tf_dtype dt, int hd_pad) {
 #ifdef TF_WITH_SM90A
-  if ((hd_pad == 64 || hd_pad == 128) && tf_flash_wgmma_here(st)) return tf_cuda_flash_forward_wgmma(st, p, dt, hd_pad);
+  const int hd_w = tf_flash_wgmma_dim(p->head_dim);
+  if (hd_w > 0 && tf_flash_wgmma_here(st)) return tf_cuda_flash_forward_wgmma(st, p, dt, hd_w);
 #endif
   return dt == TF_BF16 ? tf_flash_fwd_dt<TF_BF16>(st, p, hd_pad) : tf_flash_fwd_dt<TF_F16>(st, p, hd_pad);
 }

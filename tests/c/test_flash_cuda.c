@@ -131,6 +131,9 @@ static const flash_shape SHAPES[] = {
     {1, 300, 200, 40, false}, {1, 130, 260, 8, false},   {2, 257, 255, 80, false},   {1, 65, 400, 112, false},
     {3, 1000, 1000, 64, true}, {3, 1000, 1000, 128, true}, {3, 2048, 2048, 64, true}, {3, 2048, 2048, 128, true},
     {1, 1000, 2048, 128, true}, {1, 2048, 1000, 64, true},
+    /* head dims 72..104: the wgmma kernels at 80 and 96 (and padded to them) */
+    {1, 77, 301, 72, false},  {2, 150, 150, 88, false},  {1, 70, 70, 104, false},   {1, 1000, 1000, 80, true},
+    {2, 2048, 2048, 96, true}, {1, 500, 1300, 80, true}, {1, 1300, 500, 96, true},
 };
 enum { N_SHAPES = sizeof SHAPES / sizeof SHAPES[0] };
 
@@ -143,12 +146,13 @@ static bool wgmma_on(void) {
   return wgmma_device && !(env && strcmp(env, "0") == 0);
 }
 
-/* Whether head dim d pads to one the wgmma kernel takes (64 or 128). */
-static bool wgmma_dim(int64_t d) { return (d > 32 && d <= 64) || (d > 96 && d <= 128); }
+/* Whether the wgmma kernels take head dim d (a multiple of 8, padded to
+ * 64, 80, 96 or 128). */
+static bool wgmma_dim(int64_t d) { return d > 32 && d <= 128; }
 
 /* Which kernels the GPU runs, by the backend's rule (flash_attn.cu,
- * flash_attn_fwd.cu, flash_attn_bwd.cu); [wgmma]: the forward pass by
- * wgmma, and the dK/dV (atomic dQ) kernel too at head dims 33..64. */
+ * flash_attn_fwd.cu, flash_attn_bwd.cu); [wgmma]: the forward pass, the
+ * dK/dV (atomic dQ) kernel and the deterministic dQ kernel by wgmma. */
 static const char *path_of(tf_dtype dt, int64_t d, int64_t off) {
   const bool tc = (dt == TF_F16 || dt == TF_BF16) && d % 8 == 0 && d <= 128 && off == 0;
   return !tc ? "simt" : wgmma_on() && wgmma_dim(d) ? "wgmma" : "tc";
@@ -165,9 +169,10 @@ static tf_status gpu_backward(tf_flash_args a, flat_pair dq, flat_pair dk, flat_
   const size_t bytes = gctx->backend->flash_workspace(gctx, &a);
   const size_t rows = (size_t)(a.batch * a.seq_q);
   CHECK(bytes >= rows * sizeof(float));
-  /* on Hopper at head dim 128 dQ has a pass of its own: no f32 dQ accumulator is asked for */
-  if (wgmma_on() && a.dtype != TF_F32 && a.head_dim % 8 == 0 && a.head_dim > 96)
-    CHECK(bytes < rows * (size_t)(1 + a.head_dim) * sizeof(float));
+  /* the f32 dQ accumulator is asked for exactly when dQ is added up by atomics (tensor cores, not
+   * deterministic); else only D's rows (rounded up to 256 bytes) */
+  const bool atomics = a.dtype != TF_F32 && a.head_dim % 8 == 0 && !a.deterministic;
+  CHECK(atomics ? bytes >= rows * (size_t)(1 + a.head_dim) * sizeof(float) : bytes < rows * sizeof(float) + 256);
   tf_block *ws = NULL;
   tf_status st = bytes ? tf_alloc(&gctx->alloc, bytes, &ws) : TF_OK;
   if (st != TF_OK) return st;
@@ -353,10 +358,19 @@ int main(void) {
 #ifdef TF_WITH_SM90A
     wgmma_device = info.cc_major == 9 && info.cc_minor == 0;
 #endif
-    printf("device %s (%d.%d): the forward pass %s the wgmma kernel for head dims 33..64 and 97..128\n", info.name,
-           info.cc_major, info.cc_minor, wgmma_device ? "checks" : "has no");
+    printf("device %s (%d.%d): %s the wgmma kernels for head dims 40..128\n", info.name, info.cc_major,
+           info.cc_minor, wgmma_device ? "checks" : "has no");
   }
   static const tf_dtype dts[3] = {TF_F32, TF_F16, TF_BF16};
+  if (getenv("TF_FLASH_SANITIZE")) {
+    /* under a sanitizer's race checks (slow): the small shapes the tensor-core kernels take, bf16 */
+    printf("TF_FLASH_SANITIZE: bf16, head dims that are multiples of 8, small shapes only\n");
+    for (int i = 0; i < N_SHAPES; i++)
+      if (!SHAPES[i].big && SHAPES[i].d % 8 == 0)
+        for (int causal = 0; causal < 2; causal++) flash_case(&SHAPES[i], TF_BF16, causal, 0);
+    CHECK_INT(gctx->alloc.stats.active_blocks, 0);
+    return tf_check_done();
+  }
   for (int di = 0; di < 3; di++)
     for (int i = 0; i < N_SHAPES; i++) {
       if (small_run && SHAPES[i].big) continue;
@@ -389,11 +403,16 @@ int main(void) {
     bench_shape(16, 16384, 128);
     bench_shape(8, 4096, 64);
     bench_shape(1, 16384, 64);
+    bench_shape(128, 4096, 80);
+    bench_shape(128, 1024, 80);
+    bench_shape(16, 16384, 96);
     if (wgmma_device) {
       printf("\nforward, the mma.sync kernel (TF_FLASH_WGMMA=0) in place of the wgmma one\n");
       setenv("TF_FLASH_WGMMA", "0", 1);
       bench_forward(16, 16384, 64);
       bench_forward(16, 16384, 128);
+      printf("\nhead dim 80, the mma.sync kernels (TF_FLASH_WGMMA=0; padded to 96 there)\n");
+      bench_shape(128, 4096, 80);
       unsetenv("TF_FLASH_WGMMA");
     }
   }

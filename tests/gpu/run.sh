@@ -15,6 +15,7 @@ summary=()
 failed=0
 record() { # name, status, detail
   summary+=("$(printf '%-28s %-5s %s' "$1" "$2" "$3")")
+  echo "${summary[-1]}" >> "$out/progress.txt" # read this when a run is cut off
   if [ "$2" = "FAIL" ]; then failed=1; fi
   return 0
 }
@@ -72,6 +73,15 @@ for t in test_nnops_cuda test_model_kernels_cuda test_flash_cuda; do
   TF_TEST_SMALL=1 compute-sanitizer --tool memcheck "$dir/$t" > "$out/memcheck_$t.log" 2>&1
   record "memcheck $t" "$(grep -q 'ERROR SUMMARY: 0 errors' "$out/memcheck_$t.log" && echo ok || echo FAIL)" \
     "$(grep 'ERROR SUMMARY' "$out/memcheck_$t.log")"
+done
+
+# the FlashAttention kernels' shared-memory traffic (cp.async, wgmma tiles, named barriers)
+for tool in racecheck synccheck; do
+  command -v compute-sanitizer >/dev/null && [ -x "$dir/test_flash_cuda" ] || break
+  TF_FLASH_SANITIZE=1 compute-sanitizer --tool $tool "$dir/test_flash_cuda" > "$out/${tool}_test_flash_cuda.log" 2>&1
+  record "$tool test_flash_cuda" "$(grep -q -E 'ERROR SUMMARY: 0 errors|RACECHECK SUMMARY: 0 hazards displayed \(0 errors' \
+    "$out/${tool}_test_flash_cuda.log" && grep -q 'checks, 0 failed' "$out/${tool}_test_flash_cuda.log" && echo ok || echo FAIL)" \
+    "$(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/${tool}_test_flash_cuda.log" | head -2 | tr '\n' ' ')"
 done
 
 echo "== experiments"

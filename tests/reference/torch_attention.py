@@ -108,6 +108,27 @@ def sdpa(dtype, causal):
     return run, lambda: choices[state["index"]][0]
 
 
+BACKEND_NAMES = {0: "math", 1: "flash", 2: "efficient", 3: "cudnn", 4: "overrideable"}
+
+
+def sdpa_default(causal):
+    """scaled_dot_product_attention as a PyTorch user calls it: no backend chosen, PyTorch picks (on
+    Hopper in bf16/f16 that is cuDNN's attention). The backend it picked is read once, by PyTorch's own
+    selection function where this PyTorch has it."""
+    state = {"name": "default"}
+
+    def run(q, k, v):
+        if state["name"] == "default":
+            try:
+                choice = torch._fused_sdp_choice(q, k, v, is_causal=causal)
+                state["name"] = "default (" + BACKEND_NAMES.get(int(choice), str(choice)) + ")"
+            except (AttributeError, RuntimeError, TypeError):
+                state["name"] = "default (unknown)"
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+    return run, lambda: state["name"]
+
+
 # ---- timing ------------------------------------------------------------------------------------------
 
 def sync():
@@ -263,7 +284,12 @@ def flash_config(a, dtype_name, d, seq, impl, heads=None):
     row = dict(dtype=dtype_name, d=d, seq=seq, impl=impl, batch=a.batch, heads=heads, causal=a.causal)
     dtype = DTYPES[dtype_name]
     flops = 4 * a.batch * heads * seq * seq * d * (0.5 if a.causal else 1)
-    attn, backend = naive(a.causal, a.torch_softmax) if impl == "naive" else sdpa(dtype, a.causal)
+    if impl == "naive":
+        attn, backend = naive(a.causal, a.torch_softmax)
+    elif impl == "default":
+        attn, backend = sdpa_default(a.causal)
+    else:
+        attn, backend = sdpa(dtype, a.causal)
     try:
         q, k, v, dout = inputs((a.batch, heads, seq, d), dtype)
         runs = (("fwd", 1.0, lambda: bench(lambda: attn(q, k, v), a.warmup, a.iters)),
@@ -297,6 +323,10 @@ def flash_table(a, rows, title):
     if backends:
         print("flash = scaled_dot_product_attention with backend " +
               ", ".join(f"{b} for {t}" for t, b in backends) + " (PyTorch has no flash kernel for f32)\n")
+    picked = sorted({(r["dtype"], r["backend"]) for r in rows if r["impl"] == "default"})
+    if picked:
+        print("default = scaled_dot_product_attention as PyTorch chooses: " +
+              ", ".join(f"{b} for {t}" for t, b in picked) + "\n")
 
 
 def flash(a):
@@ -376,7 +406,8 @@ def main():
     p.add_argument("--heads", type=int, default=1, help="heads per problem (flash)")
     p.add_argument("--d", type=ints, default=[16, 32, 64, 128], help="head dims")
     p.add_argument("--seq", type=ints, help="sequence lengths (sweep 256..16384, flash 128..65536)")
-    p.add_argument("--impl", type=names(["naive", "flash"]), default=["naive", "flash"])
+    p.add_argument("--impl", type=names(["naive", "flash", "default"]), default=["naive", "flash"],
+                   help="naive (CS336), flash (SDPA's FLASH_ATTENTION backend), default (SDPA, PyTorch's choice)")
     p.add_argument("--dtype", type=names(list(DTYPES)), help="dtypes (sweep f32, flash bf16,f32)")
     p.add_argument("--no-causal", dest="causal", action="store_false", help="full attention")
     p.add_argument("--iters", type=int, help="timed calls (sweep 100, flash 20)")

@@ -1,6 +1,6 @@
 /* FlashAttention-2 on Hopper's warpgroup MMA (wgmma, sm_90a), f16/bf16,
- * head dims padded to 64 or 128: the forward pass, the backward pass's
- * dK/dV kernel (with dQ by reductions at 64), and its deterministic dQ
+ * head dims (padded to) 64, 80, 96 and 128: the forward pass, the backward
+ * pass's dK/dV kernel (with dQ by reductions), and its deterministic dQ
  * kernel. The mma.sync kernels (flash_attn_fwd.cu,
  * flash_attn_bwd.cu) stay the path for other GPUs and head dims.
  *
@@ -9,8 +9,9 @@
  * blocks of BC keys:
  *   - Q, K and V tiles sit in shared memory in the 128-byte swizzled layout
  *     wgmma reads: rows of 64 elements (128 bytes), the 16-byte chunk c of
- *     row r stored at chunk c ^ (r mod 8), head dim 128 as two such halves;
- *     tiles start on 1024-byte boundaries. They are filled by 16-byte
+ *     row r stored at chunk c ^ (r mod 8), head dims above 64 as two such
+ *     halves (80 and 96 padded to 128 in shared memory, but only their own
+ *     columns loaded and multiplied); tiles start on 1024-byte boundaries. They are filled by 16-byte
  *     cp.async from every thread, K and V in STAGES buffers (block
  *     j + STAGES - 1 in flight while block j is used), and handed to the
  *     tensor cores' async proxy by fence.proxy.async before the block's
@@ -41,20 +42,26 @@
 #error "flash_attn_wgmma.cu is built for sm_90a only"
 #endif
 
-/* Head dim HD (64 or 128), NWG warpgroups, BC keys per block, K and V in
- * STAGES buffers, PINGPONG: the warpgroups take turns on the tensor cores,
+/* Head dim HD (64, 80, 96 or 128; rows of HDS = 64 or 128 columns in
+ * shared memory), NWG warpgroups, BC keys per block, K and V in STAGES
+ * buffers, PINGPONG: the warpgroups take turns on the tensor cores,
  * MIN_BLOCKS resident blocks wanted per SM. */
+/* The columns a row of head dim HD takes in shared memory: whole 128-byte
+ * (64-column) swizzle rows. */
+__host__ __device__ constexpr int tf_wgmma_hds(int hd) { return hd <= 64 ? 64 : 128; }
+
 template <int HD_, int NWG_, int BC_, int STAGES_, bool PINGPONG_ = false, int MIN_BLOCKS_ = 1>
 struct tf_wgmma_fwd_cfg {
-  static constexpr int HD = HD_, NWG = NWG_, BC = BC_, STAGES = STAGES_, MIN_BLOCKS = MIN_BLOCKS_;
+  static_assert(HD_ == 64 || HD_ == 80 || HD_ == 96 || HD_ == 128, "the head dims the kernels are built for");
+  static constexpr int HD = HD_, HDS = tf_wgmma_hds(HD_), NWG = NWG_, BC = BC_, STAGES = STAGES_;
+  static constexpr int MIN_BLOCKS = MIN_BLOCKS_;
   static constexpr bool PINGPONG = PINGPONG_;
   static_assert(!PINGPONG || NWG == 2, "two warpgroups take turns");
   static constexpr int BR = 64 * NWG, THREADS = 128 * NWG;
-  static constexpr int Q_BYTES = BR * HD * 2, KV_BYTES = BC * HD * 2;
+  static constexpr int Q_BYTES = BR * HDS * 2, KV_BYTES = BC * HDS * 2;
   /* Q, K and V STAGES times, and the slack that aligns the base to 1024 bytes */
   static constexpr int SMEM = Q_BYTES + 2 * STAGES * KV_BYTES + 1024;
   static_assert(STAGES >= 2, "at least double-buffered");
-  static_assert(HD == 64 || HD == 128, "rows are whole 128-byte swizzle rows");
   static_assert(BC == 64 || BC == 128, "S is one m64nBC product");
 };
 
@@ -69,7 +76,6 @@ template <int ROWS> __device__ __forceinline__ uint32_t tf_wgmma_chunk(int r, in
 template <int ROWS, int HD, int THREADS>
 __device__ __forceinline__ void tf_wgmma_load(uint32_t dst, const uint16_t *src, int64_t row0, int64_t nrows, int hd) {
   constexpr int CH = HD / 8, TOTAL = ROWS * CH;
-  static_assert(TOTAL % THREADS == 0 || THREADS % CH == 0, "every pass covers whole rows");
 #pragma unroll
   for (int i = 0; i < (TOTAL + THREADS - 1) / THREADS; i++) {
     const int idx = (int)threadIdx.x + i * THREADS;
@@ -141,28 +147,6 @@ __device__ __forceinline__ tf_wgmma_mask tf_wgmma_mask_of(const tf_cuda_flash_pa
                                                           int64_t k0) {
   const int t2 = ((int)threadIdx.x & 3) * 2;
   return {(int)(p.seq_k - k0 < BC ? p.seq_k - k0 : BC) - t2, (p.causal ? (int)(row0 - k0) : BC) - (t2 - row_in)};
-}
-
-template <int DT, int N> __device__ __forceinline__ void tf_wgmma_ss(float (&d)[N / 2], uint64_t a, uint64_t b, bool acc) {
-  if constexpr (N == 64)
-    tf_wgmma_ss64<DT>(d, a, b, acc);
-  else
-    tf_wgmma_ss128<DT>(d, a, b, acc);
-}
-
-template <int DT, int N>
-__device__ __forceinline__ void tf_wgmma_rs_k(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t b, bool acc) {
-  if constexpr (N == 64)
-    tf_wgmma_rs64_k<DT>(d, a, b, acc);
-  else
-    tf_wgmma_rs128_k<DT>(d, a, b, acc);
-}
-
-template <int DT, int N> __device__ __forceinline__ void tf_wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t b) {
-  if constexpr (N == 64)
-    tf_wgmma_rs64<DT>(d, a, b);
-  else
-    tf_wgmma_rs128<DT>(d, a, b);
 }
 
 template <int DT, class C>
@@ -275,7 +259,7 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) tf_flash_fwd_wgmma_
 #pragma unroll
     for (int kk = 0; kk < HD / 16; kk++) {
       const uint32_t off = (uint32_t)((kk & 3) * 32); /* the k step's 32 bytes inside a 128-byte row */
-      tf_wgmma_rs_k<DT, BC>(s, qa[kk], tf_wgmma_desc(k_st + (uint32_t)((kk >> 2) * BC * 128) + off, 16, 1024), kk > 0);
+      tf_wgmma_rs<DT, 0>(s, qa[kk], tf_wgmma_desc(k_st + (uint32_t)((kk >> 2) * BC * 128) + off, 16, 1024), kk > 0);
     }
     tf_wgmma_commit();
   };
@@ -284,7 +268,7 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) tf_flash_fwd_wgmma_
     tf_wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < BC / 16; kk++)
-      tf_wgmma_rs<DT, HD>(o, pa[kk], tf_wgmma_desc(v_st + (uint32_t)(kk * 16 * 128), BC * 128, 1024));
+      tf_wgmma_rs<DT, 1>(o, pa[kk], tf_wgmma_desc(v_st + (uint32_t)(kk * 16 * 128), BC * 128, 1024), true);
     tf_wgmma_commit();
   };
   int n_full = (int)(p.seq_k / BC); /* blocks below every row's diagonal and inside the keys */
@@ -378,20 +362,25 @@ template <int DT, class C> static tf_status tf_wgmma_fwd_launch(tf_cuda_state *s
 
 /* Two warpgroups (128 query rows) a block, Q's fragments in registers.
  * Head dim 64: 64 keys a block, double-buffered, two blocks an SM (128
- * registers a thread); head dim 128: 128 keys a block, three buffers, the
- * warpgroups taking turns. Chosen on an H200 among 64 or 128 keys, 2 or 3
+ * registers a thread); head dims 80, 96 and 128: 128 keys a block, three
+ * buffers, the warpgroups taking turns. Chosen on an H200 among 64 or 128 keys, 2 or 3
  * buffers, 2 or 3 warpgroups, turns or not, Q in registers or shared
  * memory, and a software-pipelined loop (slower): docs/performance.md. */
-template <int DT> static tf_status tf_wgmma_fwd_dt(tf_cuda_state *st, const tf_cuda_flash_params *p, int hd_pad) {
-  if (hd_pad == 64) return tf_wgmma_fwd_launch<DT, tf_wgmma_fwd_cfg<64, 2, 64, 2, false, 2>>(st, p);
-  return tf_wgmma_fwd_launch<DT, tf_wgmma_fwd_cfg<128, 2, 128, 3, true>>(st, p);
+template <int DT> static tf_status tf_wgmma_fwd_dt(tf_cuda_state *st, const tf_cuda_flash_params *p, int hd_w) {
+  switch (hd_w) {
+    case 64: return tf_wgmma_fwd_launch<DT, tf_wgmma_fwd_cfg<64, 2, 64, 2, false, 2>>(st, p);
+    case 80: return tf_wgmma_fwd_launch<DT, tf_wgmma_fwd_cfg<80, 2, 128, 3, true>>(st, p);
+    case 96: return tf_wgmma_fwd_launch<DT, tf_wgmma_fwd_cfg<96, 2, 128, 3, true>>(st, p);
+    case 128: return tf_wgmma_fwd_launch<DT, tf_wgmma_fwd_cfg<128, 2, 128, 3, true>>(st, p);
+    default: return tf_fail(TF_ERR_ARG, "flash_attention: no wgmma kernel for head dim %d", hd_w);
+  }
 }
 
-tf_status tf_cuda_flash_forward_wgmma(tf_cuda_state *st, const tf_cuda_flash_params *p, tf_dtype dt, int hd_pad) {
-  return dt == TF_BF16 ? tf_wgmma_fwd_dt<TF_BF16>(st, p, hd_pad) : tf_wgmma_fwd_dt<TF_F16>(st, p, hd_pad);
+tf_status tf_cuda_flash_forward_wgmma(tf_cuda_state *st, const tf_cuda_flash_params *p, tf_dtype dt, int hd_w) {
+  return dt == TF_BF16 ? tf_wgmma_fwd_dt<TF_BF16>(st, p, hd_w) : tf_wgmma_fwd_dt<TF_F16>(st, p, hd_w);
 }
 
-/* ---- the backward pass: dK and dV (and dQ by reductions at head dim 64) ------------ */
+/* ---- the backward pass: dK and dV (and dQ by reductions) ------------------------------ */
 
 /* One block of two warpgroups owns BC = 128 keys of one problem, each
  * warpgroup 64 of them, with their K and V rows in shared memory, and walks
@@ -403,16 +392,16 @@ tf_status tf_cuda_flash_forward_wgmma(tf_cuda_state *st, const tf_cuda_flash_par
  *   dV += P^T dO, dK += dS^T Q           (A = P^T, dS^T in registers, B N-major)
  *   dQ (this block's rows) += dS K       (dS^T through shared memory, read
  *                                          M-major; K N-major)
- * dK and dV stay in registers (f32) until the end (at head dim 128 that is
- * 128 registers a thread, which leaves no room for dQ). With ATOMIC_DQ (head
- * dim 64) dQ of the block's 128 keys is added into the f32 workspace by
- * 16-byte reductions (red .v4.f32), each warpgroup taking half of the head
- * dim; without it the dQ kernel below computes dQ, deterministically. */
+ * dK and dV stay in registers (f32) until the end (at head dim 128, 128
+ * registers a thread). With ATOMIC_DQ dQ of the block's 128 keys is added
+ * into the f32 workspace by 16-byte reductions (red .v4.f32), the two
+ * warpgroups splitting the head dim; without it the dQ kernel below
+ * computes dQ, deterministically. */
 template <int HD> struct tf_wgmma_bwd_layout {
-  static constexpr int BC = 128, BR = 64;
+  static constexpr int BC = 128, BR = 64, HDS = tf_wgmma_hds(HD);
   /* K and V (BC rows), Q and dO twice (BR rows), dS^T of each warpgroup
    * (64 x 64, with atomic dQ), then lse and D twice */
-  static constexpr uint32_t KV = BC * HD * 2, QO = BR * HD * 2, DS = 64 * 128;
+  static constexpr uint32_t KV = BC * HDS * 2, QO = BR * HDS * 2, DS = 64 * 128;
   static constexpr uint32_t STATS = 2 * KV + 4 * QO + 2 * DS;
   static constexpr int SMEM = (int)STATS + 4 * BR * 4 + 1024;
 };
@@ -421,8 +410,9 @@ template <int DT, int HD, bool ATOMIC_DQ>
 __global__ void __launch_bounds__(256, 1) tf_flash_bwd_wgmma_kernel(const tf_cuda_flash_params p) {
   using L = tf_wgmma_bwd_layout<HD>;
   constexpr int BC = L::BC, BR = L::BR, NT = BR / 8;
-  static_assert(HD == 64 || (HD == 128 && !ATOMIC_DQ), "dQ by reductions at head dim 64 only");
   constexpr uint32_t QO = L::QO;
+  /* the head-dim columns of dQ that warpgroup 0 adds up */
+  constexpr int DQ_N0 = HD == 64 ? 32 : 64;
   unsigned char *base_ptr;
   const uint32_t base = tf_wgmma_smem_base(&base_ptr), sK = base, sV = sK + L::KV, sQ = sV + L::KV;
   const uint32_t sdO = sQ + 2 * QO, sdS = sdO + 2 * QO;
@@ -461,6 +451,46 @@ __global__ void __launch_bounds__(256, 1) tf_flash_bwd_wgmma_kernel(const tf_cud
 #pragma unroll
   for (int i = 0; i < HD / 2; i++) dk[i] = dv[i] = 0.f;
 
+  /* dQ (rows q0..q0 + 63) += dS K over the block's 128 keys, into the f32
+   * workspace by 16-byte reductions, N columns from col0 (a product never
+   * crosses a 64-column half of K's rows); the warpgroups split the head
+   * dim, warpgroup 0 taking the first DQ_N0 columns. A reads the two
+   * warpgroups' dS^T tiles (they follow each other: 16 keys a step, 2048
+   * bytes apart) M-major, B reads K N-major. */
+  auto add_dq = [&](int64_t q0, int col0, auto n_tag) {
+    constexpr int N = decltype(n_tag)::value;
+    const uint32_t k_cols = sK + (uint32_t)((col0 >> 6) * BC * 128 + (col0 & 63) * 2);
+    float dq[N / 2];
+    tf_wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < BC / 16; kk++)
+      tf_wgmma_ss<DT, 1, 1>(dq, tf_wgmma_desc(sdS + kk * 2048, 64 * 128, 1024),
+                            tf_wgmma_desc(k_cols + kk * 2048, BC * 128, 1024), kk > 0);
+    tf_wgmma_commit();
+    tf_wgmma_wait<0>();
+    tf_wgmma_hold(dq);
+    tf_wgmma_hold(dv);
+    tf_wgmma_hold(dk);
+    /* rows (queries) warp * 16 + g (+ 8), columns col0 + 8 nt + 2t (+ 1): lane pairs
+     * swap halves so that the even lane adds 4 columns of row g, the odd one of row g + 8 */
+    const bool odd = lane & 1;
+#pragma unroll
+    for (int nt = 0; nt < N / 8; nt++) {
+      const float give0 = odd ? dq[4 * nt + 0] : dq[4 * nt + 2], give1 = odd ? dq[4 * nt + 1] : dq[4 * nt + 3];
+      const float got0 = __shfl_xor_sync(0xffffffffu, give0, 1), got1 = __shfl_xor_sync(0xffffffffu, give1, 1);
+      const int64_t row = q0 + warp * 16 + g + (odd ? 8 : 0);
+      const int col = col0 + nt * 8 + (odd ? t2 - 2 : t2);
+      if (row < p.seq_q && col < hd) {
+        const float4 v = odd ? make_float4(got0, got1, dq[4 * nt + 2], dq[4 * nt + 3])
+                             : make_float4(dq[4 * nt + 0], dq[4 * nt + 1], got0, got1);
+        float *at = p.dq_acc + (b * p.seq_q + row) * hd + col;
+        asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(at), "f"(v.x), "f"(v.y), "f"(v.z),
+                     "f"(v.w)
+                     : "memory");
+      }
+    }
+  };
+
   for (int it = 0; it < n_it; it++) {
     tf_flash_cp_wait<0>();
     tf_wgmma_fence_smem();
@@ -477,12 +507,12 @@ __global__ void __launch_bounds__(256, 1) tf_flash_bwd_wgmma_kernel(const tf_cud
 #pragma unroll
     for (int kk = 0; kk < HD / 16; kk++) { /* the k step's 32 bytes in a 128-byte row of its half */
       const uint32_t kv = (uint32_t)((kk >> 2) * BC * 128 + (kk & 3) * 32), qo = (uint32_t)((kk >> 2) * BR * 128 + (kk & 3) * 32);
-      tf_wgmma_ss64<DT>(s, tf_wgmma_desc(k_w + kv, 16, 1024), tf_wgmma_desc(q_st + qo, 16, 1024), kk > 0);
+      tf_wgmma_ss<DT, 0, 0>(s, tf_wgmma_desc(k_w + kv, 16, 1024), tf_wgmma_desc(q_st + qo, 16, 1024), kk > 0);
     }
 #pragma unroll
     for (int kk = 0; kk < HD / 16; kk++) {
       const uint32_t kv = (uint32_t)((kk >> 2) * BC * 128 + (kk & 3) * 32), qo = (uint32_t)((kk >> 2) * BR * 128 + (kk & 3) * 32);
-      tf_wgmma_ss64<DT>(dp, tf_wgmma_desc(v_w + kv, 16, 1024), tf_wgmma_desc(do_st + qo, 16, 1024), kk > 0);
+      tf_wgmma_ss<DT, 0, 0>(dp, tf_wgmma_desc(v_w + kv, 16, 1024), tf_wgmma_desc(do_st + qo, 16, 1024), kk > 0);
     }
     tf_wgmma_commit();
     tf_wgmma_wait<0>();
@@ -518,16 +548,16 @@ __global__ void __launch_bounds__(256, 1) tf_flash_bwd_wgmma_kernel(const tf_cud
     tf_wgmma_hold(dk);
     tf_wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < BR / 16; kk++) tf_wgmma_rs<DT, HD>(dv, pa[kk], tf_wgmma_desc(do_st + kk * 2048, BR * 128, 1024));
+    for (int kk = 0; kk < BR / 16; kk++)
+      tf_wgmma_rs<DT, 1>(dv, pa[kk], tf_wgmma_desc(do_st + kk * 2048, BR * 128, 1024), true);
 #pragma unroll
-    for (int kk = 0; kk < BR / 16; kk++) tf_wgmma_rs<DT, HD>(dk, da[kk], tf_wgmma_desc(q_st + kk * 2048, BR * 128, 1024));
+    for (int kk = 0; kk < BR / 16; kk++)
+      tf_wgmma_rs<DT, 1>(dk, da[kk], tf_wgmma_desc(q_st + kk * 2048, BR * 128, 1024), true);
     tf_wgmma_commit();
 
     if constexpr (ATOMIC_DQ) {
       /* dS^T (keys x queries) into the warpgroup's tile; once both are
-       * written, dQ = dS K over the block's 128 keys, warpgroup wg taking
-       * head-dim columns 32 wg .. 32 wg + 31 (the tiles of the two
-       * warpgroups follow each other: 16 keys a step, 2048 bytes apart) */
+       * written, dQ = dS K over the block's 128 keys (add_dq) */
 #pragma unroll
       for (int h = 0; h < 2; h++)
 #pragma unroll
@@ -536,36 +566,20 @@ __global__ void __launch_bounds__(256, 1) tf_flash_bwd_wgmma_kernel(const tf_cud
           for (int half = 0; half < 2; half++) /* queries 16 kk + 8 half .. + 7: chunk 2 kk + half */
             *reinterpret_cast<uint32_t *>(base_ptr + (ds_w - base) + tf_wgmma_chunk<64>(warp * 16 + g + 8 * h, 2 * kk + half) +
                                           t2 * 2) = da[kk][2 * half + h];
+      if constexpr (HD == 128) { /* dV and dK done first: P^T and dS^T's registers are free for dQ (no spills) */
+        tf_wgmma_wait<0>();
+        tf_wgmma_hold(dv);
+        tf_wgmma_hold(dk);
+      }
       tf_wgmma_fence_smem();
       __syncthreads(); /* both warpgroups' dS^T are written */
-      float dq[HD / 4];
-      tf_wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < BC / 16; kk++)
-        tf_wgmma_ss32_tt<DT>(dq, tf_wgmma_desc(sdS + kk * 2048, 64 * 128, 1024),
-                             tf_wgmma_desc(sK + kk * 2048 + wg * 64, 64 * 128, 1024), kk > 0);
-      tf_wgmma_commit();
-      tf_wgmma_wait<0>();
-      tf_wgmma_hold(dq);
-      tf_wgmma_hold(dv);
-      tf_wgmma_hold(dk);
-      /* rows (queries) warp * 16 + g (+ 8), columns 32 wg + 8 nt + 2t (+ 1): lane pairs
-       * swap halves so that the even lane adds 4 columns of row g, the odd one of row g + 8 */
-      const bool odd = lane & 1;
-#pragma unroll
-      for (int nt = 0; nt < 4; nt++) {
-        const float give0 = odd ? dq[4 * nt + 0] : dq[4 * nt + 2], give1 = odd ? dq[4 * nt + 1] : dq[4 * nt + 3];
-        const float got0 = __shfl_xor_sync(0xffffffffu, give0, 1), got1 = __shfl_xor_sync(0xffffffffu, give1, 1);
-        const int64_t row = q0 + warp * 16 + g + (odd ? 8 : 0);
-        const int col = wg * 32 + nt * 8 + (odd ? t2 - 2 : t2);
-        if (row < p.seq_q && col < hd) {
-          const float4 v = odd ? make_float4(got0, got1, dq[4 * nt + 2], dq[4 * nt + 3])
-                               : make_float4(dq[4 * nt + 0], dq[4 * nt + 1], got0, got1);
-          float *at = p.dq_acc + (b * p.seq_q + row) * hd + col;
-          asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(at), "f"(v.x), "f"(v.y), "f"(v.z),
-                       "f"(v.w)
-                       : "memory");
-        }
+      if constexpr (HD == 128) { /* 32 columns a product: 16 registers for dQ, not 32 */
+        add_dq(q0, wg * 64, tf_flash_int<32>());
+        add_dq(q0, wg * 64 + 32, tf_flash_int<32>());
+      } else if (wg == 0) {
+        add_dq(q0, 0, tf_flash_int<DQ_N0>());
+      } else {
+        add_dq(q0, DQ_N0, tf_flash_int<HD - DQ_N0>());
       }
     } else {
       tf_wgmma_wait<0>();
@@ -590,30 +604,37 @@ __global__ void __launch_bounds__(256, 1) tf_flash_bwd_wgmma_kernel(const tf_cud
 
 template <int DT, int HD, bool ATOMIC_DQ>
 static tf_status tf_wgmma_bwd_launch(tf_cuda_state *st, const tf_cuda_flash_params *p) {
-  constexpr int SMEM = tf_wgmma_bwd_layout<HD>::SMEM;
+  using L = tf_wgmma_bwd_layout<HD>;
   unsigned grid = 0;
-  TF_TRY(tf_flash_grid(p->batch, (p->seq_k + 127) / 128, &grid));
+  TF_TRY(tf_flash_grid(p->batch, (p->seq_k + L::BC - 1) / L::BC, &grid));
   TF_CUDA_CHECK(cudaFuncSetAttribute(tf_flash_bwd_wgmma_kernel<DT, HD, ATOMIC_DQ>,
-                                     cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM));
-  tf_flash_bwd_wgmma_kernel<DT, HD, ATOMIC_DQ><<<grid, 256, SMEM, st->stream>>>(*p);
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize, L::SMEM));
+  tf_flash_bwd_wgmma_kernel<DT, HD, ATOMIC_DQ><<<grid, 256, L::SMEM, st->stream>>>(*p);
   return tf_cuda_launched("flash_attention backward kernel (wgmma)");
 }
 
+template <int DT, int HD> static tf_status tf_wgmma_bwd_hd(tf_cuda_state *st, const tf_cuda_flash_params *p, bool atomic_dq) {
+  return atomic_dq ? tf_wgmma_bwd_launch<DT, HD, true>(st, p) : tf_wgmma_bwd_launch<DT, HD, false>(st, p);
+}
+
 template <int DT>
-static tf_status tf_wgmma_bwd_dt(tf_cuda_state *st, const tf_cuda_flash_params *p, int hd_pad, bool atomic_dq) {
-  if (hd_pad == 128) return tf_wgmma_bwd_launch<DT, 128, false>(st, p);
-  return atomic_dq ? tf_wgmma_bwd_launch<DT, 64, true>(st, p) : tf_wgmma_bwd_launch<DT, 64, false>(st, p);
+static tf_status tf_wgmma_bwd_dt(tf_cuda_state *st, const tf_cuda_flash_params *p, int hd_w, bool atomic_dq) {
+  switch (hd_w) {
+    case 64: return tf_wgmma_bwd_hd<DT, 64>(st, p, atomic_dq);
+    case 80: return tf_wgmma_bwd_hd<DT, 80>(st, p, atomic_dq);
+    case 96: return tf_wgmma_bwd_hd<DT, 96>(st, p, atomic_dq);
+    case 128: return tf_wgmma_bwd_hd<DT, 128>(st, p, atomic_dq);
+    default: return tf_fail(TF_ERR_ARG, "flash_attention: no wgmma kernel for head dim %d", hd_w);
+  }
 }
 
-tf_status tf_cuda_flash_backward_wgmma(tf_cuda_state *st, const tf_cuda_flash_params *p, tf_dtype dt, int hd_pad,
+tf_status tf_cuda_flash_backward_wgmma(tf_cuda_state *st, const tf_cuda_flash_params *p, tf_dtype dt, int hd_w,
                                        bool atomic_dq) {
-  if (hd_pad == 128 && atomic_dq)
-    return tf_fail(TF_ERR_ARG, "flash_attention: the wgmma backward kernel adds dQ up at head dim 64 only");
-  return dt == TF_BF16 ? tf_wgmma_bwd_dt<TF_BF16>(st, p, hd_pad, atomic_dq)
-                       : tf_wgmma_bwd_dt<TF_F16>(st, p, hd_pad, atomic_dq);
+  return dt == TF_BF16 ? tf_wgmma_bwd_dt<TF_BF16>(st, p, hd_w, atomic_dq)
+                       : tf_wgmma_bwd_dt<TF_F16>(st, p, hd_w, atomic_dq);
 }
 
-/* ---- the backward pass's deterministic dQ, head dims 64 and 128 ---------------------- */
+/* ---- the backward pass's deterministic dQ ---------------------------------------------- */
 
 /* One block of two warpgroups per 128 query rows (64 each), walking the key
  * blocks of 64 keys that the rows see (K and V double-buffered), as
@@ -625,8 +646,8 @@ tf_status tf_cuda_flash_backward_wgmma(tf_cuda_state *st, const tf_cuda_flash_pa
  * same bits every run. */
 template <int DT, int HD>
 __global__ void __launch_bounds__(256, 1) tf_flash_dq_wgmma_kernel(const tf_cuda_flash_params p) {
-  constexpr int BC = 64, BR = 128, NT = BC / 8;
-  constexpr uint32_t ROWS_BYTES = BR * HD * 2, KV_BYTES = BC * HD * 2;
+  constexpr int BC = 64, BR = 128, NT = BC / 8, HDS = tf_wgmma_hds(HD);
+  constexpr uint32_t ROWS_BYTES = BR * HDS * 2, KV_BYTES = BC * HDS * 2;
   unsigned char *base_ptr;
   const uint32_t sQ = tf_wgmma_smem_base(&base_ptr), sdO = sQ + ROWS_BYTES, sK = sdO + ROWS_BYTES, sV = sK + 2 * KV_BYTES;
   const int wg = (int)threadIdx.x / 128, warp = ((int)threadIdx.x / 32) % 4, lane = (int)threadIdx.x % 32;
@@ -677,14 +698,14 @@ __global__ void __launch_bounds__(256, 1) tf_flash_dq_wgmma_kernel(const tf_cuda
 #pragma unroll
     for (int kk = 0; kk < HD / 16; kk++) {
       const uint32_t off = (uint32_t)((kk & 3) * 32), half = (uint32_t)(kk >> 2);
-      tf_wgmma_ss<DT, BC>(s, tf_wgmma_desc(q_wg + half * BR * 128 + off, 16, 1024),
-                          tf_wgmma_desc(k_st + half * BC * 128 + off, 16, 1024), kk > 0);
+      tf_wgmma_ss<DT, 0, 0>(s, tf_wgmma_desc(q_wg + half * BR * 128 + off, 16, 1024),
+                            tf_wgmma_desc(k_st + half * BC * 128 + off, 16, 1024), kk > 0);
     }
 #pragma unroll
     for (int kk = 0; kk < HD / 16; kk++) {
       const uint32_t off = (uint32_t)((kk & 3) * 32), half = (uint32_t)(kk >> 2);
-      tf_wgmma_ss<DT, BC>(dp, tf_wgmma_desc(do_wg + half * BR * 128 + off, 16, 1024),
-                          tf_wgmma_desc(v_st + half * BC * 128 + off, 16, 1024), kk > 0);
+      tf_wgmma_ss<DT, 0, 0>(dp, tf_wgmma_desc(do_wg + half * BR * 128 + off, 16, 1024),
+                            tf_wgmma_desc(v_st + half * BC * 128 + off, 16, 1024), kk > 0);
     }
     tf_wgmma_commit();
     tf_wgmma_wait<0>();
@@ -709,7 +730,7 @@ __global__ void __launch_bounds__(256, 1) tf_flash_dq_wgmma_kernel(const tf_cuda
     tf_wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < BC / 16; kk++)
-      tf_wgmma_rs<DT, HD>(dq, da[kk], tf_wgmma_desc(k_st + (uint32_t)(kk * 16 * 128), BC * 128, 1024));
+      tf_wgmma_rs<DT, 1>(dq, da[kk], tf_wgmma_desc(k_st + (uint32_t)(kk * 16 * 128), BC * 128, 1024), true);
     tf_wgmma_commit();
     tf_wgmma_wait<0>();
     tf_wgmma_hold(dq);
@@ -730,7 +751,7 @@ __global__ void __launch_bounds__(256, 1) tf_flash_dq_wgmma_kernel(const tf_cuda
 }
 
 template <int DT, int HD> static tf_status tf_wgmma_dq_launch(tf_cuda_state *st, const tf_cuda_flash_params *p) {
-  constexpr int SMEM = 2 * 128 * HD * 2 + 4 * 64 * HD * 2 + 1024; /* Q, dO, K and V twice, alignment */
+  constexpr int HDS = tf_wgmma_hds(HD), SMEM = 2 * 128 * HDS * 2 + 4 * 64 * HDS * 2 + 1024; /* Q, dO, K and V twice, alignment */
   unsigned grid = 0;
   TF_TRY(tf_flash_grid(p->batch, (p->seq_q + 127) / 128, &grid));
   TF_CUDA_CHECK(cudaFuncSetAttribute(tf_flash_dq_wgmma_kernel<DT, HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -739,7 +760,16 @@ template <int DT, int HD> static tf_status tf_wgmma_dq_launch(tf_cuda_state *st,
   return tf_cuda_launched("flash_attention dq kernel (wgmma)");
 }
 
-tf_status tf_cuda_flash_dq_wgmma(tf_cuda_state *st, const tf_cuda_flash_params *p, tf_dtype dt, int hd_pad) {
-  if (dt == TF_BF16) return hd_pad == 64 ? tf_wgmma_dq_launch<TF_BF16, 64>(st, p) : tf_wgmma_dq_launch<TF_BF16, 128>(st, p);
-  return hd_pad == 64 ? tf_wgmma_dq_launch<TF_F16, 64>(st, p) : tf_wgmma_dq_launch<TF_F16, 128>(st, p);
+template <int DT> static tf_status tf_wgmma_dq_dt(tf_cuda_state *st, const tf_cuda_flash_params *p, int hd_w) {
+  switch (hd_w) {
+    case 64: return tf_wgmma_dq_launch<DT, 64>(st, p);
+    case 80: return tf_wgmma_dq_launch<DT, 80>(st, p);
+    case 96: return tf_wgmma_dq_launch<DT, 96>(st, p);
+    case 128: return tf_wgmma_dq_launch<DT, 128>(st, p);
+    default: return tf_fail(TF_ERR_ARG, "flash_attention: no wgmma kernel for head dim %d", hd_w);
+  }
+}
+
+tf_status tf_cuda_flash_dq_wgmma(tf_cuda_state *st, const tf_cuda_flash_params *p, tf_dtype dt, int hd_w) {
+  return dt == TF_BF16 ? tf_wgmma_dq_dt<TF_BF16>(st, p, hd_w) : tf_wgmma_dq_dt<TF_F16>(st, p, hd_w);
 }
