@@ -2,6 +2,8 @@
 #ifndef TF_BACKENDS_H
 #define TF_BACKENDS_H
 
+#include "cpu_threads.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif

@@ -10,6 +10,7 @@ packages=(
   liblua5.4-dev                     # Lua 5.4, linked statically
   libcjson-dev                      # JSON
   libedit-dev                       # line editing and history in the REPL
+  libopenblas-openmp-dev            # the CPU backend's matrix products (OpenBLAS on OpenMP threads)
   python3                           # the command-line tests
   python3-numpy                     # the safetensors interoperability test
   chromium                          # for the memory-plot test (renders tf.memviz's page)

@@ -3,6 +3,7 @@
 #define TF_CPU_H
 
 #include "backend.h"
+#include "cpu_threads.h"
 #include "half.h"
 
 /* The CPU backend's table (host-timed by the profiler's wrapper), which

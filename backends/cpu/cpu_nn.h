@@ -7,6 +7,7 @@
 #include <math.h>
 
 #include "backend.h"
+#include "cpu_threads.h"
 #include "elemio.h"
 
 /* The max of scale * x over a row of n elements of x (dtype d) from base,
@@ -22,10 +23,6 @@ static inline double tf_cpu_row_max_logsum(const void *x, tf_dtype d, int64_t ba
   *log_sum = log(sum);
   return m;
 }
-
-/* Rows run in parallel (each by one thread, so results do not depend on
- * the thread count) only past this many elements. */
-enum { TF_CPU_PARALLEL_MIN = 1 << 15 };
 
 /* Element i of an index tensor (the dispatcher passes i64; any integer works). */
 static inline int64_t tf_cpu_index(const tf_tensor *t, int64_t i) {

@@ -35,6 +35,7 @@ typedef struct tf_cli {
   bool help;           /* -h, --help */
   const char *device;  /* --device */
   const char *seed;    /* --seed */
+  const char *threads; /* --threads */
   int exit_code;
 } tf_cli;
 
@@ -50,6 +51,7 @@ static void tf_print_usage(FILE *to) {
         "  -W             turn Lua warnings on\n"
         "  --device DEV   default device: cpu, cuda or cuda:N (default: cuda:0 when a GPU is present)\n"
         "  --seed N       seed of the random number generators (default 0)\n"
+        "  --threads N    CPU threads for OpenMP and the BLAS (default: TF_NUM_THREADS, else every core)\n"
         "  -h, --help     show this help\n"
         "  --             stop handling options\n"
         "  -              run the script read from stdin\n"
@@ -109,6 +111,9 @@ static int tf_cli_parse(tf_cli *cli) {
     } else if (strncmp(a, "--seed", 6) == 0 && (a[6] == '\0' || a[6] == '=')) {
       if (!(cli->seed = tf_option_value(cli, &i, "--seed")))
         return tf_usage_error("option '%s' needs an argument", "--seed");
+    } else if (strncmp(a, "--threads", 9) == 0 && (a[9] == '\0' || a[9] == '=')) {
+      if (!(cli->threads = tf_option_value(cli, &i, "--threads")))
+        return tf_usage_error("option '%s' needs an argument", "--threads");
     } else {
       return tf_usage_error("unrecognized option '%s'", a);
     }
@@ -176,7 +181,7 @@ static bool tf_run_args(lua_State *L, tf_cli *cli) {
   for (int i = 1; i < cli->script; i++) {
     const char *a = cli->argv[i];
     if (a[0] != '-' || (a[1] != 'e' && a[1] != 'l')) {
-      if ((strcmp(a, "--device") == 0 || strcmp(a, "--seed") == 0)) i++;
+      if (strcmp(a, "--device") == 0 || strcmp(a, "--seed") == 0 || strcmp(a, "--threads") == 0) i++;
       continue;
     }
     const char *value = a[2] ? a + 2 : cli->argv[++i];
@@ -213,6 +218,20 @@ static bool tf_run_script(lua_State *L, tf_cli *cli) {
 
 static bool tf_apply_cli_settings(lua_State *L, tf_cli *cli) {
   (void)L;
+  if (tf_cpu_threads_from_env() != TF_OK) {
+    cli->exit_code = tf_usage_error("%s", tf_last_error());
+    return false;
+  }
+  if (cli->threads) {
+    char *end;
+    errno = 0;
+    long n = strtol(cli->threads, &end, 10);
+    if (*cli->threads == '\0' || *end != '\0' || errno == ERANGE || n < 1 || n > 4096 ||
+        tf_cpu_set_threads((int)n) != TF_OK) {
+      cli->exit_code = tf_usage_error("--threads needs a count in 1..4096, not '%s'", cli->threads);
+      return false;
+    }
+  }
   if (cli->seed) {
     char *end;
     errno = 0;

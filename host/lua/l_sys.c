@@ -4,6 +4,7 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 
+#include "backends.h"
 #include "bind.h"
 #include "embedded.h"
 #include "luahost.h"
@@ -101,9 +102,22 @@ static int tf_l_allow_tf32(lua_State *L) {
   return 1;
 }
 
-/* tf.sysinfo() -> {hostname, os, kernel, machine, lua, cpu, cpu_cores, lua_heap_used, lua_heap_limit} */
+/* tf.threads([n]) -> the CPU thread count (OpenMP and the BLAS), before n is set */
+static int tf_l_threads(lua_State *L) {
+  const int previous = tf_cpu_threads();
+  if (!lua_isnoneornil(L, 1)) {
+    lua_Integer n = luaL_checkinteger(L, 1);
+    if (n < 1 || n > 4096) return luaL_error(L, "tf.threads: need a count in 1..4096, not %I", n);
+    TF_LUA_CHECK(L, tf_cpu_set_threads((int)n), "tf.threads");
+  }
+  lua_pushinteger(L, previous);
+  return 1;
+}
+
+/* tf.sysinfo() -> {hostname, os, kernel, machine, lua, cpu, cpu_cores, threads, blas, lua_heap_used,
+ * lua_heap_limit} */
 static int tf_l_sysinfo(lua_State *L) {
-  lua_createtable(L, 0, 8);
+  lua_createtable(L, 0, 10);
   char host[256] = "";
   if (gethostname(host, sizeof host - 1) == 0) {
     lua_pushstring(L, host);
@@ -127,6 +141,9 @@ static int tf_l_sysinfo(lua_State *L) {
     TF_SET_INT(L, "cpu_cores", info.multiprocessors);
     TF_SET_INT(L, "host_memory", info.total_memory);
   }
+  TF_SET_INT(L, "threads", tf_cpu_threads());
+  lua_pushstring(L, tf_cpu_blas_name());
+  lua_setfield(L, -2, "blas");
   TF_SET_INT(L, "lua_heap_used", tf_lua_heap_used(L));
   TF_SET_INT(L, "lua_heap_limit", tf_lua_heap_limit(L));
   return 1;
@@ -144,6 +161,7 @@ static const luaL_Reg tf_sys_functions[] = {
     {"initial_seed", tf_l_initial_seed},
     {"allow_tf32", tf_l_allow_tf32},
     {"sysinfo", tf_l_sysinfo},
+    {"threads", tf_l_threads},
     {NULL, NULL},
 };
 

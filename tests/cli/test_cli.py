@@ -165,6 +165,21 @@ class ExitCodesAndUsage(TfhostTest):
                 self.assertExit(r, 0)
                 self.assertEqual(r.stdout, seed + "\n")
 
+    def test_threads(self):
+        for args, env, want in ((["--threads", "3"], {}, "3"), (["--threads=1"], {}, "1"),
+                                ([], {"TF_NUM_THREADS": "2"}, "2"),
+                                (["--threads", "1"], {"TF_NUM_THREADS": "2"}, "1")):
+            with self.subTest(args=args, env=env):
+                r = self.tfhost(*args, "-e", "print(tf.threads(), tf.sysinfo().threads)", env=dict(self.env(), **env))
+                self.assertExit(r, 0)
+                self.assertEqual(r.stdout, f"{want}\t{want}\n")
+        for bad in ("0", "abc", "5000", ""):
+            with self.subTest(threads=bad):
+                r = self.tfhost("--threads", bad, "-e", "print('ran')")
+                self.assertUsageError(r, f"tfhost: --threads needs a count in 1..4096, not '{bad}'")
+        r = self.tfhost("-e", "print('ran')", env=dict(self.env(), TF_NUM_THREADS="x"))
+        self.assertUsageError(r, "tfhost: TF_NUM_THREADS must be a count in 1..4096, not 'x'")
+
     def test_help(self):
         for option in ("--help", "-h"):
             with self.subTest(option=option):

@@ -1,0 +1,56 @@
+/* The CPU backend's thread count, one number for OpenMP (elementwise ops,
+ * reductions, norms, the CPU engine) and the BLAS (cpu_gemm.c): set by
+ * tfhost --threads N, else TF_NUM_THREADS, else OpenMP's default (every
+ * core, or OMP_NUM_THREADS). The BLAS itself runs each call on one
+ * thread: cpu_gemm.c hands it tiles, one a thread. Results never depend on
+ * the count: every parallel loop gives each output to one thread, and
+ * reductions over one output add fixed chunks in a fixed order. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include TF_CBLAS_HEADER
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "cpu_threads.h"
+#include "cpu.h"
+
+int tf_cpu_threads(void) {
+#ifdef _OPENMP
+  return omp_get_max_threads();
+#else
+  return 1;
+#endif
+}
+
+tf_status tf_cpu_set_threads(int n) {
+  if (n < 1 || n > 4096) return tf_fail(TF_ERR_ARG, "threads: need a count in 1..4096, not %d", n);
+#ifdef _OPENMP
+  omp_set_num_threads(n);
+#else
+  if (n != 1) return tf_fail(TF_ERR_ARG, "threads: this build has no OpenMP: it runs on one thread");
+#endif
+  return TF_OK;
+}
+
+tf_status tf_cpu_threads_from_env(void) {
+  const char *env = getenv("TF_NUM_THREADS");
+  if (!env || !*env) return TF_OK;
+  char *end = NULL;
+  const long n = strtol(env, &end, 10);
+  if (*end != '\0' || n < 1 || n > 4096)
+    return tf_fail(TF_ERR_ARG, "TF_NUM_THREADS must be a count in 1..4096, not '%s'", env);
+  return tf_cpu_set_threads((int)n);
+}
+
+const char *tf_cpu_blas_name(void) {
+#ifdef TF_BLAS_OPENBLAS
+  static char name[160];
+  if (!name[0]) snprintf(name, sizeof name, "%s", openblas_get_config());
+  return name;
+#else
+  return TF_BLAS_NAME;
+#endif
+}

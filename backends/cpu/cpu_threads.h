@@ -1,0 +1,28 @@
+/* The CPU backend's threads and BLAS (cpu_threads.c), for the layers above
+ * the backends (through backends.h) and the CPU backend's own files. */
+#ifndef TF_CPU_THREADS_H
+#define TF_CPU_THREADS_H
+
+#include "status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The thread count OpenMP and the BLAS use together; setting it (1..4096);
+ * TF_NUM_THREADS applied when set (an error names a bad value; tfhost
+ * applies it at start, before --threads). */
+int tf_cpu_threads(void);
+tf_status tf_cpu_set_threads(int n);
+tf_status tf_cpu_threads_from_env(void);
+/* The CPU backend's loops run in parallel (each output by one thread, so
+ * results do not depend on the thread count) only past this many elements. */
+enum { TF_CPU_PARALLEL_MIN = 1 << 15 };
+
+/* The BLAS the CPU backend's products run on, with its build options. */
+const char *tf_cpu_blas_name(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
