@@ -23,7 +23,15 @@ import sys
 import tempfile
 import time
 
-import numpy as np
+# numpy's OpenBLAS and PyTorch read the thread count when they load: set it from --threads first
+for _i, _a in enumerate(sys.argv):
+    if _a == "--threads" and _i + 1 < len(sys.argv):
+        os.environ["OMP_NUM_THREADS"] = os.environ["OPENBLAS_NUM_THREADS"] = sys.argv[_i + 1]
+    elif _a.startswith("--threads="):
+        os.environ["OMP_NUM_THREADS"] = os.environ["OPENBLAS_NUM_THREADS"] = _a.split("=", 1)[1]
+os.environ.setdefault("OMP_NUM_THREADS", str(os.cpu_count()))
+
+import numpy as np  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -100,7 +108,6 @@ def main():
     p.add_argument("--threads", type=int, default=os.cpu_count())
     p.add_argument("--json")
     a = p.parse_args()
-    os.environ["OMP_NUM_THREADS"] = str(a.threads)  # numpy's OpenBLAS and PyTorch read it at import
     try:
         import torch
         torch.set_num_threads(a.threads)
@@ -108,27 +115,33 @@ def main():
     except ImportError:
         have_torch = None
 
+    # every tfhost run first, then numpy's and PyTorch's: their BLAS threads keep spinning a while
+    # after a call and would take the cores from a tfhost run that followed
     rows = []
     tf_env = None
-    for n in (int(x) for x in a.sizes.split(",")):
-        print(f"matmul {n} ...", file=sys.stderr, flush=True)
+    sizes, models = [int(x) for x in a.sizes.split(",")], a.models.split(",")
+    for n in sizes:
+        print(f"tfhost matmul {n} ...", file=sys.stderr, flush=True)
         r, tf_env = tfhost(a.tfhost, a.threads, "experiments/hello.lua", "--size", str(n), "--iters", str(a.iters))
-        tf_ms, np_ms = r[0]["median_ms"], numpy_matmul(n, a.iters)
-        flops = 2 * n ** 3
-        rows.append(dict(what="matmul f32", config=f"{n} x {n} x {n}", tfhost_ms=tf_ms, numpy_ms=np_ms,
-                         tfhost_gflops=flops / tf_ms / 1e6, numpy_gflops=flops / np_ms / 1e6,
-                         ratio=np_ms / tf_ms))
-    for size in a.models.split(","):
-        print(f"{size} step ...", file=sys.stderr, flush=True)
+        rows.append(dict(what="matmul f32", config=f"{n} x {n} x {n}", n=n, tfhost_ms=r[0]["median_ms"],
+                         tfhost_gflops=2 * n ** 3 / r[0]["median_ms"] / 1e6))
+    for size in models:
+        print(f"tfhost {size} step ...", file=sys.stderr, flush=True)
         r, _ = tfhost(a.tfhost, a.threads, "experiments/benchmark.lua", "--size", size, "--context", str(a.context),
                       "--batch", str(a.batch), "--precision", "f32", "--mode", "step", "--warmup", str(a.warmup),
                       "--steps", str(a.steps))
-        row = dict(what="training step f32", config=f"{size}, ctx {a.context}, batch {a.batch}",
-                   tfhost_ms=r[0]["mean_ms"])
-        if have_torch:
-            row["torch_ms"] = torch_step(size, a.context, a.batch, a.vocab, a.warmup, a.steps)
+        rows.append(dict(what="training step f32", config=f"{size}, ctx {a.context}, batch {a.batch}", size=size,
+                         tfhost_ms=r[0]["mean_ms"]))
+    for row in rows:
+        if "n" in row:
+            print(f"numpy matmul {row['n']} ...", file=sys.stderr, flush=True)
+            row["numpy_ms"] = numpy_matmul(row["n"], a.iters)
+            row["numpy_gflops"] = 2 * row["n"] ** 3 / row["numpy_ms"] / 1e6
+            row["ratio"] = row["numpy_ms"] / row["tfhost_ms"]
+        elif have_torch:
+            print(f"PyTorch {row['size']} step ...", file=sys.stderr, flush=True)
+            row["torch_ms"] = torch_step(row["size"], a.context, a.batch, a.vocab, a.warmup, a.steps)
             row["ratio"] = row["torch_ms"] / row["tfhost_ms"]
-        rows.append(row)
 
     def f(v, spec=".2f"):
         return "-" if v is None else format(v, spec)
