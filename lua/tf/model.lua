@@ -243,10 +243,15 @@ end
 
 function Model:num_parameters() return M.num_parameters(self.config) end
 
---- Writes the parameters and the config (header metadata) as safetensors.
+--- Writes the parameters and the whole configuration (header metadata) as
+--- safetensors: the sizes, and how the model runs (precision, impl,
+--- attention, graphs), which tf.model.load restores.
 function Model:save(path)
   local meta = {}
   for _, k in ipairs(FIELDS) do meta[k] = tostring(self.config[k]) end
+  meta.precision, meta.impl = self.precision, self.impl
+  meta.attention = self.attention
+  meta.graphs = tostring(self.graphs)
   tf.safetensors.save(path, self:parameters(), meta)
 end
 
@@ -328,12 +333,35 @@ function M.new(spec)
   return setmetatable(self, Fused)
 end
 
---- tf.model.load(path [, {precision, impl, device}]): a model from a safetensors
---- file with the config in its metadata (as m:save writes it).
+--- The run settings a file's metadata records (m:save writes them; files
+--- from elsewhere may lack them: defaults then), checked like tf.model.new's.
+local function saved_settings(path, meta)
+  local spec = {}
+  local function choice(key, allowed)
+    local v = meta[key]
+    if v == nil then return nil end
+    for _, a in ipairs(allowed) do
+      if v == a then return v end
+    end
+    error(string.format("tf.model.load: %s has %s = '%s' in its metadata (expected %s)", path, key, v,
+      table.concat(allowed, ", ")), 4)
+  end
+  spec.precision = choice("precision", { "f32", "bf16", "f16" })
+  spec.attention = choice("attention", { "flash", "naive" })
+  spec.impl = choice("impl", { "fused", "eager" })
+  if spec.impl == "fused" and not tf._model then spec.impl = nil end -- the same model, computed another way
+  if choice("graphs", { "true", "false" }) == "false" then spec.graphs = false end
+  return spec
+end
+
+--- tf.model.load(path [, {precision, impl, attention, graphs, device}]): a
+--- model from a safetensors file with the config in its metadata (as m:save
+--- writes it: sizes, precision, impl, attention, graphs); options given here
+--- override the file's.
 function M.load(path, opts)
   opts = opts or {}
   local tensors, meta = tf.safetensors.load(path, { device = opts.device })
-  local spec = {}
+  local spec = saved_settings(path, meta)
   for _, k in ipairs(FIELDS) do
     if meta[k] == nil then error("tf.model.load: " .. path .. " has no '" .. k .. "' in its metadata", 2) end
     spec[k] = math.tointeger(tonumber(meta[k])) or tonumber(meta[k])

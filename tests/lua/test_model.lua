@@ -109,6 +109,41 @@ for _, impl in ipairs(impls) do
   end)
 end
 
+T.test("save records how the model runs; load restores it, options override", function()
+  local path = os.tmpname()
+  local impls = tf._model and { "fused", "eager" } or { "eager" }
+  for _, impl in ipairs(impls) do
+    local m = tf.model.new{ preset = "tiny", context_length = 16, precision = "bf16", impl = impl, attention = "naive",
+      graphs = false, device = "cpu" }
+    m:save(path)
+    local _, meta = tf.safetensors.load(path, { device = "cpu" })
+    T.eq(meta.precision, "bf16")
+    T.eq(meta.impl, impl)
+    T.eq(meta.attention, "naive")
+    T.eq(meta.graphs, "false")
+    local back = tf.model.load(path, { device = "cpu" })
+    T.eq(back.precision, "bf16", impl .. ": precision restored")
+    T.eq(back.impl, impl)
+    T.eq(back.attention, "naive")
+    T.eq(back.graphs, false)
+    local ids = tf.randint(0, 100, { 1, 16 }, { device = "cpu" })
+    T.eq((back:forward(ids):to("f64") - m:forward(ids):to("f64")):abs():max():item(), 0.0)
+    local f32 = tf.model.load(path, { precision = "f32", attention = "flash", device = "cpu" })
+    T.eq(f32.precision, "f32", "an explicit option overrides the file")
+    T.eq(f32.attention, "flash")
+  end
+  -- a file from elsewhere (sizes only) loads with the defaults; a bad setting is a clear error
+  local m = tf.model.new{ preset = "tiny", context_length = 16, device = "cpu" }
+  local meta = {}
+  for k, v in pairs(m.config) do meta[k] = tostring(v) end
+  tf.safetensors.save(path, m:parameters(), meta)
+  T.eq(tf.model.load(path, { device = "cpu" }).precision, "f32")
+  meta.precision = "f8"
+  tf.safetensors.save(path, m:parameters(), meta)
+  T.raises(function() tf.model.load(path, { device = "cpu" }) end, "has precision = 'f8' in its metadata (expected f32, bf16, f16)")
+  os.remove(path)
+end)
+
 T.test("configuration errors", function()
   T.raises(function() tf.model.new{ preset = "huge" } end, "unknown preset 'huge'")
   T.raises(function() tf.model.new{ preset = "small", num_heads = 7 } end, "not divisible by num_heads")
