@@ -20,6 +20,13 @@ run_config() {
   (cd "$dir" && ctest --output-on-failure -j"$jobs")
 }
 
+# The external conformance vectors live beside the checkout (../shared); where
+# they are, their test must run: a skip is then a failure.
+if [ -f "${TF_SHARED_DIR:-../shared}/conformance/cs336_a1_vectors.safetensors" ]; then
+  export TF_REQUIRE_CONFORMANCE=1
+  echo "test: conformance vectors found: lua_test_conformance must run"
+fi
+
 start=$(date +%s)
 run_config build-test -DCMAKE_BUILD_TYPE=RelWithDebInfo
 if [ "${1:-}" != "--no-asan" ]; then
