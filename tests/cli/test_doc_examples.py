@@ -1,0 +1,83 @@
+#!/usr/bin/env python3
+"""Every Lua example of README.md and docs/ runs, on the CPU (and on a GPU where one is present).
+
+    python3 tests/cli/test_doc_examples.py path/to/tfhost
+
+Each ```lua block runs in a fresh `tfhost --device cpu` (in a scratch directory, 120 s at most) and
+must exit 0. A block may be preceded by an HTML comment that the rendered page does not show:
+  <!-- doc-test setup: LUA -->   Lua run before the block (the names a fragment assumes)
+  <!-- doc-test: needs cuda -->  the block runs only where a GPU is present (on the GPU then)
+A block that fails is reported with its file and line and what tfhost printed."""
+
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import unittest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+DOCS = ["README.md", "docs/api.md", "docs/building.md", "docs/architecture.md", "docs/performance.md"]
+TFHOST = None
+BLOCK = re.compile(r"^```lua\n(.*?)^```", re.S | re.M)
+DIRECTIVE = re.compile(r"<!-- doc-test(?: (setup)|): (.*?) -->", re.S)
+
+
+def blocks():
+    """(file, line, code, setup, needs_cuda) for every Lua block of the docs."""
+    for name in DOCS:
+        path = os.path.join(ROOT, name)
+        if not os.path.exists(path):
+            continue
+        text = open(path).read()
+        for m in BLOCK.finditer(text):
+            line = text[:m.start()].count("\n") + 1
+            before = text[:m.start()].rstrip("\n").rsplit("\n\n", 1)[-1]  # the paragraph just above
+            setup, needs_cuda = "", False
+            for d in DIRECTIVE.finditer(before):
+                if d.group(1):
+                    setup += d.group(2) + "\n"
+                elif d.group(2).strip() == "needs cuda":
+                    needs_cuda = True
+            yield name, line, m.group(1), setup, needs_cuda
+
+
+def cuda_present():
+    r = subprocess.run([TFHOST, "-e", "io.write(tostring(tf.cuda.is_available()))"], capture_output=True, text=True)
+    return r.stdout == "true"
+
+
+class DocExamples(unittest.TestCase):
+    def test_every_example_runs(self):
+        gpu = cuda_present()
+        found = list(blocks())
+        self.assertGreater(len(found), 20, "the docs' Lua examples were not found")
+        ran = skipped = 0
+        failures = []
+        for name, line, code, setup, needs_cuda in found:
+            if needs_cuda and not gpu:
+                skipped += 1
+                continue
+            device = "cuda" if needs_cuda else "cpu"
+            with tempfile.TemporaryDirectory() as tmp:
+                script = os.path.join(tmp, "example.lua")
+                with open(script, "w") as f:
+                    f.write(setup + code)
+                try:
+                    r = subprocess.run([TFHOST, "--device", device, script], capture_output=True, text=True,
+                                       cwd=tmp, timeout=120)
+                    rc, out = r.returncode, (r.stdout + r.stderr)[-1500:]
+                except subprocess.TimeoutExpired:
+                    rc, out = "timeout (120 s)", ""
+            ran += 1
+            if rc != 0:
+                failures.append(f"{name}:{line}: exit {rc}\n{out}")
+        print(f"doc examples: {ran} ran, {skipped} need a GPU (none here)", file=sys.stderr)
+        self.assertEqual(failures, [], "\n\n".join(failures))
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 2:
+        sys.exit("usage: test_doc_examples.py path/to/tfhost")
+    TFHOST = os.path.abspath(sys.argv.pop(1))
+    unittest.main()
