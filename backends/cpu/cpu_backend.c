@@ -54,6 +54,13 @@ static tf_status tf_cpu_info(tf_device_ctx *ctx, tf_device_info *info) {
 
 static tf_status tf_cpu_raw_alloc(void *ctx, size_t bytes, void **ptr) {
   (void)ctx;
+  /* a request beyond physical memory fails here: where the kernel overcommits,
+   * malloc would succeed and the first write would bring the OOM killer */
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  if (pages > 0 && page > 0 && bytes / (size_t)page > (size_t)pages) {
+    *ptr = NULL;
+    return tf_fail(TF_ERR_OOM, "out of memory: host allocation of %zu bytes is more than the machine's memory", bytes);
+  }
   *ptr = aligned_alloc(64, (bytes + 63) / 64 * 64);
   if (!*ptr) return tf_fail(TF_ERR_OOM, "out of memory: host allocation of %zu bytes failed", bytes);
   return TF_OK;

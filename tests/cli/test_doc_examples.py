@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
-"""Every Lua example of README.md and docs/ runs, on the CPU (and on a GPU where one is present).
+"""Every Lua example of README.md and docs/ runs: on the CPU where there is no GPU, on the default
+device (the GPU) where there is one.
 
     python3 tests/cli/test_doc_examples.py path/to/tfhost
 
-Each ```lua block runs in a fresh `tfhost --device cpu` (in a scratch directory, 120 s at most) and
-must exit 0. A block may be preceded by an HTML comment that the rendered page does not show:
+Each ```lua block runs in a fresh tfhost (in a scratch directory, 120 s at most) and must exit 0. A block may be preceded by an HTML comment that the rendered page does not show:
   <!-- doc-test setup: LUA -->   Lua run before the block (the names a fragment assumes)
-  <!-- doc-test: needs cuda -->  the block runs only where a GPU is present (on the GPU then)
+  <!-- doc-test: needs cuda -->  the block runs only where a GPU is present
 A block that fails is reported with its file and line and what tfhost printed."""
 
 import os
@@ -29,7 +29,8 @@ def blocks():
         path = os.path.join(ROOT, name)
         if not os.path.exists(path):
             continue
-        text = open(path).read()
+        with open(path) as f:
+            text = f.read()
         for m in BLOCK.finditer(text):
             line = text[:m.start()].count("\n") + 1
             before = text[:m.start()].rstrip("\n").rsplit("\n\n", 1)[-1]  # the paragraph just above
@@ -58,7 +59,7 @@ class DocExamples(unittest.TestCase):
             if needs_cuda and not gpu:
                 skipped += 1
                 continue
-            device = "cuda" if needs_cuda else "cpu"
+            device = "cuda" if gpu else "cpu"
             with tempfile.TemporaryDirectory() as tmp:
                 script = os.path.join(tmp, "example.lua")
                 with open(script, "w") as f:
@@ -72,7 +73,8 @@ class DocExamples(unittest.TestCase):
             ran += 1
             if rc != 0:
                 failures.append(f"{name}:{line}: exit {rc}\n{out}")
-        print(f"doc examples: {ran} ran, {skipped} need a GPU (none here)", file=sys.stderr)
+        print(f"doc examples: {ran} ran on the {'GPU' if gpu else 'CPU'}"
+              + (f", {skipped} skipped: they need a GPU" if skipped else ""), file=sys.stderr)
         self.assertEqual(failures, [], "\n\n".join(failures))
 
 
