@@ -42,8 +42,11 @@ tf_status tf_cpu_fill(tf_device_ctx *ctx, tf_tensor *out, double value) {
   int64_t n = tf_tensor_numel(out);
   void *data = tf_tensor_data(out);
   size_t es = tf_dtype_size(out->dtype);
+  if (n == 0) return TF_OK;
   tf_elem_set(data, out->dtype, 0, value);
-  for (int64_t i = 1; i < n; i++) memcpy((char *)data + i * (int64_t)es, data, es);
+  /* the first k elements copied onto the next k, doubling: n element copies in about log2(n) memcpys */
+  for (int64_t k = 1; k < n; k *= 2)
+    memcpy((char *)data + k * (int64_t)es, data, (size_t)((k < n - k ? k : n - k) * (int64_t)es));
   return TF_OK;
 }
 

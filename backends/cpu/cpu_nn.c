@@ -52,6 +52,20 @@ tf_status tf_cpu_adamw(tf_device_ctx *ctx, const tf_adamw_update *a) {
   tf_dtype pd = a->p->dtype, gd = a->g->dtype;
   int64_t n = tf_tensor_numel(a->p), n_low = a->low ? tf_tensor_numel(a->low) : 0;
   void *low = a->low ? tf_tensor_data(a->low) : NULL;
+  if (pd == TF_F32 && gd == TF_F32 && !low) { /* the common case, the same arithmetic without the element loader */
+    float *pf = p, *mf = m, *vf = v;
+    const float *gf = g;
+#pragma omp parallel for schedule(static) if (n > TF_CPU_PARALLEL_MIN)
+    for (int64_t i = 0; i < n; i++) {
+      const double gv = gf[i];
+      double pv = (double)pf[i] * a->decay;
+      const double mv = a->beta1 * (double)mf[i] + (1.0 - a->beta1) * gv;
+      const double vv = a->beta2 * (double)vf[i] + (1.0 - a->beta2) * gv * gv;
+      pv -= a->step_size * mv / (sqrt(vv) / a->bias2_sqrt + a->eps);
+      pf[i] = (float)pv, mf[i] = (float)mv, vf[i] = (float)vv;
+    }
+    return TF_OK;
+  }
 #pragma omp parallel for schedule(static) if (n > TF_CPU_PARALLEL_MIN)
   for (int64_t i = 0; i < n; i++) {
     double gv = tf_elem_get(g, gd, i);
