@@ -1,6 +1,7 @@
 /* Shared binding helpers: errors, tensor userdata, shapes and options. */
 #include "bind.h"
 
+#include <stdarg.h>
 #include <string.h>
 
 #define TF_OWNER_TYPE "tf.Owner"
@@ -48,13 +49,56 @@ static const char *tf_lua_unprefixed(const char *fname, const char *msg) {
   return tf_lua_words_end(fname, strlen(fname), msg, (size_t)(colon - msg)) ? colon + 2 : msg;
 }
 
+/* Whether stack level `level` is C or one of tfhost's own Lua modules
+ * (chunk names "@lua/tf/..."), not the user's code. */
+static bool tf_lua_level_is_tfhost(lua_State *L, int level) {
+  lua_Debug ar;
+  if (!lua_getstack(L, level, &ar) || !lua_getinfo(L, "S", &ar)) return false;
+  return strcmp(ar.what, "C") == 0 || strncmp(ar.source, "@lua/tf/", 8) == 0;
+}
+
+void tf_lua_where(lua_State *L, int level) {
+  int at = level;
+  while (tf_lua_level_is_tfhost(L, at)) at++;
+  lua_Debug ar;
+  luaL_where(L, lua_getstack(L, at, &ar) ? at : level);
+}
+
+int tf_lua_error(lua_State *L, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  tf_lua_where(L, 1);
+  lua_pushvfstring(L, fmt, ap);
+  va_end(ap);
+  lua_concat(L, 2);
+  return lua_error(L);
+}
+
+/* error(message [, level]) as Lua's, the position being that of the
+ * first function at `level` or above that is the user's, not tfhost's. */
+static int tf_lua_error_fn(lua_State *L) {
+  const int level = (int)luaL_optinteger(L, 2, 1);
+  lua_settop(L, 1);
+  if (lua_type(L, 1) == LUA_TSTRING && level > 0) {
+    tf_lua_where(L, level);
+    lua_pushvalue(L, 1);
+    lua_concat(L, 2);
+  }
+  return lua_error(L);
+}
+
+void tf_lua_replace_error(lua_State *L) {
+  lua_pushcfunction(L, tf_lua_error_fn);
+  lua_setglobal(L, "error");
+}
+
 int tf_lua_raise(lua_State *L, tf_status st, const char *fname) {
   const char *msg = tf_lua_unprefixed(fname, tf_last_error());
   if (st == TF_ERR_OOM) {
     lua_pushfstring(L, "%s (in %s)", msg, fname);
     return lua_error(L);
   }
-  return luaL_error(L, "%s: %s", fname, msg);
+  return tf_lua_error(L, "%s: %s", fname, msg);
 }
 
 tf_tensor *tf_lua_totensor(lua_State *L, int idx) {

@@ -22,6 +22,15 @@ typedef struct tf_lua_tensor {
  * memory errors keep "out of memory" at the very start of the message (no
  * position prefix) so scripts can recognise them; others read
  * "file:line: fname: message". Never returns. */
+/* Errors that point at the user's line: the position pushed by
+ * tf_lua_where is that of the first function at `level` or above that is
+ * neither C nor one of tfhost's Lua modules (luaL_where's, past tfhost's
+ * own frames); tf_lua_error is luaL_error with that position;
+ * tf_lua_replace_error makes the global error() do the same. tfhost's
+ * frames stay in the traceback. */
+void tf_lua_where(lua_State *L, int level);
+int tf_lua_error(lua_State *L, const char *fmt, ...);
+void tf_lua_replace_error(lua_State *L);
 int tf_lua_raise(lua_State *L, tf_status st, const char *fname);
 #define TF_LUA_CHECK(L, expr, fname)                        \
   do {                                                      \

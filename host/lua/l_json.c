@@ -43,7 +43,7 @@ static cJSON *tf_json_number(lua_State *L, int idx, const tf_json_enc *enc) {
   double v = lua_tonumber(L, idx);
   if (!isfinite(v)) {
     if (enc->nan == TF_NAN_ERROR)
-      luaL_error(L, "tf.json.encode: %s cannot be written as JSON (option nan = \"null\" or \"string\")",
+      tf_lua_error(L, "tf.json.encode: %s cannot be written as JSON (option nan = \"null\" or \"string\")",
                  isnan(v) ? "NaN" : "infinity");
     if (enc->nan == TF_NAN_NULL) return cJSON_CreateNull();
     return cJSON_CreateString(isnan(v) ? "NaN" : v > 0 ? "Infinity" : "-Infinity");
@@ -91,7 +91,7 @@ static cJSON *tf_json_object(lua_State *L, int idx, const tf_json_enc *enc, int 
     } else if (lua_isinteger(L, -1)) {
       lua_pushfstring(L, "%I", lua_tointeger(L, -1));
     } else {
-      luaL_error(L, "tf.json.encode: object keys must be strings or integers, not %s", luaL_typename(L, -1));
+      tf_lua_error(L, "tf.json.encode: object keys must be strings or integers, not %s", luaL_typename(L, -1));
     }
     lua_rawseti(L, keys, ++nkeys);
   }
@@ -121,7 +121,7 @@ static cJSON *tf_json_object(lua_State *L, int idx, const tf_json_enc *enc, int 
 }
 
 static cJSON *tf_json_value(lua_State *L, int idx, const tf_json_enc *enc, int depth) {
-  if (depth > TF_JSON_MAX_DEPTH) luaL_error(L, "tf.json.encode: nested too deeply (is there a cycle?)");
+  if (depth > TF_JSON_MAX_DEPTH) tf_lua_error(L, "tf.json.encode: nested too deeply (is there a cycle?)");
   luaL_checkstack(L, 8, "tf.json.encode: nested too deeply");
   switch (lua_type(L, idx)) {
     case LUA_TNIL: return cJSON_CreateNull();
@@ -148,7 +148,7 @@ static cJSON *tf_json_value(lua_State *L, int idx, const tf_json_enc *enc, int d
     }
     default: break;
   }
-  luaL_error(L, "tf.json.encode: cannot encode a %s", luaL_typename(L, idx));
+  tf_lua_error(L, "tf.json.encode: cannot encode a %s", luaL_typename(L, idx));
   return NULL;
 }
 
@@ -174,7 +174,7 @@ static int tf_l_json_encode(lua_State *L) {
   void **h = tf_json_push_holder(L);
   *h = tf_json_value(L, 1, &enc, 0);
   char *text = indent ? cJSON_Print(*h) : cJSON_PrintUnformatted(*h);
-  if (!text) return luaL_error(L, "tf.json.encode: out of memory");
+  if (!text) return tf_lua_error(L, "tf.json.encode: out of memory");
   lua_pushstring(L, text);
   cJSON_free(text);
   return 1;
@@ -230,7 +230,7 @@ static int tf_l_json_decode(lua_State *L) {
   }
   if (bad) {
     size_t at = bad >= text && (size_t)(bad - text) <= len ? (size_t)(bad - text) : len;
-    return luaL_error(L, "tf.json.decode: invalid JSON at byte %d near '%s'", (int)at + 1,
+    return tf_lua_error(L, "tf.json.decode: invalid JSON at byte %d near '%s'", (int)at + 1,
                       lua_pushlstring(L, text + at, len - at < 20 ? len - at : 20) ? lua_tostring(L, -1) : "");
   }
   tf_json_push(L, *h, 0);

@@ -69,7 +69,7 @@ static int tf_l_mem_record(lua_State *L) {
     lua_settop(L, 1);
     lua_getfield(L, 1, "max_entries");
     if (!lua_isnil(L, -1)) {
-      if (!lua_isinteger(L, -1)) return luaL_error(L, "tf.mem.record: max_entries must be an integer");
+      if (!lua_isinteger(L, -1)) return tf_lua_error(L, "tf.mem.record: max_entries must be an integer");
       max_entries = lua_tointeger(L, -1);
     }
     lua_pop(L, 1);
@@ -82,7 +82,7 @@ static int tf_l_mem_record(lua_State *L) {
   } else if (!lua_isnoneornil(L, 1)) {
     return luaL_argerror(L, 1, "expected a table of options or a boolean");
   }
-  if (max_entries < 1) return luaL_error(L, "tf.mem.record: max_entries must be at least 1");
+  if (max_entries < 1) return tf_lua_error(L, "tf.mem.record: max_entries must be at least 1");
   tf_device_ctx *ctx = tf_l_mem_ctx(L, devidx, "tf.mem.record");
   TF_LUA_CHECK(L, tf_alloc_record(&ctx->alloc, on, (size_t)max_entries), "tf.mem.record");
   return 0;
@@ -286,7 +286,7 @@ static int tf_l_mem_scope(lua_State *L) {
   const char *tagname = luaL_checkstring(L, 1);
   int tag = tf_mem_tag_parse(tagname);
   if (tag < 0)
-    return luaL_error(L, "tf.mem.scope: unknown tag '%s' (parameter, gradient, optimizer state, activation, "
+    return tf_lua_error(L, "tf.mem.scope: unknown tag '%s' (parameter, gradient, optimizer state, activation, "
                       "workspace, temporary or auto)", tagname);
   const char *what = NULL;
   if (!lua_isnoneornil(L, 2)) what = tf_intern_string(tf_intern_id(luaL_checkstring(L, 2)));

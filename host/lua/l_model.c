@@ -45,21 +45,21 @@ static tf_model_config tf_l_checkconfig(lua_State *L, int idx, const char *fname
     int known = 0;
     if (lua_type(L, -1) == LUA_TSTRING)
       for (int i = 0; tf_l_config_keys[i]; i++) known |= strcmp(lua_tostring(L, -1), tf_l_config_keys[i]) == 0;
-    if (!known) luaL_error(L, "%s: unknown config field '%s'", fname, luaL_tolstring(L, -1, NULL));
+    if (!known) tf_lua_error(L, "%s: unknown config field '%s'", fname, luaL_tolstring(L, -1, NULL));
   }
   int64_t v[6];
   for (int i = 0; i < 6; i++) {
     lua_getfield(L, idx, tf_l_config_keys[i]);
     int ok;
     v[i] = (int64_t)lua_tointegerx(L, -1, &ok);
-    if (!ok) luaL_error(L, "%s: config field '%s' must be an integer, not %s", fname, tf_l_config_keys[i],
+    if (!ok) tf_lua_error(L, "%s: config field '%s' must be an integer, not %s", fname, tf_l_config_keys[i],
                         lua_isnil(L, -1) ? "missing" : luaL_tolstring(L, -1, NULL));
     lua_pop(L, 1);
   }
   lua_getfield(L, idx, "rope_theta");
   double theta = 10000.0;
   if (!lua_isnil(L, -1)) {
-    if (lua_type(L, -1) != LUA_TNUMBER) luaL_error(L, "%s: config field 'rope_theta' must be a number", fname);
+    if (lua_type(L, -1) != LUA_TNUMBER) tf_lua_error(L, "%s: config field 'rope_theta' must be a number", fname);
     theta = lua_tonumber(L, -1);
   }
   lua_pop(L, 1);
@@ -101,21 +101,21 @@ static int tf_l_model_create(lua_State *L) {
     while (lua_next(L, 2)) {
       const char *key = lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : "?";
       if (strcmp(key, "device") == 0) {
-        if (tf_device_parse(luaL_tolstring(L, -1, NULL), &device) != TF_OK) luaL_error(L, "%s: %s", fname, tf_last_error());
+        if (tf_device_parse(luaL_tolstring(L, -1, NULL), &device) != TF_OK) tf_lua_error(L, "%s: %s", fname, tf_last_error());
         lua_pop(L, 1);
       } else if (strcmp(key, "precision") == 0) {
-        if (tf_dtype_parse(luaL_tolstring(L, -1, NULL), &precision) != TF_OK) luaL_error(L, "%s: %s", fname, tf_last_error());
+        if (tf_dtype_parse(luaL_tolstring(L, -1, NULL), &precision) != TF_OK) tf_lua_error(L, "%s: %s", fname, tf_last_error());
         lua_pop(L, 1);
       } else if (strcmp(key, "attention") == 0) {
         const char *impl = lua_tostring(L, -1);
         if (!impl || (strcmp(impl, "flash") != 0 && strcmp(impl, "naive") != 0))
-          luaL_error(L, "%s: attention must be \"flash\" or \"naive\"", fname);
+          tf_lua_error(L, "%s: attention must be \"flash\" or \"naive\"", fname);
         flash = strcmp(impl, "flash") == 0;
       } else if (strcmp(key, "graphs") == 0) {
-        if (!lua_isboolean(L, -1)) luaL_error(L, "%s: graphs must be true or false", fname);
+        if (!lua_isboolean(L, -1)) tf_lua_error(L, "%s: graphs must be true or false", fname);
         graphs = lua_toboolean(L, -1);
       } else {
-        luaL_error(L, "%s: unknown option '%s' (expected device, precision, attention or graphs)", fname, key);
+        tf_lua_error(L, "%s: unknown option '%s' (expected device, precision, attention or graphs)", fname, key);
       }
       lua_pop(L, 1);
     }
@@ -181,7 +181,7 @@ static double tf_l_model_opt(lua_State *L, const char *fname, int idx, const cha
   lua_getfield(L, idx, key);
   double v = def;
   if (!lua_isnil(L, -1)) {
-    if (lua_type(L, -1) != LUA_TNUMBER) luaL_error(L, "%s: option '%s' must be a number", fname, key);
+    if (lua_type(L, -1) != LUA_TNUMBER) tf_lua_error(L, "%s: option '%s' must be a number", fname, key);
     v = lua_tonumber(L, -1);
   }
   lua_pop(L, 1);
@@ -195,7 +195,7 @@ static void tf_l_model_adamw_args(lua_State *L, const char *fname, tf_adamw_args
   lua_getfield(L, 2, "step");
   int ok;
   lua_Integer step = lua_tointegerx(L, -1, &ok);
-  if (!ok) luaL_error(L, "%s: option 'step' must be an integer (counting from 1)", fname);
+  if (!ok) tf_lua_error(L, "%s: option 'step' must be an integer (counting from 1)", fname);
   lua_pop(L, 1);
   *a = (tf_adamw_args){tf_l_model_opt(L, fname, 2, "lr", 1e-3), tf_l_model_opt(L, fname, 2, "beta1", 0.9),
                        tf_l_model_opt(L, fname, 2, "beta2", 0.999), tf_l_model_opt(L, fname, 2, "eps", 1e-8),

@@ -99,7 +99,7 @@ static int tf_l_masked_fill(lua_State *L) {
 /* A boolean option of tf.attention's table (the value is on top of the stack). */
 static bool tf_l_attention_bool(lua_State *L, const char *key) {
   if (!lua_isboolean(L, -1))
-    luaL_error(L, "tf.attention: option '%s' must be a boolean, not %s", key, luaL_typename(L, -1));
+    tf_lua_error(L, "tf.attention: option '%s' must be a boolean, not %s", key, luaL_typename(L, -1));
   return lua_toboolean(L, -1);
 }
 
@@ -110,7 +110,7 @@ static bool tf_l_attention_opts(lua_State *L, int idx, tf_attention_opts *o) {
   bool return_lse = false;
   if (lua_isnoneornil(L, idx)) return false;
   if (!lua_istable(L, idx))
-    luaL_error(L, "tf.attention: argument #%d must be a table of options, not %s", idx, luaL_typename(L, idx));
+    tf_lua_error(L, "tf.attention: argument #%d must be a table of options, not %s", idx, luaL_typename(L, idx));
   lua_pushnil(L);
   while (lua_next(L, idx)) {
     const char *key = lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : "";
@@ -122,7 +122,7 @@ static bool tf_l_attention_opts(lua_State *L, int idx, tf_attention_opts *o) {
       return_lse = tf_l_attention_bool(L, key);
     } else if (strcmp(key, "scale") == 0) {
       if (lua_type(L, -1) != LUA_TNUMBER)
-        luaL_error(L, "tf.attention: option 'scale' must be a number, not %s", luaL_typename(L, -1));
+        tf_lua_error(L, "tf.attention: option 'scale' must be a number, not %s", luaL_typename(L, -1));
       o->has_scale = true;
       o->scale = lua_tonumber(L, -1);
     } else if (strcmp(key, "impl") == 0) {
@@ -132,10 +132,10 @@ static bool tf_l_attention_opts(lua_State *L, int idx, tf_attention_opts *o) {
       else if (impl && strcmp(impl, "naive") == 0)
         o->impl = TF_ATTENTION_NAIVE;
       else
-        luaL_error(L, "tf.attention: option 'impl' must be \"naive\" or \"flash\", not %s",
+        tf_lua_error(L, "tf.attention: option 'impl' must be \"naive\" or \"flash\", not %s",
                    luaL_tolstring(L, -1, NULL));
     } else {
-      luaL_error(L, "tf.attention: unknown option '%s' (expected causal, impl, scale, deterministic or return_lse)",
+      tf_lua_error(L, "tf.attention: unknown option '%s' (expected causal, impl, scale, deterministic or return_lse)",
                  luaL_tolstring(L, -2, NULL));
     }
     lua_pop(L, 1);
@@ -161,7 +161,7 @@ static double tf_l_field(lua_State *L, int idx, const char *key) {
   lua_getfield(L, idx, key);
   int ok;
   double v = lua_tonumberx(L, -1, &ok);
-  if (!ok) luaL_error(L, "tf._adamw_step: option '%s' must be a number", key);
+  if (!ok) tf_lua_error(L, "tf._adamw_step: option '%s' must be a number", key);
   lua_pop(L, 1);
   return v;
 }

@@ -95,7 +95,7 @@ static tf_prof_session *tf_l_checkprofile(lua_State *L) {
 static bool tf_l_optbool(lua_State *L, int idx, const char *key, bool dflt) {
   bool v = dflt;
   if (lua_getfield(L, idx, key) != LUA_TNIL) {
-    if (!lua_isboolean(L, -1)) luaL_error(L, "tf.prof.start: option '%s' must be a boolean", key);
+    if (!lua_isboolean(L, -1)) tf_lua_error(L, "tf.prof.start: option '%s' must be a boolean", key);
     v = lua_toboolean(L, -1);
   }
   lua_pop(L, 1);
@@ -118,7 +118,7 @@ static int tf_l_prof_start(lua_State *L) {
       if (lua_type(L, -1) == LUA_TSTRING)
         for (int i = 0; keys[i]; i++) known = known || strcmp(lua_tostring(L, -1), keys[i]) == 0;
       if (!known)
-        return luaL_error(L, "tf.prof.start: unknown option '%s' (have kernels, memcpy, host_ops, driver)",
+        return tf_lua_error(L, "tf.prof.start: unknown option '%s' (have kernels, memcpy, host_ops, driver)",
                           luaL_tolstring(L, -1, NULL));
     }
     opts.kernels = tf_l_optbool(L, 1, "kernels", true);

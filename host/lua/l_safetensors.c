@@ -106,10 +106,10 @@ static int tf_st_cmp_named(const void *a, const void *b) {
 /* The string key at -2 of a lua_next walk, refusing embedded NUL bytes. */
 static const char *tf_st_key(lua_State *L, const char *path, const char *what) {
   if (lua_type(L, -2) != LUA_TSTRING)
-    luaL_error(L, "tf.safetensors.save: %s: %s must be strings, not %s", path, what, luaL_typename(L, -2));
+    tf_lua_error(L, "tf.safetensors.save: %s: %s must be strings, not %s", path, what, luaL_typename(L, -2));
   size_t len;
   const char *key = lua_tolstring(L, -2, &len);
-  if (strlen(key) != len) luaL_error(L, "tf.safetensors.save: %s: %s must not contain NUL bytes", path, what);
+  if (strlen(key) != len) tf_lua_error(L, "tf.safetensors.save: %s: %s must not contain NUL bytes", path, what);
   return key;
 }
 
@@ -133,7 +133,7 @@ static int tf_l_st_save(lua_State *L) {
     const char *name = tf_st_key(L, path, "tensor names");
     tf_tensor *t = tf_lua_totensor(L, -1);
     if (!t)
-      luaL_error(L, "tf.safetensors.save: %s: '%s' is %s", path, name,
+      tf_lua_error(L, "tf.safetensors.save: %s: '%s' is %s", path, name,
                  luaL_testudata(L, -1, TF_TENSOR_TYPE) ? "a freed tensor" : luaL_typename(L, -1));
     tensors[i++] = (tf_st_named){name, t, NULL}; /* the name stays anchored in the table */
     lua_pop(L, 1);
@@ -150,12 +150,12 @@ static int tf_l_st_save(lua_State *L) {
       const char *key = tf_st_key(L, path, "metadata keys");
       int type = lua_type(L, -1);
       if (type != LUA_TSTRING && type != LUA_TNUMBER)
-        luaL_error(L, "tf.safetensors.save: %s: metadata value of '%s' must be a string or a number, not %s", path,
+        tf_lua_error(L, "tf.safetensors.save: %s: metadata value of '%s' must be a string or a number, not %s", path,
                    key, luaL_typename(L, -1));
       size_t len;
       const char *value = luaL_tolstring(L, -1, &len);
       if (strlen(value) != len)
-        luaL_error(L, "tf.safetensors.save: %s: metadata value of '%s' must not contain NUL bytes", path, key);
+        tf_lua_error(L, "tf.safetensors.save: %s: metadata value of '%s' must not contain NUL bytes", path, key);
       lua_setfield(L, strings, key);
       lua_pop(L, 1);
       nmeta++;

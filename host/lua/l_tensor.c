@@ -21,7 +21,7 @@ static void tf_table_shape(lua_State *L, int idx, tf_shape *s) {
   lua_pushvalue(L, idx);
   s->ndim = 0;
   while (lua_istable(L, -1)) {
-    if (s->ndim == TF_MAX_DIMS) luaL_error(L, "tf.tensor: nested tables are deeper than 8 dimensions");
+    if (s->ndim == TF_MAX_DIMS) tf_lua_error(L, "tf.tensor: nested tables are deeper than 8 dimensions");
     lua_Integer n = (lua_Integer)lua_rawlen(L, -1);
     s->dims[s->ndim++] = n;
     if (n == 0) break;
@@ -38,10 +38,10 @@ static int tf_table_leaves(lua_State *L, const tf_shape *s, int depth, char *pat
     if (lua_isboolean(L, -1)) return TF_LEAF_BOOL;
     if (lua_isinteger(L, -1)) return TF_LEAF_INT;
     if (lua_type(L, -1) == LUA_TNUMBER) return TF_LEAF_FLOAT;
-    return luaL_error(L, "tf.tensor: element%s is a %s, not a number or boolean", path, luaL_typename(L, -1));
+    return tf_lua_error(L, "tf.tensor: element%s is a %s, not a number or boolean", path, luaL_typename(L, -1));
   }
   if (!lua_istable(L, -1) || (lua_Integer)lua_rawlen(L, -1) != s->dims[depth])
-    return luaL_error(L, "tf.tensor: ragged nested tables: element%s should be a table of %d values", path,
+    return tf_lua_error(L, "tf.tensor: ragged nested tables: element%s should be a table of %d values", path,
                       (int)s->dims[depth]);
   for (lua_Integer i = 1; i <= s->dims[depth]; i++) {
     size_t used = strlen(path);
@@ -81,14 +81,14 @@ static int tf_l_tensor(lua_State *L) {
   int kinds = tf_table_leaves(L, &s, 0, path, sizeof path);
   lua_pop(L, 1);
   if ((kinds & TF_LEAF_BOOL) && (kinds & ~TF_LEAF_BOOL))
-    return luaL_error(L, "tf.tensor: cannot mix booleans and numbers");
+    return tf_lua_error(L, "tf.tensor: cannot mix booleans and numbers");
   tf_dtype inferred = kinds & TF_LEAF_FLOAT ? TF_F32 : kinds & TF_LEAF_INT ? TF_I64 : kinds ? TF_BOOL : TF_F32;
   tf_dtype dtype;
   tf_device dev;
   tf_lua_checkopts(L, 2, &dtype, &dev, inferred);
   size_t nbytes = (size_t)tf_shape_numel(&s) * tf_dtype_size(dtype);
   void *buf = malloc(nbytes ? nbytes : 1);
-  if (!buf) return luaL_error(L, "tf.tensor: out of host memory");
+  if (!buf) return tf_lua_error(L, "tf.tensor: out of host memory");
   int64_t at = 0;
   lua_pushvalue(L, 1);
   tf_table_fill(L, &s, 0, buf, dtype, &at);
@@ -255,7 +255,7 @@ static int tf_l_binary_code(lua_State *L, tf_binary_op op, const char *fname) {
   } else {
     int bad = (a || tf_l_is_scalar(L, 1)) ? 2 : 1;
     if (luaL_testudata(L, bad, TF_TENSOR_TYPE)) tf_lua_checktensor(L, bad); /* freed: its own message */
-    return luaL_error(L, "%s: operand %d must be a tensor or a number, not %s%s", fname, bad,
+    return tf_lua_error(L, "%s: operand %d must be a tensor or a number, not %s%s", fname, bad,
                       luaL_typename(L, bad), (a || b) ? "" : " (one operand must be a tensor)");
   }
   tf_lua_pushtensor(L, out);
@@ -387,7 +387,7 @@ static int tf_l_reshape(lua_State *L) {
 static int tf_l_view(lua_State *L) {
   tf_tensor *a = tf_lua_checktensor(L, 1);
   if (!tf_tensor_is_contiguous(a))
-    return luaL_error(L, "view: the tensor is not contiguous (use reshape, which copies when needed)");
+    return tf_lua_error(L, "view: the tensor is not contiguous (use reshape, which copies when needed)");
   return tf_l_reshape(L);
 }
 
@@ -402,7 +402,7 @@ static int tf_l_transpose(lua_State *L) {
 /* x:t(): transpose of a matrix (a 0-D or 1-D tensor is returned as is). */
 static int tf_l_t(lua_State *L) {
   tf_tensor *a = tf_lua_checktensor(L, 1), *out;
-  if (a->ndim > 2) return luaL_error(L, "t: expects a tensor of at most 2 dimensions (use transpose)");
+  if (a->ndim > 2) return tf_lua_error(L, "t: expects a tensor of at most 2 dimensions (use transpose)");
   if (a->ndim < 2) {
     lua_settop(L, 1);
     return 1;
@@ -444,7 +444,7 @@ static int tf_l_unsqueeze(lua_State *L) {
   int dim;
   TF_LUA_CHECK(L, tf_wrap_dim((int)luaL_checkinteger(L, 2), a->ndim + 1, &dim), "unsqueeze");
   tf_shape s = {.ndim = a->ndim + 1};
-  if (s.ndim > TF_MAX_DIMS) return luaL_error(L, "unsqueeze: a tensor has at most 8 dimensions");
+  if (s.ndim > TF_MAX_DIMS) return tf_lua_error(L, "unsqueeze: a tensor has at most 8 dimensions");
   int64_t strides[TF_MAX_DIMS];
   for (int i = 0, j = 0; i < s.ndim; i++) {
     if (i == dim) {
@@ -481,7 +481,7 @@ static int tf_l_squeeze(lua_State *L) {
  * grad while grad mode is on (an optimizer updates them under tf.no_grad). */
 static void tf_l_check_inplace(lua_State *L, tf_tensor *dst, const char *fname) {
   if (tf_grad_enabled() && tf_tensor_needs_grad(dst))
-    luaL_error(L, "%s: in-place write to a tensor that requires grad (do it inside tf.no_grad)", fname);
+    tf_lua_error(L, "%s: in-place write to a tensor that requires grad (do it inside tf.no_grad)", fname);
 }
 
 /* x:copy_(src): copies src's values (any dtype, same device, same shape) into x. */
@@ -555,7 +555,7 @@ static int tf_l_tolist(lua_State *L) {
 static int tf_l_item(lua_State *L) {
   tf_tensor *t = tf_lua_checktensor(L, 1);
   if (tf_tensor_numel(t) != 1)
-    return luaL_error(L, "item: the tensor has %d elements, not exactly one", (int)tf_tensor_numel(t));
+    return tf_lua_error(L, "item: the tensor has %d elements, not exactly one", (int)tf_tensor_numel(t));
   tf_tensor *c = tf_l_host_copy(L, t, "item");
   tf_l_push_elem(L, tf_tensor_data(c), c->dtype, 0);
   tf_tensor_release(c);
@@ -670,13 +670,13 @@ static int tf_l_newindex(lua_State *L) {
   tf_tensor *t = tf_lua_checktensor(L, 1);
   const char *key = lua_type(L, 2) == LUA_TSTRING ? lua_tostring(L, 2) : NULL;
   if (!key || strcmp(key, "grad") != 0)
-    return luaL_error(L, "tf.Tensor: field '%s' cannot be assigned", luaL_tolstring(L, 2, NULL));
+    return tf_lua_error(L, "tf.Tensor: field '%s' cannot be assigned", luaL_tolstring(L, 2, NULL));
   tf_tensor *g = lua_isnil(L, 3) ? NULL : tf_lua_checktensor(L, 3);
   if (g) {
     tf_shape a = tf_tensor_shape(t), b = tf_tensor_shape(g);
     if (a.ndim != b.ndim || memcmp(a.dims, b.dims, sizeof(int64_t) * (size_t)a.ndim) != 0 ||
         !tf_device_eq(t->device, g->device))
-      return luaL_error(L, "grad: the gradient must have the tensor's shape and device");
+      return tf_lua_error(L, "grad: the gradient must have the tensor's shape and device");
     tf_tensor_retain(g);
   }
   tf_tensor_release(t->grad);
@@ -701,7 +701,7 @@ static int tf_l_tostring(lua_State *L) {
 
 static int tf_l_len(lua_State *L) {
   tf_tensor *t = tf_lua_checktensor(L, 1);
-  if (t->ndim == 0) return luaL_error(L, "len() of a 0-dimensional tensor");
+  if (t->ndim == 0) return tf_lua_error(L, "len() of a 0-dimensional tensor");
   lua_pushinteger(L, t->shape[0]);
   return 1;
 }

@@ -12,6 +12,7 @@
  * package.preload, where require finds and runs it. */
 void tf_runtime_open(lua_State *L) {
   luaL_openlibs(L);
+  tf_lua_replace_error(L); /* errors point at the user's line, past tfhost's own frames */
   luaL_getsubtable(L, LUA_REGISTRYINDEX, LUA_PRELOAD_TABLE);
   for (int i = 0; tf_embedded_modules[i].name; i++) {
     const tf_embedded_module *m = &tf_embedded_modules[i];
