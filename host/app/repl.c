@@ -18,6 +18,59 @@
 
 static int tf_use_editor;
 
+#ifdef TF_WITH_EDITLINE
+/* Tab completion: tf.help's complete(text) lists the names a partial name
+ * may become (globals, a table's fields after ".", a value's methods after
+ * ":"); readline asks for them one by one. */
+static lua_State *tf_complete_L;
+static char **tf_complete_list;
+static int tf_complete_n, tf_complete_at;
+
+static void tf_complete_reset(void) {
+  for (int i = tf_complete_at; i < tf_complete_n; i++) free(tf_complete_list[i]);
+  free(tf_complete_list);
+  tf_complete_list = NULL;
+  tf_complete_n = tf_complete_at = 0;
+}
+
+/* Fills the list for text (empty when anything fails: completion never raises). */
+static void tf_complete_fill(const char *text) {
+  lua_State *L = tf_complete_L;
+  const int top = lua_gettop(L);
+  lua_getglobal(L, "require");
+  lua_pushliteral(L, "tf.help");
+  if (lua_pcall(L, 1, 1, 0) == LUA_OK && lua_istable(L, -1)) {
+    lua_getfield(L, -1, "complete");
+    lua_pushstring(L, text);
+    if (lua_pcall(L, 1, 1, 0) == LUA_OK && lua_istable(L, -1)) {
+      const int n = (int)luaL_len(L, -1);
+      tf_complete_list = calloc((size_t)(n > 0 ? n : 1), sizeof *tf_complete_list);
+      for (int i = 1; tf_complete_list && i <= n; i++) {
+        lua_rawgeti(L, -1, i);
+        const char *c = lua_tostring(L, -1);
+        if (c && (tf_complete_list[tf_complete_n] = strdup(c))) tf_complete_n++;
+        lua_pop(L, 1);
+      }
+    }
+  }
+  lua_settop(L, top);
+}
+
+static char *tf_complete_next(const char *text, int state) {
+  if (state == 0) {
+    tf_complete_reset();
+    tf_complete_fill(text);
+  }
+  return tf_complete_at < tf_complete_n ? tf_complete_list[tf_complete_at++] : NULL; /* readline frees it */
+}
+
+static char **tf_complete(const char *text, int start, int end) {
+  (void)start, (void)end;
+  rl_attempted_completion_over = 1; /* names only, never file names */
+  return rl_completion_matches(text, tf_complete_next);
+}
+#endif
+
 /* Reads one line without its newline into a new Lua string on the stack;
  * 0 at end of input. */
 static int tf_readline(lua_State *L, const char *prompt) {
@@ -140,6 +193,12 @@ int tf_repl(lua_State *L) {
   char *history = NULL;
 #ifdef TF_WITH_EDITLINE
   if (tf_use_editor && (history = tf_history_path())) read_history(history);
+  if (tf_use_editor) {
+    tf_complete_L = L;
+    rl_attempted_completion_function = tf_complete;
+    rl_completer_word_break_characters = " \t\n\"\\'`@$><=;|&{}(),+-*/%^~[]#";
+    rl_completion_append_character = '\0';
+  }
 #endif
   int status, code = TF_EXIT_OK;
   while ((status = tf_loadline(L)) != -1) {
@@ -155,6 +214,7 @@ int tf_repl(lua_State *L) {
   fflush(stdout);
 #ifdef TF_WITH_EDITLINE
   if (history) write_history(history);
+  tf_complete_reset();
 #endif
   free(history);
   return code;

@@ -710,12 +710,17 @@ class PtyRepl:
         it takes the terminal out of canonical mode, and a Ctrl-D typed in
         between is lost, so with a line editor this waits for that switch
         (no output tells when it happens)."""
+        self.wait_editor(timeout)
+        self.send("\x04")
+
+    def wait_editor(self, timeout=READ_TIMEOUT):
+        """Waits until a line editor has taken the terminal (keys such as Tab
+        and Ctrl-D typed before that go to the terminal's own line mode)."""
         deadline = time.monotonic() + timeout
         while self.has_line_editor() and termios.tcgetattr(self.fd)[3] & termios.ICANON:
             if time.monotonic() > deadline:
                 self.test.fail("the line editor never took the terminal")
             time.sleep(0.005)
-        self.send("\x04")
 
     def wait(self, timeout=READ_TIMEOUT):
         """Reads to the end of output, then returns the exit code."""
@@ -770,6 +775,28 @@ class ReplThroughTerminal(TfhostTest):
         if has_editor:  # the line editor keeps the history in $HOME
             with open(os.path.join(self.home, ".tfhost_history")) as f:
                 self.assertIn("tf.ones(2)", f.read())
+
+    def test_tab_completes_names_and_help_answers(self):
+        repl = self.start("--device", "cpu")
+        repl.expect("tf> ")
+        if not repl.has_line_editor():
+            self.skipTest("this tfhost has no line editor: no completion")
+        repl.send("x = tf.ones(2)\r")
+        repl.expect("tf> ")
+        repl.wait_editor()
+        repl.send("tf.matm\t")        # one completion: the line is redrawn as tf.matmul
+        repl.expect("tf.matmul")
+        repl.send("(x, x:reshape(2, 1))\r")
+        self.assertIn("tensor([2.]", repl.expect("device=cpu)"))
+        repl.expect("tf> ")
+        repl.wait_editor()
+        repl.send("x:su\t\t")        # two: both are listed
+        repl.expect("x:sub x:sum")
+        repl.send("\x15help(tf.attention)\r")  # Ctrl-U clears the line first
+        self.assertIn("scaled dot-product attention", repl.expect("naive"))
+        repl.expect("tf> ")
+        repl.send_eof()
+        self.assertEqual(repl.wait(), 0)
 
     def test_ctrl_c_interrupts_the_chunk_not_the_repl(self):
         repl = self.start("-i")

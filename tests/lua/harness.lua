@@ -151,6 +151,14 @@ function T.gradcheck(fn, inputs, opts)
   end
 end
 
+--- The whole content of a file (binary).
+function T.read_file(path)
+  local f = assert(io.open(path, "rb"))
+  local s = f:read("a")
+  f:close()
+  return s
+end
+
 function T.skip(why)
   print("SKIP: " .. why)
   tf.exit(77)

@@ -8,12 +8,7 @@ local cpu = { device = "cpu" }
 
 local tmpfile = os.tmpname
 
-local function read_bytes(path)
-  local f = assert(io.open(path, "rb"))
-  local s = f:read("a")
-  f:close()
-  return s
-end
+local read_bytes = T.read_file
 
 local function write_bytes(path, s)
   local f = assert(io.open(path, "wb"))
