@@ -27,7 +27,7 @@ end)
 
 T.test("errors raised by a module's own checks point at the caller's line", function()
   local m = tf.model.new{ preset = "tiny", context_length = 8, device = "cpu" }
-  local err, line = failure(function() m:forward(tf.tensor({ { 1, 99999 } })) end)
+  local err, line = failure(function() m:forward(tf.tensor({ { 1, 99999 } }, { device = "cpu" })) end)
   at_line(err, line, "model:forward with a bad token id")
   T.ok(err:find("token id 99999", 1, true), err)
   err, line = failure(function() tf.model.new{ preset = "huge" } end)
