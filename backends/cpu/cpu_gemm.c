@@ -44,7 +44,8 @@ static bool tf_gemm_ld_ok(bool trans, int64_t ld, int64_t rows, int64_t cols) {
 
 /* A (rows x cols) operand as a dense row-major f32 or f64 buffer. */
 static void tf_gemm_widen(const void *src, tf_dtype d, bool trans, int64_t ld, int64_t rows, int64_t cols, void *dst,
-                          bool wide) {
+                          bool wide, bool in_parallel) {
+#pragma omp parallel for schedule(static) if (!in_parallel && rows * cols > TF_CPU_PARALLEL_MIN)
   for (int64_t i = 0; i < rows; i++) {
     if (wide) {
       double *out = (double *)dst + i * cols;
@@ -58,6 +59,9 @@ static void tf_gemm_widen(const void *src, tf_dtype d, bool trans, int64_t ld, i
     } else if (d == TF_F16 && !trans) {
       const uint16_t *row = (const uint16_t *)src + i * ld;
       for (int64_t j = 0; j < cols; j++) out[j] = tf_f16_to_f32(row[j]);
+    } else if (d == TF_BF16 || d == TF_F16) { /* transposed: element (i, j) at j * ld + i */
+      const uint16_t *col = (const uint16_t *)src + i;
+      for (int64_t j = 0; j < cols; j++) out[j] = d == TF_BF16 ? tf_bf16_to_f32(col[j * ld]) : tf_f16_to_f32(col[j * ld]);
     } else {
       for (int64_t j = 0; j < cols; j++) out[j] = (float)tf_elem_get(src, d, trans ? j * ld + i : i * ld + j);
     }
@@ -130,8 +134,8 @@ static tf_status tf_gemm_one(const tf_gemm_args *g, int64_t bi, bool in_parallel
     tf_gemm_scratch_free(&s);
     return tf_fail(TF_ERR_OOM, "out of memory: no host memory for matmul buffers");
   }
-  if (!a_ok) tf_gemm_widen(a, g->ab_dtype, g->trans_a, g->lda, g->m, g->k, s.a, wide);
-  if (!b_ok) tf_gemm_widen(b, g->ab_dtype, g->trans_b, g->ldb, g->k, g->n, s.b, wide);
+  if (!a_ok) tf_gemm_widen(a, g->ab_dtype, g->trans_a, g->lda, g->m, g->k, s.a, wide, in_parallel);
+  if (!b_ok) tf_gemm_widen(b, g->ab_dtype, g->trans_b, g->ldb, g->k, g->n, s.b, wide, in_parallel);
   const enum CBLAS_TRANSPOSE ta = a_ok && g->trans_a ? CblasTrans : CblasNoTrans,
                              tb = b_ok && g->trans_b ? CblasTrans : CblasNoTrans;
   const int lda = a_ok ? (int)g->lda : (int)g->k, ldb = b_ok ? (int)g->ldb : (int)g->n;
@@ -143,7 +147,8 @@ static tf_status tf_gemm_one(const tf_gemm_args *g, int64_t bi, bool in_parallel
                 tiles_n = (g->n + tn - 1) / tn;
 #pragma omp parallel for schedule(dynamic, 1) if (tiles_m * tiles_n > 1 && !in_parallel)
   for (int64_t t = 0; t < tiles_m * tiles_n; t++) tf_gemm_tile(&call, t / tiles_n * tm, t % tiles_n * tn);
-  if (!c_direct)
+  if (!c_direct) /* each element rounded once into C, rows spread over the cores */
+#pragma omp parallel for schedule(static) if (!in_parallel && g->m * g->n > TF_CPU_PARALLEL_MIN)
     for (int64_t i = 0; i < g->m; i++)
       for (int64_t j = 0; j < g->n; j++) {
         const int64_t at = i * g->ldc + j;
