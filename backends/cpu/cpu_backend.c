@@ -42,11 +42,20 @@ static void tf_cpu_model_name(char *buf, size_t n) {
   fclose(f);
 }
 
+/* The machine's physical memory in bytes (0 when unknown), read once. */
+static size_t tf_cpu_host_memory(void) {
+  static size_t bytes = (size_t)-1;
+  if (bytes == (size_t)-1) {
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    bytes = pages > 0 && page > 0 ? (size_t)pages * (size_t)page : 0;
+  }
+  return bytes;
+}
+
 static tf_status tf_cpu_info(tf_device_ctx *ctx, tf_device_info *info) {
   (void)ctx;
   tf_cpu_model_name(info->name, sizeof info->name);
-  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-  info->total_memory = pages > 0 && page > 0 ? (size_t)pages * (size_t)page : 0;
+  info->total_memory = tf_cpu_host_memory();
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   info->multiprocessors = cores > 0 ? (int)cores : 1;
   return TF_OK;
@@ -56,8 +65,8 @@ static tf_status tf_cpu_raw_alloc(void *ctx, size_t bytes, void **ptr) {
   (void)ctx;
   /* a request beyond physical memory fails here: where the kernel overcommits,
    * malloc would succeed and the first write would bring the OOM killer */
-  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-  if (pages > 0 && page > 0 && bytes / (size_t)page > (size_t)pages) {
+  const size_t memory = tf_cpu_host_memory();
+  if (memory > 0 && bytes > memory) {
     *ptr = NULL;
     return tf_fail(TF_ERR_OOM, "out of memory: host allocation of %zu bytes is more than the machine's memory", bytes);
   }

@@ -1,7 +1,6 @@
 /* Matrix products on the CPU, one routine for the eager matmul (backend.h)
  * and the engine's GEMM (model_kernels.h), the twin of gemm.cu, through the
- * CBLAS found at build time (OpenBLAS by default; cpu_threads.c sets its
- * threads):
+ * CBLAS found at build time (OpenBLAS by default):
  *   - f32 and f64 operands go to sgemm/dgemm where they lie, transposes
  *     passed as flags, never copied; C of the same dtype is written (or,
  *     when accumulating, added to with beta = 1) in place;

@@ -5,9 +5,9 @@
  * thread: cpu_gemm.c hands it tiles, one a thread. Results never depend on
  * the count: every parallel loop gives each output to one thread, and
  * reductions over one output add fixed chunks in a fixed order. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include TF_CBLAS_HEADER
 #ifdef _OPENMP
@@ -26,7 +26,8 @@ int tf_cpu_threads(void) {
 }
 
 tf_status tf_cpu_set_threads(int n) {
-  if (n < 1 || n > 4096) return tf_fail(TF_ERR_ARG, "threads: need a count in 1..4096, not %d", n);
+  if (n < 1 || n > TF_CPU_MAX_THREADS)
+    return tf_fail(TF_ERR_ARG, "threads: need a count in 1..%d, not %d", TF_CPU_MAX_THREADS, n);
 #ifdef _OPENMP
   omp_set_num_threads(n);
 #else
@@ -35,14 +36,23 @@ tf_status tf_cpu_set_threads(int n) {
   return TF_OK;
 }
 
+bool tf_cpu_threads_parse(const char *text, int *n) {
+  if (!text || !*text) return false;
+  char *end = NULL;
+  errno = 0;
+  const long v = strtol(text, &end, 10);
+  if (*end != '\0' || errno == ERANGE || v < 1 || v > TF_CPU_MAX_THREADS) return false;
+  *n = (int)v;
+  return true;
+}
+
 tf_status tf_cpu_threads_from_env(void) {
   const char *env = getenv("TF_NUM_THREADS");
   if (!env || !*env) return TF_OK;
-  char *end = NULL;
-  const long n = strtol(env, &end, 10);
-  if (*end != '\0' || n < 1 || n > 4096)
-    return tf_fail(TF_ERR_ARG, "TF_NUM_THREADS must be a count in 1..4096, not '%s'", env);
-  return tf_cpu_set_threads((int)n);
+  int n;
+  if (!tf_cpu_threads_parse(env, &n))
+    return tf_fail(TF_ERR_ARG, "TF_NUM_THREADS must be a count in 1..%d, not '%s'", TF_CPU_MAX_THREADS, env);
+  return tf_cpu_set_threads(n);
 }
 
 const char *tf_cpu_blas_name(void) {

@@ -3,18 +3,23 @@
 #ifndef TF_CPU_THREADS_H
 #define TF_CPU_THREADS_H
 
+#include <stdbool.h>
+
 #include "status.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* The thread count OpenMP and the BLAS use together; setting it (1..4096);
+/* The thread count OpenMP and the BLAS use together; setting it (1..TF_CPU_MAX_THREADS);
  * TF_NUM_THREADS applied when set (an error names a bad value; tfhost
  * applies it at start, before --threads). */
+enum { TF_CPU_MAX_THREADS = 4096 };
 int tf_cpu_threads(void);
 tf_status tf_cpu_set_threads(int n);
 tf_status tf_cpu_threads_from_env(void);
+/* A thread count written as text ("8"): whether it is one, in *n. */
+bool tf_cpu_threads_parse(const char *text, int *n);
 /* The CPU backend's loops run in parallel (each output by one thread, so
  * results do not depend on the thread count) only past this many elements. */
 enum { TF_CPU_PARALLEL_MIN = 1 << 15 };

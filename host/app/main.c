@@ -222,15 +222,10 @@ static bool tf_apply_cli_settings(lua_State *L, tf_cli *cli) {
     cli->exit_code = tf_usage_error("%s", tf_last_error());
     return false;
   }
-  if (cli->threads) {
-    char *end;
-    errno = 0;
-    long n = strtol(cli->threads, &end, 10);
-    if (*cli->threads == '\0' || *end != '\0' || errno == ERANGE || n < 1 || n > 4096 ||
-        tf_cpu_set_threads((int)n) != TF_OK) {
-      cli->exit_code = tf_usage_error("--threads needs a count in 1..4096, not '%s'", cli->threads);
-      return false;
-    }
+  int threads;
+  if (cli->threads && (!tf_cpu_threads_parse(cli->threads, &threads) || tf_cpu_set_threads(threads) != TF_OK)) {
+    cli->exit_code = tf_usage_error("--threads needs a count in 1..4096, not '%s'", cli->threads);
+    return false;
   }
   if (cli->seed) {
     char *end;

@@ -107,7 +107,8 @@ static int tf_l_threads(lua_State *L) {
   const int previous = tf_cpu_threads();
   if (!lua_isnoneornil(L, 1)) {
     lua_Integer n = luaL_checkinteger(L, 1);
-    if (n < 1 || n > 4096) return tf_lua_error(L, "tf.threads: need a count in 1..4096, not %I", n);
+    if (n < 1 || n > TF_CPU_MAX_THREADS)
+      return tf_lua_error(L, "tf.threads: need a count in 1..%d, not %I", TF_CPU_MAX_THREADS, n);
     TF_LUA_CHECK(L, tf_cpu_set_threads((int)n), "tf.threads");
   }
   lua_pushinteger(L, previous);

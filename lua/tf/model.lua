@@ -344,7 +344,7 @@ local function saved_settings(path, meta)
       if v == a then return v end
     end
     error(string.format("tf.model.load: %s has %s = '%s' in its metadata (expected %s)", path, key, v,
-      table.concat(allowed, ", ")), 4)
+      table.concat(allowed, ", "))) -- error() reports the caller's line, past tfhost's own frames
   end
   spec.precision = choice("precision", { "f32", "bf16", "f16" })
   spec.attention = choice("attention", { "flash", "naive" })

@@ -11,11 +11,11 @@
  *     wgmma reads: rows of 64 elements (128 bytes), the 16-byte chunk c of
  *     row r stored at chunk c ^ (r mod 8), head dims above 64 as two such
  *     halves (80 and 96 padded to 128 in shared memory, but only their own
- *     columns loaded and multiplied); tiles start on 1024-byte boundaries. They are filled by 16-byte
- *     cp.async from every thread, K and V in STAGES buffers (block
- *     j + STAGES - 1 in flight while block j is used), and handed to the
- *     tensor cores' async proxy by fence.proxy.async before the block's
- *     barrier;
+ *     columns loaded and multiplied); tiles start on 1024-byte boundaries.
+ *     They are filled by 16-byte cp.async from every thread, K and V in
+ *     STAGES buffers (block j + STAGES - 1 in flight while block j is
+ *     used), and handed to the tensor cores' async proxy by
+ *     fence.proxy.async before the block's barrier;
  *   - S = Q K^T by wgmma m64nBCk16, K-major K in shared memory and Q's A
  *     fragments in registers (read once by ldmatrix); the accumulators are
  *     in mma.sync's C layout, so the online softmax is the mma.sync
@@ -351,6 +351,17 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) tf_flash_fwd_wgmma_
 
 /* ---- launch -------------------------------------------------------------------------- */
 
+/* f(tf_flash_int<HD>()) for the wgmma head dim hd_w (64, 80, 96 or 128). */
+template <class F> static tf_status tf_wgmma_with_hd(int hd_w, F f) {
+  switch (hd_w) {
+    case 64: return f(tf_flash_int<64>());
+    case 80: return f(tf_flash_int<80>());
+    case 96: return f(tf_flash_int<96>());
+    case 128: return f(tf_flash_int<128>());
+    default: return tf_fail(TF_ERR_ARG, "flash_attention: no wgmma kernel for head dim %d", hd_w);
+  }
+}
+
 template <int DT, class C> static tf_status tf_wgmma_fwd_launch(tf_cuda_state *st, const tf_cuda_flash_params *p) {
   unsigned grid = 0;
   TF_TRY(tf_flash_grid(p->batch, (p->seq_q + C::BR - 1) / C::BR, &grid));
@@ -363,17 +374,17 @@ template <int DT, class C> static tf_status tf_wgmma_fwd_launch(tf_cuda_state *s
 /* Two warpgroups (128 query rows) a block, Q's fragments in registers.
  * Head dim 64: 64 keys a block, double-buffered, two blocks an SM (128
  * registers a thread); head dims 80, 96 and 128: 128 keys a block, three
- * buffers, the warpgroups taking turns. Chosen on an H200 among 64 or 128 keys, 2 or 3
- * buffers, 2 or 3 warpgroups, turns or not, Q in registers or shared
- * memory, and a software-pipelined loop (slower): docs/performance.md. */
+ * buffers, the warpgroups taking turns. Chosen on an H200 among 64 or 128
+ * keys, 2 or 3 buffers, 2 or 3 warpgroups, turns or not, Q in registers or
+ * shared memory, and a software-pipelined loop (slower): docs/performance.md. */
 template <int DT> static tf_status tf_wgmma_fwd_dt(tf_cuda_state *st, const tf_cuda_flash_params *p, int hd_w) {
-  switch (hd_w) {
-    case 64: return tf_wgmma_fwd_launch<DT, tf_wgmma_fwd_cfg<64, 2, 64, 2, false, 2>>(st, p);
-    case 80: return tf_wgmma_fwd_launch<DT, tf_wgmma_fwd_cfg<80, 2, 128, 3, true>>(st, p);
-    case 96: return tf_wgmma_fwd_launch<DT, tf_wgmma_fwd_cfg<96, 2, 128, 3, true>>(st, p);
-    case 128: return tf_wgmma_fwd_launch<DT, tf_wgmma_fwd_cfg<128, 2, 128, 3, true>>(st, p);
-    default: return tf_fail(TF_ERR_ARG, "flash_attention: no wgmma kernel for head dim %d", hd_w);
-  }
+  return tf_wgmma_with_hd(hd_w, [&](auto hd) {
+    constexpr int HD = decltype(hd)::value;
+    if constexpr (HD == 64)
+      return tf_wgmma_fwd_launch<DT, tf_wgmma_fwd_cfg<64, 2, 64, 2, false, 2>>(st, p);
+    else
+      return tf_wgmma_fwd_launch<DT, tf_wgmma_fwd_cfg<HD, 2, 128, 3, true>>(st, p);
+  });
 }
 
 tf_status tf_cuda_flash_forward_wgmma(tf_cuda_state *st, const tf_cuda_flash_params *p, tf_dtype dt, int hd_w) {
@@ -613,19 +624,12 @@ static tf_status tf_wgmma_bwd_launch(tf_cuda_state *st, const tf_cuda_flash_para
   return tf_cuda_launched("flash_attention backward kernel (wgmma)");
 }
 
-template <int DT, int HD> static tf_status tf_wgmma_bwd_hd(tf_cuda_state *st, const tf_cuda_flash_params *p, bool atomic_dq) {
-  return atomic_dq ? tf_wgmma_bwd_launch<DT, HD, true>(st, p) : tf_wgmma_bwd_launch<DT, HD, false>(st, p);
-}
-
 template <int DT>
 static tf_status tf_wgmma_bwd_dt(tf_cuda_state *st, const tf_cuda_flash_params *p, int hd_w, bool atomic_dq) {
-  switch (hd_w) {
-    case 64: return tf_wgmma_bwd_hd<DT, 64>(st, p, atomic_dq);
-    case 80: return tf_wgmma_bwd_hd<DT, 80>(st, p, atomic_dq);
-    case 96: return tf_wgmma_bwd_hd<DT, 96>(st, p, atomic_dq);
-    case 128: return tf_wgmma_bwd_hd<DT, 128>(st, p, atomic_dq);
-    default: return tf_fail(TF_ERR_ARG, "flash_attention: no wgmma kernel for head dim %d", hd_w);
-  }
+  return tf_wgmma_with_hd(hd_w, [&](auto hd) {
+    constexpr int HD = decltype(hd)::value;
+    return atomic_dq ? tf_wgmma_bwd_launch<DT, HD, true>(st, p) : tf_wgmma_bwd_launch<DT, HD, false>(st, p);
+  });
 }
 
 tf_status tf_cuda_flash_backward_wgmma(tf_cuda_state *st, const tf_cuda_flash_params *p, tf_dtype dt, int hd_w,
@@ -761,13 +765,7 @@ template <int DT, int HD> static tf_status tf_wgmma_dq_launch(tf_cuda_state *st,
 }
 
 template <int DT> static tf_status tf_wgmma_dq_dt(tf_cuda_state *st, const tf_cuda_flash_params *p, int hd_w) {
-  switch (hd_w) {
-    case 64: return tf_wgmma_dq_launch<DT, 64>(st, p);
-    case 80: return tf_wgmma_dq_launch<DT, 80>(st, p);
-    case 96: return tf_wgmma_dq_launch<DT, 96>(st, p);
-    case 128: return tf_wgmma_dq_launch<DT, 128>(st, p);
-    default: return tf_fail(TF_ERR_ARG, "flash_attention: no wgmma kernel for head dim %d", hd_w);
-  }
+  return tf_wgmma_with_hd(hd_w, [&](auto hd) { return tf_wgmma_dq_launch<DT, decltype(hd)::value>(st, p); });
 }
 
 tf_status tf_cuda_flash_dq_wgmma(tf_cuda_state *st, const tf_cuda_flash_params *p, tf_dtype dt, int hd_w) {
