@@ -35,7 +35,14 @@ tf_status tf_cuda_capture_end(tf_device_ctx *ctx, tf_graph **out) {
     return tf_cuda_error(err, "cudaStreamEndCapture");
   }
   cudaGraphExec_t exec = NULL;
-  err = cudaGraphInstantiate(&exec, graph, 0);
+  /* Each kernel keeps the priority of the stream it was captured from: the
+   * optimizer's kernels on the low-priority side stream then yield the SMs
+   * to the backward pass's as they do eagerly. Without the flag every node
+   * runs at the priority of the stream the graph is launched into, and an
+   * AdamW grid queued first held every SM until it was done (on an H100,
+   * 1 of 39 ms of AdamW per 2.7B step overlapped other kernels; with it,
+   * 127 of 137 ms, and the step fell from 196 to 191 ms). */
+  err = cudaGraphInstantiate(&exec, graph, cudaGraphInstantiateFlagUseNodePriority);
   tf_cuda_report(cudaGraphDestroy(graph), "cudaGraphDestroy"); /* the instance keeps what it needs */
   if (err != cudaSuccess) return tf_cuda_error(err, "cudaGraphInstantiate");
   tf_graph *g = (tf_graph *)malloc(sizeof *g);

@@ -13,13 +13,16 @@ typedef struct tf_cuda_swiglu_params {
   int64_t rows, f;
 } tf_cuda_swiglu_params;
 
-/* V columns of one row per thread; a and b read once, in f32. */
+/* V columns of one row per thread, a and b read once, in f32: blocks
+ * across a row (x) and over rows (y, grid-stride), so a thread finds its
+ * row and columns without dividing (64-bit divisions cost as much as the
+ * arithmetic here, and kept the kernel under the copy rate). */
 template <int DT, int V>
 __global__ void __launch_bounds__(TF_CUDA_THREADS) tf_cuda_swiglu_kernel(tf_cuda_swiglu_params p, bool backward) {
   typedef typename tf_cuda_dtype<DT>::storage S;
-  const int64_t chunks = p.f / V, total = p.rows * chunks;
-  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
-    const int64_t r = i / chunks, c = (i - r * chunks) * V;
+  const int64_t c = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * V;
+  if (c >= p.f) return;
+  for (int64_t r = blockIdx.y; r < p.rows; r += gridDim.y) {
     const S *ab = (const S *)p.ab + r * 2 * p.f;
     float a[V], b[V];
     tf_cuda_load_row<DT, V>(ab + c, a);
@@ -45,6 +48,18 @@ __global__ void __launch_bounds__(TF_CUDA_THREADS) tf_cuda_swiglu_kernel(tf_cuda
   }
 }
 
+/* The grid of one pass at vector width V: enough blocks across a row for
+ * its f / V threads, and over rows up to the blocks the GPU keeps busy. */
+template <int DT, int V>
+static void tf_cuda_swiglu_launch(tf_cuda_state *st, const tf_cuda_swiglu_params &p, bool backward) {
+  const int64_t across = (p.f / V + TF_CUDA_THREADS - 1) / TF_CUDA_THREADS;
+  int64_t over = (int64_t)tf_cuda_blocks(st, p.rows * TF_CUDA_THREADS * across) / across;
+  if (over < 1) over = 1;
+  if (over > p.rows) over = p.rows;
+  if (over > 65535) over = 65535;
+  tf_cuda_swiglu_kernel<DT, V><<<dim3((unsigned)across, (unsigned)over), TF_CUDA_THREADS, 0, st->stream>>>(p, backward);
+}
+
 /* 16-byte vectors when d_ff and every buffer allow, else one element per step. */
 template <int DT> static tf_status tf_cuda_swiglu_typed(tf_cuda_state *st, const tf_swiglu_args *a) {
   typedef typename tf_cuda_dtype<DT>::storage S;
@@ -59,11 +74,10 @@ template <int DT> static tf_status tf_cuda_swiglu_typed(tf_cuda_state *st, const
   if (p.rows * p.f == 0) return TF_OK;
   const void *ptrs[4] = {p.ab, p.dy, p.y, p.dab};
   const int vec = tf_cuda_row_vec(sizeof(S), p.f, ptrs, 4);
-  const int64_t total = p.rows * (p.f / vec);
   if (vec > 1)
-    tf_cuda_swiglu_kernel<DT, VW><<<tf_cuda_blocks(st, total), TF_CUDA_THREADS, 0, st->stream>>>(p, a->backward);
+    tf_cuda_swiglu_launch<DT, VW>(st, p, a->backward);
   else
-    tf_cuda_swiglu_kernel<DT, 1><<<tf_cuda_blocks(st, total), TF_CUDA_THREADS, 0, st->stream>>>(p, a->backward);
+    tf_cuda_swiglu_launch<DT, 1>(st, p, a->backward);
   return tf_cuda_launched(a->backward ? "swiglu backward kernel" : "swiglu kernel");
 }
 

@@ -252,6 +252,7 @@ tf_status tf_model_create(const tf_model_config *cfg, tf_device device, tf_dtype
    * CUDA cores, about 7 TFLOP/s on an H200) */
   m->flash = precision != TF_F32 && ctx->backend->flash_attention != NULL && cfg->d_model / cfg->num_heads <= 128;
   tf_model_set_graphs(m, true);
+  m->overlap = true;
   tf_status st = tf_model_build(m);
   if (st != TF_OK) {
     tf_model_free(m);
@@ -333,6 +334,14 @@ tf_status tf_model_set_attention(tf_model *m, bool flash) {
 }
 
 bool tf_model_uses_flash(const tf_model *m) { return m->flash; }
+
+/* The captured backward pass names its streams: a change drops the graphs. */
+void tf_model_set_overlap(tf_model *m, bool on) {
+  if (on != m->overlap) tf_model_graphs_drop(m);
+  m->overlap = on;
+}
+
+bool tf_model_overlaps(const tf_model *m) { return m->overlap; }
 
 /* One fill over the flat gradient buffer. */
 /* Nothing to do for gradients never written (or written by a step that

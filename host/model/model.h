@@ -137,6 +137,12 @@ tf_status tf_model_adamw_step(tf_model *m, const tf_adamw_args *args);
  * over several backward passes go through tf_model_backward, then
  * tf_model_adamw_step). */
 tf_status tf_model_backward_adamw(tf_model *m, const tf_adamw_args *args);
+/* Where tf_model_backward_adamw updates a layer's parameters: on the second
+ * stream beside the rest of the pass (on, the default), or on the pass's
+ * own stream before it goes on (off: the same kernels, the same bits, each
+ * running alone, which is how their own speed is measured). */
+void tf_model_set_overlap(tf_model *m, bool on);
+bool tf_model_overlaps(const tf_model *m);
 
 #ifdef __cplusplus
 }

@@ -59,11 +59,16 @@ static tf_status tf_model_step_region(tf_model *m, int64_t off, int64_t end, int
   const tf_model_kernels *k = m->k;
   tf_model_adamw_args a = {.p = tf_model_pw(m, off), .m = (float *)tf_tensor_data(m->adam_m) + off,
                            .v = (float *)tf_tensor_data(m->adam_v) + off, .g = tf_model_gw(m, off), .n = end - off,
-                           .consts = tf_tensor_data(m->adam_consts), .zero_g = m->use_ring};
+                           .consts = tf_tensor_data(m->adam_consts),
+                           .zero_g = m->use_ring && off >= m->matmul_total};
   if (m->low && off < m->matmul_total) {
     a.low = tf_model_at(m, tf_tensor_data(m->low), off);
     a.low_dtype = m->dtype;
     a.n_low = (end < m->matmul_total ? end : m->matmul_total) - off;
+  }
+  if (!m->overlap) {
+    TF_RANGED("optimizer", k->adamw(m->ctx, &a));
+    return TF_OK;
   }
   TF_TRY(k->side_enter(m->ctx));
   const bool ranged = tf_range_push("optimizer") == TF_OK;
@@ -88,7 +93,7 @@ static tf_status tf_model_backward_steps(tf_model *m) {
     char name[32];
     snprintf(name, sizeof name, "layer %lld", (long long)l);
     const int slot = (int)(l % TF_SIDE_MARKS);
-    if (m->use_ring && l + TF_SIDE_MARKS < L) TF_TRY(m->k->main_wait(m->ctx, slot)); /* read and zeroed */
+    if (m->use_ring && m->overlap && l + TF_SIDE_MARKS < L) TF_TRY(m->k->main_wait(m->ctx, slot)); /* read */
     TF_RANGED(name, tf_model_layer_backward(m, l));
     TF_TRY(tf_model_step_region(m, m->layers[l].qkv, l + 1 < L ? m->layers[l + 1].qkv : m->lm_head, slot));
   }
@@ -104,7 +109,7 @@ static tf_status tf_model_backward_steps(tf_model *m) {
 static tf_status tf_model_backward_pass(tf_model *m, bool keep) {
   (void)keep;
   tf_status st = tf_model_backward_steps(m);
-  if (m->step_in_backward) {
+  if (m->step_in_backward && m->overlap) {
     char why[256];
     snprintf(why, sizeof why, "%s", tf_last_error());
     tf_status joined = m->k->side_join(m->ctx);

@@ -142,15 +142,17 @@ struct tf_model {
                                (tf_model_ensure_grads); NULL until then */
   bool grads_dirty;         /* grads may hold non-zeros (a backward pass since the last zero_grad) */
   /* tf_model_backward_adamw without accumulated gradients: each layer's
-   * weight gradients go into one of TF_SIDE_MARKS slots, used again two
-   * layers later once the optimizer has read (and zeroed) them; lm_head's
-   * and the rest's (embedding, norms) have places of their own. */
+   * weight gradients go into one of TF_SIDE_MARKS slots (written, not
+   * added to), used again two layers later once the optimizer has read
+   * them; lm_head's and the rest's (embedding, norms) have places of their
+   * own, and the rest's, which are added to, are zeroed once read. */
   tf_tensor *ring;
   int64_t ring_slot;        /* elements per slot: the largest layer's matmul weights */
   bool use_ring;            /* the backward pass being run writes gradients into the ring */
   tf_tensor *adam_consts;   /* AdamW's step constants on the device, for tf_model_backward_adamw */
   bool step_in_backward;    /* the backward pass being run also steps the optimizer (and refreshes
                                the low copy, which tf_model_backward_adamw requires in step) */
+  bool overlap;             /* ... on the second stream (tf_model_set_overlap) */
   tf_tensor *low;           /* flat dtype (matmul_total,), or NULL under f32 */
   tf_tensor *matmul_params; /* params' first matmul_total elements */
   uint64_t low_version;     /* params' storage version the low copy was made from */
@@ -233,11 +235,13 @@ static inline tf_status tf_model_linear(tf_model *m, const void *x, int64_t rows
 }
 
 /* The linear layer's backward pass: dx (rows, in) = dy W (unless dx is
- * NULL), and dW (f32) += dy^T x. */
+ * NULL), and dW (f32) += dy^T x; into the ring, dW = dy^T x (each matmul
+ * weight has one product per step, so the optimizer need not zero the
+ * slot after reading it: 4 bytes a parameter less to write). */
 static inline tf_status tf_model_linear_backward(tf_model *m, const void *dy, const void *x, int64_t rows, int64_t in,
                                                  int64_t out, const void *w, float *dw, void *dx) {
   tf_gemm_args gw = {.a = dy, .b = x, .c = dw, .ab_dtype = m->dtype, .c_dtype = TF_F32, .batch = 1, .m = out,
-                     .n = in, .k = rows, .trans_a = true, .lda = out, .ldb = in, .ldc = in, .accumulate = true,
+                     .n = in, .k = rows, .trans_a = true, .lda = out, .ldb = in, .ldc = in, .accumulate = !m->use_ring,
                      .allow_tf32 = m->ctx->allow_tf32};
   TF_TRY(m->k->gemm(m->ctx, &gw));
   if (!dx) return TF_OK;

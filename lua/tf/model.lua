@@ -127,6 +127,11 @@ function Eager:set_graphs(on)
   if type(on) ~= "boolean" then error("tf.model: set_graphs expects true or false", 2) end
 end
 
+--- The eager model's optimizer runs after its backward pass: nothing to overlap.
+function Eager:set_overlap(on)
+  if type(on) ~= "boolean" then error("tf.model: set_overlap expects true or false", 2) end
+end
+
 function Eager:named_parameters() return self.module:named_parameters() end
 
 function Eager:make_optimizer(opts) return tf.optim.AdamW(self.module, opts) end
@@ -160,6 +165,14 @@ function Fused:set_graphs(on)
   if type(on) ~= "boolean" then error("tf.model: set_graphs expects true or false", 2) end
   self.engine:set_graphs(on)
   self.graphs = self.engine:info().graphs
+end
+
+--- m:step's AdamW beside the backward pass on a second stream (true, the
+-- default) or after each layer's part of it on the same stream (false: the
+-- same bits; each kernel runs alone, as kernel_bandwidth.lua measures them).
+function Fused:set_overlap(on)
+  if type(on) ~= "boolean" then error("tf.model: set_overlap expects true or false", 2) end
+  self.engine:set_overlap(on)
 end
 
 function Fused:named_parameters()

@@ -206,11 +206,15 @@ local function step_both_ways(a, b, x, y, s, what)
 end
 
 T.test("AdamW beside the backward pass (a second stream) gives the bits of the step after it", function()
-  for _, spec in ipairs({ { "bf16", "flash" }, { "f32", "naive" } }) do
+  -- overlap off: the same update after each layer's part of the pass, on its stream
+  for _, spec in ipairs({ { "bf16", "flash", true }, { "f32", "naive", true }, { "bf16", "flash", false } }) do
     for _, graphs in ipairs({ true, false }) do
-      local what = string.format("%s %s, graphs %s", spec[1], spec[2], tostring(graphs))
+      local what = string.format("%s %s, graphs %s, overlap %s", spec[1], spec[2], tostring(graphs), tostring(spec[3]))
       tf.seed(7)
       local a = E.create(TINY, { device = dev, precision = spec[1], attention = spec[2], graphs = graphs })
+      T.eq(a:info().overlap, true, what .. ": overlap is the default")
+      a:set_overlap(spec[3])
+      T.eq(a:info().overlap, spec[3], what .. ": set_overlap")
       tf.seed(7)
       local b = E.create(TINY, { device = dev, precision = spec[1], attention = spec[2], graphs = graphs })
       local x, y = ids(4, 12), ids(4, 12)

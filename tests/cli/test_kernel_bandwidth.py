@@ -1,0 +1,87 @@
+"""experiments/kernel_bandwidth.lua accounts for what it claims: on a GPU, its byte model knows
+every memory-bound kernel of the step that takes time, the calls it expects are the calls the
+profile saw (so its per-call bytes describe the engine's real pass), its rows and the compute-bound
+kernels add up to the step's kernel time, and its rates follow from bytes and time. Without a GPU
+it refuses with a clear message; the GPU part is then skipped (exit 77) saying why.
+
+    python3 tests/cli/test_kernel_bandwidth.py /path/to/tfhost
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TFHOST = None
+
+
+def run(*args):
+    return subprocess.run([TFHOST, "experiments/kernel_bandwidth.lua", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=600)
+
+
+def has_gpu():
+    r = subprocess.run([TFHOST, "-e", "io.write(tostring(tf.cuda.is_available()))"], capture_output=True, text=True,
+                       timeout=60)
+    return r.stdout.strip() == "true"
+
+
+class KernelBandwidth(unittest.TestCase):
+    def test_account(self):
+        if not GPU:
+            self.skipTest("no CUDA device")
+        for precision, attention in (("bf16", "flash"), ("f32", "flash"), ("bf16", "naive")):
+            with self.subTest(precision=precision, attention=attention), tempfile.TemporaryDirectory() as tmp:
+                out = os.path.join(tmp, "bw.json")
+                r = run("--size", "small", "--context", "256", "--precision", precision, "--attention", attention,
+                        "--steps", "2", "--json", out)
+                self.assertEqual(r.returncode, 0, r.stderr)
+                self.assertIn("| kernel | class | calls/step | GB/step | ms/step | GB/s | of copy rate |", r.stdout)
+                with open(out) as f:
+                    doc = json.load(f)
+                env, rows = doc, doc["results"]  # the run's totals sit beside its rows
+                self.assertGreater(env["copy_gbps"], 100)
+                # rows + compute-bound kernels = every kernel of the step
+                total = sum(x["ms"] for x in rows) + env["compute_bound_ms"]
+                self.assertAlmostEqual(total, env["kernel_ms"], delta=1e-6 * env["kernel_ms"] + 1e-9)
+                self.assertAlmostEqual(sum(x["ms"] for x in rows), env["memory_bound_ms"], delta=1e-9 + 1e-6 * total)
+                for x in rows:
+                    share = x["ms"] / env["kernel_ms"]
+                    if x.get("latency"):  # a small, fixed amount of work, named as such
+                        if x.get("expected_calls") is not None:
+                            self.assertEqual(x["calls"], x["expected_calls"], x["kernel"])
+                        continue
+                    if "bytes" not in x:
+                        # only kernels too short to matter may lack a byte model
+                        self.assertLess(share, 0.01, f"{x['kernel']} has no byte model and takes {share:.1%}")
+                        continue
+                    if x.get("expected_calls") is not None:
+                        self.assertEqual(x["calls"], x["expected_calls"], x["kernel"])
+                    self.assertAlmostEqual(x["gbps"], x["bytes"] / (x["ms"] * 1e-3) / 1e9, delta=1e-6 * x["gbps"])
+                    self.assertAlmostEqual(x["fraction"], x["gbps"] / env["copy_gbps"], delta=1e-9)
+                    # no kernel can move its least bytes much faster than a plain copy
+                    self.assertLess(x["fraction"], 1.3, x["kernel"])
+                names = {x["kernel"] for x in rows}
+                for k in ("tf_cuda_norm_forward_kernel", "tf_cuda_swiglu_kernel", "tf_cuda_ce_kernel"):
+                    self.assertIn(k, names)
+                self.assertTrue(any(n.startswith("tf_cuda_adamw") for n in names))
+
+    def test_without_gpu_says_why(self):
+        if GPU:
+            self.skipTest("a CUDA device is present")
+        r = run()
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("needs a CUDA device", r.stderr)
+
+    def test_help(self):
+        r = run("--help")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("--target", r.stdout)
+
+
+if __name__ == "__main__":
+    TFHOST = os.path.abspath(sys.argv.pop(1))
+    GPU = has_gpu()
+    unittest.main()
