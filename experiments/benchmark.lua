@@ -23,6 +23,8 @@ local opt = tf.options{
     default = true },
   { "memory_limit", "cap the device memory tfhost may reserve, in GiB (0: none); shows OOM rows cheaply", default = 0.0 },
   { "json", "write the rows and the environment to this file", type = "string" },
+  { "plot", "draw time, tokens/s, TFLOP/s and peak memory against context length into this file (.svg or .html)",
+    type = "string" },
 }
 if opt.memory_limit > 0 then tf.mem.set_limit(math.floor(opt.memory_limit * 2 ^ 30)) end
 
@@ -117,6 +119,12 @@ tf.report.table(rows, {
     { "tflops", "TFLOP/s", "%.1f" }, { "peak_gib", "peak GiB", "%.2f" } },
 })
 if opt.json then
-  tf.results.write(opt.json, rows)
+  tf.results.write(opt.json, rows, { key = { "size", "context", "precision", "impl", "mode", "warmup", "batch" },
+    metrics = { "mean_ms", "tokens_per_s", "peak_gib" } })
   print("wrote " .. opt.json)
+end
+if opt.plot then
+  tf.plot.sweep(opt.plot, rows, { x = { "context", "warmup", "size" },
+    y = { "mean_ms", "tokens_per_s", "tflops", "peak_gib" }, series = { "size", "precision", "impl", "mode", "warmup" }, title = "Transformer LM, batch " .. opt.batch })
+  print("wrote " .. opt.plot)
 end
