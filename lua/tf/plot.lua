@@ -81,7 +81,7 @@ end
 local function doubling(values)
   if #values < 2 or values[1] <= 0 then return false end
   for i = 2, #values do
-    if values[i] / values[i - 1] < 1.5 then return false end
+    if values[i] / values[i - 1] < 1.9 then return false end
   end
   return true
 end
