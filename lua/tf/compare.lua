@@ -380,7 +380,7 @@ local function plot(path, files, lines, key, metrics, x)
     for i, f in ipairs(files) do
       local r = line.of[i]
       if r then
-        local p = { file = f.label }
+        local p = { file = f.label .. ": " .. f.path:match("[^/]*$") }
         for _, c in ipairs(key) do p[c] = r[c] end
         for _, m in ipairs(metrics) do p[m] = cell(r, m) end
         p.oom = r.oom

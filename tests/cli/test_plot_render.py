@@ -163,8 +163,8 @@ class Rendered(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         with open(os.path.join(self.dir, "cmp.svg")) as f:
             svg = f.read()
-        groups = set(re.findall(r'<g class="series" data-label="[^"]*" data-group="([AB])"', svg))
-        self.assertEqual(groups, {"A", "B"}, "each file's rows are drawn")
+        groups = set(re.findall(r'<g class="series" data-label="[^"]*" data-group="([^"]*)"', svg))
+        self.assertEqual(groups, {"A: a.json", "B: b.json"}, "each file's rows are drawn, labelled by file")
         picture = self.render("cmp.svg", 720, 420)
         for colour in self.palette[:2]:
             self.assertGreater(len(pixels_of(picture, colour, (0, 0, 720, 420))), 60)
