@@ -139,13 +139,15 @@ class Compare(unittest.TestCase):
                     self.assertEqual(row["ratios"][m], {})
 
     def test_csv_output(self):
-        r = self.compare(self.a, self.b, "--csv", "--metric", "fwd_ms")
+        r = self.compare(self.a, self.b, "--csv")
         self.assertEqual(r.returncode, 0, r.stderr)
         rows = list(csv.DictReader(io.StringIO(r.stdout)))
-        self.assertEqual(list(rows[0]), ["impl", "seq", "fwd_ms A", "fwd_ms B", "B/A", "rows"])
+        self.assertEqual(list(rows[0]), ["impl", "seq", "fwd_ms A", "fwd_ms B", "fwd_ms B/A", "tflops A", "tflops B",
+                                         "tflops B/A", "rows"], "every column named once")
         self.assertEqual(len(rows), 10)
         flash512 = next(x for x in rows if x["impl"] == "flash" and x["seq"] == "512")
-        self.assertEqual((flash512["fwd_ms A"], flash512["fwd_ms B"], flash512["B/A"]), ("5.12", "6.4", "1.25"))
+        self.assertEqual((flash512["fwd_ms A"], flash512["fwd_ms B"], flash512["fwd_ms B/A"]), ("5.12", "6.4", "1.25"))
+        self.assertEqual(flash512["tflops B/A"], "0.80")
 
     def test_threshold(self):
         r = self.compare(self.a, self.b, "--threshold", "10")
@@ -219,6 +221,47 @@ class Compare(unittest.TestCase):
         self.assertIn("warning: the scripts differ: A ran " + self.writer, r.stderr)
         self.assertIn(f"B ran {other_writer} (sha256 {sha256(other_writer)[:12]})", r.stderr)
         self.assertIn("**warning**: the scripts differ", r.stdout)
+
+    def test_named_parts(self):
+        """Results that are named parts (as experiments/mixed_precision.lua writes) compare part by part."""
+        writer = self.script("parts.lua", r"""
+local rows = tf.json.read(arg[1])
+local half = {}
+for _, r in ipairs(rows) do half[#half + 1] = {impl = r.impl, seq = r.seq, fwd_ms = r.fwd_ms / 2} end
+tf.results.write(arg[2], {timing = rows, halved = half, notes = {{text = "no numbers here"}}})
+""")
+        p1 = self.results("p1.json", made_up([128, 256]), writer=writer)
+        p2 = self.results("p2.json", made_up([128, 256], slower=("naive", 256, 2.0)), writer=writer)
+        r = self.compare(p1, p2)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("### Part halved (4 rows in common", r.stdout)
+        self.assertIn("### Part timing (4 rows in common", r.stdout)
+        self.assertIn("| naive | 256 | 2.56 | 5.12 | 2.00 |", r.stdout, "halved: 5.12 / 2 and 10.24 / 2")
+        self.assertIn("Not compared: notes: the files have no numeric column in common", r.stdout)
+        doc = json.loads(self.compare(p1, p2, "--json", "--threshold", "40").stdout)
+        self.assertEqual(sorted(doc["parts"]), ["halved", "timing"])
+        self.assertEqual(len(doc["parts"]["timing"]["regressions"]), 2, "fwd_ms up and tflops down")
+        self.assertEqual(self.compare(p1, p2, "--threshold", "40").returncode, 1)
+        self.assertEqual(self.compare(p1, p2, "--threshold", "150").returncode, 0)
+        r = self.compare(p1, p2, "--part", "halved", "--csv")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(len(list(csv.DictReader(io.StringIO(r.stdout)))), 4)
+        r = self.compare(p1, p2, "--csv")
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("--csv needs --part NAME", r.stderr)
+        r = self.compare(p1, p2, "--part", "nope")
+        self.assertEqual(r.returncode, 2)
+        self.assertIn(f'{p1}: "results" has no part "nope" (it has halved, notes, timing)', r.stderr)
+        r = self.compare(p1, self.a)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("no part of their results in common", r.stderr)
+
+    def test_repeated_configurations_warn(self):
+        rows = made_up([128, 256])
+        twice = self.results("twice.json", rows + rows)
+        r = self.compare(self.a, twice)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn(f"warning: {twice}: 4 rows repeat the configuration of an earlier row (key: impl, seq)", r.stderr)
 
     def test_help(self):
         r = self.compare("--help")
