@@ -72,6 +72,7 @@ for _, size in ipairs(sizes) do
         progress("[%d/%d] %s ctx %d %s warmup %d ...", done, total, size, ctx, precision, warmup)
         local t0 = tf.now()
         local m
+        local timed = {} -- the modes that ran before an out-of-memory error
         local ok, err = pcall(function()
           tf.seed(0)
           m = tf.model.new{ preset = size, context_length = ctx, vocab_size = opt.vocab, precision = precision,
@@ -94,15 +95,18 @@ for _, size in ipairs(sizes) do
               peak_gib = tf.mem.stats().peak_allocated / 2 ^ 30,
               params = m:num_parameters(),
             }
+            timed[mode] = true
           end
         end)
         if not ok then
           local oom = tf.mem.is_oom(err)
           if not oom then error(err, 0) end
           for _, mode in ipairs(opt.mode) do
-            rows[#rows + 1] = { size = size, context = ctx, precision = precision, mode = mode, warmup = warmup,
-              batch = opt.batch, oom = true, mean_ms = "OOM",
-              impl = m and m.impl or opt.impl or (tf._model and "fused" or "eager") }
+            if not timed[mode] then
+              rows[#rows + 1] = { size = size, context = ctx, precision = precision, mode = mode, warmup = warmup,
+                batch = opt.batch, oom = true, mean_ms = "OOM",
+                impl = m and m.impl or opt.impl or (tf._model and "fused" or "eager") }
+            end
           end
         end
         release(m)

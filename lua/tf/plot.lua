@@ -228,16 +228,21 @@ function M.chart(rows, opts)
   for _, s in ipairs(list) do
     if s.group and not group_index[s.group] then groups[#groups + 1] = s.group group_index[s.group] = #groups end
   end
-  local colors, color_of = {}, {}
+  -- a colour per series; past the palette, without groups, a line style too
+  local colors, color_of, dash_of = {}, {}, {}
   for _, s in ipairs(list) do
     if not color_of[s.label] then
       colors[#colors + 1] = s.label
-      color_of[s.label] = M.palette[(#colors - 1) % #M.palette + 1]
+      local k = #colors - 1
+      color_of[s.label] = M.palette[k % #M.palette + 1]
+      dash_of[s.label] = #groups == 0 and M.dashes[(k // #M.palette) % #M.dashes + 1] or ""
     end
   end
-  -- the legend: one entry per colour, then one per line style
+  -- the legend: one entry per series, then one per line style
   local entries = {}
-  for _, label in ipairs(colors) do entries[#entries + 1] = { text = label, color = color_of[label], dash = "" } end
+  for _, label in ipairs(colors) do
+    entries[#entries + 1] = { text = label, color = color_of[label], dash = dash_of[label] }
+  end
   for _, g in ipairs(groups) do
     entries[#entries + 1] = { text = g, color = "#333333", dash = M.dashes[(group_index[g] - 1) % #M.dashes + 1] }
   end
@@ -248,6 +253,7 @@ function M.chart(rows, opts)
   for _, e in ipairs(entries) do longest = math.max(longest, utf8.len(e.text) or #e.text) end
   local legend_w = math.min(300, math.max(110, 44 + 7 * longest))
   local left, right, top, bottom = 72, legend_w + 16, 44, 56
+  H = math.max(H, top + 20 + 18 * #entries + bottom) -- room for a long legend
   local pw, ph = W - left - right, H - top - bottom
   local xs, ys = x_axis(list, opts), y_axis(list, opts)
   local function px(v) return left + xs.map(v) * pw end
@@ -286,7 +292,7 @@ function M.chart(rows, opts)
   local oom_at = {}
   for _, s in ipairs(list) do
     local color = color_of[s.label]
-    local dash = s.group and M.dashes[(group_index[s.group] - 1) % #M.dashes + 1] or ""
+    local dash = s.group and M.dashes[(group_index[s.group] - 1) % #M.dashes + 1] or dash_of[s.label]
     table.sort(s.points, function(a, b)
       if xs.categorical then return xs.map(a[1]) < xs.map(b[1]) end
       return a[1] < b[1]

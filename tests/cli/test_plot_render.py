@@ -7,7 +7,10 @@
   (b) an HTML page of two charts: both drawn, no script in it;
   (c) the page an experiment writes with --plot (attention_sweep.lua on the
       CPU) and the chart `tfhost compare --plot` draws: the series' colours
-      are on the picture.
+      are on the picture;
+  (d) every other sweep experiment's --plot page (benchmark.lua, with rows
+      that ran out of memory; flash_benchmark.lua, memory_profile.lua,
+      profile_kernels.lua): its charts, axis, series and OOM marks.
 The PNG screenshots are decoded here (tests/cli/chromium.py) and their pixels
 checked. Chromium is needed: without it these tests fail and say so, unless
 TF_ALLOW_NO_CHROMIUM=1 (then they are skipped).
@@ -140,6 +143,37 @@ class Rendered(unittest.TestCase):
         for box in (first, second):
             for colour in self.palette[:3]:
                 self.assertGreater(len(pixels_of(picture, colour, box)), 40, f"colour {colour} in chart {box}")
+
+    def test_every_sweep_experiment_plots(self):
+        runs = {  # script and options -> (charts, x label, series labels)
+            "benchmark.lua": (["--size", "tiny", "--context", "16,256", "--precision", "f32", "--steps", "1",
+                               "--warmup", "0", "--memory_limit", "0.04"],
+                              4, "context length (tokens), log scale", {"fwd", "fwdbwd", "step"}),
+            "flash_benchmark.lua": (["--quick", "--dtype", "f32"], 4, "sequence length (tokens), log scale",
+                                    {"naive, d=16", "naive, d=32", "flash, d=16", "flash, d=32"}),
+            "memory_profile.lua": (["--context", "16,32", "--precision", "f32", "--out", ""], 7,
+                                   "context length (tokens), log scale", {"forward", "step"}),
+            "profile_kernels.lua": (["--context", "16,32", "--passes", "1", "--warmup", "0"], 6,
+                                    "context length (tokens), log scale", {"eager", "fused"}),
+        }
+        for script, (options, charts, xlabel, series) in runs.items():
+            page = os.path.join(self.dir, script + ".html")
+            r = subprocess.run([TFHOST, "--device", "cpu", os.path.join(ROOT, "experiments", script), *options,
+                                "--plot", page], capture_output=True, text=True, timeout=300)
+            self.assertEqual(r.returncode, 0, f"{script}: {r.stdout}{r.stderr}")
+            with open(page) as f:
+                html = f.read()
+            self.assertEqual(html.count("<svg "), charts, script)
+            self.assertEqual(set(re.findall(r'class="xlabel">([^<]*)<', html)), {xlabel}, script)
+            self.assertEqual(set(re.findall(r'<g class="series" data-label="([^"]*)"', html)), series, script)
+            self.assertIn("command: ", html, script)
+        # benchmark.lua ran out of memory at context 256 (and in the step at 16): crosses, no points there
+        with open(os.path.join(self.dir, "benchmark.lua.html")) as f:
+            first = f.read().split("</figure>")[0]
+        self.assertEqual(first.count('<g class="oom"'), 4, "step at 16; fwd, fwdbwd and step at 256")
+        picture = self.render("benchmark.lua.html", 800, 560)
+        for colour in self.palette[:3]:
+            self.assertGreater(len(pixels_of(picture, colour, (0, 100, 800, 560))), 30)
 
     def test_experiment_and_compare_plots(self):
         a, b = os.path.join(self.dir, "a.json"), os.path.join(self.dir, "b.json")

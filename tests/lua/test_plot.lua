@@ -89,6 +89,19 @@ T.test("groups are line styles: series by colour, groups by dash; a constant ser
   T.ok(svg:find('data-label="all" data-group="B" data-color="' .. tf.plot.palette[1], 1, true))
 end)
 
+T.test("more series than colours: line styles tell them apart, the chart grows to hold the legend", function()
+  local rows = {}
+  for k = 1, 24 do
+    for _, x in ipairs({ 1, 2, 4 }) do rows[#rows + 1] = { s = "series " .. k, x = x, y_ms = k * x } end
+  end
+  local svg = tf.plot.chart(rows, { x = "x", y = "y_ms" })
+  T.eq(count(svg, '<g class="series"'), 24)
+  local height = tonumber(svg:match('^<svg [^>]- height="(%d+)"'))
+  T.ok(height >= 44 + 20 + 18 * 24, "height " .. height)
+  T.eq(count(svg, 'stroke%-dasharray="' .. tf.plot.dashes[2] .. '"'), 2 * 10, "series 11-20: line and legend")
+  T.eq(count(svg, 'stroke%-dasharray="' .. tf.plot.dashes[3] .. '"'), 2 * 4, "series 21-24")
+end)
+
 T.test("write: .svg stacks charts, .html holds them in a page; bad input is an error", function()
   local dir = os.tmpname()
   os.remove(dir)
