@@ -188,6 +188,7 @@ function M.declare(decl, argv)
   end
   values.args = args
   declared = values
+  require("tf.results").note_script()
   return values
 end
 

@@ -15,6 +15,7 @@ local function safe(fn, ...)
 end
 
 local binary_sha256 -- hashed once per run: the binary does not change under us
+local script_hash -- {path, sha256}, taken as the script starts (tf.options) or at the first write
 
 --- The whole command line as a list: tfhost's path and options (arg's
 -- negative indices), the script and its arguments; nil without `arg`.
@@ -31,7 +32,17 @@ end
 -- The script's source hash, when the script is a file that can be read.
 local function script_sha256(tf, path)
   if type(path) ~= "string" or path == "-" then return nil end
-  return safe(tf.sha256_file, path)
+  if not (script_hash and script_hash.path == path) then
+    script_hash = { path = path, sha256 = safe(tf.sha256_file, path) }
+  end
+  return script_hash.sha256
+end
+
+--- Hashes the running script's source now, so that results written later
+-- name the source that started, even if the file is edited meanwhile
+-- (tf.options calls it as a script declares its options).
+function M.note_script()
+  if arg then script_sha256(require "tf", arg[0]) end
 end
 
 --- The environment of this run, as a table.

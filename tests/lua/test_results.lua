@@ -65,6 +65,33 @@ T.test("env says where the results came from: script, binary, command, start and
   T.ok(type(env.duration_s) == "number" and env.duration_s >= 0, tostring(env.duration_s))
 end)
 
+T.test("the script's hash is the source as it started, not as edited later", function()
+  local dir = os.tmpname()
+  os.remove(dir)
+  local script = dir .. ".lua"
+  local function put(text)
+    local f = assert(io.open(script, "w"))
+    f:write(text)
+    f:close()
+  end
+  put([[
+local opt = tf.options{ { "out", "results file", type = "string" } }
+local f = assert(io.open(arg[0], "a"))
+f:write("-- edited while running\n")
+f:close()
+tf.results.write(opt.out, { { a = 1 } })
+]])
+  local first = tf.sha256_file(script)
+  local out = dir .. ".json"
+  local exe = tf.executable()
+  T.ok(os.execute(string.format("'%s' '%s' --out '%s'", exe, script, out)), "the script ran")
+  local _, doc = tf.results.read(out)
+  T.eq(doc.env.script_sha256, first)
+  T.ok(tf.sha256_file(script) ~= first, "the file did change")
+  os.remove(script)
+  os.remove(out)
+end)
+
 T.test("read gives the rows back, NaN as nil, with the document", function()
   local path = os.tmpname()
   tf.results.write(path, { { size = "small", ms = 1.5, n = 3 }, { size = "large", ms = 0 / 0, n = 4 } },
