@@ -20,6 +20,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -262,6 +263,25 @@ tf.results.write(arg[2], {timing = rows, halved = half, notes = {{text = "no num
         r = self.compare(self.a, twice)
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn(f"warning: {twice}: 4 rows repeat the configuration of an earlier row (key: impl, seq)", r.stderr)
+
+    def test_plot(self):
+        svg = os.path.join(self.dir, "cmp.svg")
+        r = self.compare(self.a, self.b, "--plot", svg)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(svg) as f:
+            text = f.read()
+        self.assertEqual(text.count('class="tf-plot"'), 2, "a chart per metric: fwd_ms, tflops")
+        self.assertIn(">sequence length (tokens), log scale</text>", text, "x: the numeric key column")
+        self.assertEqual(set(re.findall(r'data-label="([^"]*)" data-group="([^"]*)"', text)),
+                         {(i, g) for i in ("naive", "flash") for g in ("A: a.json", "B: b.json")})
+        r = self.compare(self.a, self.b, "--plot", svg, "--x", "impl", "--metric", "fwd_ms")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(svg) as f:
+            text = f.read()
+        self.assertIn(">implementation</text>", text, "--x chooses the column")
+        r = self.compare(self.a, self.b, "--plot", os.path.join(self.dir, "cmp.png"))
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("--plot: " + os.path.join(self.dir, "cmp.png") + ": the name must end in .svg or .html", r.stderr)
 
     def test_help(self):
         r = self.compare("--help")
