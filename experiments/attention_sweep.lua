@@ -31,6 +31,8 @@ local opt = tf.options{
   { "memory_limit", "cap the device memory tfhost may reserve, in GiB (0: none); shows OOM rows cheaply",
     default = 0.0 },
   { "json", "write the rows, the memory accounting and the environment to this file", type = "string" },
+  { "plot", "draw forward and backward time and memory against sequence length into this file (.svg or .html)",
+    type = "string" },
 }
 for _, name in ipairs({ "batch", "iters" }) do
   if opt[name] < 1 then tf.exit(2, "attention_sweep.lua: --" .. name .. " must be >= 1\n") end
@@ -227,6 +229,13 @@ it never materialises S or P and recomputes them block by block in the backward 
 end
 
 if opt.json then
-  tf.results.write(opt.json, rows, { memory_accounting = acc })
+  tf.results.write(opt.json, rows, { memory_accounting = acc,
+    key = { "dtype", "d", "seq", "impl", "batch", "causal" }, metrics = { "fwd_ms", "bwd_ms", "mem_mib" } })
   print("wrote " .. opt.json)
+end
+if opt.plot then
+  tf.plot.sweep(opt.plot, rows, { x = { "seq", "d" }, y = { "fwd_ms", "bwd_ms", "mem_mib" },
+    series = { "impl", "d", "dtype" }, title = string.format("Attention, batch %d, %s", opt.batch,
+      opt.causal and "causal" or "not causal") })
+  print("wrote " .. opt.plot)
 end

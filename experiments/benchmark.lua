@@ -23,6 +23,8 @@ local opt = tf.options{
     default = true },
   { "memory_limit", "cap the device memory tfhost may reserve, in GiB (0: none); shows OOM rows cheaply", default = 0.0 },
   { "json", "write the rows and the environment to this file", type = "string" },
+  { "plot", "draw time, tokens/s, TFLOP/s and peak memory against context length into this file (.svg or .html)",
+    type = "string" },
 }
 if opt.memory_limit > 0 then tf.mem.set_limit(math.floor(opt.memory_limit * 2 ^ 30)) end
 
@@ -70,6 +72,7 @@ for _, size in ipairs(sizes) do
         progress("[%d/%d] %s ctx %d %s warmup %d ...", done, total, size, ctx, precision, warmup)
         local t0 = tf.now()
         local m
+        local timed = {} -- the modes that ran before an out-of-memory error
         local ok, err = pcall(function()
           tf.seed(0)
           m = tf.model.new{ preset = size, context_length = ctx, vocab_size = opt.vocab, precision = precision,
@@ -92,15 +95,18 @@ for _, size in ipairs(sizes) do
               peak_gib = tf.mem.stats().peak_allocated / 2 ^ 30,
               params = m:num_parameters(),
             }
+            timed[mode] = true
           end
         end)
         if not ok then
           local oom = tf.mem.is_oom(err)
           if not oom then error(err, 0) end
           for _, mode in ipairs(opt.mode) do
-            rows[#rows + 1] = { size = size, context = ctx, precision = precision, mode = mode, warmup = warmup,
-              batch = opt.batch, oom = true, mean_ms = "OOM",
-              impl = m and m.impl or opt.impl or (tf._model and "fused" or "eager") }
+            if not timed[mode] then
+              rows[#rows + 1] = { size = size, context = ctx, precision = precision, mode = mode, warmup = warmup,
+                batch = opt.batch, oom = true, mean_ms = "OOM",
+                impl = m and m.impl or opt.impl or (tf._model and "fused" or "eager") }
+            end
           end
         end
         release(m)
@@ -117,6 +123,12 @@ tf.report.table(rows, {
     { "tflops", "TFLOP/s", "%.1f" }, { "peak_gib", "peak GiB", "%.2f" } },
 })
 if opt.json then
-  tf.results.write(opt.json, rows)
+  tf.results.write(opt.json, rows, { key = { "size", "context", "precision", "impl", "mode", "warmup", "batch" },
+    metrics = { "mean_ms", "tokens_per_s", "peak_gib" } })
   print("wrote " .. opt.json)
+end
+if opt.plot then
+  tf.plot.sweep(opt.plot, rows, { x = { "context", "warmup", "size" },
+    y = { "mean_ms", "tokens_per_s", "tflops", "peak_gib" }, series = { "size", "precision", "impl", "mode", "warmup" }, title = "Transformer LM, batch " .. opt.batch })
+  print("wrote " .. opt.plot)
 end

@@ -30,6 +30,7 @@ local opt = tf.options{
     default = 0.0 },
   { "quick", "tiny sizes for a smoke run (seq 64,128; d 16,32; 2 timed calls after 1 warm-up)", type = "bool" },
   { "json", "write the rows and the environment to this file", type = "string" },
+  { "plot", "draw latency and TFLOP/s against sequence length into this file (.svg or .html)", type = "string" },
 }
 if opt.quick then
   opt.seq, opt.d, opt.warmup, opt.iters = { 64, 128 }, { 16, 32 }, 1, 2
@@ -139,6 +140,13 @@ tf.report.table(rows, {
     { "fwdbwd_tflops", "fwd+bwd TFLOP/s", num("%.3g") }, { "speedup", "fwd+bwd speedup vs naive", num("%.2fx") } },
 })
 if opt.json then
-  tf.results.write(opt.json, rows)
+  tf.results.write(opt.json, rows, { key = { "dtype", "d", "seq", "impl", "batch", "heads", "causal" },
+    metrics = { "fwd_ms", "bwd_ms", "fwdbwd_ms", "fwdbwd_tflops" } })
   print("wrote " .. opt.json)
+end
+if opt.plot then
+  tf.plot.sweep(opt.plot, rows, { x = { "seq", "d" }, y = { "fwd_ms", "bwd_ms", "fwdbwd_ms", "fwdbwd_tflops" },
+    series = { "impl", "d", "dtype" }, title = string.format("Attention latency, batch %d, heads %d, %s", opt.batch,
+      opt.heads, opt.causal and "causal" or "not causal") })
+  print("wrote " .. opt.plot)
 end

@@ -23,6 +23,8 @@ local opt = tf.options{
   { "top", "how many of the largest allocations to list", default = 8 },
   { "memory_limit", "cap the device memory tfhost may reserve, in GiB (0: none)", default = 0.0 },
   { "json", "write the rows and the environment to this file", type = "string" },
+  { "plot", "draw the peak and what it is made of against context length into this file (.svg or .html)",
+    type = "string" },
 }
 if not tf.model.presets[opt.size] then tf.exit(2, "memory_profile.lua: unknown size '" .. opt.size .. "'\n") end
 if opt.memory_limit > 0 then tf.mem.set_limit(math.floor(opt.memory_limit * 2 ^ 30)) end
@@ -175,6 +177,21 @@ if opt.out ~= "" then
     opt.out))
 end
 if opt.json then
-  tf.results.write(opt.json, rows)
+  tf.results.write(opt.json, rows, { key = { "size", "context", "precision", "mode", "impl", "batch" },
+    metrics = { "peak_gib" } })
   print("wrote " .. opt.json)
+end
+if opt.plot then
+  -- the peak, then each tag's GiB at the peak (columns named <tag>_gib)
+  local prows, ys = {}, { "peak_gib" }
+  for _, tag in ipairs(tags) do ys[#ys + 1] = tag:gsub(" ", "_") .. "_gib" end
+  for _, r in ipairs(rows) do
+    local p = { context = r.context, precision = r.precision, mode = r.mode, impl = r.impl, oom = r.oom,
+      peak_gib = r.peak_gib }
+    for _, tag in ipairs(tags) do p[tag:gsub(" ", "_") .. "_gib"] = r.at_peak and r.at_peak[tag] end
+    prows[#prows + 1] = p
+  end
+  tf.plot.sweep(opt.plot, prows, { x = { "context" }, y = ys, series = { "precision", "mode", "impl" },
+    title = string.format("Memory at the peak, %s model, batch %d", opt.size, opt.batch) })
+  print("wrote " .. opt.plot)
 end

@@ -34,6 +34,8 @@ local opt = tf.options{
   { "trace", "write a Chrome trace (Perfetto) per configuration into this folder", type = "string" },
   { "memory_limit", "cap the device memory tfhost may reserve, in GiB (0: none)", default = 0.0 },
   { "json", "write the rows and the environment to this file", type = "string" },
+  { "plot", "draw kernel and host time and the GEMM share against context length into this file (.svg or .html)",
+    type = "string" },
 }
 local sizes = opt.size
 if #sizes == 1 and sizes[1] == "all" then sizes = tf.model.preset_names end
@@ -224,6 +226,13 @@ tf.report.table(rows, { columns = cols{
 print("\nSoftmax costs a few FLOPs per score against 2*head_dim per score for each matmul, yet its time is a far "
   .. "larger share: it is bound by memory traffic over the (seq x seq) scores, the matmuls by arithmetic.")
 if opt.json then
-  tf.results.write(opt.json, rows, { options = opt })
+  tf.results.write(opt.json, rows, { options = opt, key = { "size", "context", "impl", "attention" },
+    metrics = { "fwd_kernel_ms", "fwd_host_ms", "step_kernel_ms", "fwd_gemm_pct", "step_gemm_pct" } })
   print("wrote " .. opt.json)
+end
+if opt.plot then
+  tf.plot.sweep(opt.plot, rows, { x = { "context", "size" },
+    y = { "fwd_kernel_ms", "fwd_host_ms", "step_kernel_ms", "fwd_gemm_pct", "step_gemm_pct", "time_ratio" },
+    series = { "size", "impl" }, title = string.format("Kernel profile, batch %d, %s", opt.batch, opt.precision) })
+  print("wrote " .. opt.plot)
 end

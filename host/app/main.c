@@ -41,7 +41,9 @@ typedef struct tf_cli {
 
 static void tf_print_usage(FILE *to) {
   fputs("usage: tfhost [options] [script [args]]\n"
-        "Runs a Lua script, or the interactive REPL, with the tf engine loaded.\n"
+        "       tfhost compare [options] A.json B.json [C.json ...]\n"
+        "Runs a Lua script, or the interactive REPL, with the tf engine loaded;\n"
+        "compare puts results files side by side (tfhost compare --help).\n"
         "\n"
         "Options:\n"
         "  -e stat        execute string 'stat'\n"
@@ -205,10 +207,21 @@ static int tf_load_stdin(lua_State *L) {
   return status;
 }
 
+/* Built-in commands run an embedded module in the script's place (their
+ * arguments come as the script's would): `tfhost compare A.json B.json`.
+ * A script file of that name runs as ./compare. */
+static bool tf_is_command(const char *name) { return name && strcmp(name, "compare") == 0; }
+
 static bool tf_run_script(lua_State *L, tf_cli *cli) {
   const char *fname = cli->stdin_script ? NULL : cli->argv[cli->script];
-  tf_runtime_add_script_dir(L, fname);
-  int status = fname ? luaL_loadfile(L, fname) : tf_load_stdin(L);
+  int status;
+  if (tf_is_command(fname)) {
+    const char *chunk = "return require('tf.compare').main(...)";
+    status = luaL_loadbuffer(L, chunk, strlen(chunk), "=tfhost compare");
+  } else {
+    tf_runtime_add_script_dir(L, fname);
+    status = fname ? luaL_loadfile(L, fname) : tf_load_stdin(L);
+  }
   if (status != LUA_OK) return tf_handle_status(L, cli, status);
   int nargs = cli->argc - cli->script - 1;
   luaL_checkstack(L, nargs + 3, "too many arguments to script");

@@ -71,6 +71,7 @@ void tf_open_mem(lua_State *L);
 void tf_open_timer(lua_State *L);
 void tf_open_json(lua_State *L);
 void tf_open_sys(lua_State *L);
+void tf_open_hash(lua_State *L); /* tf.sha256, tf.sha256_file, tf.executable */
 void tf_open_autograd(lua_State *L);
 void tf_open_nn(lua_State *L);
 void tf_open_safetensors(lua_State *L);

@@ -186,6 +186,7 @@ int luaopen_tf_core(lua_State *L) {
   tf_open_json(L);
   tf_open_safetensors(L);
   tf_open_sys(L);
+  tf_open_hash(L);
   tf_open_autograd(L);
   tf_open_nn(L);
   tf_open_model(L);

@@ -124,6 +124,9 @@ tf.bench = setmetatable({ backward = bench.backward, summarize = bench.summarize
   { __call = function(_, ...) return bench.bench(...) end })
 tf.report = require "tf.report"
 tf.results = require "tf.results"
+tf.results._start(tf.now())
+tf.units = require "tf.units"
+tf.plot = require "tf.plot"
 --- tf.help([x]) (also the global help): namespaces, or one function's signature and summary.
 tf.help = require("tf.help").help
 if rawget(_G, "help") == nil then rawset(_G, "help", tf.help) end

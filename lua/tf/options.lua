@@ -12,7 +12,8 @@
 -- list:int, list:number; `choices = {...}` restricts values. Arguments are
 -- --name value, --name=value, --flag, --no-flag. `tfhost script.lua --help`
 -- lists the options; an unknown or malformed option is a usage error (exit
--- code 2). Positional arguments come back in opt.args.
+-- code 2). Positional arguments come back in opt.args. `usage = "..."`
+-- replaces the help's first line.
 local M = {}
 
 local TYPES = {
@@ -77,8 +78,8 @@ local function convert(spec, text)
   return values[1]
 end
 
-local function help_text(script, specs, description)
-  local lines = { "usage: tfhost " .. script .. " [options]" }
+local function help_text(script, specs, description, usage)
+  local lines = { "usage: " .. (usage or ("tfhost " .. script .. " [options]")) }
   if description then lines[#lines + 1] = description end
   lines[#lines + 1] = ""
   lines[#lines + 1] = "Options:"
@@ -159,7 +160,7 @@ function M.declare(decl, argv)
     elseif a == "--" then
       only_positional = true
     elseif a == "-h" or a == "--help" then
-      require("tf").exit(0, help_text(script, specs, decl.description))
+      require("tf").exit(0, help_text(script, specs, decl.description, decl.usage))
     else
       local name, value = a:match("^%-%-([^=]+)=(.*)$")
       name = name or a:match("^%-%-(.+)$")
@@ -187,6 +188,7 @@ function M.declare(decl, argv)
   end
   values.args = args
   declared = values
+  require("tf.results").note_script()
   return values
 end
 

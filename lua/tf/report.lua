@@ -54,10 +54,7 @@ local function text_of(col, row)
     if type(col.format) == "function" then return tostring(col.format(v, row)) end
     if type(v) == "number" then return string.format(col.format, v) end
   end
-  --- tf.report.progress(fmt, ...): a progress note on stderr (stdout keeps the tables).
-function M.progress(fmt, ...) io.stderr:write(string.format(fmt, ...)) end
-
-return M.cell(v)
+  return M.cell(v)
 end
 
 function M.formats.markdown(rows, columns)

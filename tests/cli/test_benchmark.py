@@ -49,6 +49,21 @@ class Benchmark(unittest.TestCase):
         self.assertEqual(r.stdout.count("OOM"), 2)  # the mean column of both rows
         self.assertIn("OOM (", r.stderr)
 
+    def test_modes_that_ran_before_out_of_memory_keep_their_rows(self):
+        # 40 MiB holds the tiny model's forward and backward at context 16 on the CPU, not the optimizer's state
+        with tempfile.TemporaryDirectory() as tmp:
+            out = os.path.join(tmp, "b.json")
+            r = subprocess.run([TFHOST, "--device", "cpu", "experiments/benchmark.lua", "--size", "tiny", "--context",
+                                "16", "--steps", "1", "--warmup", "0", "--precision", "f32", "--memory_limit", "0.04",
+                                "--json", out], cwd=ROOT, capture_output=True, text=True, timeout=600)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            with open(out) as f:
+                rows = json.load(f)["results"]
+        self.assertEqual(sorted(x["mode"] for x in rows), ["fwd", "fwdbwd", "step"], "one row per mode")
+        by_mode = {x["mode"]: x for x in rows}
+        self.assertIsInstance(by_mode["fwd"]["mean_ms"], float)
+        self.assertEqual((by_mode["step"].get("oom"), by_mode["step"]["mean_ms"]), (True, "OOM"))
+
     def test_bad_options(self):
         r = run("--size", "huge")
         self.assertEqual(r.returncode, 2)

@@ -17,7 +17,8 @@ import tempfile
 import unittest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-DOCS = ["README.md", "docs/api.md", "docs/building.md", "docs/architecture.md", "docs/performance.md"]
+DOCS = ["README.md", "docs/api.md", "docs/building.md", "docs/architecture.md", "docs/performance.md",
+        "docs/results.md"]
 TFHOST = None
 BLOCK = re.compile(r"^```lua\n(.*?)^```", re.S | re.M)
 DIRECTIVE = re.compile(r"<!-- doc-test(?: (setup)|): (.*?) -->", re.S)

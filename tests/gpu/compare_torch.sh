@@ -22,3 +22,12 @@ python3 tests/reference/torch_benchmark.py --size "$sizes" --context "$contexts"
   | tee "$out/compare_$tag.md" | grep "^|"
 python3 tests/reference/torch_benchmark.py --size small --context 128 --precision bf16 --mode fwd --warmup 5 --steps 10 \
   --impl "${TORCH_IMPL:-eager,compiled}" --compare "$out/tf_fwd.json" 2>/dev/null | grep "^|"
+# The same two files through tfhost compare (rows matched by configuration,
+# ratios to PyTorch, the environments' differences, a plot), where PyTorch ran
+# one implementation: with both, its impl column names configurations tfhost's
+# file lacks.
+if [[ "${TORCH_IMPL:-eager,compiled}" != *,* ]]; then
+  "$bin" compare "$out/torch_$tag.json" "$out/tf_$tag.json" --plot "$out/compare_$tag.html" \
+    > "$out/compare_tfhost_$tag.md"
+  echo "tfhost compare: exit $? ($out/compare_tfhost_$tag.md, $out/compare_$tag.html)"
+fi

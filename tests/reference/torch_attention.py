@@ -34,10 +34,8 @@ backward counts 2.5 times that. Out of memory marks a row "OOM" and the sweep go
 true f32 (TF32 off), as tfhost's default.
 """
 import argparse
-import datetime
 import json
 import math
-import platform
 import statistics
 import sys
 import time
@@ -45,6 +43,9 @@ import time
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
+
+sys.path.insert(0, __file__.rsplit("/", 1)[0])
+import results_file  # noqa: E402
 
 DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
 MIB = 2 ** 20
@@ -435,12 +436,12 @@ def main():
     else:
         rows, name = leaderboard(a), "leaderboard"
     if a.json:
-        env = dict(torch=torch.__version__, cuda=torch.version.cuda, cudnn=torch.backends.cudnn.version(),
-                   device=torch.cuda.get_device_name(), python=platform.python_version(), host=platform.node(),
-                   date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-                   argv=sys.argv[1:], options={k: v for k, v in vars(a).items() if k not in ("json", "compare")})
-        with open(a.json, "w") as f:
-            json.dump(dict(experiment=name, env=env, results=rows), f, indent=1)
+        env = results_file.env(torch=torch.__version__, cuda=torch.version.cuda, cudnn=torch.backends.cudnn.version(),
+                               device=torch.cuda.get_device_name(),
+                               options={k: v for k, v in vars(a).items() if k not in ("json", "compare")})
+        key, metrics = ((results_file.SWEEP_KEY, results_file.SWEEP_METRICS) if name == "sweep"
+                        else (results_file.FLASH_KEY, results_file.FLASH_METRICS))
+        results_file.write(a.json, rows, key, metrics, env, experiment=name)
         print(f"wrote {a.json}")
     if a.compare and name != "leaderboard":
         compare(a.compare, rows, name)

@@ -14,12 +14,12 @@ for every configuration both files have.
 import argparse
 import json
 import math
-import statistics
 import sys
 
 import torch
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
+import results_file  # noqa: E402
 from torch_lm import TransformerLM  # noqa: E402
 
 PRESETS = {
@@ -82,11 +82,9 @@ def bench(size, ctx, precision, modes, batch, vocab, warmup, steps, impl="eager"
             end.record()
             torch.cuda.synchronize()
             times.append(start.elapsed_time(end))
-        mean = statistics.mean(times)
         f = flops / 3 if mode == "fwd" else flops
-        rows.append(dict(size=size, context=ctx, precision=precision, mode=mode, impl=impl, mean_ms=mean,
-                         std_ms=statistics.stdev(times) if len(times) > 1 else 0.0, tflops=f / (mean * 1e-3) / 1e12,
-                         peak_gib=torch.cuda.max_memory_allocated() / 2 ** 30, params=params))
+        rows.append(results_file.benchmark_row(size, ctx, precision, mode, impl, warmup, batch, times, f,
+                                               torch.cuda.max_memory_allocated(), params))
     del model, opt
     torch.cuda.empty_cache()
     return rows
@@ -136,12 +134,14 @@ def main():
                         rows += bench(size, ctx, precision, a.mode.split(","), a.batch, a.vocab, a.warmup, a.steps,
                                       impl)
                     except torch.cuda.OutOfMemoryError:
-                        rows.append(dict(size=size, context=ctx, precision=precision, mode="all", impl=impl, oom=True))
+                        rows += results_file.benchmark_oom_rows(size, ctx, precision, a.mode.split(","), impl, a.warmup,
+                                                                a.batch)
                         torch.cuda.empty_cache()
                     print(f"torch {size} ctx {ctx} {precision} {impl} done", file=sys.stderr)
     if a.json:
-        with open(a.json, "w") as f:
-            json.dump({"torch": torch.__version__, "device": torch.cuda.get_device_name(), "results": rows}, f, indent=1)
+        env = results_file.env(device=torch.cuda.get_device_name(), torch=torch.__version__, cuda=torch.version.cuda,
+                               options={k: v for k, v in vars(a).items() if k not in ("json", "compare")})
+        results_file.write(a.json, rows, results_file.BENCHMARK_KEY, results_file.BENCHMARK_METRICS, env)
     for r in rows:
         if not r.get("oom"):
             print(f"{r['size']:>6} {r['context']:>5} {r['precision']:>5} {r['mode']:>7} {r['impl']:>8} {r['mean_ms']:9.2f} ms "

@@ -19,6 +19,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
+import results_file  # noqa: E402
 from torch_benchmark import setup  # noqa: E402
 
 GEMM = re.compile(r"gemm|gemv|^nvjet|xmma|cutlass|cublas|wgmma|hmma|tensorop|splitkreduce|^sm\d+_|matmul")
@@ -61,7 +62,7 @@ def run(size, ctx, precision, batch, vocab, warmup, passes, overhead_rounds=0):
         step()
     forward()
     torch.cuda.synchronize()
-    row = dict(size=size, context=ctx, precision=precision, impl="torch eager")
+    row = dict(size=size, context=ctx, precision=precision, impl="eager")
     for name, fn in (("fwd", forward), ("step", step)):
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             for _ in range(passes):
@@ -125,8 +126,9 @@ def main():
                     torch.cuda.empty_cache()
                 print("torch_profile_kernels:", rows[-1], file=sys.stderr)
     if a.json:
-        env = dict(torch=torch.__version__, cuda=torch.version.cuda, device=torch.cuda.get_device_name())
-        json.dump(dict(env=env, results=rows), open(a.json, "w"), indent=1)
+        env = results_file.env(torch=torch.__version__, cuda=torch.version.cuda, device=torch.cuda.get_device_name(),
+                               options={k: v for k, v in vars(a).items() if k not in ("json", "compare")})
+        results_file.write(a.json, rows, results_file.KERNELS_KEY, results_file.KERNELS_METRICS, env)
     print("| size | ctx | prec | PyTorch fwd GEMM % | PyTorch step GEMM % | PyTorch fwd kernel ms | PyTorch step kernel ms |")
     print("|---|---|---|---|---|---|---|")
     for r in rows:
