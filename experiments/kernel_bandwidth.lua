@@ -197,7 +197,7 @@ print(string.format("\nBytes are what the step must move through each kernel (ev
   .. "Kernels marked latency do a small, fixed amount of work: their time is launch and latency. Kernels marked ? "
   .. "have no byte model: their time still counts in the total above.", 100 * opt.target))
 if opt.json then
-  tf.results.write(opt.json, rows, { options = opt, copy_gbps = rate, step_ms = step_ms, serial_step_ms = serial_ms,
+  tf.results.write(opt.json, rows, { options = opt, key = { "kernel", "class" }, copy_gbps = rate, step_ms = step_ms, serial_step_ms = serial_ms,
     kernel_ms = kernel_ms,
     compute_bound_ms = compute_ms, memory_bound_ms = bound_ms })
   print("wrote " .. opt.json)
