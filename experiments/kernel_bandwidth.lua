@@ -86,6 +86,11 @@ local function byte_model(cfg, batch, seq, precision, attention)
   local tri, full = bh * seq * (seq + 1) // 2, bh * seq * seq
   m.tf_cuda_softmax_forward_kernel = { calls = 2 * L, bytes = 2 * L * (tri + full) * e }
   m.tf_cuda_softmax_backward_kernel = { calls = L, bytes = L * (2 * tri + full) * e }
+  -- FlashAttention's backward starts with D = rowsum(dO * O): both read, one
+  -- f32 per row of each head written.
+  if attention == "flash" then
+    m.tf_flash_rowdot_kernel = { calls = L, bytes = L * (2 * nd * e + 4 * bh * seq) }
+  end
   -- The loss: logits read, their gradient written in place, targets and
   -- the per-row loss.
   m.tf_cuda_ce_kernel = { calls = 1, bytes = 2 * n * V * e + 12 * n }
@@ -112,6 +117,7 @@ local function byte_model(cfg, batch, seq, precision, attention)
   return m
 end
 
+-- GEMMs and attention, less the kernels of theirs the byte model knows.
 local function is_compute_bound(class) return class == "gemm" or class == "attention" end
 
 --- The device's copy rate in GB/s: a 1 GiB f32 tensor copied on the device
@@ -161,7 +167,7 @@ local rows, bound_ms, compute_ms, kernel_ms = {}, 0, 0, 0
 for _, r in ipairs(p:kernels{ range = "training step" }) do
   local ms = r.total_ms / opt.steps
   kernel_ms = kernel_ms + ms
-  if is_compute_bound(r.class) then
+  if is_compute_bound(r.class) and not model[r.name] then
     compute_ms = compute_ms + ms
   else
     bound_ms = bound_ms + ms

@@ -23,21 +23,41 @@ static size_t tf_flash_round256(size_t n) { return (n + 255) / 256 * 256; }
 
 /* ---- D = rowsum(dO * O) and the dQ conversion ---------------------------------------- */
 
-/* One warp per row, lanes over the head dim, a fixed reduction order. */
-template <int DT>
+/* TF_FLASH_ROWDOT_TPR threads per row, each over 16-byte words of the row
+ * when VEC (head dims of whole words, aligned rows), else
+ * over single elements; its partial sum, then the row's by shuffles, in a
+ * fixed order. A warp per row with 2-byte loads, a third of the lanes idle
+ * at head dim 80, ran at a third of the copy rate. */
+enum { TF_FLASH_ROWDOT_TPR = 4 };
+template <int DT, bool VEC>
 __global__ void __launch_bounds__(TF_CUDA_THREADS) tf_flash_rowdot_kernel(const tf_cuda_flash_params p) {
   typedef tf_cuda_dtype<DT> D;
   typedef typename D::storage S;
+  constexpr int W = VEC ? (int)(16 / sizeof(S)) : 1, TPR = TF_FLASH_ROWDOT_TPR;
   const S *o = static_cast<const S *>(p.o), *dout = static_cast<const S *>(p.dout);
-  const int lane = (int)threadIdx.x % 32, hd = p.head_dim;
-  const int64_t rows = p.batch * p.seq_q, warps = (int64_t)gridDim.x * (blockDim.x / 32);
-  for (int64_t r = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32; r < rows; r += warps) {
-    float acc = 0.f;
-    for (int c = lane; c < hd; c += 32) acc = fmaf(D::load(dout[r * hd + c]), D::load(o[r * hd + c]), acc);
+  const int hd = p.head_dim;
+  const int64_t rows = p.batch * p.seq_q, t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  const int64_t r = t / TPR;
+  const int part = (int)(t % TPR);
+  float acc = 0.f;
+  if (r < rows)
+    for (int c = part * W; c < hd; c += TPR * W) {
+      S a[W], b[W];
+      if constexpr (VEC) {
+        const uint4 wa = *reinterpret_cast<const uint4 *>(dout + r * hd + c);
+        const uint4 wb = *reinterpret_cast<const uint4 *>(o + r * hd + c);
+        memcpy(a, &wa, 16);
+        memcpy(b, &wb, 16);
+      } else {
+        a[0] = dout[r * hd + c];
+        b[0] = o[r * hd + c];
+      }
 #pragma unroll
-    for (int off = 16; off > 0; off /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, off);
-    if (lane == 0) p.rowdot[r] = acc;
-  }
+      for (int u = 0; u < W; u++) acc = fmaf(D::load(a[u]), D::load(b[u]), acc);
+    }
+#pragma unroll
+  for (int off = TPR / 2; off > 0; off /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+  if (r < rows && part == 0) p.rowdot[r] = acc;
 }
 
 /* dq = scale * dq_acc, rounded to the dtype. */
@@ -363,8 +383,14 @@ size_t tf_cuda_flash_workspace(tf_device_ctx *ctx, const tf_flash_args *a) {
 
 template <int DT> static tf_status tf_flash_backward(tf_cuda_state *st, tf_cuda_flash_params *p, bool tc, bool det) {
   const int64_t rows = p->batch * p->seq_q;
-  const unsigned row_blocks = tf_cuda_blocks(st, rows * 32);
-  tf_flash_rowdot_kernel<DT><<<row_blocks, TF_CUDA_THREADS, 0, st->stream>>>(*p);
+  const unsigned row_blocks =
+      (unsigned)((rows * TF_FLASH_ROWDOT_TPR + TF_CUDA_THREADS - 1) / TF_CUDA_THREADS); /* short blocks */
+  const bool vec = p->head_dim % (int)(16 / sizeof(typename tf_cuda_dtype<DT>::storage)) == 0 &&
+                   ((uintptr_t)p->o | (uintptr_t)p->dout) % 16 == 0;
+  if (vec)
+    tf_flash_rowdot_kernel<DT, true><<<row_blocks, TF_CUDA_THREADS, 0, st->stream>>>(*p);
+  else
+    tf_flash_rowdot_kernel<DT, false><<<row_blocks, TF_CUDA_THREADS, 0, st->stream>>>(*p);
   TF_TRY(tf_cuda_launched("flash_attention rowdot kernel"));
   if (!tc) return tf_flash_simt_backward<DT>(st, p);
   const int hd_pad = tf_flash_tc_dim(p->head_dim);

@@ -33,7 +33,9 @@ local function curve(how)
     losses[i] = loss:item()
     loss:free()
   end
-  m:free()
+  m = nil
+  collectgarbage()
+  tf.mem.empty_cache()
   return losses
 end
 
