@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <strings.h>
 
 #include TF_CBLAS_HEADER
 #ifdef _OPENMP
@@ -53,6 +54,33 @@ tf_status tf_cpu_threads_from_env(void) {
   if (!tf_cpu_threads_parse(env, &n))
     return tf_fail(TF_ERR_ARG, "TF_NUM_THREADS must be a count in 1..%d, not '%s'", TF_CPU_MAX_THREADS, env);
   return tf_cpu_set_threads(n);
+}
+
+/* OpenBLAS's build for every x86 CPU (DYNAMIC_ARCH) falls back to generic
+ * SSE3 kernels ("Prescott") on a CPU it does not recognise: Debian 12's
+ * 0.3.21 does so on the Xeons of the H100 machines (a virtual CPU model),
+ * where a 2048^3 sgemm on 16 cores took 84 ms against 21 ms with its
+ * AVX-512 kernels (numpy's own OpenBLAS: 19 ms). */
+const char *tf_cpu_blas_core_for(const char *chosen, bool avx2_fma, bool avx512f) {
+  static const char *const generic[] = {"Prescott", "Core2", "Katmai", "Coppermine", "Northwood", "Banias", "Unknown"};
+  bool fallback = false;
+  for (size_t i = 0; chosen && i < sizeof generic / sizeof generic[0]; i++)
+    if (strcasecmp(chosen, generic[i]) == 0) fallback = true;
+  if (!fallback) return NULL;
+  if (avx512f) return "SkylakeX";
+  if (avx2_fma) return "Haswell";
+  return NULL;
+}
+
+const char *tf_cpu_blas_better_core(void) {
+#if defined(TF_BLAS_OPENBLAS) && (defined(__x86_64__) || defined(__i386__))
+  if (getenv("OPENBLAS_CORETYPE")) return NULL; /* whoever set it chose */
+  __builtin_cpu_init();
+  const bool avx2_fma = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return tf_cpu_blas_core_for(openblas_get_corename(), avx2_fma, __builtin_cpu_supports("avx512f"));
+#else
+  return NULL;
+#endif
 }
 
 const char *tf_cpu_blas_name(void) {

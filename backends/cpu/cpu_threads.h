@@ -26,6 +26,13 @@ enum { TF_CPU_PARALLEL_MIN = 1 << 15 };
 
 /* The BLAS the CPU backend's products run on, with its build options. */
 const char *tf_cpu_blas_name(void);
+/* The OPENBLAS_CORETYPE that gives this CPU better kernels than OpenBLAS
+ * chose for it, or NULL (another BLAS, a core it recognised, or
+ * OPENBLAS_CORETYPE already set): tfhost then starts again with it, since
+ * OpenBLAS picks its kernels when it loads. tf_cpu_blas_core_for is the
+ * rule, from the core OpenBLAS chose and the CPU's vector units. */
+const char *tf_cpu_blas_better_core(void);
+const char *tf_cpu_blas_core_for(const char *chosen, bool avx2_fma, bool avx512f);
 
 #ifdef __cplusplus
 }

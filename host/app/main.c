@@ -311,7 +311,17 @@ static size_t tf_lua_heap_cap(void) {
   return pages > 0 && page > 0 ? (size_t)pages * (size_t)page / 2 : 0;
 }
 
+/* A BLAS on generic kernels where the CPU has far better ones: tfhost starts
+ * again with them (OpenBLAS chooses when it loads, before main); if that
+ * fails, it goes on as it is. */
+static void tf_blas_restart(char **argv) {
+  const char *core = tf_cpu_blas_better_core();
+  if (!core || setenv("OPENBLAS_CORETYPE", core, 1) != 0) return;
+  execv("/proc/self/exe", argv);
+}
+
 int main(int argc, char **argv) {
+  tf_blas_restart(argv);
   tf_backends_init();
   tf_cli cli = {.argc = argc, .argv = argv};
   int code = tf_cli_parse(&cli);

@@ -180,6 +180,26 @@ class ExitCodesAndUsage(TfhostTest):
         r = self.tfhost("-e", "print('ran')", env=dict(self.env(), TF_NUM_THREADS="x"))
         self.assertUsageError(r, "tfhost: TF_NUM_THREADS must be a count in 1..4096, not 'x'")
 
+    def test_blas_kernels(self):
+        # OpenBLAS falls back to generic SSE3 kernels on CPUs it does not recognise; tfhost then
+        # starts again with the best kernels the CPU allows, unless OPENBLAS_CORETYPE says otherwise
+        probe = "print(tf.sysinfo().blas)"
+        r = self.tfhost("-e", probe, env={k: v for k, v in self.env().items() if k != "OPENBLAS_CORETYPE"})
+        self.assertExit(r, 0)
+        if "OpenBLAS" not in r.stdout:
+            self.skipTest("this build's BLAS is not OpenBLAS: " + r.stdout.strip())
+        with open("/proc/cpuinfo") as f:
+            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
+        if "avx2" in flags and "fma" in flags:
+            for generic in ("Prescott", "Core2", "Unknown"):
+                self.assertNotIn(f" {generic} ", r.stdout)
+        r = self.tfhost("-e", probe, env=dict(self.env(), OPENBLAS_CORETYPE="Prescott"))
+        self.assertExit(r, 0)
+        self.assertIn(" Prescott ", r.stdout)  # the environment's choice is kept, and runs
+        r = self.tfhost("-e", "print(tf.matmul(tf.ones(3, 4), tf.ones(4, 2)):sum():item())",
+                        env=dict(self.env(), OPENBLAS_CORETYPE="Prescott"))
+        self.assertEqual(r.stdout, "24.0\n")
+
     def test_help(self):
         for option in ("--help", "-h"):
             with self.subTest(option=option):
