@@ -37,6 +37,8 @@ tf_status tf_cpu_convert(tf_device_ctx *ctx, const tf_tensor *src, tf_tensor *ds
   return TF_OK;
 }
 
+enum { TF_CPU_FILL_BLOCK = 4096 }; /* elements: 16 KiB of f32, in L1 while copied */
+
 tf_status tf_cpu_fill(tf_device_ctx *ctx, tf_tensor *out, double value) {
   (void)ctx;
   int64_t n = tf_tensor_numel(out);
@@ -44,9 +46,15 @@ tf_status tf_cpu_fill(tf_device_ctx *ctx, tf_tensor *out, double value) {
   size_t es = tf_dtype_size(out->dtype);
   if (n == 0) return TF_OK;
   tf_elem_set(data, out->dtype, 0, value);
-  /* the first k elements copied onto the next k, doubling: n element copies in about log2(n) memcpys */
-  for (int64_t k = 1; k < n; k *= 2)
-    memcpy((char *)data + k * (int64_t)es, data, (size_t)((k < n - k ? k : n - k) * (int64_t)es));
+  /* the first block by doubling (k elements copied onto the next k), then
+   * the block onto the rest on every core: a zero_grad of the small model's
+   * 128M gradients took 65 ms on one core of 16 */
+  const int64_t block = n < TF_CPU_FILL_BLOCK ? n : TF_CPU_FILL_BLOCK;
+  for (int64_t k = 1; k < block; k *= 2)
+    memcpy((char *)data + k * (int64_t)es, data, (size_t)((k < block - k ? k : block - k) * (int64_t)es));
+#pragma omp parallel for schedule(static) if (n > TF_CPU_PARALLEL_MIN)
+  for (int64_t at = block; at < n; at += block)
+    memcpy((char *)data + at * (int64_t)es, data, (size_t)((block < n - at ? block : n - at) * (int64_t)es));
   return TF_OK;
 }
 

@@ -109,13 +109,21 @@ static tf_status tf_cpu_norm_rows_backward(const tf_cpu_norm_rows *a) {
   double *acc = calloc((size_t)cols * 2, sizeof *acc);
   if (!acc) return tf_fail(TF_ERR_OOM, "out of memory: no host memory for a norm's weight gradients");
   double *aw = acc, *ab = acc + cols;
-  for (int64_t r = 0; r < a->rows; r++) {
-    const int64_t base = r * cols;
-    const double mean = a->layer ? tf_elem_get(a->mean, a->sd, r) : 0.0, rstd = tf_elem_get(a->rstd, a->sd, r);
-    for (int64_t c = 0; c < cols; c++) {
-      double g = tf_elem_get(a->dy, a->yd, base + c);
-      aw[c] += g * (tf_elem_get(a->x, a->xd, base + c) - mean) * rstd;
-      ab[c] += g;
+  /* each column's sum over the rows in row order, a slice of columns a
+   * thread: the bits of one thread (this loop on one core took a third of
+   * the small model's norm time on 16) */
+  enum { SLICE = 64 };
+#pragma omp parallel for schedule(static) if (a->rows * cols > TF_CPU_PARALLEL_MIN)
+  for (int64_t c0 = 0; c0 < cols; c0 += SLICE) {
+    const int64_t c1 = c0 + SLICE < cols ? c0 + SLICE : cols;
+    for (int64_t r = 0; r < a->rows; r++) {
+      const int64_t base = r * cols;
+      const double mean = a->layer ? tf_elem_get(a->mean, a->sd, r) : 0.0, rstd = tf_elem_get(a->rstd, a->sd, r);
+      for (int64_t c = c0; c < c1; c++) {
+        double g = tf_elem_get(a->dy, a->yd, base + c);
+        aw[c] += g * (tf_elem_get(a->x, a->xd, base + c) - mean) * rstd;
+        ab[c] += g;
+      }
     }
   }
   for (int64_t c = 0; c < cols; c++) {
