@@ -8,6 +8,7 @@
 #include "bind.h"
 #include "embedded.h"
 #include "luahost.h"
+#include "safe.h"
 
 /* tf.device([device]): "cpu" or "cuda:0 (NVIDIA H100 80GB HBM3)". */
 static int tf_l_device(lua_State *L) {
@@ -191,5 +192,6 @@ int luaopen_tf_core(lua_State *L) {
   tf_open_model(L);
   tf_open_prof(L);
   tf_lua_open_exit(L);
+  tf_open_safe(L);
   return 1;
 }

@@ -5,6 +5,8 @@
 local C = require "tf.core"
 -- Only tf reaches the core: tracebacks then name its functions tf.<name>.
 package.loaded["tf.core"] = nil
+local safe = require "tf.safe" -- tfhost --safe's path rule, which every writer below obeys
+safe.bind(C)
 
 local tf = {}
 for name, value in pairs(C) do
@@ -34,6 +36,7 @@ end
 --- Encodes value and writes it to path (options as tf.json.encode).
 function json.write(path, value, opts)
   local text = json.encode(value, opts or { indent = true })
+  safe.writable(path, "tf.json.write")
   local f, err = io.open(path, "w")
   if not f then error("tf.json.write: " .. err, 2) end
   f:write(text, "\n")
@@ -84,6 +87,7 @@ function tf.mem.dump(path, snap)
   else
     error("tf.mem.dump: " .. path .. ": the name must end in .pickle, .pkl or .json", 2)
   end
+  safe.writable(path, "tf.mem.dump")
   local f, err = io.open(path, "wb")
   if not f then error("tf.mem.dump: " .. err, 2) end
   f:write(text)
@@ -96,6 +100,7 @@ function tf.mem.plot(path, opts)
   if type(path) ~= "string" then error("tf.mem.plot: expected a file path", 2) end
   opts = opts or {}
   local html = require("tf.memviz").html(opts.snapshot or tf.mem.snapshot(), opts)
+  safe.writable(path, "tf.mem.plot")
   local f, err = io.open(path, "wb")
   if not f then error("tf.mem.plot: " .. err, 2) end
   f:write(html)
@@ -124,6 +129,7 @@ tf.bench = setmetatable({ backward = bench.backward, summarize = bench.summarize
   { __call = function(_, ...) return bench.bench(...) end })
 tf.report = require "tf.report"
 tf.results = require "tf.results"
+tf.safe_run = safe.run
 --- tf.help([x]) (also the global help): namespaces, or one function's signature and summary.
 tf.help = require("tf.help").help
 if rawget(_G, "help") == nil then rawset(_G, "help", tf.help) end

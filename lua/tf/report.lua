@@ -125,6 +125,7 @@ function M.table(rows, opts)
   local out = opts.out
   if out == nil then out = io.stdout end
   if type(out) == "string" then
+    require("tf.safe").writable(out, "tf.report.table")
     local f, err = io.open(out, "w")
     if not f then error("tf.report.table: " .. err, 2) end
     f:write(text)

@@ -43,6 +43,7 @@ end
 -- named parts; extra may add fields (e.g. a summary).
 function M.write(path, results, extra)
   local tf = require "tf"
+  require("tf.safe").writable(path, "tf.results.write")
   results = results or {}
   local is_list = results[1] ~= nil or next(results) == nil
   local doc = { env = M.env(), results = is_list and tf.json.array(results) or results }
