@@ -146,8 +146,12 @@ function M.run(script, opts)
     end
   end
   local is_path = not script:find("\n", 1, true) and script:sub(-4) == ".lua"
-  argv[#argv + 1] = "--"
-  argv[#argv + 1] = is_path and script or "-"
+  if is_path then
+    argv[#argv + 1] = "--" -- a path may start with "-"
+    argv[#argv + 1] = script
+  else
+    argv[#argv + 1] = "-"
+  end
   for _, a in ipairs(opts.args or {}) do argv[#argv + 1] = tostring(a) end
   local code = spawn(argv, not is_path and script or nil)
   return code == 0, code
