@@ -232,6 +232,63 @@ print("timeout", ok, code)
         self.assertTrue(os.path.exists(child))
 
 
+# Every experiment with tiny sizes (CPU seconds), and what each writes besides its JSON.
+EXPERIMENTS = [
+    ("hello.lua", ["--size", "64", "--iters", "1"], []),
+    ("benchmark.lua", ["--size", "tiny", "--context", "16", "--batch", "2", "--steps", "1", "--warmup", "0",
+                       "--mode", "fwd,step", "--precision", "f32"], []),
+    ("attention_sweep.lua", ["--batch", "1", "--d", "16", "--seq", "32", "--iters", "1", "--warmup", "0"], []),
+    ("flash_benchmark.lua", ["--quick", "--iters", "1", "--warmup", "0"], []),
+    ("fused_vs_eager.lua", ["--quick", "--part", "attention", "--iters", "1", "--warmup", "0"], []),
+    ("memory_profile.lua", ["--size", "tiny", "--context", "16", "--precision", "f32", "--batch", "1",
+                            "--mode", "forward", "--out", "snaps/deeper"], ["snaps/deeper"]),
+    ("mixed_precision.lua", ["--d_model", "64", "--layers", "1", "--steps", "1"], []),
+    ("overhead.lua", ["--size", "tiny", "--context", "16", "--batch", "1", "--steps", "1", "--rounds", "3",
+                      "--precision", "f32"], []),
+    ("profile_kernels.lua", ["--size", "tiny", "--context", "16", "--batch", "1", "--warmup", "0", "--passes", "1",
+                             "--precision", "f32", "--impl", "fused", "--trace", "traces"], ["traces"]),
+]
+
+
+def flatten(value, path=""):
+    """{"rows/0/ms": 1.5, ...}: every leaf of a results document by its path."""
+    if isinstance(value, dict):
+        return {k: v for key, item in value.items() for k, v in flatten(item, f"{path}/{key}").items()}
+    if isinstance(value, list):
+        return {k: v for i, item in enumerate(value) for k, v in flatten(item, f"{path}/{i}").items()}
+    return {path: value}
+
+
+class Experiments(Sandbox):
+    """Same results: the same fields, and every value that two runs without --safe agree on
+    (everything computed; timings differ from run to run) is the value under --safe."""
+
+    def results(self, script, args, outputs, mode, run):
+        cwd = os.path.join(self.top, f"run{run}")
+        shutil.rmtree(cwd, ignore_errors=True)
+        os.makedirs(cwd)
+        r = self.tfhost(*mode, "--seed", "7", os.path.join(ROOT, "experiments", script), *args, "--json", "r.json",
+                        cwd=cwd)
+        self.assertEqual(r.returncode, 0, f"{script} {mode}: {r.stderr[-2000:]}")
+        for out in outputs:
+            self.assertTrue(os.listdir(os.path.join(cwd, out)), f"{script} {mode} wrote nothing in {out}")
+        with open(os.path.join(cwd, "r.json")) as f:
+            return flatten(json.load(f)["results"])
+
+    def test_every_experiment_gives_the_same_results_under_safe(self):
+        names = sorted(os.path.basename(p) for p in glob.glob(os.path.join(ROOT, "experiments", "*.lua")))
+        self.assertEqual(names, sorted(e[0] for e in EXPERIMENTS), "an experiment is missing from this test")
+        for script, args, outputs in EXPERIMENTS:
+            with self.subTest(experiment=script):
+                plain = self.results(script, args, outputs, [], 1)
+                again = self.results(script, args, outputs, [], 2)
+                safe = self.results(script, args, outputs, ["--safe"], 3)
+                self.assertEqual(sorted(safe), sorted(plain), f"{script}: other fields under --safe")
+                reproducible = {k: v for k, v in plain.items() if again.get(k) == v}
+                self.assertTrue(reproducible, script)
+                self.assertEqual({k: safe[k] for k in reproducible}, reproducible, script)
+
+
 if __name__ == "__main__":
     if len(sys.argv) < 2:
         sys.exit("usage: test_safe.py /path/to/tfhost [unittest options]")
