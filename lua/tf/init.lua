@@ -5,8 +5,11 @@
 local C = require "tf.core"
 -- Only tf reaches the core: tracebacks then name its functions tf.<name>.
 package.loaded["tf.core"] = nil
-local safe = require "tf.safe" -- tfhost --safe's path rule, which every writer below obeys
+local safe = require "tf.safe"
 safe.bind(C)
+-- tfhost --safe's path rule, which every writer below obeys (taken now: a
+-- script that replaces tf.safe's fields later changes nothing here)
+local writable = safe.writable
 
 local tf = {}
 for name, value in pairs(C) do
@@ -36,7 +39,7 @@ end
 --- Encodes value and writes it to path (options as tf.json.encode).
 function json.write(path, value, opts)
   local text = json.encode(value, opts or { indent = true })
-  safe.writable(path, "tf.json.write")
+  writable(path, "tf.json.write")
   local f, err = io.open(path, "w")
   if not f then error("tf.json.write: " .. err, 2) end
   f:write(text, "\n")
@@ -87,7 +90,7 @@ function tf.mem.dump(path, snap)
   else
     error("tf.mem.dump: " .. path .. ": the name must end in .pickle, .pkl or .json", 2)
   end
-  safe.writable(path, "tf.mem.dump")
+  writable(path, "tf.mem.dump")
   local f, err = io.open(path, "wb")
   if not f then error("tf.mem.dump: " .. err, 2) end
   f:write(text)
@@ -100,7 +103,7 @@ function tf.mem.plot(path, opts)
   if type(path) ~= "string" then error("tf.mem.plot: expected a file path", 2) end
   opts = opts or {}
   local html = require("tf.memviz").html(opts.snapshot or tf.mem.snapshot(), opts)
-  safe.writable(path, "tf.mem.plot")
+  writable(path, "tf.mem.plot")
   local f, err = io.open(path, "wb")
   if not f then error("tf.mem.plot: " .. err, 2) end
   f:write(html)

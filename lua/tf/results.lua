@@ -2,6 +2,7 @@
 -- it (tfhost version and commit, device, driver and CUDA versions, seed,
 -- options, date).
 local M = {}
+local writable = require("tf.safe").writable -- tfhost --safe's path rule
 
 local function safe(fn, ...)
   local ok, v = pcall(fn, ...)
@@ -43,7 +44,7 @@ end
 -- named parts; extra may add fields (e.g. a summary).
 function M.write(path, results, extra)
   local tf = require "tf"
-  require("tf.safe").writable(path, "tf.results.write")
+  writable(path, "tf.results.write")
   results = results or {}
   local is_list = results[1] ~= nil or next(results) == nil
   local doc = { env = M.env(), results = is_list and tf.json.array(results) or results }
