@@ -185,6 +185,10 @@ static int tf_dolibrary(lua_State *L, const char *spec) {
   return status;
 }
 
+/* Under --safe the script, -e and stdin are text only (a binary chunk can
+ * break Lua's memory safety); otherwise as lua, text or binary. */
+static const char *tf_chunk_mode(const tf_cli *cli) { return cli->safe.safe ? "t" : NULL; }
+
 /* Runs the -e and -l options in the order given. */
 static bool tf_run_args(lua_State *L, tf_cli *cli) {
   for (int i = 1; i < cli->script; i++) {
@@ -196,7 +200,8 @@ static bool tf_run_args(lua_State *L, tf_cli *cli) {
       continue;
     }
     const char *value = a[2] ? a + 2 : cli->argv[++i];
-    int status = a[1] == 'e' ? tf_dochunk(L, luaL_loadbuffer(L, value, strlen(value), "=(command line)"))
+    int status = a[1] == 'e' ? tf_dochunk(L, luaL_loadbufferx(L, value, strlen(value), "=(command line)",
+                                                              tf_chunk_mode(cli)))
                              : tf_dolibrary(L, value);
     if (!tf_handle_status(L, cli, status)) return false;
   }
@@ -205,8 +210,8 @@ static bool tf_run_args(lua_State *L, tf_cli *cli) {
 
 /* Loads stdin as one script, as lua does. A syntax error says so: a bare
  * expression line (which the REPL would print) is not a statement. */
-static int tf_load_stdin(lua_State *L) {
-  int status = luaL_loadfile(L, NULL);
+static int tf_load_stdin(lua_State *L, const tf_cli *cli) {
+  int status = luaL_loadfilex(L, NULL, tf_chunk_mode(cli));
   if (status == LUA_ERRSYNTAX) {
     lua_pushfstring(L, "%s\n(stdin is read as one script, as lua reads it: a line must be a statement; "
                        "tfhost -i reads it line by line as the REPL does, printing the values of expressions)",
@@ -219,7 +224,7 @@ static int tf_load_stdin(lua_State *L) {
 static bool tf_run_script(lua_State *L, tf_cli *cli) {
   const char *fname = cli->stdin_script ? NULL : cli->argv[cli->script];
   tf_runtime_add_script_dir(L, fname);
-  int status = fname ? luaL_loadfile(L, fname) : tf_load_stdin(L);
+  int status = fname ? luaL_loadfilex(L, fname, tf_chunk_mode(cli)) : tf_load_stdin(L, cli);
   if (status != LUA_OK) return tf_handle_status(L, cli, status);
   int nargs = cli->argc - cli->script - 1;
   luaL_checkstack(L, nargs + 3, "too many arguments to script");
@@ -280,7 +285,7 @@ static int tf_pmain(lua_State *L) {
       tf_print_version();
       cli->exit_code = tf_repl(L);
     } else {
-      tf_handle_status(L, cli, tf_dochunk(L, tf_load_stdin(L)));
+      tf_handle_status(L, cli, tf_dochunk(L, tf_load_stdin(L, cli)));
     }
   }
   return 0;

@@ -34,7 +34,7 @@ static int tf_try_return(lua_State *L, const tf_repl_input *in) {
   luaL_pushresult(&b);
   size_t rlen;
   const char *retline = lua_tolstring(L, -1, &rlen);
-  int status = luaL_loadbuffer(L, retline, rlen, "=stdin");
+  int status = luaL_loadbufferx(L, retline, rlen, "=stdin", "t");
   if (status == LUA_OK) {
     lua_remove(L, -2); /* the "return" text */
     tf_accept(in, line);
@@ -49,7 +49,7 @@ static int tf_multiline(lua_State *L, const tf_repl_input *in) {
   for (;;) {
     size_t len;
     const char *line = lua_tolstring(L, 1, &len);
-    int status = luaL_loadbuffer(L, line, len, "=stdin");
+    int status = luaL_loadbufferx(L, line, len, "=stdin", "t");
     if (!tf_incomplete(L, status)) {
       tf_accept(in, line);
       return status;

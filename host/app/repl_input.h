@@ -1,7 +1,8 @@
 /* The REPL's chunk handling, apart from where its lines come from (a
  * terminal, a pipe, or a fuzzing harness): a line is first tried as
  * `return <line>` so expressions print; input that ends too early (a syntax
- * error at <eof>) takes more lines until it is complete or wrong. */
+ * error at <eof>) takes more lines until it is complete or wrong. Lines are
+ * Lua text: a binary chunk is refused (it can break Lua's memory safety). */
 #ifndef TF_REPL_INPUT_H
 #define TF_REPL_INPUT_H
 

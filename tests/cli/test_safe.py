@@ -131,6 +131,17 @@ class Escapes(Sandbox):
         self.assertIn("--safe: os.execute is not available", r.stderr)
         self.assertFalse(os.path.exists(os.path.join(self.work, "pwned")))
 
+    def test_binary_main_script_and_stdin_are_refused(self):
+        chunk = os.path.join(self.work, "main.luac")
+        with open(chunk, "wb") as f:
+            f.write(b"\x1bLuaT\x00\x19\x93\r\n\x1a\n\x04\x08\x08")
+        for args, stdin in (([chunk], ""), (["-"], "\x1bLuaT\x00"), (["-i"], "\x1bLuaT\x00\n")):
+            with self.subTest(args=args):
+                r = self.tfhost("--safe", *args, stdin=stdin)
+                self.assertIn("attempt to load a binary chunk (mode is 't')", r.stderr)
+                if args != ["-i"]:
+                    self.assertEqual(r.returncode, 1)
+
 
 class Allowed(Sandbox):
     def script(self, folder, name, text):
