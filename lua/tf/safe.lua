@@ -58,30 +58,36 @@ function M.enter()
   })
   debug, package.loaded.debug = safe_debug, safe_debug
 
-  -- Files: every name goes through the check first.
+  -- Files: every name goes through the check first. Lua takes a number as a
+  -- file name too; anything else is not a name, and the function itself
+  -- says so (or takes it as a file handle, or stdin).
+  local function checked(path, mode, who)
+    local t = type(path)
+    if t == "string" or t == "number" then check(path, mode, who) end
+  end
   function io.open(path, mode, ...)
-    check(path, mode, "io.open")
+    checked(path, mode, "io.open")
     return io_open(path, mode, ...)
   end
   function io.lines(path, ...)
-    if path ~= nil then check(path, "r", "io.lines") end
+    checked(path, "r", "io.lines")
     return io_lines(path, ...)
   end
   function io.input(file)
-    if type(file) == "string" then check(file, "r", "io.input") end
+    checked(file, "r", "io.input")
     return io_input(file)
   end
   function io.output(file)
-    if type(file) == "string" then check(file, "w", "io.output") end
+    checked(file, "w", "io.output")
     return io_output(file)
   end
   function os.remove(path)
-    check(path, "w", "os.remove")
+    checked(path, "w", "os.remove")
     return os_remove(path)
   end
   function os.rename(from, to)
-    check(from, "w", "os.rename")
-    check(to, "w", "os.rename")
+    checked(from, "w", "os.rename")
+    checked(to, "w", "os.rename")
     return os_rename(from, to)
   end
 
@@ -99,7 +105,7 @@ function M.enter()
     return binary_refused(real_load(chunk, name, "t", ...))
   end
   local function text_loadfile(path, who, ...)
-    if path ~= nil then check(path, "r", who) end
+    checked(path, "r", who)
     return binary_refused(real_loadfile(path, "t", ...))
   end
   function loadfile(path, mode, ...) return text_loadfile(path, "loadfile", ...) end
@@ -116,7 +122,7 @@ function M.enter()
   local function lua_searcher(name)
     local path, err = searchpath(name, package.path)
     if not path then return err .. "\n\t--safe: C modules are not searched (no native code)" end
-    check(path, "r", "require")
+    checked(path, "r", "require")
     local f, why = binary_refused(real_loadfile(path, "t"))
     if not f then error(why, 2) end
     return f, path

@@ -68,8 +68,8 @@ def snapshot(top, skip):
 
 
 class Sandbox(unittest.TestCase):
-    """A scratch tree: work/ (the current folder of each run) with links that point out of it,
-    and outside/ with files an escape would read or change."""
+    """A scratch tree: work/ (the current folder of each run) with links that point out of it
+    and a folder allowed/, and outside/ with files an escape would read or change."""
 
     def setUp(self):
         tmp = tempfile.TemporaryDirectory(prefix="tfhost-safe-")
@@ -79,6 +79,7 @@ class Sandbox(unittest.TestCase):
         self.outside = os.path.join(self.top, "outside")
         os.makedirs(self.work)
         os.makedirs(self.outside)
+        os.makedirs(os.path.join(self.work, "allowed"))  # for runs with --allow-write allowed
         with open(os.path.join(self.outside, "canary.txt"), "w") as f:
             f.write("canary\n")
         with open(os.path.join(self.outside, "evil.lua"), "w") as f:
