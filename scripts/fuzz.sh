@@ -8,6 +8,7 @@
 #   scripts/fuzz.sh                      each harness for 12 s (what CI runs)
 #   scripts/fuzz.sh --seconds 600 json   one harness for 10 minutes
 #   scripts/fuzz.sh --runs 10000000      each harness for 10 million inputs
+#   scripts/fuzz.sh --max-len 256 repl   inputs of at most 256 bytes (default: libFuzzer's 4096)
 #
 # A finding (crash, sanitizer report, leak, timeout) stops with exit code 1
 # and leaves the input in build-fuzz/findings/<name>/; add it to the
@@ -17,11 +18,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 limit=(-max_total_time=12)
+max_len=()
 harnesses=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --seconds) limit=(-max_total_time="$2"); shift 2 ;;
     --runs) limit=(-runs="$2"); shift 2 ;;
+    --max-len) max_len=(-max_len="$2"); shift 2 ;;
     json|options|repl|safetensors) harnesses+=("$1"); shift ;;
     *) echo "fuzz: unknown argument '$1' (see the comment at the top of $0)" >&2; exit 2 ;;
   esac
@@ -47,7 +50,7 @@ for name in "${harnesses[@]}"; do
   mkdir -p "$work" "$findings"
   echo "== fuzz_$name ${limit[*]}"
   start=$(date +%s)
-  if ! build-fuzz/fuzz_"$name" "${limit[@]}" -timeout=10 -rss_limit_mb=4096 -print_final_stats=1 \
+  if ! build-fuzz/fuzz_"$name" "${limit[@]}" "${max_len[@]}" -timeout=10 -rss_limit_mb=4096 -print_final_stats=1 \
       -artifact_prefix="$findings/" "$work" tests/fuzz/corpus/"$name" >"$probe/log" 2>&1; then
     tail -40 "$probe/log"
     echo "fuzz: fuzz_$name found a problem; the input is in $findings/" >&2
