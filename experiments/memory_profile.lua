@@ -29,8 +29,7 @@ local opt = tf.options{
 if not tf.model.presets[opt.size] then tf.exit(2, "memory_profile.lua: unknown size '" .. opt.size .. "'\n") end
 if opt.memory_limit > 0 then tf.mem.set_limit(math.floor(opt.memory_limit * 2 ^ 30)) end
 if opt.out ~= "" then
-  local ok = os.execute("mkdir -p '" .. opt.out:gsub("'", "'\\''") .. "'")
-  if not ok then tf.exit(1, "memory_profile.lua: cannot create " .. opt.out .. "\n") end
+  tf.mkdir(opt.out)
 end
 
 local GiB, MiB = 2 ^ 30, 2 ^ 20

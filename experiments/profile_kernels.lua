@@ -44,7 +44,7 @@ for _, s in ipairs(sizes) do
 end
 if opt.passes < 1 then tf.exit(2, "profile_kernels.lua: --passes must be >= 1\n") end
 if opt.memory_limit > 0 then tf.mem.set_limit(math.floor(opt.memory_limit * 2 ^ 30)) end
-if opt.trace then os.execute("mkdir -p '" .. opt.trace:gsub("'", "'\\''") .. "'") end
+if opt.trace then tf.mkdir(opt.trace) end
 
 local progress = tf.report.progress
 local ok_prof, why = tf.prof.available()

@@ -32,24 +32,47 @@ install_python_packages() {
   fi
 }
 
-missing=()
-for p in "${packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
+# clang with libFuzzer, for scripts/fuzz.sh. Optional: where it cannot be
+# installed, the fuzzing step of scripts/test.sh skips and says why.
+optional=(clang libclang-rt-dev)
 
-if [ ${#missing[@]} -eq 0 ]; then
+not_installed() {
+  local p
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || echo "$p"
+  done
+}
+mapfile -t missing < <(not_installed "${packages[@]}")
+mapfile -t missing_optional < <(not_installed "${optional[@]}")
+
+if [ ${#missing[@]} -eq 0 ] && [ ${#missing_optional[@]} -eq 0 ]; then
   echo "install-deps: all packages present"
   install_python_packages
   exit 0
 fi
 
-echo "install-deps: installing ${missing[*]}"
 sudo=""
 if [ "$(id -u)" -ne 0 ]; then
-  command -v sudo >/dev/null || { echo "install-deps: need root or sudo to install ${missing[*]}" >&2; exit 1; }
+  if ! command -v sudo >/dev/null; then
+    if [ ${#missing[@]} -gt 0 ]; then
+      echo "install-deps: need root or sudo to install ${missing[*]}" >&2
+      exit 1
+    fi
+    echo "install-deps: cannot install ${missing_optional[*]} (no root or sudo); scripts/fuzz.sh will skip"
+    install_python_packages
+    exit 0
+  fi
   sudo="sudo"
 fi
 export DEBIAN_FRONTEND=noninteractive
 $sudo apt-get update -qq
-$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "install-deps: installing ${missing[*]}"
+  $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+if [ ${#missing_optional[@]} -gt 0 ]; then
+  echo "install-deps: installing ${missing_optional[*]} (optional, for fuzzing)"
+  $sudo apt-get install -y -qq --no-install-recommends "${missing_optional[@]}" ||
+    echo "install-deps: could not install ${missing_optional[*]}; scripts/fuzz.sh will skip"
+fi
 install_python_packages

@@ -3,7 +3,9 @@
 # build and run every test in two configurations:
 #   build-test/  warnings as errors, the CUDA backend compiled when nvcc is
 #                found (GPU tests skip, saying why, when no GPU is present);
-#   build-asan/  the CPU backend under AddressSanitizer + UndefinedBehaviorSanitizer.
+#   build-asan/  the CPU backend under AddressSanitizer + UndefinedBehaviorSanitizer;
+#   build-fuzz/  the parsers' libFuzzer harnesses, 12 s each (scripts/fuzz.sh; it
+#                skips, saying why, where clang's libFuzzer could not be installed).
 # Pass --no-asan to run the first configuration only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,5 +34,7 @@ run_config build-test -DCMAKE_BUILD_TYPE=RelWithDebInfo
 if [ "${1:-}" != "--no-asan" ]; then
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
     run_config build-asan -DCMAKE_BUILD_TYPE=Debug -DTF_CUDA=OFF -DTF_SANITIZE=ON
+  echo "== build-fuzz: scripts/fuzz.sh"
+  scripts/fuzz.sh
 fi
 echo "test: all configurations passed in $(( $(date +%s) - start )) s"

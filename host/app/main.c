@@ -22,6 +22,7 @@
 #include "luahost.h"
 #include "repl.h"
 #include "runtime.h"
+#include "safe_cli.h"
 
 typedef struct tf_cli {
   int argc;
@@ -36,6 +37,7 @@ typedef struct tf_cli {
   const char *device;  /* --device */
   const char *seed;    /* --seed */
   const char *threads; /* --threads */
+  tf_safe_settings safe; /* --safe, --allow-write, --timeout, --memory-limit */
   int exit_code;
 } tf_cli;
 
@@ -56,8 +58,10 @@ static void tf_print_usage(FILE *to) {
         "  --threads N    CPU threads for OpenMP and the BLAS (default: TF_NUM_THREADS, else every core)\n"
         "  -h, --help     show this help\n"
         "  --             stop handling options\n"
-        "  -              run the script read from stdin\n"
-        "\n"
+        "  -              run the script read from stdin\n",
+        to);
+  fputs(tf_safe_cli_usage, to);
+  fputs("\n"
         "A script's own options are listed by: tfhost script.lua --help\n"
         "Environment: TFHOST_LUA_MEMORY caps the Lua heap (for example 512M or 8G).\n",
         to);
@@ -84,6 +88,10 @@ static int tf_cli_parse(tf_cli *cli) {
   cli->script = cli->argc;
   for (int i = 1; i < cli->argc; i++) {
     const char *a = cli->argv[i];
+    char err[160];
+    int safe_option = tf_safe_cli_option(cli->argc, cli->argv, &i, &cli->safe, err, sizeof err);
+    if (safe_option < 0) return tf_usage_error("%s", err);
+    if (safe_option > 0) continue;
     if (a[0] != '-' || strcmp(a, "-") == 0) {
       cli->script = i;
       cli->stdin_script = strcmp(a, "-") == 0;
@@ -120,6 +128,7 @@ static int tf_cli_parse(tf_cli *cli) {
       return tf_usage_error("unrecognized option '%s'", a);
     }
   }
+  if (cli->safe.allow_write && !cli->safe.safe) return tf_usage_error("%s", "--allow-write needs --safe");
   return 0;
 }
 
@@ -178,16 +187,23 @@ static int tf_dolibrary(lua_State *L, const char *spec) {
   return status;
 }
 
+/* Under --safe the script, -e and stdin are text only (a binary chunk can
+ * break Lua's memory safety); otherwise as lua, text or binary. */
+static const char *tf_chunk_mode(const tf_cli *cli) { return cli->safe.safe ? "t" : NULL; }
+
 /* Runs the -e and -l options in the order given. */
 static bool tf_run_args(lua_State *L, tf_cli *cli) {
   for (int i = 1; i < cli->script; i++) {
     const char *a = cli->argv[i];
     if (a[0] != '-' || (a[1] != 'e' && a[1] != 'l')) {
-      if (strcmp(a, "--device") == 0 || strcmp(a, "--seed") == 0 || strcmp(a, "--threads") == 0) i++;
+      if (strcmp(a, "--device") == 0 || strcmp(a, "--seed") == 0 || strcmp(a, "--threads") == 0 ||
+          tf_safe_cli_takes_value(a))
+        i++;
       continue;
     }
     const char *value = a[2] ? a + 2 : cli->argv[++i];
-    int status = a[1] == 'e' ? tf_dochunk(L, luaL_loadbuffer(L, value, strlen(value), "=(command line)"))
+    int status = a[1] == 'e' ? tf_dochunk(L, luaL_loadbufferx(L, value, strlen(value), "=(command line)",
+                                                              tf_chunk_mode(cli)))
                              : tf_dolibrary(L, value);
     if (!tf_handle_status(L, cli, status)) return false;
   }
@@ -196,8 +212,8 @@ static bool tf_run_args(lua_State *L, tf_cli *cli) {
 
 /* Loads stdin as one script, as lua does. A syntax error says so: a bare
  * expression line (which the REPL would print) is not a statement. */
-static int tf_load_stdin(lua_State *L) {
-  int status = luaL_loadfile(L, NULL);
+static int tf_load_stdin(lua_State *L, const tf_cli *cli) {
+  int status = luaL_loadfilex(L, NULL, tf_chunk_mode(cli));
   if (status == LUA_ERRSYNTAX) {
     lua_pushfstring(L, "%s\n(stdin is read as one script, as lua reads it: a line must be a statement; "
                        "tfhost -i reads it line by line as the REPL does, printing the values of expressions)",
@@ -220,7 +236,7 @@ static bool tf_run_script(lua_State *L, tf_cli *cli) {
     status = luaL_loadbuffer(L, chunk, strlen(chunk), "=tfhost compare");
   } else {
     tf_runtime_add_script_dir(L, fname);
-    status = fname ? luaL_loadfile(L, fname) : tf_load_stdin(L);
+    status = fname ? luaL_loadfilex(L, fname, tf_chunk_mode(cli)) : tf_load_stdin(L, cli);
   }
   if (status != LUA_OK) return tf_handle_status(L, cli, status);
   int nargs = cli->argc - cli->script - 1;
@@ -266,7 +282,10 @@ static int tf_pmain(lua_State *L) {
   luaL_checkversion(L);
   if (cli->warnings) lua_warning(L, "@on", 0);
   if (!tf_apply_cli_settings(L, cli)) return 0;
+  tf_safe_limits_start(L, &cli->safe);
   tf_runtime_open(L);
+  if (cli->safe.safe)
+    tf_safe_enter(L, &cli->safe, cli->script < cli->argc && !cli->stdin_script ? cli->argv[cli->script] : NULL);
   tf_create_arg_table(L, cli);
   if (cli->version) tf_print_version();
   if (!tf_run_args(L, cli)) return 0;
@@ -279,7 +298,7 @@ static int tf_pmain(lua_State *L) {
       tf_print_version();
       cli->exit_code = tf_repl(L);
     } else {
-      tf_handle_status(L, cli, tf_dochunk(L, tf_load_stdin(L)));
+      tf_handle_status(L, cli, tf_dochunk(L, tf_load_stdin(L, cli)));
     }
   }
   return 0;
@@ -303,12 +322,14 @@ static size_t tf_parse_bytes(const char *s) {
   return (size_t)v;
 }
 
-/* The Lua heap cap: TFHOST_LUA_MEMORY, else half of physical memory. */
-static size_t tf_lua_heap_cap(void) {
+/* The Lua heap cap: TFHOST_LUA_MEMORY, else half of physical memory (under
+ * --safe at most TF_SAFE_LUA_HEAP). */
+static size_t tf_lua_heap_cap(bool safe) {
   size_t from_env = tf_parse_bytes(getenv("TFHOST_LUA_MEMORY"));
   if (from_env) return from_env;
   long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-  return pages > 0 && page > 0 ? (size_t)pages * (size_t)page / 2 : 0;
+  size_t half = pages > 0 && page > 0 ? (size_t)pages * (size_t)page / 2 : 0;
+  return safe && (half == 0 || half > TF_SAFE_LUA_HEAP) ? TF_SAFE_LUA_HEAP : half;
 }
 
 /* A BLAS on generic kernels where the CPU has far better ones: tfhost starts
@@ -330,7 +351,7 @@ int main(int argc, char **argv) {
     tf_print_usage(stdout);
     return TF_EXIT_OK;
   }
-  lua_State *L = tf_lua_newstate(tf_lua_heap_cap());
+  lua_State *L = tf_lua_newstate(tf_lua_heap_cap(cli.safe.safe));
   if (!L) {
     fputs("tfhost: cannot create the Lua state: not enough memory\n", stderr);
     return TF_EXIT_SCRIPT;

@@ -7,14 +7,11 @@
 #include <unistd.h>
 
 #include "luahost.h"
+#include "repl_input.h"
 
 #ifdef TF_WITH_EDITLINE
 #include <editline/readline.h>
 #endif
-
-#define TF_PROMPT "tf> "
-#define TF_PROMPT2 "... "
-#define TF_EOFMARK "<eof>"
 
 static int tf_use_editor;
 
@@ -73,7 +70,8 @@ static char **tf_complete(const char *text, int start, int end) {
 
 /* Reads one line without its newline into a new Lua string on the stack;
  * 0 at end of input. */
-static int tf_readline(lua_State *L, const char *prompt) {
+static int tf_readline(lua_State *L, const char *prompt, void *ud) {
+  (void)ud;
 #ifdef TF_WITH_EDITLINE
   if (tf_use_editor) {
     char *line = readline(prompt);
@@ -104,69 +102,13 @@ static int tf_readline(lua_State *L, const char *prompt) {
   return got;
 }
 
-static void tf_add_history(const char *line) {
+static void tf_add_history(const char *line, void *ud) {
+  (void)ud;
 #ifdef TF_WITH_EDITLINE
   if (tf_use_editor && line[0]) add_history(line);
 #else
   (void)line;
 #endif
-}
-
-/* Whether a syntax error only says that input ended too early. */
-static int tf_incomplete(lua_State *L, int status) {
-  if (status != LUA_ERRSYNTAX) return 0;
-  size_t len;
-  const char *msg = lua_tolstring(L, -1, &len);
-  size_t mark = sizeof(TF_EOFMARK) - 1;
-  if (len >= mark && strcmp(msg + len - mark, TF_EOFMARK) == 0) {
-    lua_pop(L, 1);
-    return 1;
-  }
-  return 0;
-}
-
-/* Tries "return <line>" so that expressions print their value. */
-static int tf_try_return(lua_State *L) {
-  const char *line = lua_tostring(L, -1);
-  const char *retline = lua_pushfstring(L, "return %s;", line);
-  int status = luaL_loadbuffer(L, retline, strlen(retline), "=stdin");
-  if (status == LUA_OK) {
-    lua_remove(L, -2); /* the "return" text */
-    tf_add_history(line);
-  } else {
-    lua_pop(L, 2); /* error and the "return" text */
-  }
-  return status;
-}
-
-/* Reads lines until they form a complete chunk (or a real syntax error). */
-static int tf_multiline(lua_State *L) {
-  for (;;) {
-    size_t len;
-    const char *line = lua_tolstring(L, 1, &len);
-    int status = luaL_loadbuffer(L, line, len, "=stdin");
-    if (!tf_incomplete(L, status)) {
-      tf_add_history(line);
-      return status;
-    }
-    if (!tf_readline(L, TF_PROMPT2)) {
-      lua_pushliteral(L, "stdin: incomplete statement at the end of input");
-      return LUA_ERRSYNTAX;
-    }
-    lua_pushliteral(L, "\n");
-    lua_insert(L, -2);
-    lua_concat(L, 3);
-  }
-}
-
-/* Leaves a compiled chunk (or an error) on the stack; -1 at end of input. */
-static int tf_loadline(lua_State *L) {
-  lua_settop(L, 0);
-  if (!tf_readline(L, TF_PROMPT)) return -1;
-  int status = tf_try_return(L);
-  if (status != LUA_OK) status = tf_multiline(L);
-  lua_remove(L, 1); /* the line text */
-  return status;
 }
 
 /* Prints the values a chunk returned, with the global print. */
@@ -200,8 +142,9 @@ int tf_repl(lua_State *L) {
     rl_completion_append_character = '\0';
   }
 #endif
+  const tf_repl_input input = {tf_readline, tf_add_history, NULL};
   int status, code = TF_EXIT_OK;
-  while ((status = tf_loadline(L)) != -1) {
+  while ((status = tf_repl_load(L, &input)) != -1) {
     if (status == LUA_OK) status = tf_lua_docall(L, 0, LUA_MULTRET);
     if (status == LUA_OK) status = tf_print_results(L);
     if (status != LUA_OK) {

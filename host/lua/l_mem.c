@@ -50,10 +50,32 @@ static int tf_l_mem_empty_cache(lua_State *L) {
   return 0;
 }
 
-/* tf.mem.set_limit(bytes | nil [, device]): caps reserved memory. */
+/* Registry key of --memory-limit's cap in bytes (absent: none). */
+static const char tf_mem_cap_key = 0;
+
+void tf_lua_mem_cap(lua_State *L, size_t bytes) {
+  for (int i = -1; i < tf_cuda_device_count(); i++) {
+    tf_device_ctx *ctx;
+    tf_device d = i < 0 ? tf_cpu() : (tf_device){TF_DEV_CUDA, i};
+    TF_LUA_CHECK(L, tf_device_ctx_get(d, &ctx), "--memory-limit");
+    tf_alloc_set_limit(&ctx->alloc, bytes);
+  }
+  lua_pushinteger(L, (lua_Integer)bytes);
+  lua_rawsetp(L, LUA_REGISTRYINDEX, &tf_mem_cap_key);
+}
+
+/* tf.mem.set_limit(bytes | nil [, device]): caps reserved memory; under
+ * --memory-limit only at or below its cap. */
 static int tf_l_mem_set_limit(lua_State *L) {
   lua_Integer limit = luaL_opt(L, luaL_checkinteger, 1, 0);
   if (limit < 0) return luaL_argerror(L, 1, "the limit must be >= 0 (or nil for none)");
+  if (lua_rawgetp(L, LUA_REGISTRYINDEX, &tf_mem_cap_key) == LUA_TNUMBER) {
+    lua_Integer cap = lua_tointeger(L, -1);
+    if (limit == 0 || limit > cap)
+      return tf_lua_error(L, "tf.mem.set_limit: refused: the limit cannot be raised past --memory-limit (%I bytes)",
+                          cap);
+  }
+  lua_pop(L, 1);
   tf_device_ctx *ctx = tf_l_mem_ctx(L, 2, "tf.mem.set_limit");
   tf_alloc_set_limit(&ctx->alloc, (size_t)limit);
   return 0;

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "bind.h"
+#include "safe.h"
 #include "safetensors.h"
 
 static void tf_st_free(void *file) { tf_safetensors_free(file); }
@@ -46,6 +47,7 @@ static tf_device tf_st_checkopts(lua_State *L, int idx) {
 /* tf.safetensors.load(path [, {device = ...}]) -> {name = tensor}, metadata */
 static int tf_l_st_load(lua_State *L) {
   const char *path = luaL_checkstring(L, 1);
+  tf_safe_check_path(L, path, false, "tf.safetensors.load");
   tf_device device = tf_st_checkopts(L, 2);
   void **owned = tf_lua_push_owner(L, tf_st_free);
   tf_safetensors_file *f = NULL;
@@ -64,6 +66,7 @@ static int tf_l_st_load(lua_State *L) {
 /* tf.safetensors.read_header(path) -> {name = {dtype =, shape =, offsets =}}, metadata */
 static int tf_l_st_read_header(lua_State *L) {
   const char *path = luaL_checkstring(L, 1);
+  tf_safe_check_path(L, path, false, "tf.safetensors.read_header");
   void **owned = tf_lua_push_owner(L, tf_st_free);
   tf_safetensors_file *f = NULL;
   TF_LUA_CHECK(L, tf_safetensors_read_header(path, &f), "tf.safetensors.read_header");
@@ -116,6 +119,7 @@ static const char *tf_st_key(lua_State *L, const char *path, const char *what) {
 /* tf.safetensors.save(path, {name = tensor} [, {key = string}]) */
 static int tf_l_st_save(lua_State *L) {
   const char *path = luaL_checkstring(L, 1);
+  tf_safe_check_path(L, path, true, "tf.safetensors.save");
   luaL_checktype(L, 2, LUA_TTABLE);
   if (!lua_isnoneornil(L, 3)) luaL_checktype(L, 3, LUA_TTABLE);
   lua_settop(L, 3);

@@ -1,6 +1,9 @@
-/* Devices, seeds, versions and the environment: what results files record. */
+/* Devices, seeds, versions and the environment: what results files record;
+ * and tf.mkdir, the one file-system change scripts need besides files. */
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/utsname.h>
 #include <unistd.h>
 
@@ -8,6 +11,7 @@
 #include "bind.h"
 #include "embedded.h"
 #include "luahost.h"
+#include "safe.h"
 
 /* tf.device([device]): "cpu" or "cuda:0 (NVIDIA H100 80GB HBM3)". */
 static int tf_l_device(lua_State *L) {
@@ -150,7 +154,36 @@ static int tf_l_sysinfo(lua_State *L) {
   return 1;
 }
 
+/* tf.mkdir(path) -> path: makes the folder and any missing parents (as
+ * mkdir -p; an existing folder is fine). Each folder is checked against
+ * --safe's write rule just before it is made, so experiments need no shell. */
+static int tf_l_mkdir(lua_State *L) {
+  size_t len;
+  const char *path = luaL_checklstring(L, 1, &len);
+  if (len == 0 || strlen(path) != len) return tf_lua_error(L, "tf.mkdir: expected a folder name without NUL bytes");
+  luaL_Buffer b;
+  char *copy = luaL_buffinitsize(L, &b, len + 1);
+  memcpy(copy, path, len + 1);
+  for (size_t i = 1; i <= len; i++) {
+    if (copy[i] != '/' && copy[i] != '\0') continue;
+    char saved = copy[i];
+    copy[i] = '\0';
+    struct stat st;
+    if (stat(copy, &st) != 0) {
+      tf_safe_check_path(L, copy, true, "tf.mkdir");
+      if (mkdir(copy, 0777) != 0 && errno != EEXIST)
+        return tf_lua_error(L, "tf.mkdir: %s: %s", copy, strerror(errno));
+    } else if (!S_ISDIR(st.st_mode) && saved == '\0') {
+      return tf_lua_error(L, "tf.mkdir: %s exists and is not a folder", copy);
+    }
+    copy[i] = saved;
+  }
+  lua_settop(L, 1);
+  return 1;
+}
+
 static const luaL_Reg tf_sys_functions[] = {
+    {"mkdir", tf_l_mkdir},
     {"device", tf_l_device},
     {"default_device", tf_l_default_device},
     {"set_device", tf_l_set_device},
@@ -192,5 +225,6 @@ int luaopen_tf_core(lua_State *L) {
   tf_open_model(L);
   tf_open_prof(L);
   tf_lua_open_exit(L);
+  tf_open_safe(L);
   return 1;
 }

@@ -176,7 +176,22 @@ static int tf_lua_exit(lua_State *L) {
     luaL_argcheck(L, requested >= 0 && requested <= 255, 1, "exit code must be in 0..255");
     code = (int)requested;
   }
-  const char *msg = luaL_optstring(L, 2, NULL);
+  return tf_lua_exit_error(L, code, luaL_optstring(L, 2, NULL));
+}
+
+static int tf_exit_tostring(lua_State *L);
+
+/* The tf.Exit metatable, made on first use (a stop may come before tf opens). */
+static void tf_exit_type(lua_State *L) {
+  if (luaL_newmetatable(L, TF_EXIT_TYPE)) {
+    lua_pushcfunction(L, tf_exit_tostring);
+    lua_setfield(L, -2, "__tostring");
+  }
+  lua_pop(L, 1);
+}
+
+int tf_lua_exit_error(lua_State *L, int code, const char *msg) {
+  tf_exit_type(L);
   tf_exit_request *req = lua_newuserdatauv(L, sizeof *req, 1);
   req->code = code;
   if (msg) {
@@ -194,11 +209,7 @@ static int tf_exit_tostring(lua_State *L) {
 }
 
 void tf_lua_open_exit(lua_State *L) {
-  if (luaL_newmetatable(L, TF_EXIT_TYPE)) {
-    lua_pushcfunction(L, tf_exit_tostring);
-    lua_setfield(L, -2, "__tostring");
-  }
-  lua_pop(L, 1);
+  tf_exit_type(L);
   lua_pushcfunction(L, tf_lua_exit);
   lua_setfield(L, -2, "exit");
 }

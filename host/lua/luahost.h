@@ -9,7 +9,7 @@
 #include <stddef.h>
 
 /* Exit codes of the tfhost process. */
-enum { TF_EXIT_OK = 0, TF_EXIT_SCRIPT = 1, TF_EXIT_USAGE = 2 };
+enum { TF_EXIT_OK = 0, TF_EXIT_SCRIPT = 1, TF_EXIT_USAGE = 2, TF_EXIT_TIMEOUT = 124 };
 
 /* A new state with a counting allocator capped at `heap_limit` bytes (0 for
  * none) and the standard libraries open. NULL when even that fails. */
@@ -31,6 +31,10 @@ int tf_lua_report(lua_State *L, int status);
 /* The error value on top of the stack is a tf.Exit request (tf.exit or a
  * usage error from tf.options): its code, after printing its message. */
 bool tf_lua_exit_request(lua_State *L, int *code);
+
+/* Raises a tf.Exit request: the process ends with code after printing msg
+ * (NULL: nothing), unwinding Lua first. Never returns. */
+int tf_lua_exit_error(lua_State *L, int code, const char *msg);
 
 /* Registers the tf.Exit type and tf.exit's C side in the core table on top
  * of the stack: field `exit`. */

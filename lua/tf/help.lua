@@ -36,6 +36,8 @@ M.entries = {
   { "tf.threads", "tf.threads([n])", "the CPU backend's thread count (sets it to n)" },
   { "tf.sysinfo", "tf.sysinfo()", "the host: OS, CPU, cores, threads, BLAS, Lua heap" },
   { "tf.exit", "tf.exit([code [, message]])", "leaves tfhost cleanly with an exit code" },
+  { "tf.mkdir", "tf.mkdir(path)", "makes a folder and its missing parents (as mkdir -p)" },
+  { "tf.safe_run", "tf.safe_run(script [, opts])", "runs a script you were sent under tfhost --safe; ok, exit code" },
   -- namespaces' main entries
   { "tf.nn.Linear", "tf.nn.Linear(in, out [, opts])", "a linear layer (module)" },
   { "tf.nn.Sequential", "tf.nn.Sequential(m1, m2, ...)", "modules applied in order" },

@@ -23,6 +23,7 @@
 -- format are here, and scripts may change them (tf.prof.op_classes,
 -- tf.prof.class_patterns).
 local M = {}
+local writable = require("tf.safe").writable -- tfhost --safe's path rule
 
 local core_cache
 local function core()
@@ -468,6 +469,7 @@ function Profile:trace(path)
       meta[#meta + 1] = fmt('{"name":"thread_name","ph":"M","ts":0,"pid":%d,"tid":%d,"args":{"name":%s}}', pid, tid, q(tname))
     end
   end
+  writable(path, "profile:trace")
   local f, err = io.open(path, "w")
   if not f then error("profile:trace: " .. err, 2) end
   f:write('{"displayTimeUnit": "ms", "traceEvents": [\n', table.concat(meta, ",\n"))

@@ -8,6 +8,7 @@
 -- tf.report.formats and can be replaced or extended by scripts:
 --   tf.report.formats.tsv = function(rows, columns) return text end
 local M = { formats = {} }
+local writable = require("tf.safe").writable -- tfhost --safe's path rule
 
 --- The default rendering of a value in a cell.
 function M.cell(v)
@@ -122,6 +123,7 @@ function M.table(rows, opts)
   local out = opts.out
   if out == nil then out = io.stdout end
   if type(out) == "string" then
+    writable(out, "tf.report.table")
     local f, err = io.open(out, "w")
     if not f then error("tf.report.table: " .. err, 2) end
     f:write(text)

@@ -4,6 +4,7 @@
 -- duration, tfhost version and build, device, driver and CUDA versions,
 -- options).
 local M = {}
+local writable = require("tf.safe").writable -- tfhost --safe's path rule
 
 -- When this run began: the runtime loads this module before the script runs.
 local started_wall, started_ms = os.time(), nil
@@ -89,6 +90,7 @@ end
 -- which `tfhost compare` reads.
 function M.write(path, results, extra)
   local tf = require "tf"
+  writable(path, "tf.results.write")
   results = results or {}
   local is_list = results[1] ~= nil or next(results) == nil
   local doc = { env = M.env(), results = is_list and tf.json.array(results) or results }

@@ -9,6 +9,7 @@ Each ```lua block runs in a fresh tfhost (in a scratch directory, 120 s at most)
   <!-- doc-test: needs cuda -->  the block runs only where a GPU is present
 A block that fails is reported with its file and line and what tfhost printed."""
 
+import glob
 import os
 import re
 import subprocess
@@ -17,8 +18,7 @@ import tempfile
 import unittest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-DOCS = ["README.md", "docs/api.md", "docs/building.md", "docs/architecture.md", "docs/performance.md",
-        "docs/results.md"]
+DOCS = ["README.md"] + sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "docs", "*.md")))
 TFHOST = None
 BLOCK = re.compile(r"^```lua\n(.*?)^```", re.S | re.M)
 DIRECTIVE = re.compile(r"<!-- doc-test(?: (setup)|): (.*?) -->", re.S)

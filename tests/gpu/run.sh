@@ -68,21 +68,14 @@ for t in tests/cli/test_*.py; do
   else record "$name" FAIL "rc=$rc"; tail -30 "$out/$name.log"; fi
 done
 
-for t in test_nnops_cuda test_model_kernels_cuda test_flash_cuda; do
-  command -v compute-sanitizer >/dev/null && [ -x "$dir/$t" ] || continue
-  TF_TEST_SMALL=1 compute-sanitizer --tool memcheck "$dir/$t" > "$out/memcheck_$t.log" 2>&1
-  record "memcheck $t" "$(grep -q 'ERROR SUMMARY: 0 errors' "$out/memcheck_$t.log" && echo ok || echo FAIL)" \
-    "$(grep 'ERROR SUMMARY' "$out/memcheck_$t.log")"
-done
-
-# the FlashAttention kernels' shared-memory traffic (cp.async, wgmma tiles, named barriers)
-for tool in racecheck synccheck; do
-  command -v compute-sanitizer >/dev/null && [ -x "$dir/test_flash_cuda" ] || break
-  TF_FLASH_SANITIZE=1 compute-sanitizer --tool $tool "$dir/test_flash_cuda" > "$out/${tool}_test_flash_cuda.log" 2>&1
-  record "$tool test_flash_cuda" "$(grep -q -E 'ERROR SUMMARY: 0 errors|RACECHECK SUMMARY: 0 hazards displayed \(0 errors' \
-    "$out/${tool}_test_flash_cuda.log" && grep -q 'checks, 0 failed' "$out/${tool}_test_flash_cuda.log" && echo ok || echo FAIL)" \
-    "$(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/${tool}_test_flash_cuda.log" | head -2 | tr '\n' ' ')"
-done
+# memcheck, racecheck and synccheck over the flash, fused-model and ops kernels
+OUT="$out" tests/gpu/sanitize.sh "$dir" > "$out/sanitize.log" 2>&1
+rc=$?
+while read -r tool test status detail; do
+  record "$tool $test" "$status" "$detail"
+done < <(cat "$out/sanitize/summary.txt" 2>/dev/null)
+[ $rc -eq 77 ] && record "compute-sanitizer" skip "$(grep SKIPPED "$out/sanitize.log")"
+[ $rc -ne 0 ] && [ $rc -ne 77 ] && record "compute-sanitizer" FAIL "rc=$rc, see sanitize.log"
 
 echo "== experiments"
 "$bin" experiments/mixed_precision.lua --json "$out/mixed_precision.json" > "$out/mixed_precision.log" 2>&1 \

@@ -1,0 +1,61 @@
+#include "safe_cli.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char tf_safe_cli_usage[] =
+    "  --safe         run the script sandboxed: no processes, no native code, files only in\n"
+    "                 the allowed folders (docs/safe.md lists what is allowed)\n"
+    "  --allow-write DIR  under --safe, the folder scripts may write in (default: the current one)\n"
+    "  --timeout S    stop the script after S seconds of wall-clock time (exit code 124)\n"
+    "  --memory-limit G   cap every device's memory (the allocator's) at G GiB\n";
+
+static const char *const tf_safe_valued[] = {"--allow-write", "--timeout", "--memory-limit"};
+enum { TF_SAFE_NVALUED = sizeof tf_safe_valued / sizeof tf_safe_valued[0] };
+
+/* The value of a number option, > 0 and finite; false when malformed. */
+static bool tf_safe_positive(const char *text, double *out) {
+  char *end;
+  errno = 0;
+  double v = strtod(text, &end);
+  if (*text == '\0' || *end != '\0' || errno == ERANGE || !isfinite(v) || !(v > 0)) return false;
+  *out = v;
+  return true;
+}
+
+int tf_safe_cli_option(int argc, char **argv, int *i, tf_safe_settings *s, char *err, size_t err_size) {
+  const char *a = argv[*i];
+  if (strcmp(a, "--safe") == 0) {
+    s->safe = true;
+    return 1;
+  }
+  for (int k = 0; k < TF_SAFE_NVALUED; k++) {
+    const char *name = tf_safe_valued[k];
+    size_t n = strlen(name);
+    if (strncmp(a, name, n) != 0 || (a[n] != '\0' && a[n] != '=')) continue;
+    const char *value = a[n] == '=' ? a + n + 1 : (*i + 1 < argc ? argv[++*i] : NULL);
+    if (!value) {
+      snprintf(err, err_size, "option '%s' needs an argument", name);
+      return -1;
+    }
+    if (k == 0) {
+      s->allow_write = value;
+      return 1;
+    }
+    if (!tf_safe_positive(value, k == 1 ? &s->timeout : &s->memory_gib)) {
+      snprintf(err, err_size, "%s needs a positive number (%s), not '%s'", name, k == 1 ? "seconds" : "GiB", value);
+      return -1;
+    }
+    return 1;
+  }
+  return 0;
+}
+
+bool tf_safe_cli_takes_value(const char *arg) {
+  for (int k = 0; k < TF_SAFE_NVALUED; k++)
+    if (strcmp(arg, tf_safe_valued[k]) == 0) return true;
+  return false;
+}

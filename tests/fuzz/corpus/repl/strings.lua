@@ -1,0 +1,6 @@
+local s = [[
+long
+string]]
+--[==[ comment
+]==]
+x = "unterminated

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# The GPU kernels under compute-sanitizer's memcheck, racecheck and
+# synccheck at small sizes: the FlashAttention kernels (test_flash_cuda),
+# the fused model's kernels (test_model_kernels_cuda) and the ops
+# (test_nnops_cuda). Every run must end with the test passing and the tool
+# reporting 0 errors (0 hazards for racecheck); the exit code is 0 then,
+# 1 when any run fails, 77 when there is no GPU or no compute-sanitizer.
+# Logs and a summary go to $OUT/sanitize (OUT defaults to ./gpu-out).
+#   tests/gpu/sanitize.sh build/bundle      (or a build folder: the test binaries beside tfhost)
+set -uo pipefail
+dir=$(realpath "${1:?usage: tests/gpu/sanitize.sh path/to/folder-with-test_flash_cuda}")
+out=${OUT:-gpu-out}/sanitize
+mkdir -p "$out"
+sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
+if [ -z "$sanitizer" ]; then
+  echo "sanitize: SKIPPED: compute-sanitizer not found (CUDA Toolkit, on PATH or in /usr/local/cuda/bin)"
+  exit 77
+fi
+if ! nvidia-smi -L >/dev/null 2>&1; then
+  echo "sanitize: SKIPPED: no GPU (nvidia-smi -L fails)"
+  exit 77
+fi
+
+tests=(test_flash_cuda test_model_kernels_cuda test_nnops_cuda)
+failed=0
+ran=0
+summary=()
+for t in "${tests[@]}"; do
+  if [ ! -x "$dir/$t" ]; then
+    summary+=("$(printf '%-10s %-26s FAIL  %s' - "$t" "not found in $dir (cmake --build <dir> --target $t)")")
+    failed=1
+    continue
+  fi
+  for tool in memcheck racecheck synccheck; do
+    log="$out/${tool}_$t.log"
+    # small shapes (TF_TEST_SMALL); the flash test keeps to the tensor-core
+    # kernels' small bf16 cases under the slower race and sync checks
+    env=(TF_TEST_SMALL=1)
+    [ "$t" = test_flash_cuda ] && [ "$tool" != memcheck ] && env+=(TF_FLASH_SANITIZE=1)
+    start=$(date +%s)
+    env "${env[@]}" "$sanitizer" --tool "$tool" --error-exitcode 99 "$dir/$t" > "$log" 2>&1
+    rc=$?
+    secs=$(( $(date +%s) - start ))
+    report=$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$log" | tail -1)
+    checks=$(grep -E "checks?, [0-9]+ failed" "$log" | tail -1)
+    status=ok
+    if [ $rc -eq 77 ]; then
+      status=skip
+    elif [ $rc -ne 0 ]; then
+      status=FAIL # the test failed, or the tool found errors (--error-exitcode)
+    elif ! grep -qE "ERROR SUMMARY: 0 errors|RACECHECK SUMMARY: 0 hazards displayed \(0 errors, 0 warnings\)" "$log"; then
+      status=FAIL # no clean summary: the tool did not run to the end
+    fi
+    [ "$status" = FAIL ] && failed=1
+    [ "$status" = ok ] && ran=$((ran + 1))
+    summary+=("$(printf '%-10s %-26s %-5s %s' "$tool" "$t" "$status" "rc=$rc ${secs}s; $report; $checks")")
+    echo "${summary[-1]}"
+  done
+done
+
+echo "== summary (logs in $out)"
+printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
+if [ $failed -eq 0 ] && [ $ran -eq 0 ]; then
+  echo "sanitize: SKIPPED: every test skipped (no usable GPU)"
+  exit 77
+fi
+exit $failed

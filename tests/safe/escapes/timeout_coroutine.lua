@@ -1,0 +1,10 @@
+-- escape: run forever inside a coroutine that catches errors
+-- flags: --timeout 1
+-- exit: 124
+-- stderr: --timeout: the script was stopped after 1 s
+local OUT = assert(arg[1], 'the test passes the outside folder as arg[1]')
+local co = coroutine.wrap(function()
+  while true do pcall(function() while true do end end) end
+end)
+co()
+print("ESCAPED")

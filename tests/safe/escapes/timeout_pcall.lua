@@ -1,0 +1,7 @@
+-- escape: catch the --timeout stop with pcall and carry on
+-- flags: --timeout 1
+-- exit: 124
+-- stderr: --timeout: the script was stopped after 1 s
+local OUT = assert(arg[1], 'the test passes the outside folder as arg[1]')
+while true do pcall(function() while true do end end) end
+print("ESCAPED")

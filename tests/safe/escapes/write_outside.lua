@@ -1,0 +1,6 @@
+-- escape: create a file outside the writable folder
+-- exit: 1
+-- stderr: --safe: io.open: cannot write
+local OUT = assert(arg[1], 'the test passes the outside folder as arg[1]')
+io.open(OUT .. "/planted.txt", "w")
+print("ESCAPED")
