@@ -259,7 +259,11 @@ EXPERIMENTS = [
                       "--precision", "f32"], []),
     ("profile_kernels.lua", ["--size", "tiny", "--context", "16", "--batch", "1", "--warmup", "0", "--passes", "1",
                              "--precision", "f32", "--impl", "fused", "--trace", "traces"], ["traces"]),
+    ("kernel_bandwidth.lua", ["--size", "tiny", "--context", "16", "--batch", "1", "--warmup", "1", "--steps", "1"],
+     []),
 ]
+# Experiments that need a GPU: without one, they must refuse alike with and without --safe.
+NEEDS_GPU = {"kernel_bandwidth.lua"}
 
 
 def flatten(value, path=""):
@@ -290,8 +294,16 @@ class Experiments(Sandbox):
     def test_every_experiment_gives_the_same_results_under_safe(self):
         names = sorted(os.path.basename(p) for p in glob.glob(os.path.join(ROOT, "experiments", "*.lua")))
         self.assertEqual(names, sorted(e[0] for e in EXPERIMENTS), "an experiment is missing from this test")
+        gpu = self.tfhost("-e", "io.write(tostring(tf.cuda.is_available()))").stdout == "true"
         for script, args, outputs in EXPERIMENTS:
             with self.subTest(experiment=script):
+                if script in NEEDS_GPU and not gpu:
+                    path = os.path.join(ROOT, "experiments", script)
+                    plain, safe = self.tfhost(path, *args), self.tfhost("--safe", path, *args)
+                    self.assertEqual((plain.returncode, plain.stderr), (2, safe.stderr), script)
+                    self.assertEqual(safe.returncode, 2, script)
+                    self.assertIn("needs a CUDA device", safe.stderr)
+                    continue
                 plain = self.results(script, args, outputs, [], 1)
                 again = self.results(script, args, outputs, [], 2)
                 safe = self.results(script, args, outputs, ["--safe"], 3)
