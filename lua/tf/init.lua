@@ -7,9 +7,9 @@ local C = require "tf.core"
 package.loaded["tf.core"] = nil
 local safe = require "tf.safe"
 safe.bind(C)
--- tfhost --safe's path rule, which every writer below obeys (taken now: a
+-- tfhost --safe's path rule, which every writer below obeys by writing through it (taken now: a
 -- script that replaces tf.safe's fields later changes nothing here)
-local writable = safe.writable
+local write_file = safe.write_file
 
 local tf = {}
 for name, value in pairs(C) do
@@ -39,11 +39,7 @@ end
 --- Encodes value and writes it to path (options as tf.json.encode).
 function json.write(path, value, opts)
   local text = json.encode(value, opts or { indent = true })
-  writable(path, "tf.json.write")
-  local f, err = io.open(path, "w")
-  if not f then error("tf.json.write: " .. err, 2) end
-  f:write(text, "\n")
-  f:close()
+  write_file(path, "tf.json.write", text, "\n")
 end
 --- Marks a table to be written as a JSON array even when empty.
 function json.array(t)
@@ -90,11 +86,7 @@ function tf.mem.dump(path, snap)
   else
     error("tf.mem.dump: " .. path .. ": the name must end in .pickle, .pkl or .json", 2)
   end
-  writable(path, "tf.mem.dump")
-  local f, err = io.open(path, "wb")
-  if not f then error("tf.mem.dump: " .. err, 2) end
-  f:write(text)
-  f:close()
+  write_file(path, "tf.mem.dump", text)
   return path
 end
 --- tf.mem.plot(path [, opts]): the active memory timeline as a self-contained
@@ -103,11 +95,7 @@ function tf.mem.plot(path, opts)
   if type(path) ~= "string" then error("tf.mem.plot: expected a file path", 2) end
   opts = opts or {}
   local html = require("tf.memviz").html(opts.snapshot or tf.mem.snapshot(), opts)
-  writable(path, "tf.mem.plot")
-  local f, err = io.open(path, "wb")
-  if not f then error("tf.mem.plot: " .. err, 2) end
-  f:write(html)
-  f:close()
+  write_file(path, "tf.mem.plot", html)
   return path
 end
 --- tf.mem.is_oom(err): whether an error (message) is an out-of-memory error,

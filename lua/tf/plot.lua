@@ -9,6 +9,7 @@
 local units = require "tf.units"
 
 local M = {}
+local write_file = require("tf.safe").write_file -- taken when the module loads, as tf's other writers
 
 --- Series colours, in order; a script may replace them.
 M.palette = { "#2b6cb0", "#dd6b20", "#2f855a", "#c53030", "#6b46c1", "#975a16", "#d53f8c", "#4a5568",
@@ -420,10 +421,7 @@ function M.write(path, charts, opts)
   else
     error("tf.plot.write: " .. path .. ": the name must end in .svg or .html", 2)
   end
-  local f, err = io.open(path, "wb")
-  if not f then error("tf.plot.write: " .. err, 2) end
-  f:write(text)
-  f:close()
+  write_file(path, "tf.plot.write", text)
   return path
 end
 

@@ -20,6 +20,16 @@ function M.writable(path, who)
   check(path, "w", who)
 end
 
+--- write_file(path, who, ...): the strings ... as the file at path, after
+-- the write check; a failure is an error naming who (the tf writer).
+function M.write_file(path, who, ...)
+  check(path, "w", who)
+  local f, err = io.open(path, "wb")
+  if not f then error(who .. ": " .. err, 3) end
+  f:write(...)
+  f:close()
+end
+
 --- enter(): makes this Lua state the sandbox (tfhost --safe calls it).
 function M.enter()
   -- Everything the wrappers use is captured now: a script that replaces a
