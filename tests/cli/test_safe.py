@@ -262,6 +262,9 @@ EXPERIMENTS = [
     ("kernel_bandwidth.lua", ["--size", "tiny", "--context", "16", "--batch", "1", "--warmup", "1", "--steps", "1"],
      []),
 ]
+# Fields ranked by measured time (which kernel leads, which come next): two plain runs can agree on
+# them by chance and a third differ, so they are not results a run must reproduce.
+TIME_RANKED = {"profile_kernels.lua": ("/non_gemm/", "/fwd_top", "/step_top", "/same_leader")}
 # Experiments that need a GPU: without one, they must refuse alike with and without --safe.
 NEEDS_GPU = {"kernel_bandwidth.lua"}
 
@@ -308,7 +311,9 @@ class Experiments(Sandbox):
                 again = self.results(script, args, outputs, [], 2)
                 safe = self.results(script, args, outputs, ["--safe"], 3)
                 self.assertEqual(sorted(safe), sorted(plain), f"{script}: other fields under --safe")
-                reproducible = {k: v for k, v in plain.items() if again.get(k) == v}
+                ranked = TIME_RANKED.get(script, ())
+                reproducible = {k: v for k, v in plain.items()
+                                if again.get(k) == v and not any(part in k for part in ranked)}
                 self.assertTrue(reproducible, script)
                 self.assertEqual({k: safe[k] for k in reproducible}, reproducible, script)
 
