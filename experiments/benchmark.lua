@@ -21,6 +21,8 @@ local opt = tf.options{
   { "impl", "model implementation (default: fused when built in)", type = "string", choices = { "fused", "eager" } },
   { "graphs", "fused engine: replay fixed shapes as CUDA graphs (where the device has graphs)",
     default = true },
+  { "recompute_residual", "fused engine: keep the residual stream before each layer only and recompute the one "
+    .. "after attention in the backward pass (less memory, one more GEMM a layer)", default = false },
   { "memory_limit", "cap the device memory tfhost may reserve, in GiB (0: none); shows OOM rows cheaply", default = 0.0 },
   { "json", "write the rows and the environment to this file", type = "string" },
   { "plot", "draw time, tokens/s, TFLOP/s and peak memory against context length into this file (.svg or .html)",
@@ -77,6 +79,7 @@ for _, size in ipairs(sizes) do
           tf.seed(0)
           m = tf.model.new{ preset = size, context_length = ctx, vocab_size = opt.vocab, precision = precision,
             impl = opt.impl, graphs = opt.graphs }
+          m:set_recompute_residual(opt.recompute_residual)
           local ids = tf.randint(0, opt.vocab, { opt.batch, ctx })
           local targets = tf.randint(0, opt.vocab, { opt.batch, ctx })
           local flops = tf.model.step_flops(m.config, opt.batch, ctx)
@@ -88,6 +91,7 @@ for _, size in ipairs(sizes) do
             local mode_flops = mode == "fwd" and flops / 3 or flops
             rows[#rows + 1] = {
               size = size, context = ctx, precision = precision, impl = m.impl, graphs = m.graphs, mode = mode,
+              recompute_residual = opt.recompute_residual,
               warmup = warmup,
               batch = opt.batch, mean_ms = s.mean, std_ms = s.std, median_ms = s.median,
               tokens_per_s = opt.batch * ctx / (s.mean * 1e-3),

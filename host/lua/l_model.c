@@ -260,13 +260,22 @@ static int tf_l_model_set_overlap(lua_State *L) {
   return 0;
 }
 
+/* m:set_recompute_residual(on): training plans keep x_l only and recompute x_l + attention. */
+static int tf_l_model_set_recompute_residual(lua_State *L) {
+  tf_model *m = tf_l_checkmodel(L, 1);
+  luaL_checktype(L, 2, LUA_TBOOLEAN);
+  tf_model_set_recompute_residual(m, lua_toboolean(L, 2));
+  return 0;
+}
+
 /* m:info() -> {precision =, device =, parameters =, tensors =, attention =, graphs = (replay on),
- * graphs_supported =, graph_captures =, graph_replays =, graph_failures =, overlap =} */
+ * graphs_supported =, graph_captures =, graph_replays =, graph_failures =, overlap =,
+ * recompute_residual =} */
 static int tf_l_model_info(lua_State *L) {
   tf_model *m = tf_l_checkmodel(L, 1);
   char dev[16];
   tf_device_format(tf_model_device(m), dev, sizeof dev);
-  lua_createtable(L, 0, 11);
+  lua_createtable(L, 0, 12);
   TF_SET_STR(L, "precision", tf_dtype_name(tf_model_precision(m)));
   TF_SET_STR(L, "device", dev);
   TF_SET_INT(L, "parameters", tf_model_config_parameters(tf_model_get_config(m)));
@@ -279,6 +288,7 @@ static int tf_l_model_info(lua_State *L) {
   TF_SET_INT(L, "graph_replays", g.replays);
   TF_SET_INT(L, "graph_failures", g.failures);
   TF_SET_BOOL(L, "overlap", tf_model_overlaps(m));
+  TF_SET_BOOL(L, "recompute_residual", tf_model_recomputes_residual(m));
   return 1;
 }
 
@@ -333,6 +343,7 @@ static const luaL_Reg tf_model_methods[] = {
     {"info", tf_l_model_info},             {"memory", tf_l_model_memory},
     {"sync_weights", tf_l_model_sync_weights}, {"set_graphs", tf_l_model_set_graphs},
     {"set_overlap", tf_l_model_set_overlap},
+    {"set_recompute_residual", tf_l_model_set_recompute_residual},
     {"free", tf_l_model_release},
     {NULL, NULL},
 };

@@ -343,6 +343,13 @@ void tf_model_set_overlap(tf_model *m, bool on) {
 
 bool tf_model_overlaps(const tf_model *m) { return m->overlap; }
 
+void tf_model_set_recompute_residual(tf_model *m, bool on) {
+  if (on != m->recompute_residual) tf_model_plan_release(m);
+  m->recompute_residual = on;
+}
+
+bool tf_model_recomputes_residual(const tf_model *m) { return m->recompute_residual; }
+
 /* One fill over the flat gradient buffer. */
 /* Nothing to do for gradients never written (or written by a step that
  * zeroed them as it read them). */

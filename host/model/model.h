@@ -143,6 +143,12 @@ tf_status tf_model_backward_adamw(tf_model *m, const tf_adamw_args *args);
  * running alone, which is how their own speed is measured). */
 void tf_model_set_overlap(tf_model *m, bool on);
 bool tf_model_overlaps(const tf_model *m);
+/* Training plans keep the residual stream x_l before each layer only; the
+ * backward pass recomputes x_l + attention (one more output-projection GEMM
+ * a layer, the same bits) instead of keeping L f32 (n, d) buffers. Off by
+ * default; changing it drops the plan. */
+void tf_model_set_recompute_residual(tf_model *m, bool on);
+bool tf_model_recomputes_residual(const tf_model *m);
 
 #ifdef __cplusplus
 }

@@ -28,15 +28,22 @@ static tf_status tf_model_layer_backward(tf_model *m, int64_t l) {
   const void *dlow = p->dres_low; /* the residual gradient as the GEMMs read it */
   const tf_model_layer_weights *w = &m->layers[l];
   const tf_model_layer_acts *a = &p->layers[l];
-  /* x_{l+1} = xmid + w2(silu(w1 h2) * w3 h2), h2 = ln2(xmid); h2 and the gate recomputed */
-  TF_TRY(tf_model_norm(m, p->resid[2 * l + 1], NULL, NULL, w->ln2, a->h2, a->rstd2));
+  /* x_{l+1} = xmid + w2(silu(w1 h2) * w3 h2), h2 = ln2(xmid); h2 and the gate recomputed
+   * (and xmid = x_l + output_proj(attention), when not kept, by the forward pass's kernels) */
+  if (m->recompute_residual) {
+    TF_TRY(tf_model_linear(m, a->atty, n, d, d, tf_model_mw(m, w->out), p->proj));
+    TF_TRY(tf_model_norm(m, p->resid[2 * l], p->proj, p->resid[2 * l + 1], w->ln2, a->h2, a->rstd2));
+  } else {
+    TF_TRY(tf_model_norm(m, p->resid[2 * l + 1], NULL, NULL, w->ln2, a->h2, a->rstd2));
+  }
   TF_TRY(tf_model_swiglu(m, a));
   TF_TRY(tf_model_linear_backward(m, dlow, a->gate, n, f, d, tf_model_mw(m, w->w2), tf_model_gw(m, w->w2),
                                   p->dgate));
+  /* d[a | b] in place of [a | b]: the layer's last reader of them */
   tf_swiglu_args sw = {.backward = true, .rows = n, .f = f, .dtype = m->dtype, .ab = a->ab, .dy = p->dgate,
-                       .dab = p->dab};
+                       .dab = a->ab};
   TF_TRY(m->k->swiglu(m->ctx, &sw));
-  TF_TRY(tf_model_linear_backward(m, p->dab, a->h2, n, d, 2 * f, tf_model_mw(m, w->w13), tf_model_gw(m, w->w13),
+  TF_TRY(tf_model_linear_backward(m, a->ab, a->h2, n, d, 2 * f, tf_model_mw(m, w->w13), tf_model_gw(m, w->w13),
                                   p->proj));
   TF_TRY(tf_model_norm_backward(m, p->resid[2 * l + 1], w->ln2, a->rstd2, p->proj, true, true));
   /* xmid = x_l + output_proj(attention(h1)), h1 = ln1(x_l) */

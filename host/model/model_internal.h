@@ -70,7 +70,8 @@ typedef struct tf_model_plan {
   int64_t *ids, *targets;     /* (n,) */
   float *rope_cos, *rope_sin; /* (T, hd / 2) */
   /* training: 2L + 1 residual streams, x_l at 2l and x_l + attention at
-   * 2l + 1; inference: one, updated in place */
+   * 2l + 1 (with recompute_residual the odd ones share one buffer, which
+   * the backward pass refills); inference: one, updated in place */
   float **resid;
   tf_model_layer_acts *layers; /* training: L; inference: 1 */
   void *hf;                    /* (n, d): ln_final's output */
@@ -90,7 +91,6 @@ typedef struct tf_model_plan {
   void *o_heads;     /* (n, d) heads layout: the attention output again (flash backward) */
   void *flash_ws;    /* the flash backward's workspace */
   void *backward_ws; /* the encoder's and the norms' backward workspace (one at a time) */
-  void *dab;         /* (n, 2 d_ff) */
   void *dgate;       /* (n, d_ff) */
 } tf_model_plan;
 
@@ -153,6 +153,8 @@ struct tf_model {
   bool step_in_backward;    /* the backward pass being run also steps the optimizer (and refreshes
                                the low copy, which tf_model_backward_adamw requires in step) */
   bool overlap;             /* ... on the second stream (tf_model_set_overlap) */
+  bool recompute_residual;  /* training plans keep x_l only; x_l + attention is recomputed
+                               (tf_model_set_recompute_residual) */
   tf_tensor *low;           /* flat dtype (matmul_total,), or NULL under f32 */
   tf_tensor *matmul_params; /* params' first matmul_total elements */
   uint64_t low_version;     /* params' storage version the low copy was made from */

@@ -8,7 +8,11 @@
  * w1/w3 outputs) plus the backward pass's scratch. The norm outputs, the
  * attention probabilities P and the SwiGLU gate are recomputed there, exactly
  * (the same kernels on the same inputs), so each has one buffer for all
- * layers: the plan is about half of what keeping them would take. An inference plan
+ * layers: the plan is about half of what keeping them would take. With
+ * recompute_residual the residual stream after attention (x_l + attention)
+ * is not kept either: the backward pass recomputes it from x_l and the kept
+ * attention output (the output projection again), so the f32 streams take
+ * L + 2 buffers instead of 2L + 1. An inference plan
  * holds one layer's buffers that every layer reuses and a residual stream
  * updated in place: nothing is kept. */
 #include "model_internal.h"
@@ -73,7 +77,10 @@ static void tf_model_plan_carve(const tf_model *m, tf_model_plan *p, tf_carver *
   p->rope_cos = tf_carve(c, T * (hd / 2) * fs, TF_WS, "rope cos", 0);
   p->rope_sin = tf_carve(c, T * (hd / 2) * fs, TF_WS, "rope sin", 0);
   const int64_t nresid = p->training ? 2 * L + 1 : 1, nlayers = p->training ? L : 1;
-  for (int64_t i = 0; i < nresid; i++) p->resid[i] = tf_carve(c, n * d * fs, TF_ACT, "residual.%lld", i);
+  const bool shared_mid = p->training && m->recompute_residual;
+  float *mid = shared_mid ? tf_carve(c, n * d * fs, TF_WS, "residual mid (shared)", 0) : NULL;
+  for (int64_t i = 0; i < nresid; i++)
+    p->resid[i] = shared_mid && i % 2 == 1 ? mid : tf_carve(c, n * d * fs, TF_ACT, "residual.%lld", i);
   /* recomputed in the backward pass: one buffer each, shared by the layers */
   void *h1 = tf_carve(c, act, TF_WS, "norm1 out (shared)", 0), *h2 = tf_carve(c, act, TF_WS, "norm2 out (shared)", 0);
   void *probs_buf = m->flash ? NULL : tf_carve(c, probs, TF_WS, "attention probs (shared)", 0);
@@ -114,7 +121,6 @@ static void tf_model_plan_carve(const tf_model *m, tf_model_plan *p, tf_carver *
   } else {
     p->dp = tf_carve(c, probs, TF_WS, "d attention probs", 0);
   }
-  p->dab = tf_carve(c, 2 * n * f * es, TF_WS, "d w1_w3 out", 0);
   p->dgate = tf_carve(c, n * f * es, TF_WS, "d swiglu gate", 0);
   size_t ws = tf_model_backward_workspace(m, p);
   p->backward_ws = ws ? tf_carve(c, ws, TF_WS, "encoder and norm backward workspace", 0) : NULL;

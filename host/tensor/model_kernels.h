@@ -95,7 +95,7 @@ typedef struct tf_swiglu_args {
   const void *ab;
   void *y;        /* forward */
   const void *dy; /* backward */
-  void *dab;      /* backward */
+  void *dab;      /* backward; may be ab itself (each element is read before it is written) */
 } tf_swiglu_args;
 
 /* Queries, keys and values into heads, with RoPE on q and k (interleaved

@@ -132,6 +132,11 @@ function Eager:set_overlap(on)
   if type(on) ~= "boolean" then error("tf.model: set_overlap expects true or false", 2) end
 end
 
+--- The eager model keeps what its autograd graph keeps: nothing to recompute.
+function Eager:set_recompute_residual(on)
+  if type(on) ~= "boolean" then error("tf.model: set_recompute_residual expects true or false", 2) end
+end
+
 function Eager:named_parameters() return self.module:named_parameters() end
 
 function Eager:make_optimizer(opts) return tf.optim.AdamW(self.module, opts) end
@@ -173,6 +178,15 @@ end
 function Fused:set_overlap(on)
   if type(on) ~= "boolean" then error("tf.model: set_overlap expects true or false", 2) end
   self.engine:set_overlap(on)
+end
+
+--- Training keeps the residual stream before each layer only (true) and the
+-- backward pass recomputes the stream after attention (one more output-
+-- projection GEMM a layer, the same bits), or keeps both (false, the
+-- default). Saves L f32 (batch * seq, d_model) buffers; drops the plan.
+function Fused:set_recompute_residual(on)
+  if type(on) ~= "boolean" then error("tf.model: set_recompute_residual expects true or false", 2) end
+  self.engine:set_recompute_residual(on)
 end
 
 function Fused:named_parameters()

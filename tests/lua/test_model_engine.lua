@@ -219,6 +219,51 @@ T.test("memory: activations planned once per shape", function()
   T.ok(mem.low_precision > 0 and mem.low_precision < mem.params)
 end)
 
+T.test("recompute_residual: the same bits with L - 1 fewer f32 residual buffers", function()
+  local cfg = with(TINY, { num_layers = 3 })
+  local x, y = ids(2, 8), ids(2, 8)
+  for _, p in ipairs({ "f32", "bf16" }) do
+    tf.seed(5)
+    local a <close> = E.create(cfg, { device = dev, precision = p })
+    tf.seed(5)
+    local b <close> = E.create(cfg, { device = dev, precision = p })
+    T.eq(b:info().recompute_residual, false, p .. ": off by default")
+    b:set_recompute_residual(true)
+    T.eq(b:info().recompute_residual, true, p .. ": info says so")
+    for s = 1, 3 do
+      -- backward + adamw_step (flat gradients), then backward_adamw (the gradient ring)
+      local la, lb = a:loss(x, y), b:loss(x, y)
+      T.eq(lb:item(), la:item(), p .. ": loss, step " .. s)
+      if s == 1 then
+        a:backward()
+        b:backward()
+        for i, g in ipairs(a:grads()) do
+          local h = b:grads()[i]
+          T.eq((g.tensor:to("cpu"):to("f64") - h.tensor:to("cpu"):to("f64")):abs():max():item(), 0.0,
+            p .. ": gradient of " .. g.name)
+        end
+        a:adamw_step({ step = s })
+        b:adamw_step({ step = s })
+        a:zero_grad()
+        b:zero_grad()
+      else
+        a:backward_adamw({ step = s })
+        b:backward_adamw({ step = s })
+      end
+    end
+    for i, q in ipairs(a:parameters()) do
+      local r = b:parameters()[i]
+      T.eq((q.tensor:to("cpu"):to("f64") - r.tensor:to("cpu"):to("f64")):abs():max():item(), 0.0,
+        p .. ": parameter " .. q.name .. " after 3 steps")
+    end
+    -- the plan: 2L + 1 residual buffers against L + 1 and one shared (256-byte aligned ranges)
+    local n, d = 2 * 8, cfg.d_model
+    local buf = math.ceil(n * d * 4 / 256) * 256
+    T.eq(a:memory().activations - b:memory().activations, (cfg.num_layers - 1) * buf,
+      p .. ": the plan is smaller by L - 1 residual buffers")
+  end
+end)
+
 T.test("out of memory is a clean error, and the engine keeps working", function()
   local cfg = with(TINY, { context_length = 256 })
   local m <close> = E.create(cfg, { device = dev })
