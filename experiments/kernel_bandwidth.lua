@@ -60,12 +60,19 @@ local function byte_model(cfg, batch, seq, precision, attention)
   -- RMSNorm backward: x, dh and rstd read, the residual gradient read and
   -- written (only written for ln_final), its low copy written (not for the
   -- first layer's ln1, and never under f32).
+  -- The gains' gradient comes out of the same pass (d a multiple of 8, as
+  -- in every preset; partial sums of d a block written); with
+  -- TF_NORM_UNFUSED set, a second kernel reads x, dh and rstd again.
   local lows = low and (2 * L) or 0
-  m.tf_cuda_norm_backward_kernel = {
+  local backward = {
     calls = 2 * L + 1,
     bytes = (2 * L + 1) * (nd * (4 + e) + 4 * n) + 2 * L * nd * 8 + nd * 4 + lows * nd * e }
-  -- The gains' gradient: x, dh and rstd read again, partial sums written.
-  m.tf_cuda_norm_wgrad_kernel = { calls = 2 * L + 1, bytes = (2 * L + 1) * (nd * (4 + e) + 4 * n) }
+  if os.getenv("TF_NORM_UNFUSED") or d % 8 ~= 0 then
+    m.tf_cuda_norm_backward_kernel = backward
+    m.tf_cuda_norm_wgrad_kernel = { calls = 2 * L + 1, bytes = (2 * L + 1) * (nd * (4 + e) + 4 * n) }
+  else
+    m.tf_cuda_rms_backward_fused_kernel = backward
+  end
   -- SwiGLU: forward and its recomputation in backward read a|b and write
   -- the gate (2L); backward reads a|b and the gate's gradient, writes d(a|b).
   m.tf_cuda_swiglu_kernel = { calls = 3 * L, bytes = 2 * L * n * f * 3 * e + L * n * f * 5 * e }

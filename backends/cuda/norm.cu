@@ -316,6 +316,138 @@ static tf_status tf_cuda_norm_launch(tf_device_ctx *ctx, tf_cuda_state *st, tf_c
   return tf_cuda_norm_wgrad<XT, YT, LAYER>(ctx, st, p, dw, db, add, workspace);
 }
 
+/* ---- the engine's RMSNorm backward with its gain's gradient in one pass ------------------ */
+
+enum { TF_CUDA_RMS_FUSED_K = 4, TF_CUDA_RMS_FUSED_SMEM = 48 * 1024 };
+
+/* The engine's RMSNorm backward (f32 x, dy of YT, V columns a vector step)
+ * and the gain's gradient dg = sum over rows of dy xhat, without reading x
+ * and dy a second time: each thread keeps the column sums of the rows its
+ * row group takes (K vector steps of V columns), the groups of a block add
+ * theirs in shared memory in group order, and block b writes row b of the
+ * partial sums, which tf_cuda_norm_wgrad_finish_kernel adds in block order.
+ * dx is computed as tf_cuda_norm_backward_kernel computes it (the same
+ * bits); the rows each block takes depend on the shape and the GPU only,
+ * so dg has the same bits every run. */
+template <int YT, int V, int K>
+__global__ void __launch_bounds__(1024) tf_cuda_rms_backward_fused_kernel(tf_cuda_norm_params p, float *partial) {
+  typedef typename tf_cuda_dtype<YT>::storage YS;
+  extern __shared__ float group_sums[]; /* (groups, cols) */
+  __shared__ float scratch[32];
+  const float inv_cols = 1.0f / (float)p.cols;
+  float acc[K][V];
+#pragma unroll
+  for (int k = 0; k < K; k++)
+#pragma unroll
+    for (int u = 0; u < V; u++) acc[k][u] = 0.f;
+  tf_cuda_for_each_row(p.rows, p.tpr, [&](int64_t row, bool live, int lane) {
+    const int64_t n = live ? p.cols : 0, off = row * p.cols;
+    const float *x = (const float *)p.x + off;
+    const YS *dy = (const YS *)p.dy + off;
+    const float rstd = ((const float *)p.rstd)[row];
+    float sum_gx = 0;
+    for (int64_t c = (int64_t)lane * V; c < n; c += (int64_t)p.tpr * V) {
+      float v[V], g[V], w[V];
+      tf_cuda_load_row<TF_F32, V>(x + c, v);
+      tf_cuda_load_row<YT, V>(dy + c, g);
+      tf_cuda_norm_weights<float, V>(p.w, c, 1.0f, w);
+#pragma unroll
+      for (int u = 0; u < V; u++) sum_gx += g[u] * w[u] * (v[u] * rstd);
+    }
+    const float mgx = tf_cuda_group_reduce(sum_gx, p.tpr, tf_cuda_add(), scratch) * inv_cols;
+#pragma unroll
+    for (int k = 0; k < K; k++) {
+      const int64_t c = ((int64_t)lane + (int64_t)k * p.tpr) * V;
+      if (c >= n) break;
+      float v[V], g[V], w[V], out[V];
+      tf_cuda_load_row<TF_F32, V>(x + c, v);
+      tf_cuda_load_row<YT, V>(dy + c, g);
+      tf_cuda_norm_weights<float, V>(p.w, c, 1.0f, w);
+      if (p.accumulate) {
+        tf_cuda_load_row<TF_F32, V>((const float *)p.dx + off + c, out);
+      } else {
+#pragma unroll
+        for (int u = 0; u < V; u++) out[u] = 0;
+      }
+#pragma unroll
+      for (int u = 0; u < V; u++) {
+        out[u] += rstd * (g[u] * w[u] - (v[u] * rstd) * mgx);
+        acc[k][u] += g[u] * (v[u] * rstd);
+      }
+      tf_cuda_store_row<TF_F32, V>((float *)p.dx + off + c, out);
+      if (p.dx_low) tf_cuda_store_row<YT, V>((YS *)p.dx_low + off + c, out);
+    }
+  });
+  const int groups = (int)blockDim.x / p.tpr, group = (int)threadIdx.x / p.tpr, lane = (int)threadIdx.x % p.tpr;
+#pragma unroll
+  for (int k = 0; k < K; k++)
+#pragma unroll
+    for (int u = 0; u < V; u++) {
+      const int64_t c = ((int64_t)lane + (int64_t)k * p.tpr) * V + u;
+      if (c < p.cols) group_sums[group * p.cols + c] = acc[k][u];
+    }
+  __syncthreads();
+  for (int64_t c = threadIdx.x; c < p.cols; c += blockDim.x) {
+    float sum = 0;
+    for (int gi = 0; gi < groups; gi++) sum += group_sums[gi * p.cols + c];
+    partial[(int64_t)blockIdx.x * p.cols + c] = sum;
+  }
+}
+
+/* The fused pass's launch: the row geometry's threads a row (tpr), as many
+ * row groups a block as fit the shared memory (and leave a block for each
+ * SM), blocks up to two an SM. ok is false where the row needs more than K
+ * vector steps a thread, or one group's sums do not fit: the two-kernel
+ * path then runs. */
+typedef struct tf_cuda_rms_fused {
+  bool ok;
+  int tpr, threads, k;
+  unsigned blocks;
+  size_t smem;
+} tf_cuda_rms_fused;
+
+static tf_cuda_rms_fused tf_cuda_rms_fused_geometry(const tf_cuda_state *st, int64_t rows, int64_t cols, int vec) {
+  tf_cuda_rms_fused f = {};
+  if (vec != 8 || rows <= 0 || cols <= 0) return f;
+  f.tpr = tf_cuda_row_geometry(st, rows, cols, vec).tpr;
+  const int64_t steps = (cols + (int64_t)f.tpr * vec - 1) / ((int64_t)f.tpr * vec);
+  int64_t groups = TF_CUDA_RMS_FUSED_SMEM / (cols * (int64_t)sizeof(float));
+  if (steps > TF_CUDA_RMS_FUSED_K || groups < 1) return f;
+  const int64_t sms = st->multiprocessors;
+  if (groups > 1024 / f.tpr) groups = 1024 / f.tpr;
+  if (groups > rows / sms) groups = rows / sms > 1 ? rows / sms : 1;
+  f.ok = true;
+  f.k = (int)steps;
+  f.threads = (int)groups * f.tpr;
+  const int64_t want = (rows + groups - 1) / groups, cap = sms * 2;
+  f.blocks = (unsigned)(want < cap ? want : cap);
+  f.smem = (size_t)(groups * cols) * sizeof(float);
+  return f;
+}
+
+template <int YT>
+static tf_status tf_cuda_rms_backward_fused(tf_cuda_state *st, tf_cuda_norm_params p, const tf_cuda_rms_fused &f,
+                                            float *dg, float *workspace) {
+  p.tpr = f.tpr;
+  switch (f.k) {
+#define TF_CUDA_RMS_FUSED_CASE(K)                                                                            \
+  case K:                                                                                                    \
+    tf_cuda_rms_backward_fused_kernel<YT, 8, K><<<f.blocks, f.threads, f.smem, st->stream>>>(p, workspace); \
+    break;
+    TF_CUDA_RMS_FUSED_CASE(1)
+    TF_CUDA_RMS_FUSED_CASE(2)
+    TF_CUDA_RMS_FUSED_CASE(3)
+    TF_CUDA_RMS_FUSED_CASE(4)
+#undef TF_CUDA_RMS_FUSED_CASE
+    default: return tf_fail(TF_ERR_BACKEND, "rmsnorm backward: no fused kernel for %d vector steps", f.k);
+  }
+  TF_TRY(tf_cuda_launched("norm backward kernel (with the gain's gradient)"));
+  const unsigned col_blocks = (unsigned)((p.cols + TF_CUDA_WGRAD_THREADS - 1) / TF_CUDA_WGRAD_THREADS);
+  tf_cuda_norm_wgrad_finish_kernel<float><<<col_blocks, TF_CUDA_WGRAD_THREADS, 0, st->stream>>>(
+      workspace, NULL, dg, NULL, p.cols, f.blocks, true);
+  return tf_cuda_launched("norm weight-gradient sum kernel");
+}
+
 /* ---- the eager ops (backend.h): x and y of one dtype ------------------------------------ */
 
 /* 16 bytes per vector step when every row of every operand is aligned for it. */
@@ -366,13 +498,6 @@ tf_status tf_cuda_norm(tf_device_ctx *ctx, const tf_norm_args *a) {
 
 /* ---- the engine's RMSNorm (model_kernels.h): an f32 residual, h in the compute dtype ------- */
 
-/* The partial sums' bytes for a backward call, planned by the engine. */
-size_t tf_cuda_rmsnorm_workspace(tf_device_ctx *ctx, const tf_rmsnorm_args *a) {
-  if (!a->backward || a->rows <= 0 || a->dim <= 0 || !ctx->backend_state) return 0;
-  const tf_cuda_norm_split s = tf_cuda_norm_splits(tf_cuda_state_of(ctx), a->rows, a->dim);
-  return tf_cuda_norm_partial_bytes(s, a->dim, 1, sizeof(float));
-}
-
 /* 8 elements per vector step (two 16-byte loads of f32, one of f16/bf16)
  * when every row of every operand is 16-byte aligned, else 1. */
 static int tf_cuda_rms_vec(int64_t dim, const void *const *ptrs, int n) {
@@ -380,6 +505,19 @@ static int tf_cuda_rms_vec(int64_t dim, const void *const *ptrs, int n) {
   for (int i = 0; i < n; i++)
     if (ptrs[i] && (uintptr_t)ptrs[i] % 16 != 0) return 1;
   return 8;
+}
+
+/* The partial sums' bytes for a backward call, planned by the engine: the
+ * fused pass's one row a block where it runs (the engine's buffers are
+ * 16-byte aligned, so the vector width is the shape's), else the splits'. */
+size_t tf_cuda_rmsnorm_workspace(tf_device_ctx *ctx, const tf_rmsnorm_args *a) {
+  if (!a->backward || a->rows <= 0 || a->dim <= 0 || !ctx->backend_state) return 0;
+  const tf_cuda_state *st = tf_cuda_state_of(ctx);
+  const tf_cuda_rms_fused f = tf_cuda_rms_fused_geometry(st, a->rows, a->dim, a->dim % 8 == 0 ? 8 : 1);
+  const size_t fused = f.ok ? (size_t)f.blocks * (size_t)a->dim * sizeof(float) : 0;
+  const tf_cuda_norm_split s = tf_cuda_norm_splits(st, a->rows, a->dim);
+  const size_t split = tf_cuda_norm_partial_bytes(s, a->dim, 1, sizeof(float));
+  return fused > split ? fused : split;
 }
 
 /* Forward: one row kernel. Backward: the dx row kernel (added into the
@@ -403,6 +541,10 @@ static tf_status tf_cuda_rmsnorm_typed(tf_device_ctx *ctx, tf_cuda_state *st, co
   p.accumulate = a->accumulate;
   const void *ptrs[8] = {a->x, a->delta, a->x_out, a->h, a->dh, a->dres_low, a->dres, a->g};
   const int vec = tf_cuda_rms_vec(a->dim, ptrs, 8);
+  if (a->backward && a->dres && a->dg && a->workspace && !getenv("TF_NORM_UNFUSED")) {
+    const tf_cuda_rms_fused f = tf_cuda_rms_fused_geometry(st, a->rows, a->dim, vec);
+    if (f.ok) return tf_cuda_rms_backward_fused<DT>(st, p, f, a->dg, (float *)a->workspace);
+  }
   return tf_cuda_norm_launch<TF_F32, DT, false, 8>(ctx, st, p, vec, a->backward, a->backward ? a->dg : NULL, NULL,
                                                    true, a->workspace);
 }

@@ -118,7 +118,9 @@ static void test_gemm(void) {
 
 /* ---- rmsnorm ---------------------------------------------------------------------------------- */
 
-static void rmsnorm_case(tf_dtype d, int64_t rows, int64_t dim, bool delta, bool accumulate, int64_t off) {
+/* With ws, the GPU's backward gets the planned workspace (where the shape
+ * allows, dx and the gain's gradient then come from one fused pass). */
+static void rmsnorm_case(tf_dtype d, int64_t rows, int64_t dim, bool delta, bool accumulate, int64_t off, bool ws) {
   flat_pair x = flat_pair_randn(rows * dim, TF_F32, 1.5, off), dl = flat_pair_randn(rows * dim, d, 1.0, off);
   flat_pair g = flat_pair_randn(dim, TF_F32, 1.0, 0);
   flat_pair xo = flat_pair_zeros(rows * dim, TF_F32), h = flat_pair_zeros(rows * dim, d);
@@ -149,7 +151,15 @@ static void rmsnorm_case(tf_dtype d, int64_t rows, int64_t dim, bool delta, bool
   CHECK_OK(tf_to(xs->c, TF_F32, GPU, &xg)); /* the CPU's x_out, so both start alike */
   b.x = (float *)tf_tensor_data(xg) + xs->off, b.g = GP(g), b.rstd = tf_tensor_data(rc), b.dh = GP(dh),
   b.dres = GP(dres), b.dres_low = GP(low), b.dg = GP(dg);
+  tf_tensor *work = NULL;
+  const size_t work_bytes = ws ? KG->rmsnorm_workspace(gctx, &b) : 0;
+  if (work_bytes) {
+    const tf_shape ws_shape = {1, {(int64_t)work_bytes}};
+    CHECK_OK(tf_tensor_empty(&ws_shape, TF_BOOL, GPU, &work));
+    b.workspace = tf_tensor_data(work);
+  }
   CHECK_OK(KG->rmsnorm(gctx, &b));
+  tf_tensor_release(work);
   same("rmsnorm backward dres", TF_F32, dres, 1e-5);
   same("rmsnorm backward dres_low", d, low, tol_of(d));
   same("rmsnorm backward dg", TF_F32, dg, 2e-5);
@@ -160,11 +170,13 @@ static void rmsnorm_case(tf_dtype d, int64_t rows, int64_t dim, bool delta, bool
 }
 
 static void test_rmsnorm(void) {
-  const int64_t shapes[][2] = {{37, 768}, {5, 100}, {4096, 64}, {3, 5000}, {600, 1600}};
-  for (int di = 0; di < 3; di++)
-    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
-      for (int v = 0; v < 4; v++) rmsnorm_case(DTYPES[di], shapes[s][0], shapes[s][1], v & 1, v & 2, 0);
-  for (int di = 0; di < 3; di++) rmsnorm_case(DTYPES[di], 9, 64, true, true, 1);
+  const int64_t shapes[][2] = {{37, 768}, {5, 100}, {4096, 64}, {3, 5000}, {600, 1600}, {512, 768}, {300, 2560}};
+  for (int ws = 0; ws < 2; ws++) {
+    for (int di = 0; di < 3; di++)
+      for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (int v = 0; v < 4; v++) rmsnorm_case(DTYPES[di], shapes[s][0], shapes[s][1], v & 1, v & 2, 0, ws);
+    for (int di = 0; di < 3; di++) rmsnorm_case(DTYPES[di], 9, 64, true, true, 1, ws);
+  }
 }
 
 /* ---- swiglu ---------------------------------------------------------------------------------- */
