@@ -120,7 +120,12 @@ local function byte_model(cfg, batch, seq, precision, attention)
     "DeviceRadixSortSingleTileKernel", "[memset]", "[memcpy DtoD]", "[memcpy DtoH]", "[memcpy HtoD]" } do
     m[name] = { latency = true }
   end
-  m.tf_cuda_norm_wgrad_finish_kernel.calls = 2 * L + 1
+  m.tf_cuda_rms_partial_sum_kernel = { latency = true }
+  if m.tf_cuda_rms_backward_fused_kernel then
+    m.tf_cuda_rms_partial_sum_kernel.calls = 2 * L + 1
+  else
+    m.tf_cuda_norm_wgrad_finish_kernel.calls = 2 * L + 1
+  end
   return m
 end
 

@@ -330,7 +330,7 @@ enum { TF_CUDA_RMS_FUSED_K = 4, TF_CUDA_RMS_FUSED_SMEM = 48 * 1024 };
  * bits); the rows each block takes depend on the shape and the GPU only,
  * so dg has the same bits every run. */
 template <int YT, int V, int K>
-__global__ void __launch_bounds__(1024) tf_cuda_rms_backward_fused_kernel(tf_cuda_norm_params p, float *partial) {
+__global__ void __launch_bounds__(512) tf_cuda_rms_backward_fused_kernel(tf_cuda_norm_params p, float *partial) {
   typedef typename tf_cuda_dtype<YT>::storage YS;
   extern __shared__ float group_sums[]; /* (groups, cols) */
   __shared__ float scratch[32];
@@ -358,7 +358,7 @@ __global__ void __launch_bounds__(1024) tf_cuda_rms_backward_fused_kernel(tf_cud
 #pragma unroll
     for (int k = 0; k < K; k++) {
       const int64_t c = ((int64_t)lane + (int64_t)k * p.tpr) * V;
-      if (c >= n) break;
+      if (c >= n) continue; /* not break: acc stays in registers only when the loop unrolls whole */
       float v[V], g[V], w[V], out[V];
       tf_cuda_load_row<TF_F32, V>(x + c, v);
       tf_cuda_load_row<YT, V>(dy + c, g);
@@ -394,11 +394,31 @@ __global__ void __launch_bounds__(1024) tf_cuda_rms_backward_fused_kernel(tf_cud
   }
 }
 
+/* The sum of the fused pass's partial sums, one row a block: 32 columns a
+ * block, 8 threads down each column adding every 8th row in order, then
+ * the 8 added in order into dg (added to): the same bits every run. */
+__global__ void __launch_bounds__(256) tf_cuda_rms_partial_sum_kernel(const float *partial, float *dg, int64_t cols,
+                                                                       int64_t rows) {
+  __shared__ float part[8][33];
+  const int64_t col = (int64_t)blockIdx.x * 32 + threadIdx.x;
+  float sum = 0;
+  if (col < cols)
+    for (int64_t r = threadIdx.y; r < rows; r += 8) sum += partial[r * cols + col];
+  part[threadIdx.y][threadIdx.x] = sum;
+  __syncthreads();
+  if (threadIdx.y != 0 || col >= cols) return;
+  float total = 0;
+#pragma unroll
+  for (int i = 0; i < 8; i++) total += part[i][threadIdx.x];
+  dg[col] += total;
+}
+
 /* The fused pass's launch: the row geometry's threads a row (tpr), as many
- * row groups a block as fit the shared memory (and leave a block for each
- * SM), blocks up to two an SM. ok is false where the row needs more than K
- * vector steps a thread, or one group's sums do not fit: the two-kernel
- * path then runs. */
+ * row groups a block as fit 512 threads and the shared memory (leaving a
+ * block for each SM), and as many blocks as are resident at once (one wave
+ * over the rows; the partial sums are one row a block). ok is false where
+ * a row needs more than K vector steps a thread, or one group's sums do not
+ * fit: the two-kernel path then runs. */
 typedef struct tf_cuda_rms_fused {
   bool ok;
   int tpr, threads, k;
@@ -406,22 +426,49 @@ typedef struct tf_cuda_rms_fused {
   size_t smem;
 } tf_cuda_rms_fused;
 
-static tf_cuda_rms_fused tf_cuda_rms_fused_geometry(const tf_cuda_state *st, int64_t rows, int64_t cols, int vec) {
+template <int YT> static void *tf_cuda_rms_fused_kernel_of(int k) {
+  switch (k) {
+    case 1: return (void *)tf_cuda_rms_backward_fused_kernel<YT, 8, 1>;
+    case 2: return (void *)tf_cuda_rms_backward_fused_kernel<YT, 8, 2>;
+    case 3: return (void *)tf_cuda_rms_backward_fused_kernel<YT, 8, 3>;
+    case 4: return (void *)tf_cuda_rms_backward_fused_kernel<YT, 8, 4>;
+    default: return NULL;
+  }
+}
+
+static void *tf_cuda_rms_fused_kernel_for(tf_dtype dt, int k) {
+  switch (dt) {
+    case TF_F32: return tf_cuda_rms_fused_kernel_of<TF_F32>(k);
+    case TF_F16: return tf_cuda_rms_fused_kernel_of<TF_F16>(k);
+    case TF_BF16: return tf_cuda_rms_fused_kernel_of<TF_BF16>(k);
+    default: return NULL;
+  }
+}
+
+static tf_cuda_rms_fused tf_cuda_rms_fused_geometry(const tf_cuda_state *st, tf_dtype dt, int64_t rows, int64_t cols,
+                                                    int vec) {
   tf_cuda_rms_fused f = {};
   if (vec != 8 || rows <= 0 || cols <= 0) return f;
   f.tpr = tf_cuda_row_geometry(st, rows, cols, vec).tpr;
   const int64_t steps = (cols + (int64_t)f.tpr * vec - 1) / ((int64_t)f.tpr * vec);
   int64_t groups = TF_CUDA_RMS_FUSED_SMEM / (cols * (int64_t)sizeof(float));
-  if (steps > TF_CUDA_RMS_FUSED_K || groups < 1) return f;
+  void *kernel = steps <= TF_CUDA_RMS_FUSED_K ? tf_cuda_rms_fused_kernel_for(dt, (int)steps) : NULL;
+  if (!kernel || groups < 1 || f.tpr > 512) return f;
   const int64_t sms = st->multiprocessors;
-  if (groups > 1024 / f.tpr) groups = 1024 / f.tpr;
+  if (groups > 512 / f.tpr) groups = 512 / f.tpr;
   if (groups > rows / sms) groups = rows / sms > 1 ? rows / sms : 1;
-  f.ok = true;
   f.k = (int)steps;
   f.threads = (int)groups * f.tpr;
-  const int64_t want = (rows + groups - 1) / groups, cap = sms * 2;
-  f.blocks = (unsigned)(want < cap ? want : cap);
   f.smem = (size_t)(groups * cols) * sizeof(float);
+  int resident = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, f.threads, f.smem) != cudaSuccess ||
+      resident < 1) {
+    (void)cudaGetLastError();
+    return f;
+  }
+  const int64_t want = (rows + groups - 1) / groups, cap = sms * resident;
+  f.blocks = (unsigned)(want < cap ? want : cap);
+  f.ok = true;
   return f;
 }
 
@@ -442,9 +489,8 @@ static tf_status tf_cuda_rms_backward_fused(tf_cuda_state *st, tf_cuda_norm_para
     default: return tf_fail(TF_ERR_BACKEND, "rmsnorm backward: no fused kernel for %d vector steps", f.k);
   }
   TF_TRY(tf_cuda_launched("norm backward kernel (with the gain's gradient)"));
-  const unsigned col_blocks = (unsigned)((p.cols + TF_CUDA_WGRAD_THREADS - 1) / TF_CUDA_WGRAD_THREADS);
-  tf_cuda_norm_wgrad_finish_kernel<float><<<col_blocks, TF_CUDA_WGRAD_THREADS, 0, st->stream>>>(
-      workspace, NULL, dg, NULL, p.cols, f.blocks, true);
+  tf_cuda_rms_partial_sum_kernel<<<(unsigned)((p.cols + 31) / 32), dim3(32, 8), 0, st->stream>>>(workspace, dg, p.cols,
+                                                                                                f.blocks);
   return tf_cuda_launched("norm weight-gradient sum kernel");
 }
 
@@ -513,7 +559,7 @@ static int tf_cuda_rms_vec(int64_t dim, const void *const *ptrs, int n) {
 size_t tf_cuda_rmsnorm_workspace(tf_device_ctx *ctx, const tf_rmsnorm_args *a) {
   if (!a->backward || a->rows <= 0 || a->dim <= 0 || !ctx->backend_state) return 0;
   const tf_cuda_state *st = tf_cuda_state_of(ctx);
-  const tf_cuda_rms_fused f = tf_cuda_rms_fused_geometry(st, a->rows, a->dim, a->dim % 8 == 0 ? 8 : 1);
+  const tf_cuda_rms_fused f = tf_cuda_rms_fused_geometry(st, a->dtype, a->rows, a->dim, a->dim % 8 == 0 ? 8 : 1);
   const size_t fused = f.ok ? (size_t)f.blocks * (size_t)a->dim * sizeof(float) : 0;
   const tf_cuda_norm_split s = tf_cuda_norm_splits(st, a->rows, a->dim);
   const size_t split = tf_cuda_norm_partial_bytes(s, a->dim, 1, sizeof(float));
@@ -542,7 +588,7 @@ static tf_status tf_cuda_rmsnorm_typed(tf_device_ctx *ctx, tf_cuda_state *st, co
   const void *ptrs[8] = {a->x, a->delta, a->x_out, a->h, a->dh, a->dres_low, a->dres, a->g};
   const int vec = tf_cuda_rms_vec(a->dim, ptrs, 8);
   if (a->backward && a->dres && a->dg && a->workspace && !getenv("TF_NORM_UNFUSED")) {
-    const tf_cuda_rms_fused f = tf_cuda_rms_fused_geometry(st, a->rows, a->dim, vec);
+    const tf_cuda_rms_fused f = tf_cuda_rms_fused_geometry(st, (tf_dtype)DT, a->rows, a->dim, vec);
     if (f.ok) return tf_cuda_rms_backward_fused<DT>(st, p, f, a->dg, (float *)a->workspace);
   }
   return tf_cuda_norm_launch<TF_F32, DT, false, 8>(ctx, st, p, vec, a->backward, a->backward ? a->dg : NULL, NULL,

@@ -66,7 +66,7 @@ M.op_classes = {
   layer_norm = "norm", layer_norm_backward = "norm", rms_norm = "norm", rms_norm_backward = "norm",
   rmsnorm = "norm", rmsnorm_backward = "norm", norm_forward = "norm", norm_backward = "norm",
   norm_wgrad = "norm", norm_wgrad_finish = "norm", rms_forward = "norm", rms_backward = "norm",
-  rms_wgrad = "norm", rms_wgrad_finish = "norm", rms_backward_fused = "norm",
+  rms_wgrad = "norm", rms_wgrad_finish = "norm", rms_backward_fused = "norm", rms_partial_sum = "norm",
   adamw = "optimizer",
   reduce = "reduction", cross_entropy = "reduction", cross_entropy_backward = "reduction",
   ce_forward = "reduction", ce_backward = "reduction", ce_mean = "reduction", lm_loss = "reduction",
