@@ -318,14 +318,17 @@ static tf_status tf_cuda_norm_launch(tf_device_ctx *ctx, tf_cuda_state *st, tf_c
 
 /* ---- the engine's RMSNorm backward with its gain's gradient in one pass ------------------ */
 
-enum { TF_CUDA_RMS_FUSED_K = 4, TF_CUDA_RMS_FUSED_SMEM = 48 * 1024 };
+/* The most vector steps of 8 a thread that the fused backward takes (it
+ * holds x, dy and the gain's sums in registers: 3 steps before it spills). */
+enum { TF_CUDA_RMS_FUSED_K = 3, TF_CUDA_RMS_FUSED_SMEM = 48 * 1024 };
 
 /* The engine's RMSNorm backward (f32 x, dy of YT, V columns a vector step)
- * and the gain's gradient dg = sum over rows of dy xhat, without reading x
- * and dy a second time: each thread keeps the column sums of the rows its
- * row group takes (K vector steps of V columns), the groups of a block add
- * theirs in shared memory in group order, and block b writes row b of the
- * partial sums, which tf_cuda_norm_wgrad_finish_kernel adds in block order.
+ * and the gain's gradient dg = sum over rows of dy xhat in one pass over x
+ * and dy: each thread holds its part of the row (K vector steps of V
+ * columns) in registers between the row's sum and dx, and the column sums
+ * of the rows its row group takes; the groups of a block add theirs in
+ * shared memory in group order, and block b writes row b of the partial
+ * sums, which tf_cuda_rms_partial_sum_kernel adds in a fixed order.
  * dx is computed as tf_cuda_norm_backward_kernel computes it (the same
  * bits); the rows each block takes depend on the shape and the GPU only,
  * so dg has the same bits every run. */
@@ -345,23 +348,24 @@ __global__ void __launch_bounds__(512) tf_cuda_rms_backward_fused_kernel(tf_cuda
     const float *x = (const float *)p.x + off;
     const YS *dy = (const YS *)p.dy + off;
     const float rstd = ((const float *)p.rstd)[row];
-    float sum_gx = 0;
-    for (int64_t c = (int64_t)lane * V; c < n; c += (int64_t)p.tpr * V) {
-      float v[V], g[V], w[V];
-      tf_cuda_load_row<TF_F32, V>(x + c, v);
-      tf_cuda_load_row<YT, V>(dy + c, g);
+    float v[K][V], g[K][V], sum_gx = 0; /* the thread's part of the row, read once */
+#pragma unroll
+    for (int k = 0; k < K; k++) {
+      const int64_t c = ((int64_t)lane + (int64_t)k * p.tpr) * V;
+      if (c >= n) continue; /* not break: the arrays stay in registers only when the loop unrolls whole */
+      float w[V];
+      tf_cuda_load_row<TF_F32, V>(x + c, v[k]);
+      tf_cuda_load_row<YT, V>(dy + c, g[k]);
       tf_cuda_norm_weights<float, V>(p.w, c, 1.0f, w);
 #pragma unroll
-      for (int u = 0; u < V; u++) sum_gx += g[u] * w[u] * (v[u] * rstd);
+      for (int u = 0; u < V; u++) sum_gx += g[k][u] * w[u] * (v[k][u] * rstd);
     }
     const float mgx = tf_cuda_group_reduce(sum_gx, p.tpr, tf_cuda_add(), scratch) * inv_cols;
 #pragma unroll
     for (int k = 0; k < K; k++) {
       const int64_t c = ((int64_t)lane + (int64_t)k * p.tpr) * V;
-      if (c >= n) continue; /* not break: acc stays in registers only when the loop unrolls whole */
-      float v[V], g[V], w[V], out[V];
-      tf_cuda_load_row<TF_F32, V>(x + c, v);
-      tf_cuda_load_row<YT, V>(dy + c, g);
+      if (c >= n) continue;
+      float w[V], out[V];
       tf_cuda_norm_weights<float, V>(p.w, c, 1.0f, w);
       if (p.accumulate) {
         tf_cuda_load_row<TF_F32, V>((const float *)p.dx + off + c, out);
@@ -371,8 +375,8 @@ __global__ void __launch_bounds__(512) tf_cuda_rms_backward_fused_kernel(tf_cuda
       }
 #pragma unroll
       for (int u = 0; u < V; u++) {
-        out[u] += rstd * (g[u] * w[u] - (v[u] * rstd) * mgx);
-        acc[k][u] += g[u] * (v[u] * rstd);
+        out[u] += rstd * (g[k][u] * w[u] - (v[k][u] * rstd) * mgx);
+        acc[k][u] += g[k][u] * (v[k][u] * rstd);
       }
       tf_cuda_store_row<TF_F32, V>((float *)p.dx + off + c, out);
       if (p.dx_low) tf_cuda_store_row<YT, V>((YS *)p.dx_low + off + c, out);
@@ -431,7 +435,6 @@ template <int YT> static void *tf_cuda_rms_fused_kernel_of(int k) {
     case 1: return (void *)tf_cuda_rms_backward_fused_kernel<YT, 8, 1>;
     case 2: return (void *)tf_cuda_rms_backward_fused_kernel<YT, 8, 2>;
     case 3: return (void *)tf_cuda_rms_backward_fused_kernel<YT, 8, 3>;
-    case 4: return (void *)tf_cuda_rms_backward_fused_kernel<YT, 8, 4>;
     default: return NULL;
   }
 }
@@ -484,7 +487,6 @@ static tf_status tf_cuda_rms_backward_fused(tf_cuda_state *st, tf_cuda_norm_para
     TF_CUDA_RMS_FUSED_CASE(1)
     TF_CUDA_RMS_FUSED_CASE(2)
     TF_CUDA_RMS_FUSED_CASE(3)
-    TF_CUDA_RMS_FUSED_CASE(4)
 #undef TF_CUDA_RMS_FUSED_CASE
     default: return tf_fail(TF_ERR_BACKEND, "rmsnorm backward: no fused kernel for %d vector steps", f.k);
   }
