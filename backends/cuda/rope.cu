@@ -174,6 +174,44 @@ __global__ void __launch_bounds__(TF_CUDA_THREADS) tf_cuda_rope_heads_vec_kernel
   }
 }
 
+/* The same per 16-byte word, from a grid of (parts x word blocks, seq,
+ * batch): a block's row (b, t) and part (q, k or v) come from its indices,
+ * so a thread divides only by hd / VEC (32-bit) to find its head. The
+ * 64-bit divisions of the grid-stride kernel above held it at 0.63 of the
+ * copy rate. */
+template <int DT, int VEC>
+__global__ void __launch_bounds__(1024) tf_cuda_rope_heads_rows_kernel(tf_cuda_rope_heads_params p, int part_blocks) {
+  typedef tf_cuda_dtype<DT> D;
+  typedef typename D::storage S;
+  const int hdw = (int)p.head_dim / VEC, dw = (int)p.heads * hdw, half = (int)p.head_dim / 2;
+  const int part = (int)blockIdx.x / part_blocks;
+  const int word = ((int)blockIdx.x - part * part_blocks) * (int)blockDim.x + (int)threadIdx.x;
+  if (word >= dw) return;
+  const int h = word / hdw, at = (word - h * hdw) * VEC;
+  const int64_t t = blockIdx.y, b = blockIdx.z, bt = b * p.seq + t, d = p.heads * p.head_dim;
+  const int64_t row = bt * 3 * d + part * d + (int64_t)word * VEC, hrow = ((b * p.heads + h) * p.seq + t) * p.head_dim + at;
+  S *heads = (S *)(part == 0 ? p.q : part == 1 ? p.k : p.v);
+  S *qkv = (S *)p.qkv;
+  union {
+    uint4 word;
+    S v[VEC];
+  } in, out;
+  in.word = *(const uint4 *)(p.backward ? heads + hrow : qkv + row);
+  if (part == 2) { /* v: moved, not turned (the kernels above turn it by cos 1, sin 0: the same bits) */
+    *(uint4 *)(p.backward ? qkv + row : heads + hrow) = in.word;
+    return;
+  }
+  const float *cs = p.cos + t * half + at / 2, *sn = p.sin + t * half + at / 2;
+#pragma unroll
+  for (int j = 0; j < VEC / 2; j++) {
+    float y0, y1;
+    tf_rope_turn<float>(D::load(in.v[2 * j]), D::load(in.v[2 * j + 1]), cs[j], p.backward ? -sn[j] : sn[j], &y0, &y1);
+    out.v[2 * j] = D::store(y0);
+    out.v[2 * j + 1] = D::store(y1);
+  }
+  *(uint4 *)(p.backward ? qkv + row : heads + hrow) = out.word;
+}
+
 static bool tf_cuda_aligned16(const void *ptr) { return ((uintptr_t)ptr & 15) == 0; }
 
 /* Arguments by value; one grid-stride kernel (16 bytes per thread where
@@ -196,8 +234,14 @@ template <int DT> static tf_status tf_cuda_rope_heads_typed(tf_cuda_state *st, c
   enum { VEC = (int)(sizeof(uint4) / sizeof(typename tf_cuda_dtype<DT>::storage)) };
   if (a->head_dim % VEC == 0 && tf_cuda_aligned16(a->qkv) && tf_cuda_aligned16(a->q) && tf_cuda_aligned16(a->k) &&
       tf_cuda_aligned16(a->v)) {
-    const int64_t words = total * 2 / VEC;
-    if (words * VEC < INT32_MAX)
+    const int64_t words = total * 2 / VEC, dw = a->heads * a->head_dim / VEC;
+    if (a->seq <= 65535 && a->batch <= 65535 && dw <= INT32_MAX / 2) {
+      const int threads = dw < 1024 ? (int)((dw + 31) / 32 * 32) : 1024;
+      const int part_blocks = (int)((dw + threads - 1) / threads);
+      tf_cuda_rope_heads_rows_kernel<DT, VEC>
+          <<<dim3(3 * (unsigned)part_blocks, (unsigned)a->seq, (unsigned)a->batch), threads, 0, st->stream>>>(
+              p, part_blocks);
+    } else if (words * VEC < INT32_MAX)
       tf_cuda_rope_heads_vec_kernel<DT, VEC, int32_t><<<tf_cuda_blocks(st, words), TF_CUDA_THREADS, 0, st->stream>>>(p);
     else
       tf_cuda_rope_heads_vec_kernel<DT, VEC, int64_t><<<tf_cuda_blocks(st, words), TF_CUDA_THREADS, 0, st->stream>>>(p);
@@ -242,12 +286,36 @@ __global__ void __launch_bounds__(TF_CUDA_THREADS)
   }
 }
 
+/* The same for the merged row (b, t) of blockIdx (z, y): a thread per word
+ * of it (heads * words), dividing only by words (32-bit) to find its head. */
+template <typename W>
+__global__ void __launch_bounds__(1024)
+    tf_cuda_heads_rows_kernel(const W *src, W *dst, int64_t seq, int heads, int words, bool split) {
+  const int j = (int)blockIdx.x * (int)blockDim.x + (int)threadIdx.x;
+  if (j >= heads * words) return;
+  const int h = j / words, w = j - h * words;
+  const int64_t t = blockIdx.y, b = blockIdx.z;
+  const int64_t merged = ((b * seq + t) * heads + h) * words + w, split_at = ((b * heads + h) * seq + t) * words + w;
+  if (split)
+    dst[split_at] = src[merged];
+  else
+    dst[merged] = src[split_at];
+}
+
 /* The kernel for word type W (row bytes divisible by its size). */
 template <typename W> static tf_status tf_cuda_heads_launch(tf_cuda_state *st, const tf_heads_args *a, size_t row) {
   const int64_t words = (int64_t)(row / sizeof(W)), total = a->batch * a->seq * a->heads * words;
   if (total == 0) return TF_OK;
-  tf_cuda_heads_kernel<W><<<tf_cuda_blocks(st, total), TF_CUDA_THREADS, 0, st->stream>>>(
-      (const W *)a->src, (W *)a->dst, a->batch, a->seq, a->heads, words, a->split);
+  const int64_t row_words = a->heads * words;
+  if (a->seq <= 65535 && a->batch <= 65535 && row_words <= INT32_MAX / 2) {
+    const int threads = row_words < 1024 ? (int)((row_words + 31) / 32 * 32) : 1024;
+    const unsigned blocks = (unsigned)((row_words + threads - 1) / threads);
+    tf_cuda_heads_rows_kernel<W><<<dim3(blocks, (unsigned)a->seq, (unsigned)a->batch), threads, 0, st->stream>>>(
+        (const W *)a->src, (W *)a->dst, a->seq, (int)a->heads, (int)words, a->split);
+  } else {
+    tf_cuda_heads_kernel<W><<<tf_cuda_blocks(st, total), TF_CUDA_THREADS, 0, st->stream>>>(
+        (const W *)a->src, (W *)a->dst, a->batch, a->seq, a->heads, words, a->split);
+  }
   return tf_cuda_launched("heads kernel");
 }
 
