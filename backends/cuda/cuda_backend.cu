@@ -131,6 +131,13 @@ static tf_status tf_cuda_copy(tf_device_ctx *ctx, void *dst, const void *src, si
   return TF_OK;
 }
 
+/* The main stream, for NCCL: collectives are ordered with the ops around them. */
+static tf_status tf_cuda_collective_stream(tf_device_ctx *ctx, void **stream) {
+  TF_TRY(tf_cuda_use_device(ctx));
+  *stream = (void *)tf_cuda_state_of(ctx)->stream;
+  return TF_OK;
+}
+
 /* Waits for everything queued on the device's stream (tf.sync, timers). */
 static tf_status tf_cuda_synchronize(tf_device_ctx *ctx) {
   TF_TRY(tf_cuda_use_device(ctx));
@@ -192,6 +199,7 @@ static tf_backend tf_cuda_make_table(void) {
   b.raw_free = tf_cuda_raw_free;
   b.copy = tf_cuda_copy;
   b.synchronize = tf_cuda_synchronize;
+  b.collective_stream = tf_cuda_collective_stream;
   b.event_record = tf_cuda_event_record;
   b.event_elapsed_ms = tf_cuda_event_elapsed;
   b.event_destroy = tf_cuda_event_destroy;

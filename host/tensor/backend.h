@@ -157,6 +157,9 @@ struct tf_backend {
   void (*raw_free)(void *ctx, void *ptr);
   tf_status (*copy)(tf_device_ctx *ctx, void *dst, const void *src, size_t bytes, tf_copy_dir dir);
   tf_status (*synchronize)(tf_device_ctx *ctx);
+  /* The stream collectives (NCCL) queue on, as a cudaStream_t, with the
+   * device made current for this thread; NULL where there is none (the CPU). */
+  tf_status (*collective_stream)(tf_device_ctx *ctx, void **stream);
 
   /* Timing. */
   tf_status (*event_record)(tf_device_ctx *ctx, tf_event **ev);
