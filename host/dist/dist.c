@@ -152,13 +152,11 @@ static tf_status tf_dist_finish(tf_dist_work *w) {
 static tf_status tf_dist_run(const tf_dist_call *c, tf_tensor *keep0, tf_tensor *keep1, tf_dist_work **work) {
   const bool gpu = c->device.type != TF_DEV_CPU;
   if (!gpu && !tf_dist_mpi_active()) {
-    const char *why = !tf_dist_mpi_compiled() ? "this tfhost was built without MPI"
+    const char *why = !tf_dist_mpi_compiled() ? "this tfhost was built without MPI: install libopenmpi-dev and rebuild"
                       : strcmp(tf_dist.env.launcher, "tfhost") == 0
-                          ? "tfhost --nproc started the ranks itself: no mpirun on PATH, or TFHOST_NO_MPIRUN set"
-                          : "the ranks were not started by an MPI launcher";
-    return tf_fail(TF_ERR_STATE,
-                   "%s: CPU tensors travel between ranks through MPI, and this run has none (%s): start it with "
-                   "tfhost --nproc N with mpirun on PATH, or with mpirun or srun",
+                          ? "tfhost --nproc started the ranks itself: put mpirun on PATH (and unset TFHOST_NO_MPIRUN)"
+                          : "the ranks were not started by an MPI launcher: start them with tfhost --nproc, mpirun or srun";
+    return tf_fail(TF_ERR_STATE, "%s: CPU tensors travel between ranks through MPI, and this run has none (%s)",
                    c->fname, why);
   }
   if (!tf_dist.checks_off && tf_dist_mpi_active()) {

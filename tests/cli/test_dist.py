@@ -7,6 +7,7 @@ never call is reported by a timeout naming them, Ctrl-C stops them all.
 Run by ctest as `python3 tests/cli/test_dist.py /path/to/tfhost`. Every run
 has a deadline, so a hang fails a test instead of blocking the suite.
 """
+import json
 import os
 import signal
 import subprocess
@@ -159,6 +160,25 @@ class DistLaunchTest(unittest.TestCase):
         self.assertEqual(r.returncode, 1, r.stderr)
         self.assertIn("rank 1 failed (exit code 1)", r.stderr)
         self.assertLess(r.seconds, 30)
+
+    def test_allreduce_experiment(self):
+        out = os.path.join(self.dir.name, "ar.json")
+        r = subprocess.run([TFHOST, "--nproc", "2", "--device", "cpu", "experiments/allreduce.lua", "--sizes", "1,2",
+                            "--dtypes", "f32,bf16", "--iters", "2", "--warmup", "1", "--json", out,
+                            "--plot", os.path.join(self.dir.name, "ar.html")],
+                           capture_output=True, text=True, timeout=DEADLINE, env=self.env)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("| f32 | 1 | 2 |", r.stdout)
+        self.assertNotIn("[rank 1]", r.stdout)  # the table is rank 0's
+        with open(out) as f:
+            doc = json.load(f)
+        self.assertEqual(doc["key"], ["dtype", "size_mb", "world_size"])
+        self.assertEqual(doc["env"]["dist"]["world_size"], 2)
+        self.assertEqual([(row["dtype"], row["size_mb"]) for row in doc["results"]],
+                         [("f32", 1), ("f32", 2), ("bf16", 1), ("bf16", 2)])
+        for row in doc["results"]:
+            self.assertGreater(row["busbw_gbs"], 0)
+            self.assertAlmostEqual(row["busbw_gbs"], row["bytes"] / (row["time_ms"] / 1e3) / 1e9, places=6)
 
     def test_bad_nproc(self):
         for bad in ("0", "x", "-1", "1000"):

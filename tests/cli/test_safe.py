@@ -261,6 +261,7 @@ EXPERIMENTS = [
                              "--precision", "f32", "--impl", "fused", "--trace", "traces"], ["traces"]),
     ("kernel_bandwidth.lua", ["--size", "tiny", "--context", "16", "--batch", "1", "--warmup", "1", "--steps", "1"],
      []),
+    ("allreduce.lua", ["--sizes", "1", "--iters", "1", "--warmup", "0"], []),
 ]
 # Fields ranked by measured time (which kernel leads, which come next): two plain runs can agree on
 # them by chance and a third differ, so they are not results a run must reproduce.
