@@ -180,6 +180,27 @@ class DistLaunchTest(unittest.TestCase):
             self.assertGreater(row["busbw_gbs"], 0)
             self.assertAlmostEqual(row["busbw_gbs"], row["bytes"] / (row["time_ms"] / 1e3) / 1e9, places=6)
 
+    def test_ddp_experiment(self):
+        out = os.path.join(self.dir.name, "ddp.json")
+        r = subprocess.run([TFHOST, "--nproc", "2", "--device", "cpu", "experiments/ddp.lua", "--context", "16",
+                            "--batch", "1", "--steps", "2", "--warmup", "1", "--bucket_mb", "0.5,4", "--json", out],
+                           capture_output=True, text=True, timeout=DEADLINE * 2, env=self.env)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(out) as f:
+            rows = json.load(f)["results"]
+        self.assertEqual([(row["variant"], row.get("bucket_mb")) for row in rows],
+                         [("none", None), ("per_param", None), ("flat", None), ("overlap", None), ("bucket", 0.5),
+                          ("bucket", 4), ("zero1", 0.5), ("zero1", 4)])
+        by = {(row["variant"], row.get("bucket_mb")): row for row in rows}
+        # ZeRO-1 holds half of AdamW's state on each of 2 ranks
+        self.assertAlmostEqual(by[("zero1", 4)]["optimizer_mib"], by[("flat", None)]["optimizer_mib"] / 2, places=2)
+        for row in rows:
+            self.assertGreater(row["step_ms"], 0)
+            if row["variant"] != "none":
+                self.assertIn("exposed_ms", row)
+                self.assertGreaterEqual(row["hidden_pct"], 0)
+                self.assertLessEqual(row["hidden_pct"], 100)
+
     def test_bad_nproc(self):
         for bad in ("0", "x", "-1", "1000"):
             r = subprocess.run([TFHOST, "--nproc", bad, "-e", "print(1)"], capture_output=True, text=True,
