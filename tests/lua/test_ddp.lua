@@ -7,6 +7,9 @@
 local T = require "harness"
 
 local rank, world = tf.dist.rank(), tf.dist.world_size()
+-- TF_DDP_DEVICE=default runs it on each rank's default device (its GPU under tfhost --nproc)
+local DEVICE = os.getenv("TF_DDP_DEVICE") or "cpu"
+if DEVICE == "default" then DEVICE = tf.default_device() end
 local B, SEQ = 2, 8 -- per rank
 local SPEC = { vocab_size = 97, context_length = SEQ, d_model = 32, num_layers = 2, num_heads = 4, d_ff = 64 }
 
@@ -14,15 +17,15 @@ local SPEC = { vocab_size = 97, context_length = SEQ, d_model = 32, num_layers =
 tf.seed(11)
 local batches = {}
 for s = 1, 2 do
-  local ids = tf.randint(0, SPEC.vocab_size, { B * world, SEQ })
-  local targets = tf.randint(0, SPEC.vocab_size, { B * world, SEQ })
+  local ids = tf.randint(0, SPEC.vocab_size, { B * world, SEQ }, { device = DEVICE })
+  local targets = tf.randint(0, SPEC.vocab_size, { B * world, SEQ }, { device = DEVICE })
   batches[s] = { ids = ids, targets = targets, my_ids = ids:narrow(0, rank * B, B):contiguous(),
     my_targets = targets:narrow(0, rank * B, B):contiguous() }
 end
 
 local function model(extra)
   tf.seed(5) -- the same initial parameters for the reference and every rank
-  local spec = { device = "cpu" }
+  local spec = { device = DEVICE }
   for k, v in pairs(SPEC) do spec[k] = v end
   for k, v in pairs(extra) do spec[k] = v end
   return tf.model.new(spec)
@@ -92,7 +95,7 @@ end)
 
 T.test("every rank starts from rank 0's parameters", function()
   tf.seed(100 + rank) -- different on every rank
-  local spec = { device = "cpu", parallel = "ddp" }
+  local spec = { device = DEVICE, parallel = "ddp" }
   for k, v in pairs(SPEC) do spec[k] = v end
   local m = tf.model.new(spec)
   local w = m:parameters()["lm_head.weight"]:contiguous()
