@@ -141,15 +141,24 @@ class DistLaunchTest(unittest.TestCase):
 
     def test_without_mpirun_ranks_start_but_cpu_tensors_say_why(self):
         env = dict(self.env, TFHOST_NO_MPIRUN="1")
+        flag = os.path.join(self.dir.name, "rank0-printed")
+        # rank 1 fails only once rank 0 has printed (a file says so): the launcher then stops rank 0
         r = self.run_ranks(2, """
+            local flag = ...
             print("rank " .. tf.dist.rank() .. " of " .. tf.dist.world_size())
+            io.stdout:flush()
+            if tf.dist.rank() == 0 then
+              io.open(flag, "w"):close()
+              while true do end
+            end
+            while not io.open(flag) do end
             tf.dist.all_reduce(tf.ones(2))
-            """, env=env)
+            """, flag, env=env)
         self.assertNotEqual(r.returncode, 0)
         self.assertIn("rank 0 of 2", r.stdout)
         self.assertIn("[rank 1] rank 1 of 2", r.stdout)
         self.assertIn("CPU tensors travel between ranks through MPI", r.stderr)
-        self.assertIn("failed (exit code 1); every rank was stopped", r.stderr)
+        self.assertIn("rank 1 failed (exit code 1); every rank was stopped", r.stderr)
 
     def test_fork_mode_stops_the_others(self):
         env = dict(self.env, TFHOST_NO_MPIRUN="1")
