@@ -22,7 +22,8 @@ static struct {
 struct tf_dist_work {
   tf_dist_call call;
   tf_tensor *keep[2];
-  tf_dist_mpi_req *req; /* NULL: nothing left to wait for (done, local or queued on a GPU stream) */
+  tf_dist_mpi_req *req; /* MPI's request; NULL: nothing left to wait for */
+  void *event;          /* NCCL's end on the communication stream, until joined */
   bool reported;        /* the outcome was returned by a wait */
   tf_status status;
   char error[512];
@@ -133,8 +134,16 @@ static void tf_dist_divide(const tf_dist_call *c) {
   }
 }
 
-/* Finishes an MPI work: waits, divides an average. */
+/* Finishes a work: the device's stream follows NCCL's end; MPI's request
+ * waited for, an average divided. */
 static tf_status tf_dist_finish(tf_dist_work *w) {
+  if (w->event) {
+    tf_status st = tf_dist_nccl_join(w->call.device, w->event);
+    w->event = NULL;
+    w->status = st;
+    if (st != TF_OK) snprintf(w->error, sizeof w->error, "%s", tf_last_error());
+    return st;
+  }
   if (!w->req) return w->status;
   tf_status st = tf_dist_mpi_wait(w->req, tf_dist_timeout());
   tf_dist_mpi_req_free(w->req);
@@ -169,15 +178,17 @@ static tf_status tf_dist_run(const tf_dist_call *c, tf_tensor *keep0, tf_tensor 
     }
   }
   if (gpu) {
-    TF_TRY(tf_dist_nccl_run(&tf_dist.env, c, tf_dist_timeout()));
-    if (work) {
-      tf_dist_work *w = calloc(1, sizeof *w);
-      if (!w) return tf_fail(TF_ERR_OOM, "out of memory in %s", c->fname);
-      w->call = *c;
-      w->keep[0] = keep0 ? tf_tensor_retain(keep0) : NULL;
-      w->keep[1] = keep1 ? tf_tensor_retain(keep1) : NULL;
-      *work = w;
+    tf_dist_work *w = work ? calloc(1, sizeof *w) : NULL;
+    if (work && !w) return tf_fail(TF_ERR_OOM, "out of memory in %s", c->fname);
+    tf_status st = tf_dist_nccl_run(&tf_dist.env, c, tf_dist_timeout(), w ? &w->event : NULL);
+    if (st != TF_OK || !w) {
+      free(w);
+      return st;
     }
+    w->call = *c;
+    w->keep[0] = keep0 ? tf_tensor_retain(keep0) : NULL;
+    w->keep[1] = keep1 ? tf_tensor_retain(keep1) : NULL;
+    *work = w;
     return TF_OK;
   }
   tf_dist_work *w = calloc(1, sizeof *w);
@@ -322,13 +333,15 @@ tf_status tf_dist_wait(tf_dist_work *w) {
 }
 
 bool tf_dist_done(tf_dist_work *w) {
-  if (!w || !w->req) return true;
+  if (!w) return true;
+  if (w->event) return tf_dist_nccl_done(w->call.device, w->event);
+  if (!w->req) return true;
   return tf_dist_mpi_test(w->req);
 }
 
 void tf_dist_work_free(tf_dist_work *w) {
   if (!w) return;
-  if (w->req) (void)tf_dist_finish(w); /* MPI may still write into the tensors */
+  if (w->req || w->event) (void)tf_dist_finish(w); /* MPI or NCCL may still write into the tensors */
   tf_tensor_release(w->keep[0]);
   tf_tensor_release(w->keep[1]);
   free(w);

@@ -75,8 +75,10 @@ typedef enum tf_dist_op { TF_DIST_SUM, TF_DIST_AVG, TF_DIST_MAX, TF_DIST_MIN } t
 tf_status tf_dist_op_parse(const char *name, tf_dist_op *out);
 
 /* An asynchronous collective in flight. Tensors it uses are kept alive
- * until it is freed. On a GPU the work is queued on the tensor's device
- * stream, ordered before anything queued later, as every GPU op is. */
+ * until it is freed. On a GPU it runs on the device's communication stream
+ * after the ops queued before it, beside those queued after it, until
+ * tf_dist_wait makes the device's stream wait for it (the host does not);
+ * a blocking collective is waited for so at once. */
 typedef struct tf_dist_work tf_dist_work;
 
 /* Every collective below runs to completion when work is NULL, else

@@ -65,9 +65,14 @@ tf_status tf_dist_mpi_barrier(double timeout);
 const char *tf_dist_mpi_library(void);
 
 /* ---- dist_nccl.c: NCCL on GPU memory (stubs without CUDA) ---- */
-/* Queues c on device's stream (the communicator made on first use, its id
- * handed out within timeout seconds). */
-tf_status tf_dist_nccl_run(const tf_dist_env *env, const tf_dist_call *c, double timeout);
+/* Queues c on the device's communication stream, after the work queued so
+ * far on its own stream (the communicator made on first use, its id handed
+ * out within timeout seconds). With event NULL the device's stream waits
+ * for the collective at once; else *event is its end, for tf_dist_nccl_join
+ * (which work queued after it must follow) or tf_dist_nccl_done. */
+tf_status tf_dist_nccl_run(const tf_dist_env *env, const tf_dist_call *c, double timeout, void **event);
+tf_status tf_dist_nccl_join(tf_device device, void *event);
+bool tf_dist_nccl_done(tf_device device, void *event);
 void tf_dist_nccl_shutdown(bool failed);
 const char *tf_dist_nccl_loaded_version(void);
 

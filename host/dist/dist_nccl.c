@@ -3,8 +3,11 @@
  * the binary or in the CUDA Toolkit. One communicator per process, made on
  * the first GPU collective on that process's device; its unique id goes
  * from rank 0 to the others through MPI when the run has it, else over a
- * socket (dist_bootstrap.c). Collectives queue on the device's stream, so
- * they are ordered with the ops before and after them. */
+ * socket (dist_bootstrap.c). Collectives run on a communication stream of
+ * the device's, after the ops queued before them, and the ops queued after
+ * a finished (waited for) collective follow it: an asynchronous one runs
+ * beside the kernels queued meanwhile (the backward pass of data-parallel
+ * training). */
 #include "dist_internal.h"
 
 #include <stdio.h>
@@ -149,7 +152,7 @@ static tf_status tf_nccl_comm_for(const tf_dist_env *env, tf_device d, const cha
   tf_device_ctx *ctx;
   void *stream;
   TF_TRY(tf_device_ctx_get(d, &ctx));
-  TF_TRY(ctx->backend->collective_stream(ctx, &stream)); /* the device made current */
+  TF_TRY(ctx->backend->comm_begin(ctx, &stream)); /* the device made current */
   TF_TRY(tf_nccl_check(tf_nccl.comm_init_rank(&tf_nccl.comm, env->world_size, id, env->rank), "ncclCommInitRank"));
   tf_nccl.device = d;
   return TF_OK;
@@ -170,12 +173,12 @@ static int tf_nccl_op(tf_dist_op op) {
   return op == TF_DIST_AVG ? TF_NCCL_AVG : op == TF_DIST_MAX ? TF_NCCL_MAX : op == TF_DIST_MIN ? TF_NCCL_MIN : TF_NCCL_SUM;
 }
 
-tf_status tf_dist_nccl_run(const tf_dist_env *env, const tf_dist_call *c, double timeout) {
+tf_status tf_dist_nccl_run(const tf_dist_env *env, const tf_dist_call *c, double timeout, void **event) {
   TF_TRY(tf_nccl_comm_for(env, c->device, c->fname, timeout));
   tf_device_ctx *ctx;
   void *s;
   TF_TRY(tf_device_ctx_get(c->device, &ctx));
-  TF_TRY(ctx->backend->collective_stream(ctx, &s));
+  TF_TRY(ctx->backend->comm_begin(ctx, &s));
   const size_t n = (size_t)c->count;
   const int t = tf_nccl_type(c->dtype), op = tf_nccl_op(c->op);
   tf_nccl_comm comm = tf_nccl.comm;
@@ -203,7 +206,25 @@ tf_status tf_dist_nccl_run(const tf_dist_env *env, const tf_dist_call *c, double
     }
     default: return tf_fail(TF_ERR_STATE, "%s: not a collective NCCL runs", c->fname);
   }
-  return tf_nccl_check(r, c->fname);
+  TF_TRY(tf_nccl_check(r, c->fname));
+  void *done;
+  TF_TRY(ctx->backend->comm_end(ctx, &done));
+  if (event) {
+    *event = done;
+    return TF_OK;
+  }
+  return ctx->backend->comm_join(ctx, done);
+}
+
+tf_status tf_dist_nccl_join(tf_device device, void *event) {
+  tf_device_ctx *ctx;
+  TF_TRY(tf_device_ctx_get(device, &ctx));
+  return ctx->backend->comm_join(ctx, event);
+}
+
+bool tf_dist_nccl_done(tf_device device, void *event) {
+  tf_device_ctx *ctx;
+  return tf_device_ctx_get(device, &ctx) != TF_OK || ctx->backend->comm_done(ctx, event);
 }
 
 void tf_dist_nccl_shutdown(bool failed) {
@@ -222,9 +243,17 @@ bool tf_dist_nccl_available(char *why, size_t n) {
   return false;
 }
 const char *tf_dist_nccl_loaded_version(void) { return NULL; }
-tf_status tf_dist_nccl_run(const tf_dist_env *env, const tf_dist_call *c, double timeout) {
-  (void)env, (void)timeout;
+tf_status tf_dist_nccl_run(const tf_dist_env *env, const tf_dist_call *c, double timeout, void **event) {
+  (void)env, (void)timeout, (void)event;
   return tf_fail(TF_ERR_STATE, "%s: this tfhost was built without CUDA, so it has no NCCL", c->fname);
+}
+tf_status tf_dist_nccl_join(tf_device device, void *event) {
+  (void)device, (void)event;
+  return TF_OK;
+}
+bool tf_dist_nccl_done(tf_device device, void *event) {
+  (void)device, (void)event;
+  return true;
 }
 void tf_dist_nccl_shutdown(bool failed) { (void)failed; }
 #endif

@@ -98,6 +98,21 @@ T.test("async forms give the same numbers", function()
   T.eq(out:narrow(0, rank * 3, 3):tolist(), data_of(rank, 3, "f32"):tolist())
 end)
 
+T.test("collectives follow the ops queued before them, and the ops after follow them", function()
+  -- on a GPU: kernels still running when the collective is queued, and read right after it
+  local n = 1 << 22
+  local x = tf.ones(n) * (rank + 1) * 3
+  local out = tf.zeros(world * n)
+  tf.dist.all_gather(out, x)
+  local y = out * 2
+  local sums = y:reshape(world, n):sum(1):tolist()
+  for r = 0, world - 1 do T.eq(sums[r + 1], 6.0 * (r + 1) * n, "rank " .. r .. "'s part") end
+  local z = tf.ones(n) * (rank + 1)
+  local w = tf.dist.all_reduce_async(z)
+  w:wait()
+  T.eq((z * 1):sum():item(), n * world * (world + 1) / 2.0)
+end)
+
 T.test("send and recv around a ring", function()
   if world == 1 then
     T.raises(function() tf.dist.send(tf.zeros(2), 0) end, "no peer to send to")
