@@ -43,6 +43,8 @@ tf_status tf_dist_env_read(tf_dist_env *out) {
     int rank = tf_env_int(e->rank, 0), size = tf_env_int(e->size, 1);
     if (rank == -2 || size == -2) return TF_ERR_ARG;
     if (rank < 0 && size < 0) continue;
+    /* Slurm's batch script has SLURM_PROCID but no step: not a launch */
+    if (size < 0 && strcmp(e->launcher, "srun") == 0) continue;
     if (rank < 0 || size < 0)
       return tf_fail(TF_ERR_ARG, "tf.dist: %s is set but %s is not", rank < 0 ? e->size : e->rank,
                      rank < 0 ? e->rank : e->size);
