@@ -156,9 +156,12 @@ static tf_status tf_dist_finish(tf_dist_work *w) {
   return st;
 }
 
-/* Runs c across the world (world size > 1): the agreement check, then MPI
- * or NCCL. keep: tensors the work holds. */
-static tf_status tf_dist_run(const tf_dist_call *c, tf_tensor *keep0, tf_tensor *keep1, tf_dist_work **work) {
+/* Runs c across the world (world size > 1): the agreement check (unless
+ * unchecked: the model's own collectives, alike on every rank by
+ * construction, hundreds a step), then MPI or NCCL. keep: tensors the work
+ * holds. */
+static tf_status tf_dist_run(const tf_dist_call *c, tf_tensor *keep0, tf_tensor *keep1, tf_dist_work **work,
+                             bool unchecked) {
   const bool gpu = c->device.type != TF_DEV_CPU;
   if (!gpu && !tf_dist_mpi_active()) {
     const char *why = !tf_dist_mpi_compiled() ? "this tfhost was built without MPI: install libopenmpi-dev and rebuild"
@@ -168,7 +171,7 @@ static tf_status tf_dist_run(const tf_dist_call *c, tf_tensor *keep0, tf_tensor 
     return tf_fail(TF_ERR_STATE, "%s: CPU tensors travel between ranks through MPI, and this run has none (%s)",
                    c->fname, why);
   }
-  if (!tf_dist.checks_off && tf_dist_mpi_active()) {
+  if (!unchecked && !tf_dist.checks_off && tf_dist_mpi_active()) {
     int64_t sig[TF_DIST_SIG_LEN];
     tf_dist_signature(c, sig);
     tf_status st = tf_dist_mpi_agree(c, sig, tf_dist_timeout());
@@ -194,7 +197,7 @@ static tf_status tf_dist_run(const tf_dist_call *c, tf_tensor *keep0, tf_tensor 
   tf_dist_work *w = calloc(1, sizeof *w);
   if (!w) return tf_fail(TF_ERR_OOM, "out of memory in %s", c->fname);
   w->call = *c;
-  w->call.check = !tf_dist.checks_off;
+  w->call.check = !unchecked && !tf_dist.checks_off;
   tf_status st = tf_dist_mpi_start(&w->call, &w->req);
   if (st != TF_OK) {
     free(w);
@@ -252,7 +255,7 @@ tf_status tf_dist_all_reduce(tf_tensor *t, tf_dist_op op, tf_dist_work **work) {
   tf_dist_call c = {.kind = TF_DIST_K_ALL_REDUCE, .fname = fname, .send = tf_tensor_data(t), .recv = tf_tensor_data(t),
                     .count = tf_tensor_numel(t), .dtype = t->dtype, .device = t->device, .op = op};
   if (tf_dist_local(&c)) return tf_dist_done_work(TF_OK, work);
-  TF_TRY(tf_dist_run(&c, t, NULL, work));
+  TF_TRY(tf_dist_run(&c, t, NULL, work, false));
   t->storage->version++;
   return TF_OK;
 }
@@ -265,7 +268,7 @@ tf_status tf_dist_broadcast(tf_tensor *t, int root, tf_dist_work **work) {
   tf_dist_call c = {.kind = TF_DIST_K_BROADCAST, .fname = fname, .send = tf_tensor_data(t), .recv = tf_tensor_data(t),
                     .count = tf_tensor_numel(t), .dtype = t->dtype, .device = t->device, .peer = root};
   if (tf_dist_local(&c)) return tf_dist_done_work(TF_OK, work);
-  TF_TRY(tf_dist_run(&c, t, NULL, work));
+  TF_TRY(tf_dist_run(&c, t, NULL, work, false));
   t->storage->version++;
   return TF_OK;
 }
@@ -281,7 +284,7 @@ tf_status tf_dist_all_gather(tf_tensor *out, const tf_tensor *t, tf_dist_work **
   tf_dist_call c = {.kind = TF_DIST_K_ALL_GATHER, .fname = fname, .send = tf_tensor_data(t), .recv = tf_tensor_data(out),
                     .count = n, .dtype = t->dtype, .device = t->device};
   if (tf_dist_local(&c)) return tf_dist_done_work(tf_dist_copy_flat(out, t), work);
-  TF_TRY(tf_dist_run(&c, out, (tf_tensor *)t, work));
+  TF_TRY(tf_dist_run(&c, out, (tf_tensor *)t, work, false));
   out->storage->version++;
   return TF_OK;
 }
@@ -299,7 +302,7 @@ tf_status tf_dist_reduce_scatter(tf_tensor *out, const tf_tensor *t, tf_dist_op 
   tf_dist_call c = {.kind = TF_DIST_K_REDUCE_SCATTER, .fname = fname, .send = tf_tensor_data(t),
                     .recv = tf_tensor_data(out), .count = n, .dtype = t->dtype, .device = t->device, .op = op};
   if (tf_dist_local(&c)) return tf_dist_done_work(tf_dist_copy_flat(out, t), work);
-  TF_TRY(tf_dist_run(&c, out, (tf_tensor *)t, work));
+  TF_TRY(tf_dist_run(&c, out, (tf_tensor *)t, work, false));
   out->storage->version++;
   return TF_OK;
 }
@@ -314,7 +317,7 @@ static tf_status tf_dist_p2p(tf_dist_kind kind, tf_tensor *t, int peer, tf_dist_
   TF_TRY(tf_dist_check_rank(fname, "peer", peer, false));
   tf_dist_call c = {.kind = kind, .fname = fname, .send = tf_tensor_data(t), .recv = tf_tensor_data(t),
                     .count = tf_tensor_numel(t), .dtype = t->dtype, .device = t->device, .peer = peer};
-  TF_TRY(tf_dist_run(&c, t, NULL, work));
+  TF_TRY(tf_dist_run(&c, t, NULL, work, false));
   if (kind == TF_DIST_K_RECV) t->storage->version++;
   return TF_OK;
 }
@@ -354,7 +357,7 @@ tf_status tf_dist_all_reduce_raw(void *data, int64_t n, tf_dtype dtype, tf_devic
   tf_dist_call c = {.kind = TF_DIST_K_ALL_REDUCE, .fname = fname, .send = data, .recv = data, .count = n,
                     .dtype = dtype, .device = device, .op = op};
   if (tf_dist_local(&c) || n == 0) return tf_dist_done_work(TF_OK, work);
-  return tf_dist_run(&c, NULL, NULL, work);
+  return tf_dist_run(&c, NULL, NULL, work, true);
 }
 
 tf_status tf_dist_all_gather_shards(void *data, int64_t n, tf_dtype dtype, tf_device device) {
@@ -363,5 +366,5 @@ tf_status tf_dist_all_gather_shards(void *data, int64_t n, tf_dtype dtype, tf_de
   tf_dist_call c = {.kind = TF_DIST_K_GATHER_SHARDS, .fname = fname, .send = data, .recv = data, .count = n,
                     .dtype = dtype, .device = device};
   if (tf_dist_local(&c)) return TF_OK;
-  return tf_dist_run(&c, NULL, NULL, NULL);
+  return tf_dist_run(&c, NULL, NULL, NULL, true);
 }

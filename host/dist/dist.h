@@ -112,7 +112,9 @@ bool tf_dist_checks(void);
 tf_status tf_dist_set_timeout(double seconds);
 double tf_dist_timeout(void);
 
-/* The fused engine's flat buffers (raw memory on device): all-reduce of n
+/* The fused engine's flat buffers (raw memory on device), unchecked (the
+ * engines of every rank call them alike; tf_model_set_data_parallel's
+ * checked broadcast has compared their sizes): all-reduce of n
  * elements at data, and the all-gather of shards: rank r's part
  * [r * chunk, min(n, (r + 1) * chunk)), chunk = ceil(n / world), is given
  * to every rank in place. */

@@ -105,6 +105,12 @@ T.test("every rank starts from rank 0's parameters", function()
   for r = 0, world - 1 do T.eq(all:tolist()[r + 1], mine, "rank " .. r) end
 end)
 
+T.test("models that differ across ranks are an error naming the ranks, not a hang", function()
+  if world == 1 then return T.ok(true) end
+  T.raises(function() model({ parallel = "ddp", d_ff = rank == 0 and 64 or 128 }) end,
+    "the ranks disagree: rank " .. rank .. " has broadcast of")
+end)
+
 T.test("bad options are clear errors", function()
   T.raises(function() model({ parallel = "fsdp" }) end, "parallel must be")
   T.raises(function() model({ parallel = "ddp", grad_sync = "ring" }) end, "grad_sync must be")
