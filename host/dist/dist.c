@@ -151,6 +151,14 @@ static tf_status tf_dist_finish(tf_dist_work *w) {
   if (st == TF_OK && w->call.op == TF_DIST_AVG &&
       (w->call.kind == TF_DIST_K_ALL_REDUCE || w->call.kind == TF_DIST_K_REDUCE_SCATTER))
     tf_dist_divide(&w->call);
+  if (st == TF_OK && w->call.op == TF_DIST_AVG && w->call.kind == TF_DIST_K_REDUCE_SHARDS) {
+    tf_dist_call own = w->call; /* only this rank's shard holds the sum */
+    int64_t b, e;
+    tf_dist_shard(own.count, tf_dist.env.rank, tf_dist.env.world_size, &b, &e);
+    own.recv = (char *)own.recv + (size_t)b * tf_dtype_size(own.dtype);
+    own.count = e - b;
+    tf_dist_divide(&own);
+  }
   w->status = st;
   if (st != TF_OK) snprintf(w->error, sizeof w->error, "%s", tf_last_error());
   return st;
@@ -358,6 +366,15 @@ tf_status tf_dist_all_reduce_raw(void *data, int64_t n, tf_dtype dtype, tf_devic
                     .dtype = dtype, .device = device, .op = op};
   if (tf_dist_local(&c) || n == 0) return tf_dist_done_work(TF_OK, work);
   return tf_dist_run(&c, NULL, NULL, work, true);
+}
+
+tf_status tf_dist_reduce_to_shards(void *data, int64_t n, tf_dtype dtype, tf_device device, tf_dist_op op) {
+  const char *fname = "tf.dist (model gradient shards)";
+  TF_TRY(tf_dist_ready(fname));
+  tf_dist_call c = {.kind = TF_DIST_K_REDUCE_SHARDS, .fname = fname, .send = data, .recv = data, .count = n,
+                    .dtype = dtype, .device = device, .op = op};
+  if (tf_dist_local(&c)) return TF_OK;
+  return tf_dist_run(&c, NULL, NULL, NULL, true);
 }
 
 tf_status tf_dist_all_gather_shards(void *data, int64_t n, tf_dtype dtype, tf_device device) {

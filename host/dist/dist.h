@@ -121,6 +121,10 @@ double tf_dist_timeout(void);
 tf_status tf_dist_all_reduce_raw(void *data, int64_t n, tf_dtype dtype, tf_device device, tf_dist_op op,
                                  tf_dist_work **work);
 tf_status tf_dist_all_gather_shards(void *data, int64_t n, tf_dtype dtype, tf_device device);
+/* The reverse: rank r's part becomes op over every rank's (a reduce-scatter
+ * in place, into shards of uneven size); the other parts are left as they
+ * were or hold partial results. */
+tf_status tf_dist_reduce_to_shards(void *data, int64_t n, tf_dtype dtype, tf_device device, tf_dist_op op);
 /* The shard [begin, end) of n elements that rank owns (as above). */
 void tf_dist_shard(int64_t n, int rank, int world, int64_t *begin, int64_t *end);
 

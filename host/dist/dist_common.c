@@ -6,7 +6,7 @@
 #include "dist_internal.h"
 
 static const char *const tf_kind_names[TF_DIST_KINDS] = {
-    "barrier", "all_reduce", "broadcast", "all_gather", "reduce_scatter", "send", "recv", "all_gather_shards"};
+    "barrier", "all_reduce", "broadcast", "all_gather", "reduce_scatter", "send", "recv", "all_gather_shards", "reduce_to_shards"};
 static const char *const tf_op_names[] = {"sum", "avg", "max", "min"};
 
 tf_status tf_dist_op_parse(const char *name, tf_dist_op *out) {

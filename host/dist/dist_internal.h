@@ -17,6 +17,7 @@ typedef enum tf_dist_kind {
   TF_DIST_K_SEND,
   TF_DIST_K_RECV,
   TF_DIST_K_GATHER_SHARDS,
+  TF_DIST_K_REDUCE_SHARDS,
   TF_DIST_KINDS
 } tf_dist_kind;
 

@@ -251,6 +251,20 @@ tf_status tf_dist_mpi_start(const tf_dist_call *c, tf_dist_mpi_req **out) {
       break;
     case TF_DIST_K_SEND: rc = MPI_Isend(c->send, n, t, c->peer, 7, tf_mpi_work, &r->req); break;
     case TF_DIST_K_RECV: rc = MPI_Irecv(c->recv, n, t, c->peer, 7, tf_mpi_work, &r->req); break;
+    case TF_DIST_K_REDUCE_SHARDS: { /* each shard summed into its rank: one reduce per rank */
+      int size = 1, self = 0;
+      MPI_Comm_size(tf_mpi_work, &size);
+      MPI_Comm_rank(tf_mpi_work, &self);
+      const size_t esize = tf_dtype_size(c->dtype);
+      for (int i = 0; i < size && rc == MPI_SUCCESS; i++) {
+        int64_t b, e;
+        tf_dist_shard(c->count, i, size, &b, &e);
+        char *p = (char *)c->recv + (size_t)b * esize;
+        if (e > b) rc = MPI_Reduce(i == self ? MPI_IN_PLACE : p, p, (int)(e - b), t, op, i, tf_mpi_work);
+      }
+      r->req = MPI_REQUEST_NULL;
+      break;
+    }
     case TF_DIST_K_GATHER_SHARDS: {
       int size = 1;
       MPI_Comm_size(tf_mpi_work, &size);

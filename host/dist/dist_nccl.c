@@ -41,6 +41,7 @@ static struct {
   const char *(*error_string)(tf_nccl_result);
   tf_nccl_result (*all_reduce)(const void *, void *, size_t, int, int, tf_nccl_comm, void *);
   tf_nccl_result (*broadcast)(const void *, void *, size_t, int, int, tf_nccl_comm, void *);
+  tf_nccl_result (*reduce)(const void *, void *, size_t, int, int, int, tf_nccl_comm, void *);
   tf_nccl_result (*all_gather)(const void *, void *, size_t, int, tf_nccl_comm, void *);
   tf_nccl_result (*reduce_scatter)(const void *, void *, size_t, int, int, tf_nccl_comm, void *);
   tf_nccl_result (*send)(const void *, size_t, int, int, tf_nccl_comm, void *);
@@ -89,6 +90,7 @@ static bool tf_nccl_load(void) {
       {"ncclGetErrorString", (void **)&tf_nccl.error_string},
       {"ncclAllReduce", (void **)&tf_nccl.all_reduce},
       {"ncclBroadcast", (void **)&tf_nccl.broadcast},
+      {"ncclReduce", (void **)&tf_nccl.reduce},
       {"ncclAllGather", (void **)&tf_nccl.all_gather},
       {"ncclReduceScatter", (void **)&tf_nccl.reduce_scatter},
       {"ncclSend", (void **)&tf_nccl.send},
@@ -173,6 +175,24 @@ static int tf_nccl_op(tf_dist_op op) {
   return op == TF_DIST_AVG ? TF_NCCL_AVG : op == TF_DIST_MAX ? TF_NCCL_MAX : op == TF_DIST_MIN ? TF_NCCL_MIN : TF_NCCL_SUM;
 }
 
+/* One call per rank's shard of c's buffer (tf_dist_shard), in one group:
+ * each shard reduced into its rank (reduce), or broadcast from it. */
+static tf_nccl_result tf_nccl_per_shard(const tf_dist_env *env, const tf_dist_call *c, bool reduce, int t, int op,
+                                        tf_nccl_comm comm, void *s) {
+  const size_t esize = tf_dtype_size(c->dtype);
+  tf_nccl_result r = tf_nccl.group_start();
+  for (int i = 0; i < env->world_size && r == 0; i++) {
+    int64_t b, e;
+    tf_dist_shard(c->count, i, env->world_size, &b, &e);
+    char *p = (char *)c->recv + (size_t)b * esize;
+    if (e > b)
+      r = reduce ? tf_nccl.reduce(p, p, (size_t)(e - b), t, op, i, comm, s)
+                 : tf_nccl.broadcast(p, p, (size_t)(e - b), t, i, comm, s);
+  }
+  tf_nccl_result g = tf_nccl.group_end();
+  return r == 0 ? g : r;
+}
+
 tf_status tf_dist_nccl_run(const tf_dist_env *env, const tf_dist_call *c, double timeout, void **event) {
   TF_TRY(tf_nccl_comm_for(env, c->device, c->fname, timeout));
   tf_device_ctx *ctx;
@@ -190,20 +210,8 @@ tf_status tf_dist_nccl_run(const tf_dist_env *env, const tf_dist_call *c, double
     case TF_DIST_K_REDUCE_SCATTER: r = tf_nccl.reduce_scatter(c->send, c->recv, n, t, op, comm, s); break;
     case TF_DIST_K_SEND: r = tf_nccl.send(c->send, n, t, c->peer, comm, s); break;
     case TF_DIST_K_RECV: r = tf_nccl.recv(c->recv, n, t, c->peer, comm, s); break;
-    case TF_DIST_K_GATHER_SHARDS: {
-      /* each rank's shard broadcast from it, in one group */
-      const size_t esize = tf_dtype_size(c->dtype);
-      r = tf_nccl.group_start();
-      for (int i = 0; i < env->world_size && r == 0; i++) {
-        int64_t b, e;
-        tf_dist_shard(c->count, i, env->world_size, &b, &e);
-        char *p = (char *)c->recv + (size_t)b * esize;
-        if (e > b) r = tf_nccl.broadcast(p, p, (size_t)(e - b), t, i, comm, s);
-      }
-      tf_nccl_result g = tf_nccl.group_end();
-      if (r == 0) r = g;
-      break;
-    }
+    case TF_DIST_K_REDUCE_SHARDS: r = tf_nccl_per_shard(env, c, true, t, op, comm, s); break;
+    case TF_DIST_K_GATHER_SHARDS: r = tf_nccl_per_shard(env, c, false, t, op, comm, s); break;
     default: return tf_fail(TF_ERR_STATE, "%s: not a collective NCCL runs", c->fname);
   }
   TF_TRY(tf_nccl_check(r, c->fname));

@@ -163,7 +163,10 @@ typedef enum tf_model_grad_sync {
  * zero1 also shards AdamW's moments (ZeRO stage 1): each rank keeps and
  * updates only its part of the flat buffers, [r * ceil(total / world),
  * ...), and the parameters are all-gathered after the update, so the
- * optimizer's memory per rank falls by the world size. Optimizer state
+ * optimizer's memory per rank falls by the world size; with
+ * TF_GRAD_SYNC_FLAT the gradients are reduce-scattered instead of
+ * all-reduced (each rank's shard averaged, the rest of the buffer left
+ * with partial sums: half the traffic). Optimizer state
  * held before is dropped (call it before the first step). Overlapped
  * syncs turn graph replay off (the backward pass starts collectives). A
  * world of one is allowed: every collective is then local. */

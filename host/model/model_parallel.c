@@ -101,7 +101,8 @@ tf_status tf_model_sync_grads(tf_model *m) {
         st = tf_dist_all_reduce_raw(tf_model_gw(m, t->offset), t->numel, TF_F32, m->device, TF_DIST_AVG, NULL);
       }
       return st;
-    case TF_GRAD_SYNC_FLAT:
+    case TF_GRAD_SYNC_FLAT: /* ZeRO-1 needs its own shard's average only: a reduce-scatter, half the traffic */
+      if (m->zero1) return tf_dist_reduce_to_shards(tf_tensor_data(m->grads), m->total, TF_F32, m->device, TF_DIST_AVG);
       return tf_dist_all_reduce_raw(tf_tensor_data(m->grads), m->total, TF_F32, m->device, TF_DIST_AVG, NULL);
     default:
       st = tf_model_flush_bucket(m);
