@@ -53,7 +53,7 @@ static void tf_emit(int rank, bool is_err, const char *line, size_t n) {
 
 /* A line of mpirun's --tag-output: "[job,rank]<stdout>:text"; anything
  * else is mpirun speaking for itself. */
-static void tf_emit_mpirun(const char *line, size_t n, bool is_err) {
+static void tf_emit_mpirun(const char *line, size_t n) {
   int job, rank, used = 0;
   char stream[8];
   char head[64];
@@ -64,7 +64,6 @@ static void tf_emit_mpirun(const char *line, size_t n, bool is_err) {
     tf_emit(rank, strcmp(stream, "stderr") == 0, line + used, n - (size_t)used);
     return;
   }
-  (void)is_err;
   if (tf_mpirun_said_len + n + 2 < sizeof tf_mpirun_said) {
     memcpy(tf_mpirun_said + tf_mpirun_said_len, line, n);
     tf_mpirun_said_len += n;
@@ -75,7 +74,7 @@ static void tf_emit_mpirun(const char *line, size_t n, bool is_err) {
 
 static void tf_relay_line(tf_relay *r, const char *line, size_t n) {
   if (r->rank < 0)
-    tf_emit_mpirun(line, n, r->is_err);
+    tf_emit_mpirun(line, n);
   else
     tf_emit(r->rank, r->is_err, line, n);
 }
@@ -278,7 +277,8 @@ int tf_launch(int nproc, int argc, char **argv) {
 
   int running = nchild, open_fds = nchild * 2;
   int first_failed = -1, first_code = 0;
-  int64_t stop_at = 0; /* when the others were told to stop (SIGTERM), for the SIGKILL after */
+  int64_t stop_at = 0;  /* when the others were told to stop (SIGTERM), for the SIGKILL after */
+  int64_t ended_at = 0; /* when the last rank ended */
   bool interrupted = false;
   while (running > 0 || open_fds > 0) {
     int n = 0;
@@ -326,7 +326,6 @@ int tf_launch(int nproc, int argc, char **argv) {
     }
     /* a rank's descendants may hold its pipes open: stop relaying a while after every rank ended */
     if (running == 0 && open_fds > 0) {
-      static int64_t ended_at;
       if (!ended_at) ended_at = tf_ms_now();
       if (tf_ms_now() - ended_at > 2000) break;
     }
