@@ -111,6 +111,20 @@ T.test("models that differ across ranks are an error naming the ranks, not a han
     "the ranks disagree: rank " .. rank .. " has broadcast of")
 end)
 
+T.test("tf.model.load takes the same options", function()
+  -- one file for the run's ranks: MASTER_PORT is the run's own
+  local path = string.format("%s/tfhost_test_ddp_%s.safetensors", os.getenv("TMPDIR") or "/tmp",
+    os.getenv("MASTER_PORT") or tostring(os.time()))
+  if rank == 0 then model({ impl = "fused" }):save(path) end
+  tf.dist.barrier()
+  local m = tf.model.load(path, { parallel = "zero1", grad_sync = "flat", device = DEVICE })
+  T.eq({ m.parallel, m.grad_sync, m.engine:info().zero1 }, { "zero1", "flat", true })
+  local worst = worst_error("fused", m)
+  T.ok(worst <= 1e-6, worst)
+  tf.dist.barrier()
+  if rank == 0 then os.remove(path) end
+end)
+
 T.test("bad options are clear errors", function()
   T.raises(function() model({ parallel = "fsdp" }) end, "parallel must be")
   T.raises(function() model({ parallel = "ddp", grad_sync = "ring" }) end, "grad_sync must be")
