@@ -75,12 +75,24 @@ for _, v in ipairs(opt.variants) do
   end
 end
 
+-- Every variant's step, the baseline's too: loss, backward (with the
+-- variant's gradient sync), then AdamW. (A data-parallel step cannot run
+-- AdamW beside the backward pass, as m:step does on one GPU: the baseline
+-- does not either, so that the difference is the communication alone.)
+local function step(m)
+  local o = m:optimizer()
+  m:loss(ids, targets)
+  m:backward()
+  o:step()
+  o:zero_grad()
+end
+
 -- A first model's steps, untimed: the allocator's cache, the BLAS's and
 -- the communication library's buffers warm up before any variant is timed.
 do
   tf.seed(1)
   local m = tf.model.new({ preset = size, context_length = context, precision = opt.precision, device = device })
-  for _ = 1, math.max(2, opt.warmup) do m:step(ids, targets) end
+  for _ = 1, math.max(2, opt.warmup) do step(m) end
   if m.engine then m.engine:free() end
 end
 
@@ -92,7 +104,7 @@ for _, run in ipairs(runs) do
   local ok, m = pcall(tf.model.new, { preset = size, context_length = context, precision = opt.precision,
     device = device, parallel = run.parallel, grad_sync = run.grad_sync, bucket_mb = run.bucket_mb })
   if not ok then error(m, 0) end
-  local step_ok, stats = pcall(tf.bench, function() m:step(ids, targets) end,
+  local step_ok, stats = pcall(tf.bench, function() step(m) end,
     { warmup = opt.warmup, iters = opt.steps, setup = align })
   local row = { variant = run.variant, bucket_mb = run.bucket_mb, world_size = world, size = size, context = context,
     batch = opt.batch, precision = opt.precision }
