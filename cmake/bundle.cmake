@@ -11,6 +11,9 @@ file(COPY ${BIN} DESTINATION ${OUT})
 set(system_libs
   "^/lib64/ld-linux" "/ld-linux[^/]*$" "/libc\\.so" "/libm\\.so" "/libdl\\.so" "/libpthread\\.so" "/librt\\.so"
   "/libgcc_s\\.so" "/libstdc\\+\\+\\.so" "/libcuda\\.so" "/libnvidia-")
+# MPI stays the system's: its library must match the mpirun that starts the
+# ranks and the plugins installed beside it.
+list(APPEND system_libs "/libmpi\\.so" "/libopen-rte" "/libopen-pal" "/libhwloc" "/libevent" "/libpmix" "/libudev")
 if(NOT BUNDLE_CUDA)
   list(APPEND system_libs "/libcublas" "/libcupti" "/libcudart" "/libnvToolsExt" "/libnvrtc" "/libnccl")
 endif()

@@ -11,6 +11,7 @@ packages=(
   libcjson-dev                      # JSON
   libedit-dev                       # line editing and history in the REPL
   libopenblas-openmp-dev            # the CPU backend's matrix products (OpenBLAS on OpenMP threads)
+  libopenmpi-dev openmpi-bin        # tf.dist: CPU tensors between ranks (MPI), and mpirun for tfhost --nproc
   python3                           # the command-line tests
   python3-numpy                     # the safetensors interoperability test
   chromium                          # for the memory-plot test (renders tf.memviz's page)

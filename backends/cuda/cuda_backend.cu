@@ -23,6 +23,7 @@ static void tf_cuda_state_release(tf_cuda_state *st) {
     if (err != CUBLAS_STATUS_SUCCESS)
       fprintf(stderr, "tfhost: cuBLAS error in cublasDestroy: %s\n", cublasGetStatusString(err));
   }
+  if (st->comm) tf_cuda_report(cudaStreamDestroy(st->comm), "cudaStreamDestroy");
   if (st->stream) tf_cuda_report(cudaStreamDestroy(st->stream), "cudaStreamDestroy");
   free(st);
 }
@@ -131,6 +132,46 @@ static tf_status tf_cuda_copy(tf_device_ctx *ctx, void *dst, const void *src, si
   return TF_OK;
 }
 
+/* NCCL's stream (backend.h): after what the device's stream has queued. */
+static tf_status tf_cuda_comm_begin(tf_device_ctx *ctx, void **stream) {
+  TF_TRY(tf_cuda_use_device(ctx));
+  tf_cuda_state *st = tf_cuda_state_of(ctx);
+  if (!st->comm) TF_CUDA_CHECK(cudaStreamCreateWithFlags(&st->comm, cudaStreamNonBlocking));
+  cudaEvent_t ready;
+  TF_CUDA_CHECK(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming));
+  cudaError_t err = cudaEventRecord(ready, st->stream);
+  if (err == cudaSuccess) err = cudaStreamWaitEvent(st->comm, ready, 0);
+  tf_cuda_report(cudaEventDestroy(ready), "cudaEventDestroy"); /* freed once reached */
+  TF_CUDA_CHECK(err);
+  *stream = (void *)st->comm;
+  return TF_OK;
+}
+
+static tf_status tf_cuda_comm_end(tf_device_ctx *ctx, void **event) {
+  cudaEvent_t done;
+  TF_CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+  cudaError_t err = cudaEventRecord(done, tf_cuda_state_of(ctx)->comm);
+  if (err != cudaSuccess) {
+    tf_cuda_report(cudaEventDestroy(done), "cudaEventDestroy");
+    return tf_cuda_error(err, "cudaEventRecord");
+  }
+  *event = (void *)done;
+  return TF_OK;
+}
+
+static bool tf_cuda_comm_done(tf_device_ctx *ctx, void *event) {
+  (void)ctx;
+  return cudaEventQuery((cudaEvent_t)event) != cudaErrorNotReady;
+}
+
+static tf_status tf_cuda_comm_join(tf_device_ctx *ctx, void *event) {
+  TF_TRY(tf_cuda_use_device(ctx));
+  cudaError_t err = cudaStreamWaitEvent(tf_cuda_state_of(ctx)->stream, (cudaEvent_t)event, 0);
+  tf_cuda_report(cudaEventDestroy((cudaEvent_t)event), "cudaEventDestroy");
+  TF_CUDA_CHECK(err);
+  return TF_OK;
+}
+
 /* Waits for everything queued on the device's stream (tf.sync, timers). */
 static tf_status tf_cuda_synchronize(tf_device_ctx *ctx) {
   TF_TRY(tf_cuda_use_device(ctx));
@@ -192,6 +233,10 @@ static tf_backend tf_cuda_make_table(void) {
   b.raw_free = tf_cuda_raw_free;
   b.copy = tf_cuda_copy;
   b.synchronize = tf_cuda_synchronize;
+  b.comm_begin = tf_cuda_comm_begin;
+  b.comm_end = tf_cuda_comm_end;
+  b.comm_done = tf_cuda_comm_done;
+  b.comm_join = tf_cuda_comm_join;
   b.event_record = tf_cuda_event_record;
   b.event_elapsed_ms = tf_cuda_event_elapsed;
   b.event_destroy = tf_cuda_event_destroy;

@@ -31,6 +31,7 @@ typedef struct tf_cuda_state {
    * to it, stream is side and main_stream holds the device's own stream. */
   cudaStream_t main_stream, side;
   cudaEvent_t fork, join, marks[TF_SIDE_MARKS];
+  cudaStream_t comm; /* NCCL's collectives (backend.h, comm_begin), made on first use */
 } tf_cuda_state;
 
 /* Records "CUDA error in <call>: <reason>" (TF_ERR_OOM with "out of memory"

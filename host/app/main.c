@@ -18,7 +18,9 @@
 
 #include "backends.h"
 #include "bind.h"
+#include "dist.h"
 #include "embedded.h"
+#include "launch.h"
 #include "luahost.h"
 #include "repl.h"
 #include "runtime.h"
@@ -37,6 +39,8 @@ typedef struct tf_cli {
   const char *device;  /* --device */
   const char *seed;    /* --seed */
   const char *threads; /* --threads */
+  const char *nproc;   /* --nproc: run as that many ranks */
+  int nproc_at, nproc_args; /* where --nproc is in argv, and its 1 or 2 arguments */
   tf_safe_settings safe; /* --safe, --allow-write, --timeout, --memory-limit */
   int exit_code;
 } tf_cli;
@@ -56,6 +60,8 @@ static void tf_print_usage(FILE *to) {
         "  --device DEV   default device: cpu, cuda or cuda:N (default: cuda:0 when a GPU is present)\n"
         "  --seed N       seed of the random number generators (default 0)\n"
         "  --threads N    CPU threads for OpenMP and the BLAS (default: TF_NUM_THREADS, else every core)\n"
+        "  --nproc N      run the script as N ranks on this machine, one per GPU (or N CPU processes\n"
+        "                 with --device cpu or without GPUs); tf.dist connects them\n"
         "  -h, --help     show this help\n"
         "  --             stop handling options\n"
         "  -              run the script read from stdin\n",
@@ -121,6 +127,11 @@ static int tf_cli_parse(tf_cli *cli) {
     } else if (strncmp(a, "--seed", 6) == 0 && (a[6] == '\0' || a[6] == '=')) {
       if (!(cli->seed = tf_option_value(cli, &i, "--seed")))
         return tf_usage_error("option '%s' needs an argument", "--seed");
+    } else if (strncmp(a, "--nproc", 7) == 0 && (a[7] == '\0' || a[7] == '=')) {
+      cli->nproc_at = i;
+      if (!(cli->nproc = tf_option_value(cli, &i, "--nproc")))
+        return tf_usage_error("option '%s' needs an argument", "--nproc");
+      cli->nproc_args = i - cli->nproc_at + 1;
     } else if (strncmp(a, "--threads", 9) == 0 && (a[9] == '\0' || a[9] == '=')) {
       if (!(cli->threads = tf_option_value(cli, &i, "--threads")))
         return tf_usage_error("option '%s' needs an argument", "--threads");
@@ -197,6 +208,7 @@ static bool tf_run_args(lua_State *L, tf_cli *cli) {
     const char *a = cli->argv[i];
     if (a[0] != '-' || (a[1] != 'e' && a[1] != 'l')) {
       if (strcmp(a, "--device") == 0 || strcmp(a, "--seed") == 0 || strcmp(a, "--threads") == 0 ||
+          strcmp(a, "--nproc") == 0 ||
           tf_safe_cli_takes_value(a))
         i++;
       continue;
@@ -245,6 +257,33 @@ static bool tf_run_script(lua_State *L, tf_cli *cli) {
   return tf_handle_status(L, cli, tf_lua_docall(L, nargs, 0));
 }
 
+/* A rank of several (its launcher's environment says so) joins the others
+ * before the script runs, and takes the GPU of its local rank unless
+ * --device chose. */
+static bool tf_join_world(tf_cli *cli) {
+  tf_dist_env env;
+  if (tf_dist_env_read(&env) == TF_OK && env.world_size == 1) return true;
+  if (tf_dist_init() != TF_OK) {
+    fprintf(stderr, "tfhost: %s\n", tf_last_error());
+    cli->exit_code = TF_EXIT_SCRIPT;
+    return false;
+  }
+  int gpus = tf_cuda_device_count();
+  if (cli->device || gpus == 0) return true;
+  if (env.local_rank >= gpus) {
+    fprintf(stderr, "tfhost: rank %d is local rank %d, and this machine has %d GPU(s) (one per rank; --device cpu "
+                    "runs CPU ranks)\n", env.rank, env.local_rank, gpus);
+    cli->exit_code = TF_EXIT_USAGE;
+    return false;
+  }
+  if (tf_set_default_device((tf_device){TF_DEV_CUDA, env.local_rank}) != TF_OK) {
+    fprintf(stderr, "tfhost: %s\n", tf_last_error());
+    cli->exit_code = TF_EXIT_SCRIPT;
+    return false;
+  }
+  return true;
+}
+
 static bool tf_apply_cli_settings(lua_State *L, tf_cli *cli) {
   (void)L;
   if (tf_cpu_threads_from_env() != TF_OK) {
@@ -273,7 +312,7 @@ static bool tf_apply_cli_settings(lua_State *L, tf_cli *cli) {
       return false;
     }
   }
-  return true;
+  return tf_join_world(cli);
 }
 
 static int tf_pmain(lua_State *L) {
@@ -341,6 +380,25 @@ static void tf_blas_restart(char **argv) {
   execv("/proc/self/exe", argv);
 }
 
+/* tfhost --nproc N ...: the same command line, less --nproc, as N ranks. */
+static int tf_launch_ranks(tf_cli *cli) {
+  char *end;
+  long n = strtol(cli->nproc, &end, 10);
+  if (*cli->nproc == '\0' || *end != '\0' || n < 1 || n > 256)
+    return tf_usage_error("--nproc needs a count in 1..256, not '%s'", cli->nproc);
+  char **argv = calloc((size_t)cli->argc + 1, sizeof(char *));
+  if (!argv) return TF_EXIT_SCRIPT;
+  int argc = 0;
+  for (int i = 0; i < cli->argc; i++) {
+    if (i >= cli->nproc_at && i < cli->nproc_at + cli->nproc_args) continue;
+    argv[argc++] = cli->argv[i];
+  }
+  if (cli->device) setenv("TFHOST_DEVICE_OPTION", cli->device, 1);
+  int code = tf_launch((int)n, argc, argv);
+  free(argv);
+  return code;
+}
+
 int main(int argc, char **argv) {
   tf_blas_restart(argv);
   tf_backends_init();
@@ -351,6 +409,7 @@ int main(int argc, char **argv) {
     tf_print_usage(stdout);
     return TF_EXIT_OK;
   }
+  if (cli.nproc) return tf_launch_ranks(&cli);
   lua_State *L = tf_lua_newstate(tf_lua_heap_cap(cli.safe.safe));
   if (!L) {
     fputs("tfhost: cannot create the Lua state: not enough memory\n", stderr);
@@ -365,6 +424,7 @@ int main(int argc, char **argv) {
   }
   fflush(stdout);
   tf_lua_close(L);
+  tf_dist_shutdown(cli.exit_code != TF_EXIT_OK);
   tf_devices_shutdown();
   return cli.exit_code;
 }

@@ -79,6 +79,7 @@ void tf_open_autograd(lua_State *L);
 void tf_open_nn(lua_State *L);
 void tf_open_safetensors(lua_State *L);
 void tf_open_model(lua_State *L); /* tf._model: the fused Transformer engine */
+void tf_open_dist(lua_State *L);  /* tf._dist: ranks and collectives, for tf.dist */
 int luaopen_tf_core(lua_State *L);
 
 /* The running Lua state's main thread, for the allocator's reclaim hook. */

@@ -268,9 +268,22 @@ static int tf_l_model_set_recompute_residual(lua_State *L) {
   return 0;
 }
 
+static const char *const tf_l_grad_syncs[] = {"none", "per_param", "flat", "overlap", "bucket", NULL};
+
+/* m:set_data_parallel(sync [, bucket_mb [, zero1]]): sync is "none", "per_param", "flat", "overlap"
+ * or "bucket" (tf_model_set_data_parallel). */
+static int tf_l_model_set_data_parallel(lua_State *L) {
+  tf_model *m = tf_l_checkmodel(L, 1);
+  int sync = luaL_checkoption(L, 2, NULL, tf_l_grad_syncs);
+  double bucket_mb = luaL_optnumber(L, 3, 25.0);
+  TF_LUA_CHECK(L, tf_model_set_data_parallel(m, (tf_model_grad_sync)sync, bucket_mb, lua_toboolean(L, 4)),
+               "model:set_data_parallel");
+  return 0;
+}
+
 /* m:info() -> {precision =, device =, parameters =, tensors =, attention =, graphs = (replay on),
  * graphs_supported =, graph_captures =, graph_replays =, graph_failures =, overlap =,
- * recompute_residual =} */
+ * recompute_residual =, grad_sync =, zero1 =} */
 static int tf_l_model_info(lua_State *L) {
   tf_model *m = tf_l_checkmodel(L, 1);
   char dev[16];
@@ -289,6 +302,9 @@ static int tf_l_model_info(lua_State *L) {
   TF_SET_INT(L, "graph_failures", g.failures);
   TF_SET_BOOL(L, "overlap", tf_model_overlaps(m));
   TF_SET_BOOL(L, "recompute_residual", tf_model_recomputes_residual(m));
+  bool zero1;
+  TF_SET_STR(L, "grad_sync", tf_l_grad_syncs[tf_model_data_parallel(m, &zero1)]);
+  TF_SET_BOOL(L, "zero1", zero1);
   return 1;
 }
 
@@ -342,7 +358,7 @@ static const luaL_Reg tf_model_methods[] = {
     {"grads", tf_l_model_grads},           {"config", tf_l_model_config},
     {"info", tf_l_model_info},             {"memory", tf_l_model_memory},
     {"sync_weights", tf_l_model_sync_weights}, {"set_graphs", tf_l_model_set_graphs},
-    {"set_overlap", tf_l_model_set_overlap},
+    {"set_overlap", tf_l_model_set_overlap}, {"set_data_parallel", tf_l_model_set_data_parallel},
     {"set_recompute_residual", tf_l_model_set_recompute_residual},
     {"free", tf_l_model_release},
     {NULL, NULL},

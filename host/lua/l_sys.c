@@ -223,6 +223,7 @@ int luaopen_tf_core(lua_State *L) {
   tf_open_autograd(L);
   tf_open_nn(L);
   tf_open_model(L);
+  tf_open_dist(L);
   tf_open_prof(L);
   tf_lua_open_exit(L);
   tf_open_safe(L);

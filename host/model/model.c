@@ -2,6 +2,7 @@
  * buffers (parameters, gradients, AdamW state, low-precision weights), the
  * seeded initialisation, the accessors and the optimizer step. The CUDA
  * graph replay of a step's phases is model_graph.c. */
+#include "dist.h"
 #include "model_internal.h"
 
 #include <limits.h>
@@ -272,6 +273,8 @@ void tf_model_free(tf_model *m) {
   }
   tf_tensor *bufs[] = {m->matmul_params, m->params, m->grads, m->adam_m, m->adam_v, m->low, m->adam_consts, m->ring};
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) tf_tensor_release(bufs[i]);
+  for (int i = 0; i < m->nworks; i++) tf_dist_work_free(m->works[i]); /* waits for each */
+  free(m->works);
   free(m->tensors);
   free(m->layers);
   free(m);
@@ -417,8 +420,15 @@ float *tf_model_ring_at(const tf_model *m, int64_t off) {
  * forward never holds optimizer state. */
 tf_status tf_model_ensure_moments(tf_model *m) {
   if (m->adam_m) return TF_OK;
-  tf_status st = tf_model_flat(m, m->total, TF_F32, TF_TAG_OPTIMIZER, ".exp_avg", &m->adam_m);
-  if (st == TF_OK) st = tf_model_flat(m, m->total, TF_F32, TF_TAG_OPTIMIZER, ".exp_avg_sq", &m->adam_v);
+  tf_status st;
+  if (m->zero1) { /* this rank's shard of the flat buffers */
+    const int64_t n = m->shard_end - m->shard_begin;
+    st = tf_model_alloc(m, n, TF_F32, TF_TAG_OPTIMIZER, "model AdamW shard (exp_avg)", &m->adam_m);
+    if (st == TF_OK) st = tf_model_alloc(m, n, TF_F32, TF_TAG_OPTIMIZER, "model AdamW shard (exp_avg_sq)", &m->adam_v);
+  } else {
+    st = tf_model_flat(m, m->total, TF_F32, TF_TAG_OPTIMIZER, ".exp_avg", &m->adam_m);
+    if (st == TF_OK) st = tf_model_flat(m, m->total, TF_F32, TF_TAG_OPTIMIZER, ".exp_avg_sq", &m->adam_v);
+  }
   if (st == TF_OK) st = tf_model_fill(m, m->adam_m, 0.0);
   if (st == TF_OK) st = tf_model_fill(m, m->adam_v, 0.0);
   if (st != TF_OK) {
@@ -443,7 +453,28 @@ static tf_status tf_model_run_adamw(tf_model *m, const tf_adamw_args *args) {
   return tf_model_sync_weights(m);
 }
 
+/* ZeRO-1 (tf_model_set_data_parallel): AdamW over this rank's shard of the
+ * flat buffers, then every rank's shard gathered; the low-precision copy
+ * follows at the next forward pass. */
+static tf_status tf_model_adamw_shard(tf_model *m, const tf_adamw_args *args) {
+  TF_TRY(tf_model_ensure_moments(m));
+  TF_TRY(tf_model_ensure_grads(m));
+  const int64_t n = m->shard_end - m->shard_begin;
+  tf_shape shape = {.ndim = 1, .dims = {n}};
+  const int64_t stride = 1;
+  tf_tensor *p = NULL, *g = NULL;
+  tf_status st = tf_tensor_view(m->params, &shape, &stride, m->shard_begin, &p);
+  if (st == TF_OK) st = tf_tensor_view(m->grads, &shape, &stride, m->shard_begin, &g);
+  if (st == TF_OK && n > 0) st = tf_adamw_step_with_low(p, g, m->adam_m, m->adam_v, NULL, args);
+  tf_tensor_release(p);
+  tf_tensor_release(g);
+  TF_TRY(st);
+  TF_TRY(tf_dist_all_gather_shards(tf_tensor_data(m->params), m->total, TF_F32, m->device));
+  m->params->storage->version++; /* the low-precision copy follows at the next forward */
+  return tf_model_sync_weights(m);
+}
+
 tf_status tf_model_adamw_step(tf_model *m, const tf_adamw_args *args) {
-  TF_RANGED("optimizer", tf_model_run_adamw(m, args));
+  TF_RANGED("optimizer", m->zero1 ? tf_model_adamw_shard(m, args) : tf_model_run_adamw(m, args));
   return TF_OK;
 }

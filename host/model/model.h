@@ -150,6 +150,35 @@ bool tf_model_overlaps(const tf_model *m);
 void tf_model_set_recompute_residual(tf_model *m, bool on);
 bool tf_model_recomputes_residual(const tf_model *m);
 
+/* Data-parallel training over the ranks of the run (tf.dist): every rank
+ * runs the same model on its own batch, and the gradients are averaged over
+ * the ranks before the optimizer uses them, so that after a step every rank
+ * holds the parameters one process would have after the same step over all
+ * the ranks' batches together. How the gradients travel: */
+typedef enum tf_model_grad_sync {
+  TF_GRAD_SYNC_NONE,      /* not data parallel */
+  TF_GRAD_SYNC_PER_PARAM, /* one all-reduce per parameter, after the backward pass */
+  TF_GRAD_SYNC_FLAT,      /* one all-reduce of the flat gradient buffer, after it */
+  TF_GRAD_SYNC_OVERLAP,   /* one per parameter, started as soon as the pass has finished its gradient */
+  TF_GRAD_SYNC_BUCKETS    /* buckets of about bucket_mb MB of neighbouring gradients, started as each fills */
+} tf_model_grad_sync;
+
+/* Makes the model data parallel (or not again, with TF_GRAD_SYNC_NONE):
+ * rank 0's parameters are broadcast to every rank, and from then on
+ * tf_model_backward returns with the gradients averaged over the ranks.
+ * zero1 also shards AdamW's moments (ZeRO stage 1): each rank keeps and
+ * updates only its part of the flat buffers, [r * ceil(total / world),
+ * ...), and the parameters are all-gathered after the update, so the
+ * optimizer's memory per rank falls by the world size; with
+ * TF_GRAD_SYNC_FLAT the gradients are reduce-scattered instead of
+ * all-reduced (each rank's shard averaged, the rest of the buffer left
+ * with partial sums: half the traffic). Optimizer state
+ * held before is dropped (call it before the first step). Overlapped
+ * syncs turn graph replay off (the backward pass starts collectives). A
+ * world of one is allowed: every collective is then local. */
+tf_status tf_model_set_data_parallel(tf_model *m, tf_model_grad_sync sync, double bucket_mb, bool zero1);
+tf_model_grad_sync tf_model_data_parallel(const tf_model *m, bool *zero1);
+
 #ifdef __cplusplus
 }
 #endif

@@ -62,6 +62,7 @@ static tf_status tf_model_layer_backward(tf_model *m, int64_t l) {
  * final, and the pass no longer reads them); the matmul weights' low copy
  * refreshed as it goes. */
 static tf_status tf_model_step_region(tf_model *m, int64_t off, int64_t end, int mark) {
+  if (m->grad_sync != TF_GRAD_SYNC_NONE && !m->step_in_backward) return tf_model_grads_ready(m, off, end);
   if (!m->step_in_backward || end <= off) return TF_OK;
   const tf_model_kernels *k = m->k;
   tf_model_adamw_args a = {.p = tf_model_pw(m, off), .m = (float *)tf_tensor_data(m->adam_m) + off,
@@ -137,6 +138,7 @@ static tf_status tf_model_need_loss(const tf_model *m) {
  * (a stale one is converted whole after the step instead). */
 static bool tf_model_can_overlap(const tf_model *m) {
   const tf_model_kernels *k = m->k;
+  if (m->grad_sync != TF_GRAD_SYNC_NONE) return false; /* the gradients are averaged before any update */
   return k->side_enter && k->side_leave && k->side_join && k->side_mark && k->main_wait && k->adamw &&
          k->adamw_constants && (!m->low || m->low_version == m->params->storage->version);
 }
@@ -170,12 +172,21 @@ tf_status tf_model_backward_adamw(tf_model *m, const tf_adamw_args *args) {
   return TF_OK;
 }
 
-/* Consumes the loss: the plan's activations are read. */
+/* Consumes the loss: the plan's activations are read. Data parallel, the
+ * gradients are averaged over the ranks before it returns (started during
+ * the pass by the overlapped syncs, model_parallel.c). */
 tf_status tf_model_backward(tf_model *m) {
   TF_TRY(tf_model_need_loss(m));
   TF_TRY(tf_model_ensure_grads(m));
   m->loss_ready = false;
   m->grads_dirty = true;
-  TF_RANGED("backward", tf_model_run_phase(m, TF_MODEL_PHASE_BACKWARD, true, tf_model_backward_pass));
+  const bool ranged = tf_range_push("backward") == TF_OK;
+  tf_status st = tf_model_run_phase(m, TF_MODEL_PHASE_BACKWARD, true, tf_model_backward_pass);
+  if (ranged) (void)tf_range_pop();
+  if (st != TF_OK) {
+    tf_model_drop_works(m); /* collectives the pass started: finished (waited for) and forgotten */
+    return st;
+  }
+  if (m->grad_sync != TF_GRAD_SYNC_NONE) TF_RANGED("gradient all-reduce", tf_model_sync_grads(m));
   return TF_OK;
 }

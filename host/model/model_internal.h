@@ -164,6 +164,14 @@ struct tf_model {
   bool graphs;     /* replay phases as CUDA graphs: asked for (option, TF_MODEL_GRAPHS) and supported */
   tf_model_graph graph[TF_MODEL_PHASES];
   uint64_t graph_captures, graph_replays, graph_failures;
+  /* data parallel (model_parallel.c) */
+  tf_model_grad_sync grad_sync;
+  bool zero1;                      /* adam_m/adam_v hold [shard_begin, shard_end) only */
+  int64_t shard_begin, shard_end;  /* elements of the flat buffers this rank updates */
+  int64_t bucket_elems;            /* TF_GRAD_SYNC_BUCKETS: a bucket's size */
+  int64_t bucket_lo, bucket_hi;    /* the bucket being filled: [lo, hi), empty when equal */
+  struct tf_dist_work **works;     /* collectives started during the backward pass */
+  int nworks, cap_works;
 };
 
 /* model.c: the optimizer's moments, allocated (zeroed) by the first step;
@@ -183,6 +191,16 @@ typedef tf_status (*tf_model_phase_fn)(tf_model *m, bool keep);
 tf_status tf_model_run_phase(tf_model *m, tf_model_phase phase, bool keep, tf_model_phase_fn body);
 /* Frees every graph (the plan they run on is going away, or graphs were turned off). */
 void tf_model_graphs_drop(tf_model *m);
+
+/* model_parallel.c */
+/* The gradients of [begin, end) of the flat buffers are final (the
+ * backward pass calls it region by region, last layer first): overlapped
+ * syncs start their all-reduces. */
+tf_status tf_model_grads_ready(tf_model *m, int64_t begin, int64_t end);
+/* After the backward pass: the gradients averaged over the ranks. */
+tf_status tf_model_sync_grads(tf_model *m);
+/* Drops collectives still in flight (waiting for them), after a failure. */
+void tf_model_drop_works(tf_model *m);
 
 /* model_plan.c */
 /* Makes the plan fit (batch, seq) and the mode: kept when it already does

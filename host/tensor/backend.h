@@ -157,6 +157,18 @@ struct tf_backend {
   void (*raw_free)(void *ctx, void *ptr);
   tf_status (*copy)(tf_device_ctx *ctx, void *dst, const void *src, size_t bytes, tf_copy_dir dir);
   tf_status (*synchronize)(tf_device_ctx *ctx);
+  /* Collectives (NCCL) run on a stream of their own, beside the kernels;
+   * NULL where there is none (the CPU). comm_begin orders that stream after
+   * everything queued so far on the device's and returns it (a
+   * cudaStream_t), the device made current for this thread; comm_end
+   * records the end of what was queued on it since (an event); comm_done
+   * asks whether that end was reached; comm_join makes the device's stream
+   * wait for it (work queued later sees the collective's result) and frees
+   * the event. */
+  tf_status (*comm_begin)(tf_device_ctx *ctx, void **stream);
+  tf_status (*comm_end)(tf_device_ctx *ctx, void **event);
+  bool (*comm_done)(tf_device_ctx *ctx, void *event);
+  tf_status (*comm_join)(tf_device_ctx *ctx, void *event);
 
   /* Timing. */
   tf_status (*event_record)(tf_device_ctx *ctx, tf_event **ev);

@@ -225,7 +225,7 @@ function M.script_warnings(files)
   local base = files[1].env
   for i = 2, #files do
     local e = files[i].env
-    if base.script_sha256 and e.script_sha256 and base.script_sha256 ~= e.script_sha256 then
+    if type(base.script_sha256) == "string" and type(e.script_sha256) == "string" and base.script_sha256 ~= e.script_sha256 then
       out[#out + 1] = string.format("the scripts differ: %s ran %s (sha256 %s), %s ran %s (sha256 %s)",
         files[1].label, tostring(base.script), base.script_sha256:sub(1, 12), files[i].label, tostring(e.script),
         e.script_sha256:sub(1, 12))

@@ -18,6 +18,7 @@ end
 tf._adamw_step = C._adamw_step -- for tf.optim
 tf._model = C._model -- the fused engine, for tf.model
 tf._prof = C._prof -- ranges and the collector, for tf.prof
+tf._dist = C._dist -- ranks and collectives, for tf.dist
 
 C._tensor_metatable.__tostring = require("tf.format").tensor
 
@@ -107,6 +108,7 @@ function tf.mem.summary(snap) return require("tf.memviz").summary(snap or tf.mem
 tf.nn = require "tf.nn"
 tf.optim = require "tf.optim"
 tf.amp = require "tf.amp"
+tf.dist = require "tf.dist"
 tf.model = require "tf.model"
 tf.prof = require "tf.prof"
 tf.range = tf.prof.range

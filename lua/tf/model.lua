@@ -115,9 +115,43 @@ end
 
 function Eager:backward()
   if not self._loss then error("tf.model: backward needs a loss first (m:loss(ids, targets))", 2) end
-  local _ <close> = tf.range("backward")
-  self._loss:backward()
-  self._loss = nil
+  do
+    local _ <close> = tf.range("backward")
+    self._loss:backward()
+    self._loss = nil
+  end
+  if self.grad_sync then tf.range("gradient all-reduce", self._sync_grads, self) end
+end
+
+-- Data parallel (eager): the gradients averaged over the ranks after the
+-- backward pass, one all-reduce per parameter or one over a flat copy.
+function Eager:_sync_grads()
+  local grads = {}
+  for _, p in self:named_parameters() do
+    if p.grad then grads[#grads + 1] = p.grad end
+  end
+  if self.grad_sync == "per_param" then
+    for _, g in ipairs(grads) do tf.dist.all_reduce(g, "avg") end
+    return
+  end
+  local total = 0
+  for _, g in ipairs(grads) do total = total + g:numel() end
+  if not self._flat_grads or self._flat_grads:numel() ~= total then
+    self._flat_grads = tf.zeros(total, { device = self.device })
+  end
+  local flat, at = self._flat_grads, 0
+  tf.no_grad(function()
+    for _, g in ipairs(grads) do
+      flat:narrow(0, at, g:numel()):copy_(g:reshape(-1))
+      at = at + g:numel()
+    end
+    tf.dist.all_reduce(flat, "avg")
+    at = 0
+    for _, g in ipairs(grads) do
+      g:copy_(flat:narrow(0, at, g:numel()):reshape(g.shape))
+      at = at + g:numel()
+    end
+  end)
 end
 
 function Eager:zero_grad() self.module:zero_grad() end
@@ -326,11 +360,53 @@ local function resolve_impl(impl)
   return impl
 end
 
+local GRAD_SYNCS = { per_param = true, flat = true, overlap = true, bucket = true }
+
+-- Data parallel (tf.dist): parallel = "ddp" averages the gradients over the
+-- ranks (grad_sync says how, bucket_mb sizes the buckets); "zero1" also
+-- shards AdamW's state (fused engine). Every rank starts from rank 0's parameters.
+local function make_parallel(self, spec)
+  local parallel = spec.parallel
+  if parallel == nil or parallel == "none" then
+    if spec.grad_sync ~= nil or spec.bucket_mb ~= nil then
+      error("tf.model.new: grad_sync and bucket_mb need parallel = \"ddp\" or \"zero1\"", 3)
+    end
+    return
+  end
+  if parallel ~= "ddp" and parallel ~= "zero1" then
+    error("tf.model.new: parallel must be \"ddp\", \"zero1\" or \"none\", not " .. tostring(parallel), 3)
+  end
+  local sync = spec.grad_sync or "bucket"
+  if not GRAD_SYNCS[sync] then
+    error("tf.model.new: grad_sync must be \"per_param\", \"flat\", \"overlap\" or \"bucket\", not " .. tostring(sync), 3)
+  end
+  local bucket_mb = spec.bucket_mb or 25
+  if type(bucket_mb) ~= "number" or not (bucket_mb > 0) then
+    error("tf.model.new: bucket_mb must be a size in MB > 0, not " .. tostring(spec.bucket_mb), 3)
+  end
+  self.parallel, self.grad_sync, self.bucket_mb = parallel, sync, bucket_mb
+  if self.engine then
+    self.engine:set_data_parallel(sync, bucket_mb, parallel == "zero1")
+    self.graphs = self.engine:info().graphs
+    return
+  end
+  if parallel == "zero1" then error("tf.model.new: parallel = \"zero1\" shards the fused engine's optimizer: use impl = \"fused\"", 3) end
+  if sync == "overlap" or sync == "bucket" then
+    error("tf.model.new: the eager model averages its gradients after the backward pass: grad_sync = \"per_param\" "
+      .. "or \"flat\" (overlapped syncs are the fused engine's)", 3)
+  end
+  tf.no_grad(function()
+    for _, p in self:named_parameters() do tf.dist.broadcast(p, 0) end
+  end)
+end
+
 --- tf.model.new{preset = "small" | ... or explicit sizes, context_length, vocab_size,
 --- precision = "f32" | "bf16" | "f16", impl = "fused" | "eager", device,
 --- attention = "flash" | "naive" (default: flash under bf16/f16, naive in f32),
 --- graphs = true | false (fused: CUDA graph replay of fixed shapes, default true where the
---- device has graphs; self.graphs says whether it is on; the eager model has none)}
+--- device has graphs; self.graphs says whether it is on; the eager model has none),
+--- parallel = "ddp" | "zero1" (data parallel over tf.dist's ranks; docs/distributed.md),
+--- grad_sync = "bucket" (default) | "overlap" | "flat" | "per_param", bucket_mb = 25}
 function M.new(spec)
   if type(spec) ~= "table" then error("tf.model.new: expects a table", 2) end
   local cfg = M.config(spec)
@@ -351,13 +427,17 @@ function M.new(spec)
   if impl == "eager" then
     local T = require "tf.models.transformer"
     self.module = T.TransformerLM(cfg, { device = device })
-    return setmetatable(self, Eager)
+    setmetatable(self, Eager)
+    make_parallel(self, spec)
+    return self
   end
   self.engine = tf._model.create(cfg, { device = device, precision = precision, attention = spec.attention,
     graphs = spec.graphs })
   local info = self.engine:info()
   self.attention, self.graphs = info.attention, info.graphs
-  return setmetatable(self, Fused)
+  setmetatable(self, Fused)
+  make_parallel(self, spec)
+  return self
 end
 
 --- The run settings a file's metadata records (m:save writes them; files

@@ -210,6 +210,15 @@ local function median(sorted)
   return (sorted[n // 2] + sorted[n // 2 + 1]) / 2
 end
 
+-- This process's rank in a run of several (nil in a world of one): rows
+-- carry it and the trace's process names start with it, so the tables and
+-- traces of the ranks of one run can be told apart and put together.
+local function dist_rank()
+  local d = require("tf").dist
+  if d and d.world_size() > 1 then return d.rank() end
+  return nil
+end
+
 local function check_opts(fname, opts, allowed)
   if opts == nil then return {} end
   if type(opts) ~= "table" then error(fname .. ": expects an options table", 3) end
@@ -295,7 +304,7 @@ function Profile:kernels(opts)
       end
     end
   end
-  local rows = {}
+  local rows, rank = {}, dist_rank()
   for _, g in ipairs(order) do
     local s = g.samples
     table.sort(s)
@@ -304,7 +313,7 @@ function Profile:kernels(opts)
     rows[#rows + 1] = {
       name = g.name, class = g.class, instances = #s, total_ms = sum / 1e6, avg_us = sum / #s / 1e3,
       median_us = median(s) / 1e3, min_us = s[1] / 1e3, max_us = s[#s] / 1e3,
-      pct = total > 0 and 100 * sum / total or 0,
+      pct = total > 0 and 100 * sum / total or 0, rank = rank,
     }
   end
   table.sort(rows, function(x, y)
@@ -331,6 +340,7 @@ function Profile:ranges(opts)
         id = r.id, name = r.name, parent = r.parent, depth = r.depth, path = r.path,
         start_ms = (r.start_ns - a.info.start_ns) / 1e6, end_ms = (r.end_ns - a.info.start_ns) / 1e6,
         wall_ms = duration_ns(r) / 1e6, gpu_ms = r.gpu_ns / 1e6, kernels = r.kernels, open = r.open,
+        rank = dist_rank(),
       }
     end
     return rows
@@ -339,7 +349,7 @@ function Profile:ranges(opts)
   for _, r in ipairs(a.rec.ranges) do
     local row = by_name[r.name]
     if not row then
-      row = { name = r.name, instances = 0, wall_ms = 0, gpu_ms = 0, kernels = 0 }
+      row = { name = r.name, instances = 0, wall_ms = 0, gpu_ms = 0, kernels = 0, rank = dist_rank() }
       by_name[r.name] = row
       rows[#rows + 1] = row
     end
@@ -459,9 +469,10 @@ function Profile:trace(path)
     event(op.short_name, M.classify(op.short_name, op.name, classes), M.HOST_PID, 1, op,
       fmt('%s"device":%s', range_arg(op.range and a.by_id[op.range]), q(op.device)))
   end
-  local meta = {}
+  local meta, rank = {}, dist_rank()
   for pid, pname in pairs(procs) do
     local label = pid == M.HOST_PID and "host (tfhost ranges)" or pname
+    if rank then label = "rank " .. rank .. " " .. label end
     meta[#meta + 1] = fmt('{"name":"process_name","ph":"M","ts":0,"pid":%d,"tid":0,"args":{"name":%s}}', pid, q(label))
     meta[#meta + 1] = fmt('{"name":"process_sort_index","ph":"M","ts":0,"pid":%d,"tid":0,"args":{"sort_index":%d}}', pid,
       pid == M.HOST_PID and -1 or pid)

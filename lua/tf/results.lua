@@ -73,6 +73,7 @@ function M.env()
     command = M.command(),
     argv = arg and table.move(arg, 1, #arg, 1, tf.json.array()) or nil,
     options = options,
+    dist = tf.dist and tf.dist.env(), -- the run's ranks (tf.dist), when there are several or a launcher
   }
   if options then
     local copy = {}

@@ -261,10 +261,15 @@ EXPERIMENTS = [
                              "--precision", "f32", "--impl", "fused", "--trace", "traces"], ["traces"]),
     ("kernel_bandwidth.lua", ["--size", "tiny", "--context", "16", "--batch", "1", "--warmup", "1", "--steps", "1"],
      []),
+    ("allreduce.lua", ["--sizes", "1", "--iters", "1", "--warmup", "0"], []),
+    ("ddp.lua", ["--context", "16", "--batch", "1", "--steps", "1", "--warmup", "0", "--variants", "none,flat,zero1",
+                 "--bucket_mb", "1"], []),
 ]
-# Fields ranked by measured time (which kernel leads, which come next): two plain runs can agree on
-# them by chance and a third differ, so they are not results a run must reproduce.
-TIME_RANKED = {"profile_kernels.lua": ("/non_gemm/", "/fwd_top", "/step_top", "/same_leader")}
+# Fields ranked or clamped by measured time (which kernel leads, which come next): two plain runs can
+# agree on them by chance and a third differ, so they are not results a run must reproduce.
+TIME_RANKED = {"profile_kernels.lua": ("/non_gemm/", "/fwd_top", "/step_top", "/same_leader"),
+               # a step's time beyond the baseline's, clamped at 0: two runs agree on 0 by chance
+               "ddp.lua": ("/exposed_ms",)}
 # Experiments that need a GPU: without one, they must refuse alike with and without --safe.
 NEEDS_GPU = {"kernel_bandwidth.lua"}
 
