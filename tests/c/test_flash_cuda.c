@@ -36,7 +36,9 @@
  * that), then the forward pass with the mma.sync kernel in place of the
  * wgmma one, then the backward pass by the warp-specialised kernel
  * (TF_FLASH_BWD_WS=1) at (16, 16384, 64), (16, 16384, 128), (128, 4096,
- * 80) and (16, 16384, 96). No timing is asserted. Exits 77 without a GPU. */
+ * 80) and (16, 16384, 96) (TF_FLASH_BENCH=only: the timings alone, no
+ * checks, e.g. under a profiler). No timing is asserted. Exits 77 without
+ * a GPU. */
 #include "backend.h"
 #include "backends.h"
 #include "err_table.h"
@@ -370,31 +372,11 @@ static void ws_pass(bool only_small, int first_dtype) {
   unsetenv("TF_FLASH_BWD_WS");
 }
 
-int main(void) {
-  tf_backends_init();
-  small_run = gpu_test_begin();
-  if (!CHECK_OK(tf_device_ctx_get(tf_cpu(), &cctx)) || !CHECK_OK(tf_device_ctx_get(GPU, &gctx))) return 1;
-  if (!CHECK(gctx->backend->flash_attention && gctx->backend->flash_workspace)) return tf_check_done();
-
-  tf_device_info info = {0};
-  if (CHECK_OK(gctx->backend->info(gctx, &info))) {
-#ifdef TF_WITH_SM90A
-    wgmma_device = info.cc_major == 9 && info.cc_minor == 0;
-#endif
-    printf("device %s (%d.%d): %s the wgmma kernels for head dims 40..128\n", info.name, info.cc_major,
-           info.cc_minor, wgmma_device ? "checks" : "has no");
-  }
+/* Every check: each dtype and shape, causal or not, on the kernels the
+ * device picks, then the kernels the wgmma ones replace, then the
+ * warp-specialised backward kernel, then misaligned buffers. */
+static void all_checks(void) {
   static const tf_dtype dts[3] = {TF_F32, TF_F16, TF_BF16};
-  if (getenv("TF_FLASH_SANITIZE")) {
-    /* under a sanitizer's race checks (slow): the small shapes the tensor-core kernels take, bf16 */
-    printf("TF_FLASH_SANITIZE: bf16, head dims that are multiples of 8, small shapes only\n");
-    for (int i = 0; i < N_SHAPES; i++)
-      if (!SHAPES[i].big && SHAPES[i].d % 8 == 0)
-        for (int causal = 0; causal < 2; causal++) flash_case(&SHAPES[i], TF_BF16, causal, 0);
-    if (wgmma_device) ws_pass(true, 2);
-    CHECK_INT(gctx->alloc.stats.active_blocks, 0);
-    return tf_check_done();
-  }
   for (int di = 0; di < 3; di++)
     for (int i = 0; i < N_SHAPES; i++) {
       if (small_run && SHAPES[i].big) continue;
@@ -422,8 +404,35 @@ int main(void) {
   CHECK_OK(tf_device_sync(GPU));
   print_table();
   CHECK_INT(gctx->alloc.stats.active_blocks, 0);
+}
 
-  if (getenv("TF_FLASH_BENCH")) {
+int main(void) {
+  tf_backends_init();
+  small_run = gpu_test_begin();
+  if (!CHECK_OK(tf_device_ctx_get(tf_cpu(), &cctx)) || !CHECK_OK(tf_device_ctx_get(GPU, &gctx))) return 1;
+  if (!CHECK(gctx->backend->flash_attention && gctx->backend->flash_workspace)) return tf_check_done();
+
+  tf_device_info info = {0};
+  if (CHECK_OK(gctx->backend->info(gctx, &info))) {
+#ifdef TF_WITH_SM90A
+    wgmma_device = info.cc_major == 9 && info.cc_minor == 0;
+#endif
+    printf("device %s (%d.%d): %s the wgmma kernels for head dims 40..128\n", info.name, info.cc_major,
+           info.cc_minor, wgmma_device ? "checks" : "has no");
+  }
+  if (getenv("TF_FLASH_SANITIZE")) {
+    /* under a sanitizer's race checks (slow): the small shapes the tensor-core kernels take, bf16 */
+    printf("TF_FLASH_SANITIZE: bf16, head dims that are multiples of 8, small shapes only\n");
+    for (int i = 0; i < N_SHAPES; i++)
+      if (!SHAPES[i].big && SHAPES[i].d % 8 == 0)
+        for (int causal = 0; causal < 2; causal++) flash_case(&SHAPES[i], TF_BF16, causal, 0);
+    if (wgmma_device) ws_pass(true, 2);
+    CHECK_INT(gctx->alloc.stats.active_blocks, 0);
+    return tf_check_done();
+  }
+  const char *bench = getenv("TF_FLASH_BENCH");
+  if (!(bench && strcmp(bench, "only") == 0)) all_checks();
+  if (bench) {
     printf("\ntimings (CUDA events, median of 10 after 3 warm-up runs; PyTorch's side of the same shapes:"
            " tests/reference/torch_attention.py --leaderboard, and --flash --batch 16 --seq 16384)\n");
     bench_shape(16, 16384, 64);
