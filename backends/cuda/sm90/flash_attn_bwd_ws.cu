@@ -127,7 +127,7 @@ __global__ void __launch_bounds__(384, 1) tf_flash_bwd_ws_kernel(const __grid_co
       const float *lse = p.lse + b * p.seq_q, *D = p.rowdot + b * p.seq_q;
       for (int it = 0; it < n_it; it++) {
         const int s = it % STAGES;
-        if (it >= STAGES) tf_mbar_wait(bar_empty + 8 * s, (uint32_t)((it / STAGES - 1) & 1));
+        if (it >= STAGES) tf_mbar_wait_idle(bar_empty + 8 * s, (uint32_t)((it / STAGES - 1) & 1));
         const int64_t q0 = (first + it) * BR;
         /* rows past the end: lse = inf makes their P (and dS) zero */
 #pragma unroll
@@ -151,7 +151,7 @@ __global__ void __launch_bounds__(384, 1) tf_flash_bwd_ws_kernel(const __grid_co
       /* the dQ warp: each query block's tile (rows of hd f32) added into the workspace */
       for (int it = 0; it < n_it; it++) {
         const int buf = it & 1;
-        tf_mbar_wait(bar_dq_full + 8 * buf, (uint32_t)((it >> 1) & 1));
+        tf_mbar_wait_idle(bar_dq_full + 8 * buf, (uint32_t)((it >> 1) & 1));
         const int64_t q0 = (first + it) * BR, rows = p.seq_q - q0 < BR ? p.seq_q - q0 : BR;
         tf_bulk_reduce_add_f32(p.dq_acc + (b * p.seq_q + q0) * hd, sdQ + (uint32_t)buf * C::DQ,
                                (uint32_t)(rows * hd * 4));

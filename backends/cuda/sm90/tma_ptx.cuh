@@ -49,6 +49,27 @@ __device__ __forceinline__ void tf_mbar_wait(uint32_t bar, uint32_t parity) {
       : "memory");
 }
 
+/* Whether the phase of parity `parity` has completed (after a while of waiting in hardware). */
+__device__ __forceinline__ bool tf_mbar_try_wait(uint32_t bar, uint32_t parity) {
+  uint32_t done;
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "mbarrier.try_wait.parity.acquire.cta.shared::cta.b64 p, [%1], %2;\n"
+      "selp.u32 %0, 1, 0, p;\n"
+      "}\n"
+      : "=r"(done)
+      : "r"(bar), "r"(parity)
+      : "memory");
+  return done != 0;
+}
+
+/* tf_mbar_wait for warps that only copy: they sleep between tries, so as
+ * not to take issue slots from the computing warps on their scheduler. */
+__device__ __forceinline__ void tf_mbar_wait_idle(uint32_t bar, uint32_t parity) {
+  while (!tf_mbar_try_wait(bar, parity)) __nanosleep(64);
+}
+
 /* The box at coordinates (c0, c1, c2) of a 3-D tensor map into shared
  * memory at dst, signalling barrier bar with its bytes. map is the address
  * of a __grid_constant__ kernel parameter. */
