@@ -99,7 +99,7 @@ __global__ void __launch_bounds__(384, 1) tf_flash_bwd_ws_kernel(const __grid_co
     tf_mbar_init(bar_kv, 1);
     for (int s = 0; s < STAGES; s++) {
       tf_mbar_init(bar_full + 8 * s, 32); /* the loading warp's lanes (lse, D), one of them with Q and dO's bytes */
-      tf_mbar_init(bar_empty + 8 * s, 8); /* the consumers' warps */
+      tf_mbar_init(bar_empty + 8 * s, 256); /* the consumers' threads (each has read lse and D) */
     }
     for (int i = 0; i < 2; i++) {
       tf_mbar_init(bar_dq_full + 8 * i, 256); /* the consumers' threads */
@@ -244,8 +244,7 @@ __global__ void __launch_bounds__(384, 1) tf_flash_bwd_ws_kernel(const __grid_co
       tf_wgmma_hold(dk);
       tf_wgmma_hold_regs(pa);
       tf_wgmma_hold_regs(da);
-      __syncwarp();
-      if (lane == 0) tf_mbar_arrive(bar_empty + 8 * s);
+      tf_mbar_arrive(bar_empty + 8 * s);
     };
     if constexpr (!ATOMIC_DQ) {
       tf_wgmma_wait<0>();
