@@ -60,14 +60,22 @@ __global__ void __launch_bounds__(TF_CUDA_THREADS) tf_flash_rowdot_kernel(const 
   if (r < rows && part == 0) p.rowdot[r] = acc;
 }
 
-/* dq = scale * dq_acc, rounded to the dtype. */
+/* dq = scale * dq_acc, rounded to the dtype (dq_acc's columns permuted
+ * by tf_flash_dq_col when dq_acc_swizzled). */
 template <int DT>
 __global__ void __launch_bounds__(TF_CUDA_THREADS) tf_flash_dq_convert_kernel(const tf_cuda_flash_params p) {
   typedef tf_cuda_dtype<DT> D;
   typename D::storage *dq = static_cast<typename D::storage *>(p.dq);
-  const int64_t n = p.batch * p.seq_q * p.head_dim;
-  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-    dq[i] = D::store(p.dq_acc[i] * p.scale);
+  const int hd = p.head_dim;
+  const int64_t n = p.batch * p.seq_q * hd;
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+    int64_t at = i;
+    if (p.dq_acc_swizzled) { /* permuted by the row's index in its problem */
+      const int64_t row = i / hd;
+      at = row * hd + tf_flash_dq_col((int)(i - row * hd), (int)(row % p.seq_q & 7), hd);
+    }
+    dq[i] = D::store(p.dq_acc[at] * p.scale);
+  }
 }
 
 /* ---- the SIMT path ---------------------------------------------------------------------- */
@@ -399,6 +407,7 @@ template <int DT> static tf_status tf_flash_backward(tf_cuda_state *st, tf_cuda_
     return tf_cuda_flash_dq_tc(st, p, (tf_dtype)DT, hd_pad);
   }
   const int64_t n = rows * p->head_dim;
+  p->dq_acc_swizzled = tf_flash_bwd_ws_on(st, p->head_dim);
   TF_CUDA_CHECK(cudaMemsetAsync(p->dq_acc, 0, (size_t)n * sizeof(float), st->stream));
   if (p->seq_k > 0) TF_TRY(tf_cuda_flash_backward_tc(st, p, (tf_dtype)DT, hd_pad, true));
   tf_flash_dq_convert_kernel<DT><<<tf_cuda_blocks(st, n), TF_CUDA_THREADS, 0, st->stream>>>(*p);

@@ -27,6 +27,7 @@ typedef struct tf_cuda_flash_params {
   void *dq, *dk, *dv; /* backward */
   float *rowdot;      /* backward: D = rowsum(dout * o), (batch, seq_q) */
   float *dq_acc;      /* backward with atomics: dQ / scale, (batch, seq_q, head_dim) */
+  int dq_acc_swizzled; /* dq_acc's columns are where tf_flash_dq_col puts them (the warp-specialised kernel) */
   int64_t batch, seq_q, seq_k;
   int head_dim;
   int causal;
@@ -56,6 +57,16 @@ __device__ __forceinline__ void tf_flash_c_to_a(uint32_t (&a)[4], const float (&
   a[1] = tf_flash_pack<DT>(lo[2], lo[3]);
   a[2] = tf_flash_pack<DT>(hi[0], hi[1]);
   a[3] = tf_flash_pack<DT>(hi[2], hi[3]);
+}
+
+/* Where the warp-specialised backward kernel (sm90/flash_attn_bwd_ws.cu)
+ * keeps column c of a dQ row r (r7 = r mod 8) of hd columns in the f32
+ * workspace: its 4-column chunks permuted by XOR with r7 inside each whole
+ * group of 32 columns, the tail as it is. A row stays a row, so a block's
+ * rows are one contiguous range (one bulk reduction), and the kernel's
+ * shared-memory tile of that range is written without bank conflicts. */
+__host__ __device__ __forceinline__ int tf_flash_dq_col(int c, int r7, int hd) {
+  return c < (hd & ~31) ? c ^ (r7 << 2) : c;
 }
 
 /* ---- grids ------------------------------------------------------------------------------- */
@@ -198,11 +209,19 @@ tf_status tf_cuda_flash_forward_tc(tf_cuda_state *st, const tf_cuda_flash_params
 tf_status tf_cuda_flash_forward_wgmma(tf_cuda_state *st, const tf_cuda_flash_params *p, tf_dtype dt, int hd_w);
 tf_status tf_cuda_flash_backward_wgmma(tf_cuda_state *st, const tf_cuda_flash_params *p, tf_dtype dt, int hd_w,
                                        bool atomic_dq);
+/* sm90/flash_attn_bwd_ws.cu: the same dK, dV and dQ by the warp-specialised
+ * kernel (TMA loads, dQ by bulk reductions, dq_acc swizzled). */
+tf_status tf_cuda_flash_backward_ws(tf_cuda_state *st, const tf_cuda_flash_params *p, tf_dtype dt, int hd_w,
+                                    bool atomic_dq);
 /* ... and the deterministic dQ. */
 tf_status tf_cuda_flash_dq_wgmma(tf_cuda_state *st, const tf_cuda_flash_params *p, tf_dtype dt, int hd_w);
 /* flash_attn_fwd.cu: whether st's device takes those (compute capability
  * 9.0, and TF_FLASH_WGMMA is not 0). */
 bool tf_flash_wgmma_here(const tf_cuda_state *st);
+/* flash_attn_bwd.cu: whether the backward pass of head dim hd takes the
+ * warp-specialised kernel on st's device (wgmma's devices and head dims,
+ * and TF_FLASH_BWD_WS=1, read on every call). */
+bool tf_flash_bwd_ws_on(const tf_cuda_state *st, int64_t hd);
 /* flash_attn_bwd.cu: dK and dV, and dQ into dq_acc with float atomics when
  * atomic_dq (else tf_cuda_flash_dq_tc computes dq, with no atomics). */
 tf_status tf_cuda_flash_backward_tc(tf_cuda_state *st, const tf_cuda_flash_params *p, tf_dtype dt, int hd_pad,

@@ -23,7 +23,9 @@
  *     pass of head dims 33..64 and 97..128 and the backward pass's dK/dV
  *     kernel of head dims 33..64 take the wgmma kernels ([wgmma]); those
  *     shapes then run a second time with TF_FLASH_WGMMA=0, so the mma.sync
- *     kernels they replaced stay checked;
+ *     kernels they replaced stay checked, and a third time with
+ *     TF_FLASH_BWD_WS=1, the backward pass by the warp-specialised kernel
+ *     ([wgmma-ws]; all of the checks take it when that is set for the run);
  *   - a table of the worst error per check, path ([wgmma], [tc] tensor
  *     cores, [simt]) and dtype, and the count of checks.
  * With TF_FLASH_BENCH set it then times (CUDA events, 3 warm-up runs,
@@ -32,7 +34,11 @@
  * backward (float atomics and deterministic) and both, in ms and TFLOP/s
  * (forward 4 B S^2 d / 2 FLOPs under the causal mask, backward 2.5 times
  * that), then the forward pass with the mma.sync kernel in place of the
- * wgmma one. No timing is asserted. Exits 77 without a GPU. */
+ * wgmma one, then the backward pass by the warp-specialised kernel
+ * (TF_FLASH_BWD_WS=1) at (16, 16384, 64), (16, 16384, 128), (128, 4096,
+ * 80) and (16, 16384, 96) (TF_FLASH_BENCH=only: the timings alone, no
+ * checks, e.g. under a profiler). No timing is asserted. Exits 77 without
+ * a GPU. */
 #include "backend.h"
 #include "backends.h"
 #include "err_table.h"
@@ -150,12 +156,20 @@ static bool wgmma_on(void) {
  * 64, 80, 96 or 128). */
 static bool wgmma_dim(int64_t d) { return d > 32 && d <= 128; }
 
+/* The shapes of the wgmma kernels (f16, bf16, causal or not) once more
+ * with TF_FLASH_BWD_WS=1: the backward pass by the warp-specialised kernel
+ * ([wgmma-ws]; the forward pass is the same). Small shapes only when only_small. */
+static void ws_pass(bool only_small, int first_dtype);
+
 /* Which kernels the GPU runs, by the backend's rule (flash_attn.cu,
  * flash_attn_fwd.cu, flash_attn_bwd.cu); [wgmma]: the forward pass, the
  * dK/dV (atomic dQ) kernel and the deterministic dQ kernel by wgmma. */
 static const char *path_of(tf_dtype dt, int64_t d, int64_t off) {
   const bool tc = (dt == TF_F16 || dt == TF_BF16) && d % 8 == 0 && d <= 128 && off == 0;
-  return !tc ? "simt" : wgmma_on() && wgmma_dim(d) ? "wgmma" : "tc";
+  if (!tc) return "simt";
+  if (!wgmma_on() || !wgmma_dim(d)) return "tc";
+  const char *ws = getenv("TF_FLASH_BWD_WS");
+  return ws && strcmp(ws, "1") == 0 ? "wgmma-ws" : "wgmma";
 }
 
 static tf_flash_args args_of(const flash_shape *s, tf_dtype dt, bool causal, double scale) {
@@ -347,30 +361,22 @@ static void bench_run_shape(int64_t B, int64_t S, int64_t d, bool forward_only) 
 static void bench_shape(int64_t B, int64_t S, int64_t d) { bench_run_shape(B, S, d, false); }
 static void bench_forward(int64_t B, int64_t S, int64_t d) { bench_run_shape(B, S, d, true); }
 
-int main(void) {
-  tf_backends_init();
-  small_run = gpu_test_begin();
-  if (!CHECK_OK(tf_device_ctx_get(tf_cpu(), &cctx)) || !CHECK_OK(tf_device_ctx_get(GPU, &gctx))) return 1;
-  if (!CHECK(gctx->backend->flash_attention && gctx->backend->flash_workspace)) return tf_check_done();
-
-  tf_device_info info = {0};
-  if (CHECK_OK(gctx->backend->info(gctx, &info))) {
-#ifdef TF_WITH_SM90A
-    wgmma_device = info.cc_major == 9 && info.cc_minor == 0;
-#endif
-    printf("device %s (%d.%d): %s the wgmma kernels for head dims 40..128\n", info.name, info.cc_major,
-           info.cc_minor, wgmma_device ? "checks" : "has no");
-  }
+static void ws_pass(bool only_small, int first_dtype) {
   static const tf_dtype dts[3] = {TF_F32, TF_F16, TF_BF16};
-  if (getenv("TF_FLASH_SANITIZE")) {
-    /* under a sanitizer's race checks (slow): the small shapes the tensor-core kernels take, bf16 */
-    printf("TF_FLASH_SANITIZE: bf16, head dims that are multiples of 8, small shapes only\n");
-    for (int i = 0; i < N_SHAPES; i++)
-      if (!SHAPES[i].big && SHAPES[i].d % 8 == 0)
-        for (int causal = 0; causal < 2; causal++) flash_case(&SHAPES[i], TF_BF16, causal, 0);
-    CHECK_INT(gctx->alloc.stats.active_blocks, 0);
-    return tf_check_done();
-  }
+  setenv("TF_FLASH_BWD_WS", "1", 1);
+  for (int di = first_dtype; di < 3; di++)
+    for (int i = 0; i < N_SHAPES; i++) {
+      if ((only_small && SHAPES[i].big) || !wgmma_dim(SHAPES[i].d) || SHAPES[i].d % 8 != 0) continue;
+      for (int causal = 0; causal < 2; causal++) flash_case(&SHAPES[i], dts[di], causal, 0);
+    }
+  unsetenv("TF_FLASH_BWD_WS");
+}
+
+/* Every check: each dtype and shape, causal or not, on the kernels the
+ * device picks, then the kernels the wgmma ones replace, then the
+ * warp-specialised backward kernel, then misaligned buffers. */
+static void all_checks(void) {
+  static const tf_dtype dts[3] = {TF_F32, TF_F16, TF_BF16};
   for (int di = 0; di < 3; di++)
     for (int i = 0; i < N_SHAPES; i++) {
       if (small_run && SHAPES[i].big) continue;
@@ -386,6 +392,9 @@ int main(void) {
       }
     unsetenv("TF_FLASH_WGMMA");
   }
+  /* where the wgmma kernels ran, the warp-specialised backward kernel on the same shapes (unless it ran above) */
+  const char *ws_env = getenv("TF_FLASH_BWD_WS");
+  if (wgmma_device && !(ws_env && strcmp(ws_env, "1") == 0)) ws_pass(small_run, 1);
   /* buffers off a 16-byte boundary: the SIMT kernels for every dtype */
   for (int di = 0; di < 3; di++)
     for (int causal = 0; causal < 2; causal++) {
@@ -395,8 +404,35 @@ int main(void) {
   CHECK_OK(tf_device_sync(GPU));
   print_table();
   CHECK_INT(gctx->alloc.stats.active_blocks, 0);
+}
 
-  if (getenv("TF_FLASH_BENCH")) {
+int main(void) {
+  tf_backends_init();
+  small_run = gpu_test_begin();
+  if (!CHECK_OK(tf_device_ctx_get(tf_cpu(), &cctx)) || !CHECK_OK(tf_device_ctx_get(GPU, &gctx))) return 1;
+  if (!CHECK(gctx->backend->flash_attention && gctx->backend->flash_workspace)) return tf_check_done();
+
+  tf_device_info info = {0};
+  if (CHECK_OK(gctx->backend->info(gctx, &info))) {
+#ifdef TF_WITH_SM90A
+    wgmma_device = info.cc_major == 9 && info.cc_minor == 0;
+#endif
+    printf("device %s (%d.%d): %s the wgmma kernels for head dims 40..128\n", info.name, info.cc_major,
+           info.cc_minor, wgmma_device ? "checks" : "has no");
+  }
+  if (getenv("TF_FLASH_SANITIZE")) {
+    /* under a sanitizer's race checks (slow): the small shapes the tensor-core kernels take, bf16 */
+    printf("TF_FLASH_SANITIZE: bf16, head dims that are multiples of 8, small shapes only\n");
+    for (int i = 0; i < N_SHAPES; i++)
+      if (!SHAPES[i].big && SHAPES[i].d % 8 == 0)
+        for (int causal = 0; causal < 2; causal++) flash_case(&SHAPES[i], TF_BF16, causal, 0);
+    if (wgmma_device) ws_pass(true, 2);
+    CHECK_INT(gctx->alloc.stats.active_blocks, 0);
+    return tf_check_done();
+  }
+  const char *bench = getenv("TF_FLASH_BENCH");
+  if (!(bench && strcmp(bench, "only") == 0)) all_checks();
+  if (bench) {
     printf("\ntimings (CUDA events, median of 10 after 3 warm-up runs; PyTorch's side of the same shapes:"
            " tests/reference/torch_attention.py --leaderboard, and --flash --batch 16 --seq 16384)\n");
     bench_shape(16, 16384, 64);
@@ -414,6 +450,13 @@ int main(void) {
       printf("\nhead dim 80, the mma.sync kernels (TF_FLASH_WGMMA=0; padded to 96 there)\n");
       bench_shape(128, 4096, 80);
       unsetenv("TF_FLASH_WGMMA");
+      printf("\nthe backward pass by the warp-specialised kernel (TF_FLASH_BWD_WS=1)\n");
+      setenv("TF_FLASH_BWD_WS", "1", 1);
+      bench_shape(16, 16384, 64);
+      bench_shape(16, 16384, 128);
+      bench_shape(128, 4096, 80);
+      bench_shape(16, 16384, 96);
+      unsetenv("TF_FLASH_BWD_WS");
     }
   }
   return tf_check_done();

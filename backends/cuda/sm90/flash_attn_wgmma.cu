@@ -37,6 +37,7 @@
 #include "../flash_attn_common.cuh"
 
 #include "wgmma_ptx.cuh"
+#include "wgmma_tiles.cuh"
 
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #error "flash_attn_wgmma.cu is built for sm_90a only"
@@ -46,10 +47,6 @@
  * shared memory), NWG warpgroups, BC keys per block, K and V in STAGES
  * buffers, PINGPONG: the warpgroups take turns on the tensor cores,
  * MIN_BLOCKS resident blocks wanted per SM. */
-/* The columns a row of head dim HD takes in shared memory: whole 128-byte
- * (64-column) swizzle rows. */
-__host__ __device__ constexpr int tf_wgmma_hds(int hd) { return hd <= 64 ? 64 : 128; }
-
 template <int HD_, int NWG_, int BC_, int STAGES_, bool PINGPONG_ = false, int MIN_BLOCKS_ = 1>
 struct tf_wgmma_fwd_cfg {
   static_assert(HD_ == 64 || HD_ == 80 || HD_ == 96 || HD_ == 128, "the head dims the kernels are built for");
@@ -65,11 +62,6 @@ struct tf_wgmma_fwd_cfg {
   static_assert(BC == 64 || BC == 128, "S is one m64nBC product");
 };
 
-/* Byte offset of 16-byte chunk c (of HD / 8) of row r in a swizzled tile of ROWS rows. */
-template <int ROWS> __device__ __forceinline__ uint32_t tf_wgmma_chunk(int r, int c) {
-  return (uint32_t)((c >> 3) * ROWS * 128 + r * 128 + (((c & 7) ^ (r & 7)) << 4));
-}
-
 /* Rows [row0, row0 + ROWS) of a (nrows, hd) matrix into a swizzled tile at
  * shared address dst, by THREADS threads; rows past nrows and columns past
  * hd zero-filled. Not committed. */
@@ -83,48 +75,6 @@ __device__ __forceinline__ void tf_wgmma_load(uint32_t dst, const uint16_t *src,
     const int r = idx / CH, c = idx % CH;
     const bool ok = row0 + r < nrows && c * 8 < hd;
     tf_flash_cp16(dst + tf_wgmma_chunk<ROWS>(r, c), ok ? src + (row0 + r) * hd + c * 8 : src, ok);
-  }
-}
-
-/* The dynamic shared memory from its first 1024-byte boundary (the
- * kernels ask for 1024 bytes of slack): its shared address and a pointer. */
-__device__ __forceinline__ uint32_t tf_wgmma_smem_base(unsigned char **ptr) {
-  unsigned char *const raw = tf_flash_dynamic_smem();
-  const uint32_t raw_addr = tf_flash_smem_addr(raw), base = (raw_addr + 1023u) & ~1023u;
-  *ptr = raw + (base - raw_addr);
-  return base;
-}
-
-/* A warp's rows r0 + g and r0 + 8 + g of an accumulator (64 x HD, mma.sync's
- * C layout) times scale[h], rounded to DT, into a swizzled tile of ROWS rows
- * at tile. */
-template <int DT, int ROWS, int HD>
-__device__ __forceinline__ void tf_wgmma_stage_rows(unsigned char *tile, int r0, const float (&acc)[HD / 2],
-                                                    const float (&scale)[2]) {
-  const int g = ((int)threadIdx.x & 31) >> 2, t2 = ((int)threadIdx.x & 3) * 2;
-#pragma unroll
-  for (int h = 0; h < 2; h++)
-#pragma unroll
-    for (int dt = 0; dt < HD / 8; dt++)
-      *reinterpret_cast<uint32_t *>(tile + tf_wgmma_chunk<ROWS>(r0 + g + 8 * h, dt) + t2 * 2) =
-          tf_flash_pack<DT>(acc[4 * dt + 2 * h] * scale[h], acc[4 * dt + 2 * h + 1] * scale[h]);
-}
-
-/* A warpgroup's 64 rows tile_row0.. of a swizzled tile of ROWS rows to
- * global rows row0.. of width hd (16-byte stores; rows past nrows and
- * columns past hd skipped), after named barrier `bar` over the warpgroup. */
-template <int ROWS, int HD>
-__device__ __forceinline__ void tf_wgmma_store_rows(uint16_t *dst, const unsigned char *tile, int tile_row0,
-                                                    int64_t row0, int64_t nrows, int hd, int bar) {
-  asm volatile("bar.sync %0, 128;\n" ::"r"(bar) : "memory"); /* the warpgroup's rows are written */
-  constexpr int CH = HD / 8;
-  const int tw = (int)threadIdx.x % 128;
-#pragma unroll
-  for (int i = 0; i < 64 * CH / 128; i++) {
-    const int idx = tw + i * 128, r = idx / CH, c = idx % CH;
-    if (row0 + r < nrows && c * 8 < hd)
-      *reinterpret_cast<uint4 *>(dst + (row0 + r) * hd + c * 8) =
-          *reinterpret_cast<const uint4 *>(tile + tf_wgmma_chunk<ROWS>(tile_row0 + r, c));
   }
 }
 

@@ -20,6 +20,14 @@ template <int R> __device__ __forceinline__ void tf_wgmma_hold(float (&d)[R]) {
   for (int i = 0; i < R; i++) asm volatile("" : "+f"(d[i])::"memory");
 }
 
+/* ... and of register A operands (fragments) until the products that read them are waited for. */
+template <int M, int R> __device__ __forceinline__ void tf_wgmma_hold_regs(uint32_t (&a)[M][R]) {
+#pragma unroll
+  for (int i = 0; i < M; i++)
+#pragma unroll
+    for (int j = 0; j < R; j++) asm volatile("" : "+r"(a[i][j])::"memory");
+}
+
 /* Shared memory written by ordinary stores or cp.async, read next by wgmma. */
 __device__ __forceinline__ void tf_wgmma_fence_smem() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 

@@ -1,0 +1,400 @@
+/* FlashAttention's backward pass on Hopper, warp-specialised (sm_90a):
+ * dK and dV of 128 keys a block, and dQ added into the f32 workspace,
+ * f16/bf16, head dims (padded to) 64, 80, 96 and 128. Selected over
+ * flash_attn_wgmma.cu's dK/dV kernel by TF_FLASH_BWD_WS=1 (flash_attn_bwd.cu).
+ *
+ * A block has three warpgroups and no block-wide barrier after its start:
+ *   - warpgroup 0 gives its registers away (setmaxnreg) and loads: its
+ *     warp 0 brings the block's K and V rows once, then, for each query
+ *     block of 64 rows that sees the keys, Q and dO by TMA (tiled copies
+ *     from 3-D tensor maps (head dim, seq, problem), so rows past a
+ *     problem's end land as zeros, in the 128-byte swizzled layout wgmma
+ *     reads) and lse log2(e) and D by its lanes, into a ring of STAGES
+ *     buffers, each with a full and an empty barrier; its warp 1 adds each
+ *     query block's dQ tile from shared memory into the workspace by one
+ *     bulk reduction (cp.reduce.async.bulk .add.f32), so that no consumer
+ *     issues an atomic;
+ *   - warpgroups 1 and 2 (the consumers, 64 keys each, K and V rows in
+ *     shared memory, dK and dV in f32 registers) compute per query block
+ *       S^T = K Q^T, dP^T = V dO^T          (both operands from shared memory)
+ *       P^T = exp2(S^T scale log2 e - lse log2 e), dS^T = P^T (dP^T - D)
+ *       dV += P^T dO, dK += dS^T Q          (P^T, dS^T from registers)
+ *       dQ = dS K over the block's 128 keys (dS^T through shared memory,
+ *                                            the two halves of the head dim
+ *                                            one per warpgroup)
+ *     then release the Q/dO buffer to the loader and hand the dQ tile
+ *     (f32, rows of the problem's head dim, as the workspace holds them)
+ *     to the dQ warp. The two consumers meet at one named barrier per query
+ *     block (both dS^T tiles written); dS^T and dQ are double-buffered so
+ *     that nothing else waits.
+ * Without ATOMIC_DQ (deterministic) dS^T and dQ are skipped: flash_attn_wgmma.cu's
+ * dQ kernel computes dQ. The grid is flash_attn_wgmma.cu's backward one: a
+ * block per (problem, 128 keys), problem by problem. */
+#include "../flash_attn_common.cuh"
+
+#include <cudaTypedefs.h>
+#include <string.h>
+
+#include "tma_ptx.cuh"
+#include "wgmma_ptx.cuh"
+#include "wgmma_tiles.cuh"
+
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#error "flash_attn_bwd_ws.cu is built for sm_90a only"
+#endif
+
+/* Head dim HD (64, 80, 96 or 128), HDS its columns in shared memory, BC
+ * keys a block (64 a consumer), query blocks of BR rows, STAGES Q/dO
+ * buffers. Shared memory, from a 1024-byte boundary: K, V (BC rows); Q and
+ * dO STAGES times (BR rows); dS^T twice (the two consumers' 64 x 64 tiles
+ * one after the other); dQ twice (BR x HD f32); lse and D STAGES times;
+ * the barriers. */
+template <int HD_> struct tf_bwd_ws_cfg {
+  static_assert(HD_ == 64 || HD_ == 80 || HD_ == 96 || HD_ == 128, "the head dims the kernel is built for");
+  static constexpr int HD = HD_, HDS = tf_wgmma_hds(HD_), BC = 128, BR = 64;
+  static constexpr int STAGES = HDS == 64 ? 3 : 2;
+  static constexpr uint32_t KV = BC * HDS * 2, QO = BR * HDS * 2, DS = 64 * 64 * 2, DQ = BR * HD * 4;
+  static constexpr uint32_t K_AT = 0, V_AT = KV, Q_AT = 2 * KV, DO_AT = Q_AT + STAGES * QO;
+  static constexpr uint32_t DS_AT = DO_AT + STAGES * QO, DQ_AT = DS_AT + 4 * DS, LSE_AT = DQ_AT + 2 * DQ;
+  static constexpr uint32_t D_AT = LSE_AT + STAGES * BR * 4, BAR_AT = D_AT + STAGES * BR * 4;
+  /* barriers: K/V full, STAGES full, STAGES empty, 2 dQ full, 2 dQ empty */
+  static constexpr int N_BARS = 1 + 2 * STAGES + 4;
+  static constexpr int SMEM = (int)BAR_AT + 8 * N_BARS + 1024;
+  static_assert(SMEM <= 227 * 1024, "one block an SM");
+  /* registers a thread: the loading warpgroup's and the consumers' (24 x 128 + 240 x 256 = 384 x 168) */
+  static constexpr int LOAD_REGS = 24, MMA_REGS = 240;
+};
+
+/* The kernel's parameters: the tensor maps of Q, K, V and dO (by
+ * address in the parameter space, hence __grid_constant__), then the
+ * flash parameters. */
+struct tf_bwd_ws_params {
+  CUtensorMap q, k, v, dout;
+  tf_cuda_flash_params p;
+};
+
+template <int DT, int HD, bool ATOMIC_DQ>
+__global__ void __launch_bounds__(384, 1) tf_flash_bwd_ws_kernel(const __grid_constant__ tf_bwd_ws_params a) {
+  using C = tf_bwd_ws_cfg<HD>;
+  constexpr int BC = C::BC, BR = C::BR, NT = BR / 8, STAGES = C::STAGES, HALVES = C::HDS / 64;
+  constexpr uint32_t QO = C::QO;
+  /* the head-dim columns of dQ that consumer 0 computes (consumer 1 the rest) */
+  constexpr int DQ_N0 = HD == 64 ? 32 : 64;
+  const tf_cuda_flash_params &p = a.p;
+  unsigned char *base_ptr;
+  const uint32_t base = tf_wgmma_smem_base(&base_ptr);
+  const uint32_t sK = base + C::K_AT, sV = base + C::V_AT, sQ = base + C::Q_AT, sdO = base + C::DO_AT;
+  const uint32_t sdS = base + C::DS_AT, sdQ = base + C::DQ_AT;
+  float *const sLse = reinterpret_cast<float *>(base_ptr + C::LSE_AT), *const sD = reinterpret_cast<float *>(base_ptr + C::D_AT);
+  const uint32_t bar_kv = base + C::BAR_AT, bar_full = bar_kv + 8, bar_empty = bar_full + 8 * STAGES;
+  const uint32_t bar_dq_full = bar_empty + 8 * STAGES, bar_dq_empty = bar_dq_full + 16;
+  int64_t b, k0;
+  tf_flash_key_block_of<BC>(p, &b, &k0);
+  const int hd = p.head_dim;
+  /* under the causal mask, queries before k0 see none of these keys */
+  const int64_t q_blocks = (p.seq_q + BR - 1) / BR, first = p.causal ? k0 / BR : 0;
+  const int n_it = (int)(q_blocks > first ? q_blocks - first : 0);
+
+  if (threadIdx.x == 0) {
+    tf_mbar_init(bar_kv, 1);
+    for (int s = 0; s < STAGES; s++) {
+      tf_mbar_init(bar_full + 8 * s, 32); /* the loading warp's lanes (lse, D), one of them with Q and dO's bytes */
+      tf_mbar_init(bar_empty + 8 * s, 256); /* the consumers' threads (each has read lse and D) */
+    }
+    for (int i = 0; i < 2; i++) {
+      tf_mbar_init(bar_dq_full + 8 * i, 256); /* the consumers' threads */
+      tf_mbar_init(bar_dq_empty + 8 * i, 1);  /* the dQ warp */
+    }
+    tf_mbar_init_fence();
+  }
+  __syncthreads();
+
+  const int wg = (int)threadIdx.x / 128, lane = (int)threadIdx.x % 32;
+  if (wg == 0) {
+    tf_setmaxnreg_dec<C::LOAD_REGS>();
+    const int warp = (int)threadIdx.x / 32;
+    if (warp == 0) {
+      /* the loader: K and V once, then each query block's Q, dO, lse and D */
+      if (lane == 0) {
+        tf_tma_prefetch_map(&a.q);
+        tf_tma_prefetch_map(&a.dout);
+        tf_mbar_arrive_expect_tx(bar_kv, 2 * C::KV);
+        for (int h = 0; h < HALVES; h++) {
+          tf_tma_load_3d(sK + (uint32_t)(h * BC * 128), &a.k, h * 64, (int)k0, (int)b, bar_kv);
+          tf_tma_load_3d(sV + (uint32_t)(h * BC * 128), &a.v, h * 64, (int)k0, (int)b, bar_kv);
+        }
+      }
+      const float *lse = p.lse + b * p.seq_q, *D = p.rowdot + b * p.seq_q;
+      for (int it = 0; it < n_it; it++) {
+        const int s = it % STAGES;
+        if (it >= STAGES) tf_mbar_wait_idle(bar_empty + 8 * s, (uint32_t)((it / STAGES - 1) & 1));
+        const int64_t q0 = (first + it) * BR;
+        /* rows past the end: lse = inf makes their P (and dS) zero */
+#pragma unroll
+        for (int h = 0; h < BR / 32; h++) {
+          const int64_t row = q0 + lane + 32 * h;
+          sLse[s * BR + lane + 32 * h] = row < p.seq_q ? lse[row] * TF_FLASH_LOG2E : INFINITY;
+          sD[s * BR + lane + 32 * h] = row < p.seq_q ? D[row] : 0.f;
+        }
+        const uint32_t full = bar_full + 8 * s;
+        if (lane == 0) {
+          tf_mbar_arrive_expect_tx(full, 2 * QO);
+          for (int h = 0; h < HALVES; h++) {
+            tf_tma_load_3d(sQ + (uint32_t)s * QO + (uint32_t)(h * BR * 128), &a.q, h * 64, (int)q0, (int)b, full);
+            tf_tma_load_3d(sdO + (uint32_t)s * QO + (uint32_t)(h * BR * 128), &a.dout, h * 64, (int)q0, (int)b, full);
+          }
+        } else {
+          tf_mbar_arrive(full);
+        }
+      }
+    } else if (ATOMIC_DQ && warp == 1 && lane == 0) {
+      /* the dQ warp: each query block's tile (rows of hd f32) added into the workspace */
+      for (int it = 0; it < n_it; it++) {
+        const int buf = it & 1;
+        tf_mbar_wait_idle(bar_dq_full + 8 * buf, (uint32_t)((it >> 1) & 1));
+        const int64_t q0 = (first + it) * BR, rows = p.seq_q - q0 < BR ? p.seq_q - q0 : BR;
+        tf_bulk_reduce_add_f32(p.dq_acc + (b * p.seq_q + q0) * hd, sdQ + (uint32_t)buf * C::DQ,
+                               (uint32_t)(rows * hd * 4));
+        tf_bulk_commit();
+        tf_bulk_wait_read<0>();
+        tf_mbar_arrive(bar_dq_empty + 8 * buf);
+      }
+      tf_bulk_wait<0>();
+    }
+    return;
+  }
+
+  /* ---- the consumers ---- */
+  tf_setmaxnreg_inc<C::MMA_REGS>();
+  const int cw = wg - 1, warp = ((int)threadIdx.x / 32) % 4;
+  const int g = lane >> 2, t2 = (lane & 3) * 2;
+  /* the consumer's 64 keys: K and V rows (in each 64-column half) */
+  const uint32_t k_w = sK + (uint32_t)cw * 64 * 128, v_w = sV + (uint32_t)cw * 64 * 128;
+  const int key_in = cw * 64 + warp * 16 + g; /* the thread's keys: key_in and key_in + 8 of the block */
+  const float sl2 = p.scale_log2;
+  float dk[HD / 2], dv[HD / 2];
+#pragma unroll
+  for (int i = 0; i < HD / 2; i++) dk[i] = dv[i] = 0.f;
+
+  tf_mbar_wait(bar_kv, 0);
+  for (int it = 0; it < n_it; it++) {
+    const int s = it % STAGES;
+    tf_mbar_wait(bar_full + 8 * s, (uint32_t)((it / STAGES) & 1));
+    const int64_t q0 = (first + it) * BR;
+    const uint32_t q_st = sQ + (uint32_t)s * QO, do_st = sdO + (uint32_t)s * QO;
+    const float *lse_s = sLse + s * BR, *D_s = sD + s * BR;
+
+    /* S^T = K Q^T, dP^T = V dO^T */
+    float sc[BR / 2], dp[BR / 2];
+    tf_wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < HD / 16; kk++) { /* the k step's 32 bytes in a 128-byte row of its half */
+      const uint32_t kv = (uint32_t)((kk >> 2) * BC * 128 + (kk & 3) * 32), qo = (uint32_t)((kk >> 2) * BR * 128 + (kk & 3) * 32);
+      tf_wgmma_ss<DT, 0, 0>(sc, tf_wgmma_desc(k_w + kv, 16, 1024), tf_wgmma_desc(q_st + qo, 16, 1024), kk > 0);
+    }
+#pragma unroll
+    for (int kk = 0; kk < HD / 16; kk++) {
+      const uint32_t kv = (uint32_t)((kk >> 2) * BC * 128 + (kk & 3) * 32), qo = (uint32_t)((kk >> 2) * BR * 128 + (kk & 3) * 32);
+      tf_wgmma_ss<DT, 0, 0>(dp, tf_wgmma_desc(v_w + kv, 16, 1024), tf_wgmma_desc(do_st + qo, 16, 1024), kk > 0);
+    }
+    tf_wgmma_commit();
+    tf_wgmma_wait<0>();
+    tf_wgmma_hold(sc);
+    tf_wgmma_hold(dp);
+
+    /* P^T and dS^T; masked where the key is after the query or past the keys
+     * (rows past the queries have lse = inf) */
+    const bool edge = (p.causal && q0 < k0 + BC) || k0 + BC > p.seq_k;
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        const int c = nt * 8 + t2 + (e & 1), i = 4 * nt + e;
+        float pv = tf_flash_exp2(fmaf(sc[i], sl2, -lse_s[c]));
+        if (edge) {
+          const int64_t key = k0 + key_in + 8 * (e >> 1), query = q0 + c;
+          if ((p.causal && key > query) || key >= p.seq_k) pv = 0.f;
+        }
+        dp[i] = pv * (dp[i] - D_s[c]);
+        sc[i] = pv;
+      }
+    uint32_t pa[BR / 16][4], da[BR / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < BR / 16; kk++)
+#pragma unroll
+      for (int i = 0; i < 4; i++) {
+        pa[kk][i] = tf_flash_pack<DT>(sc[8 * kk + 2 * i], sc[8 * kk + 2 * i + 1]);
+        da[kk][i] = tf_flash_pack<DT>(dp[8 * kk + 2 * i], dp[8 * kk + 2 * i + 1]);
+      }
+
+    /* dV += P^T dO, dK += dS^T Q: 16 queries a step (B N-major, 8-row groups 1024 bytes apart) */
+    tf_wgmma_hold(dv);
+    tf_wgmma_hold(dk);
+    tf_wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < BR / 16; kk++)
+      tf_wgmma_rs<DT, 1>(dv, pa[kk], tf_wgmma_desc(do_st + kk * 2048, BR * 128, 1024), true);
+#pragma unroll
+    for (int kk = 0; kk < BR / 16; kk++)
+      tf_wgmma_rs<DT, 1>(dk, da[kk], tf_wgmma_desc(q_st + kk * 2048, BR * 128, 1024), true);
+    tf_wgmma_commit();
+    /* the Q/dO buffer back to the loader once dV and dK's products are done (they read it and P^T, dS^T) */
+    auto release_stage = [&]() {
+      tf_wgmma_hold(dv);
+      tf_wgmma_hold(dk);
+      tf_wgmma_hold_regs(pa);
+      tf_wgmma_hold_regs(da);
+      tf_mbar_arrive(bar_empty + 8 * s);
+    };
+    if constexpr (!ATOMIC_DQ) {
+      tf_wgmma_wait<0>();
+      release_stage();
+    } else {
+      const int buf = it & 1;
+      /* dS^T (keys x queries) into this consumer's tile of buffer buf */
+      const uint32_t ds_tiles = sdS + (uint32_t)buf * 2 * C::DS;
+      unsigned char *const ds_w = base_ptr + (ds_tiles - base) + cw * C::DS;
+#pragma unroll
+      for (int h = 0; h < 2; h++)
+#pragma unroll
+        for (int kk = 0; kk < BR / 16; kk++)
+#pragma unroll
+          for (int half = 0; half < 2; half++) /* queries 16 kk + 8 half .. + 7: chunk 2 kk + half */
+            *reinterpret_cast<uint32_t *>(ds_w + tf_wgmma_chunk<64>(warp * 16 + g + 8 * h, 2 * kk + half) + t2 * 2) =
+                da[kk][2 * half + h];
+      tf_wgmma_fence_smem();
+      asm volatile("bar.sync 1, 256;\n" ::: "memory"); /* both consumers' dS^T are written */
+      float *const dq_tile = reinterpret_cast<float *>(base_ptr + C::DQ_AT + (uint32_t)buf * C::DQ);
+      /* dQ (64 rows, columns col0.. col0 + N - 1) = dS K over the block's 128
+       * keys: A reads the two dS^T tiles (16 keys a step, 2048 bytes apart)
+       * M-major, B reads K N-major (never across a 64-column half); then
+       * into the dQ tile in dq_acc's layout (tf_flash_dq_col) */
+      auto add_dq = [&](int col0, auto n_tag) {
+        constexpr int N = decltype(n_tag)::value;
+        const uint32_t k_cols = sK + (uint32_t)((col0 >> 6) * BC * 128 + (col0 & 63) * 2);
+        float dq[N / 2];
+        tf_wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < BC / 16; kk++)
+          tf_wgmma_ss<DT, 1, 1>(dq, tf_wgmma_desc(ds_tiles + kk * 2048, 64 * 128, 1024),
+                                tf_wgmma_desc(k_cols + kk * 2048, BC * 128, 1024), kk > 0);
+        tf_wgmma_commit();
+        tf_wgmma_wait<1>();
+        release_stage();
+        tf_wgmma_wait<0>();
+        tf_wgmma_hold(dq);
+        if (it >= 2) tf_mbar_wait(bar_dq_empty + 8 * buf, (uint32_t)(((it >> 1) - 1) & 1));
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+          const int r = warp * 16 + g + 8 * h;
+#pragma unroll
+          for (int nt = 0; nt < N / 8; nt++) {
+            const int col = col0 + nt * 8 + t2;
+            if (col < hd)
+              *reinterpret_cast<float2 *>(dq_tile + r * hd + tf_flash_dq_col(col, g, hd)) =
+                  make_float2(dq[4 * nt + 2 * h], dq[4 * nt + 2 * h + 1]);
+          }
+        }
+        tf_wgmma_fence_smem();
+        tf_mbar_arrive(bar_dq_full + 8 * buf);
+      };
+      if (cw == 0)
+        add_dq(0, tf_flash_int<DQ_N0>());
+      else
+        add_dq(DQ_N0, tf_flash_int<HD - DQ_N0>());
+    }
+  }
+
+  /* dK (times scale) and dV through the consumer's own K and V rows, once both consumers are done with K */
+  asm volatile("bar.sync 1, 256;\n" ::: "memory");
+  const float dk_scale[2] = {p.scale, p.scale}, one[2] = {1.f, 1.f};
+  unsigned char *const k_tile = base_ptr + C::K_AT, *const v_tile = base_ptr + C::V_AT;
+  tf_wgmma_stage_rows<DT, BC, HD>(k_tile, cw * 64 + warp * 16, dk, dk_scale);
+  tf_wgmma_stage_rows<DT, BC, HD>(v_tile, cw * 64 + warp * 16, dv, one);
+  const int64_t key0 = k0 + cw * 64;
+  tf_wgmma_store_rows<BC, HD>(static_cast<uint16_t *>(p.dk) + b * p.seq_k * hd, k_tile, cw * 64, key0, p.seq_k, hd,
+                              2 + cw);
+  tf_wgmma_store_rows<BC, HD>(static_cast<uint16_t *>(p.dv) + b * p.seq_k * hd, v_tile, cw * 64, key0, p.seq_k, hd,
+                              2 + cw);
+}
+
+/* ---- launch ------------------------------------------------------------------------------- */
+
+/* The driver's tensor-map encoder, through the runtime (the binary does not
+ * link libcuda itself); looked up once. */
+static PFN_cuTensorMapEncodeTiled_v12000 tf_bwd_ws_encoder(tf_status *st) {
+  static PFN_cuTensorMapEncodeTiled_v12000 encode = nullptr;
+  if (!encode) {
+    void *fn = nullptr;
+    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+    const cudaError_t err = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found);
+    if (err != cudaSuccess) {
+      *st = tf_cuda_error(err, "cudaGetDriverEntryPointByVersion(cuTensorMapEncodeTiled)");
+      return nullptr;
+    }
+    if (found != cudaDriverEntryPointSuccess || !fn) {
+      *st = tf_fail(TF_ERR_BACKEND, "flash_attention: the CUDA driver has no cuTensorMapEncodeTiled");
+      return nullptr;
+    }
+    encode = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
+  }
+  *st = TF_OK;
+  return encode;
+}
+
+/* A tensor map of `batch` problems of (seq, hd) 16-bit elements at ptr,
+ * boxes of 64 columns by `rows` rows (128-byte swizzle: the tiles'
+ * layout); reads past seq (or hd) land as zeros. */
+static tf_status tf_bwd_ws_map(CUtensorMap *map, const void *ptr, int64_t seq, int64_t batch, int hd, int rows) {
+  tf_status st = TF_OK;
+  const PFN_cuTensorMapEncodeTiled_v12000 encode = tf_bwd_ws_encoder(&st);
+  if (!encode) return st;
+  const cuuint64_t dims[3] = {(cuuint64_t)hd, (cuuint64_t)seq, (cuuint64_t)batch};
+  const cuuint64_t strides[2] = {(cuuint64_t)hd * 2, (cuuint64_t)(seq * hd * 2)}; /* bytes, dims 1 and 2 */
+  const cuuint32_t box[3] = {64, (cuuint32_t)rows, 1}, elem_strides[3] = {1, 1, 1};
+  const CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT16, 3, const_cast<void *>(ptr), dims, strides, box,
+                            elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                            CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS)
+    return tf_fail(TF_ERR_BACKEND, "flash_attention: cuTensorMapEncodeTiled failed (CUresult %d) for (%lld, %lld, %d)",
+                   (int)r, (long long)batch, (long long)seq, hd);
+  return TF_OK;
+}
+
+template <int DT, int HD, bool ATOMIC_DQ>
+static tf_status tf_bwd_ws_launch(tf_cuda_state *st, const tf_cuda_flash_params *p) {
+  using C = tf_bwd_ws_cfg<HD>;
+  unsigned grid = 0;
+  TF_TRY(tf_flash_grid(p->batch, (p->seq_k + C::BC - 1) / C::BC, &grid));
+  tf_bwd_ws_params a;
+  memset(&a, 0, sizeof a);
+  a.p = *p;
+  TF_TRY(tf_bwd_ws_map(&a.q, p->q, p->seq_q, p->batch, p->head_dim, C::BR));
+  TF_TRY(tf_bwd_ws_map(&a.dout, p->dout, p->seq_q, p->batch, p->head_dim, C::BR));
+  TF_TRY(tf_bwd_ws_map(&a.k, p->k, p->seq_k, p->batch, p->head_dim, C::BC));
+  TF_TRY(tf_bwd_ws_map(&a.v, p->v, p->seq_k, p->batch, p->head_dim, C::BC));
+  TF_CUDA_CHECK(cudaFuncSetAttribute(tf_flash_bwd_ws_kernel<DT, HD, ATOMIC_DQ>,
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM));
+  tf_flash_bwd_ws_kernel<DT, HD, ATOMIC_DQ><<<grid, 384, C::SMEM, st->stream>>>(a);
+  return tf_cuda_launched("flash_attention backward kernel (warp-specialised)");
+}
+
+template <int DT>
+static tf_status tf_bwd_ws_dt(tf_cuda_state *st, const tf_cuda_flash_params *p, int hd_w, bool atomic_dq) {
+  auto with = [&](auto hd) {
+    constexpr int HD = decltype(hd)::value;
+    return atomic_dq ? tf_bwd_ws_launch<DT, HD, true>(st, p) : tf_bwd_ws_launch<DT, HD, false>(st, p);
+  };
+  switch (hd_w) {
+    case 64: return with(tf_flash_int<64>());
+    case 80: return with(tf_flash_int<80>());
+    case 96: return with(tf_flash_int<96>());
+    case 128: return with(tf_flash_int<128>());
+    default: return tf_fail(TF_ERR_ARG, "flash_attention: no warp-specialised backward kernel for head dim %d", hd_w);
+  }
+}
+
+tf_status tf_cuda_flash_backward_ws(tf_cuda_state *st, const tf_cuda_flash_params *p, tf_dtype dt, int hd_w,
+                                    bool atomic_dq) {
+  return dt == TF_BF16 ? tf_bwd_ws_dt<TF_BF16>(st, p, hd_w, atomic_dq) : tf_bwd_ws_dt<TF_F16>(st, p, hd_w, atomic_dq);
+}

@@ -1,0 +1,63 @@
+/* The swizzled shared-memory tiles the Hopper FlashAttention kernels
+ * (flash_attn_wgmma.cu, flash_attn_bwd_ws.cu) share: rows of 64 16-bit
+ * elements (128 bytes), the 16-byte chunk c of row r stored at chunk
+ * c ^ (r mod 8) (the layout wgmma's 128-byte swizzle mode reads and TMA's
+ * writes), head dims above 64 as two such halves ROWS rows apart; tiles
+ * on 1024-byte boundaries. Include after flash_attn_common.cuh. */
+#ifndef TF_WGMMA_TILES_CUH
+#define TF_WGMMA_TILES_CUH
+
+#include <stdint.h>
+
+/* The columns a row of head dim HD takes in shared memory: whole 128-byte
+ * (64-column) swizzle rows. */
+__host__ __device__ constexpr int tf_wgmma_hds(int hd) { return hd <= 64 ? 64 : 128; }
+
+/* Byte offset of 16-byte chunk c (of HD / 8) of row r in a swizzled tile of ROWS rows. */
+template <int ROWS> __device__ __forceinline__ uint32_t tf_wgmma_chunk(int r, int c) {
+  return (uint32_t)((c >> 3) * ROWS * 128 + r * 128 + (((c & 7) ^ (r & 7)) << 4));
+}
+
+/* The dynamic shared memory from its first 1024-byte boundary (the
+ * kernels ask for 1024 bytes of slack): its shared address and a pointer. */
+__device__ __forceinline__ uint32_t tf_wgmma_smem_base(unsigned char **ptr) {
+  unsigned char *const raw = tf_flash_dynamic_smem();
+  const uint32_t raw_addr = tf_flash_smem_addr(raw), base = (raw_addr + 1023u) & ~1023u;
+  *ptr = raw + (base - raw_addr);
+  return base;
+}
+
+/* A warp's rows r0 + g and r0 + 8 + g of an accumulator (64 x HD, mma.sync's
+ * C layout) times scale[h], rounded to DT, into a swizzled tile of ROWS rows
+ * at tile. */
+template <int DT, int ROWS, int HD>
+__device__ __forceinline__ void tf_wgmma_stage_rows(unsigned char *tile, int r0, const float (&acc)[HD / 2],
+                                                    const float (&scale)[2]) {
+  const int g = ((int)threadIdx.x & 31) >> 2, t2 = ((int)threadIdx.x & 3) * 2;
+#pragma unroll
+  for (int h = 0; h < 2; h++)
+#pragma unroll
+    for (int dt = 0; dt < HD / 8; dt++)
+      *reinterpret_cast<uint32_t *>(tile + tf_wgmma_chunk<ROWS>(r0 + g + 8 * h, dt) + t2 * 2) =
+          tf_flash_pack<DT>(acc[4 * dt + 2 * h] * scale[h], acc[4 * dt + 2 * h + 1] * scale[h]);
+}
+
+/* A warpgroup's 64 rows tile_row0.. of a swizzled tile of ROWS rows to
+ * global rows row0.. of width hd (16-byte stores; rows past nrows and
+ * columns past hd skipped), after named barrier `bar` over the warpgroup. */
+template <int ROWS, int HD>
+__device__ __forceinline__ void tf_wgmma_store_rows(uint16_t *dst, const unsigned char *tile, int tile_row0,
+                                                    int64_t row0, int64_t nrows, int hd, int bar) {
+  asm volatile("bar.sync %0, 128;\n" ::"r"(bar) : "memory"); /* the warpgroup's rows are written */
+  constexpr int CH = HD / 8;
+  const int tw = (int)threadIdx.x % 128;
+#pragma unroll
+  for (int i = 0; i < 64 * CH / 128; i++) {
+    const int idx = tw + i * 128, r = idx / CH, c = idx % CH;
+    if (row0 + r < nrows && c * 8 < hd)
+      *reinterpret_cast<uint4 *>(dst + (row0 + r) * hd + c * 8) =
+          *reinterpret_cast<const uint4 *>(tile + tf_wgmma_chunk<ROWS>(tile_row0 + r, c));
+  }
+}
+
+#endif
