@@ -137,16 +137,46 @@ __global__ void __launch_bounds__(TF_CUDA_THREADS) tf_cuda_rope_heads_kernel(tf_
   }
 }
 
+/* One 16-byte word of VEC elements between qkv (at row) and a head (at
+ * hrow, of part 0 q, 1 k or 2 v), forward or backward: q and k turned by
+ * the pairs' angles from cs and sn, v moved as it is. */
+template <int DT, int VEC>
+__device__ __forceinline__ void tf_cuda_rope_heads_word(const tf_cuda_rope_heads_params &p, int64_t row,
+                                                        int64_t hrow, int part, const float *cs, const float *sn) {
+  typedef tf_cuda_dtype<DT> D;
+  typedef typename D::storage S;
+  S *heads = (S *)(part == 0 ? p.q : part == 1 ? p.k : p.v);
+  S *qkv = (S *)p.qkv;
+  union {
+    uint4 word;
+    S v[VEC];
+  } in, out;
+  in.word = *(const uint4 *)(p.backward ? heads + hrow : qkv + row);
+  if (part == 2) {
+    out.word = in.word;
+  } else {
+#pragma unroll
+    for (int j = 0; j < VEC / 2; j++) {
+      float y0, y1;
+      tf_rope_turn<float>(D::load(in.v[2 * j]), D::load(in.v[2 * j + 1]), cs[j], p.backward ? -sn[j] : sn[j], &y0,
+                          &y1);
+      out.v[2 * j] = D::store(y0);
+      out.v[2 * j + 1] = D::store(y1);
+    }
+  }
+  *(uint4 *)(p.backward ? qkv + row : heads + hrow) = out.word;
+}
+
 /* The same, VEC elements (16 bytes) per thread: a run of VEC elements of a
  * qkv row lies in one head of one of q, k, v when head_dim is a multiple
  * of VEC, and moves as one 16-byte word each way. Index arithmetic in I
- * (32 bits when everything fits). Each pair is turned by the very
- * operations of the kernel above, so the bits are the same. */
+ * (32 bits when everything fits). Each pair of q and k is turned by the
+ * very operations of the kernel above, so the bits are the same; v is
+ * moved as it is (the kernel above turns it by cos 1 and sin 0, which
+ * differs only in the sign of a zero or where a neighbour is not finite). */
 template <int DT, int VEC, typename I>
 __global__ void __launch_bounds__(TF_CUDA_THREADS) tf_cuda_rope_heads_vec_kernel(tf_cuda_rope_heads_params p) {
-  typedef tf_cuda_dtype<DT> D;
-  typedef typename D::storage S;
-  static_assert(VEC * sizeof(S) == sizeof(uint4), "one 16-byte word per thread");
+  static_assert(VEC * sizeof(typename tf_cuda_dtype<DT>::storage) == sizeof(uint4), "one 16-byte word per thread");
   const I H = (I)p.heads, hd = (I)p.head_dim, half = hd / 2, d = H * hd, T = (I)p.seq;
   const I per_row = 3 * d / VEC, total = (I)p.batch * T * per_row;
   for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (I)gridDim.x * blockDim.x) {
@@ -154,23 +184,7 @@ __global__ void __launch_bounds__(TF_CUDA_THREADS) tf_cuda_rope_heads_vec_kernel
     const I part = e / d, rem = e - part * d, h = rem / hd, at = rem - h * hd;
     const I t = bt % T, b = bt / T;
     const I row = bt * 3 * d + e, hrow = ((b * H + h) * T + t) * hd + at;
-    S *heads = (S *)(part == 0 ? p.q : part == 1 ? p.k : p.v);
-    S *qkv = (S *)p.qkv;
-    union {
-      uint4 word;
-      S v[VEC];
-    } in, out;
-    in.word = *(const uint4 *)(p.backward ? heads + hrow : qkv + row);
-    const float *cs = p.cos + t * half + at / 2, *sn = p.sin + t * half + at / 2;
-#pragma unroll
-    for (int j = 0; j < VEC / 2; j++) {
-      const float c = part < 2 ? cs[j] : 1.0f, s = part < 2 ? sn[j] : 0.0f;
-      float y0, y1;
-      tf_rope_turn<float>(D::load(in.v[2 * j]), D::load(in.v[2 * j + 1]), c, p.backward ? -s : s, &y0, &y1);
-      out.v[2 * j] = D::store(y0);
-      out.v[2 * j + 1] = D::store(y1);
-    }
-    *(uint4 *)(p.backward ? qkv + row : heads + hrow) = out.word;
+    tf_cuda_rope_heads_word<DT, VEC>(p, row, hrow, (int)part, p.cos + t * half + at / 2, p.sin + t * half + at / 2);
   }
 }
 
@@ -181,8 +195,6 @@ __global__ void __launch_bounds__(TF_CUDA_THREADS) tf_cuda_rope_heads_vec_kernel
  * copy rate. */
 template <int DT, int VEC>
 __global__ void __launch_bounds__(1024) tf_cuda_rope_heads_rows_kernel(tf_cuda_rope_heads_params p, int part_blocks) {
-  typedef tf_cuda_dtype<DT> D;
-  typedef typename D::storage S;
   const int hdw = (int)p.head_dim / VEC, dw = (int)p.heads * hdw, half = (int)p.head_dim / 2;
   const int part = (int)blockIdx.x / part_blocks;
   const int word = ((int)blockIdx.x - part * part_blocks) * (int)blockDim.x + (int)threadIdx.x;
@@ -190,26 +202,7 @@ __global__ void __launch_bounds__(1024) tf_cuda_rope_heads_rows_kernel(tf_cuda_r
   const int h = word / hdw, at = (word - h * hdw) * VEC;
   const int64_t t = blockIdx.y, b = blockIdx.z, bt = b * p.seq + t, d = p.heads * p.head_dim;
   const int64_t row = bt * 3 * d + part * d + (int64_t)word * VEC, hrow = ((b * p.heads + h) * p.seq + t) * p.head_dim + at;
-  S *heads = (S *)(part == 0 ? p.q : part == 1 ? p.k : p.v);
-  S *qkv = (S *)p.qkv;
-  union {
-    uint4 word;
-    S v[VEC];
-  } in, out;
-  in.word = *(const uint4 *)(p.backward ? heads + hrow : qkv + row);
-  if (part == 2) { /* v: moved, not turned (the kernels above turn it by cos 1, sin 0: the same bits) */
-    *(uint4 *)(p.backward ? qkv + row : heads + hrow) = in.word;
-    return;
-  }
-  const float *cs = p.cos + t * half + at / 2, *sn = p.sin + t * half + at / 2;
-#pragma unroll
-  for (int j = 0; j < VEC / 2; j++) {
-    float y0, y1;
-    tf_rope_turn<float>(D::load(in.v[2 * j]), D::load(in.v[2 * j + 1]), cs[j], p.backward ? -sn[j] : sn[j], &y0, &y1);
-    out.v[2 * j] = D::store(y0);
-    out.v[2 * j + 1] = D::store(y1);
-  }
-  *(uint4 *)(p.backward ? qkv + row : heads + hrow) = out.word;
+  tf_cuda_rope_heads_word<DT, VEC>(p, row, hrow, part, p.cos + t * half + at / 2, p.sin + t * half + at / 2);
 }
 
 static bool tf_cuda_aligned16(const void *ptr) { return ((uintptr_t)ptr & 15) == 0; }

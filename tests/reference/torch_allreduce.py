@@ -18,31 +18,16 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import results_file  # noqa: E402
+from torch_ranks import Ranks, launch  # noqa: E402
 
 BYTES = {"f32": 4, "bf16": 2, "f16": 2, "f64": 8}
 
 
 def rank_main(rank, world, a):
-    import torch
-    import torch.distributed as dist
-    gpu = a.device != "cpu"
-    if gpu:
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
-    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ.setdefault("MASTER_PORT", str(a.port))
-    dist.init_process_group("nccl" if gpu else "gloo", rank=rank, world_size=world)
-    dev = torch.device("cuda") if gpu else torch.device("cpu")
+    r = Ranks(rank, world, a)
+    torch, dist, gpu, dev, sync, slowest = r.torch, r.dist, r.gpu, r.dev, r.sync, r.slowest
     dtypes = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16, "f64": torch.float64}
     op = {"sum": dist.ReduceOp.SUM, "avg": dist.ReduceOp.AVG, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}[a.op]
-
-    def sync():
-        if gpu:
-            torch.cuda.synchronize()
-
-    def slowest(ms):
-        t = torch.tensor([ms], dtype=torch.float64, device=dev)
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)
-        return t.item()
 
     rows = []
     for name in a.dtypes.split(","):
@@ -78,10 +63,6 @@ def rank_main(rank, world, a):
     dist.destroy_process_group()
 
 
-def spawned(rank, world, a):
-    rank_main(rank, world, a)
-
-
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--nproc", type=int, default=2)
@@ -96,12 +77,7 @@ def main():
     a = p.parse_args()
     if a.sizes is None:
         a.sizes = "1,4,16,64,256,1024" if a.device == "cuda" else "1,4,16,64"
-    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:  # torchrun
-        rank_main(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), a)
-        return
-    import torch.multiprocessing as mp
-    mp.spawn(spawned, args=(a.nproc, a), nprocs=a.nproc, join=True)
-
+    launch(rank_main, a)
 
 if __name__ == "__main__":
     main()

@@ -30,40 +30,19 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import results_file  # noqa: E402
+from torch_ranks import Ranks, launch  # noqa: E402
+from torch_benchmark import PRESETS as LM_PRESETS  # noqa: E402
 
-PRESETS = {
-    "tiny": dict(d_model=64, d_ff=256, num_layers=2, num_heads=4),
-    "small": dict(d_model=768, d_ff=3072, num_layers=12, num_heads=12),
-    "medium": dict(d_model=1024, d_ff=4096, num_layers=24, num_heads=16),
-    "large": dict(d_model=1280, d_ff=5120, num_layers=36, num_heads=20),
-    "xl": dict(d_model=1600, d_ff=6400, num_layers=48, num_heads=25),
-    "2.7B": dict(d_model=2560, d_ff=10240, num_layers=32, num_heads=32),
-}
+PRESETS = dict(tiny=dict(d_model=64, d_ff=256, num_layers=2, num_heads=4), **LM_PRESETS)
 VARIANTS = ("none", "per_param", "flat", "overlap", "bucket", "zero1")
 
 
 def rank_main(rank, world, a):
-    import torch
-    import torch.distributed as dist
     from torch_lm import TransformerLM
-    gpu = a.device != "cpu"
-    if gpu:
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
-    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ.setdefault("MASTER_PORT", str(a.port))
-    dist.init_process_group("nccl" if gpu else "gloo", rank=rank, world_size=world)
-    dev = torch.device("cuda") if gpu else torch.device("cpu")
+    r = Ranks(rank, world, a)
+    torch, dist, gpu, dev, sync, slowest = r.torch, r.dist, r.gpu, r.dev, r.sync, r.slowest
     if not gpu:
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
-
-    def sync():
-        if gpu:
-            torch.cuda.synchronize()
-
-    def slowest(x):
-        t = torch.tensor([x], dtype=torch.float64, device=dev)
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)
-        return t.item()
 
     cfg = dict(PRESETS[a.size], vocab_size=a.vocab, context_length=a.context, rope_theta=10000.0, sdpa=False)
     torch.manual_seed(1000 + rank)  # each rank its own batch, as ddp.lua seeds it
@@ -215,12 +194,7 @@ def main():
     a.context = a.context or (512 if gpu else 64)
     if a.size not in PRESETS:
         raise SystemExit(f"torch_ddp.py: unknown size {a.size!r}")
-    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:  # torchrun
-        rank_main(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), a)
-        return
-    import torch.multiprocessing as mp
-    mp.spawn(rank_main, args=(a.nproc, a), nprocs=a.nproc, join=True)
-
+    launch(rank_main, a)
 
 if __name__ == "__main__":
     main()
