@@ -246,7 +246,13 @@ static tf_status tf_collect(tf_node *root, uint64_t epoch, tf_node_list *all) {
   return st;
 }
 
-static tf_status tf_run_node(tf_node *x, bool retain, tf_node_list *ready) {
+/* A leaf's gradient added in, then the hook told (when there is one). */
+static tf_status tf_accumulate_leaf_hooked(tf_tensor *leaf, tf_tensor *g, const tf_grad_hook *hook) {
+  TF_TRY(tf_accumulate_leaf(leaf, g));
+  return hook && hook->on_grad ? hook->on_grad(hook->ctx, leaf) : TF_OK;
+}
+
+static tf_status tf_run_node(tf_node *x, bool retain, tf_node_list *ready, const tf_grad_hook *hook) {
   if (x->freed) {
     const tf_tensor *unused;
     return tf_node_saved(x, 0, &unused); /* the "second backward" message */
@@ -271,7 +277,7 @@ static tf_status tf_run_node(tf_node *x, bool retain, tf_node_list *ready) {
       st = tf_accumulate(&x->next[i]->gsum, g);
       if (st == TF_OK && --x->next[i]->pending == 0) st = tf_node_list_push(ready, x->next[i]);
     } else if (x->leaf[i]) {
-      st = tf_accumulate_leaf(x->leaf[i], g);
+      st = tf_accumulate_leaf_hooked(x->leaf[i], g, hook);
     } else {
       tf_tensor_release(g);
     }
@@ -305,12 +311,16 @@ static tf_status tf_root_gradient(tf_tensor *root, const tf_tensor *grad, tf_ten
 }
 
 tf_status tf_backward(tf_tensor *root, const tf_tensor *grad, bool retain) {
+  return tf_backward_hooked(root, grad, retain, NULL);
+}
+
+tf_status tf_backward_hooked(tf_tensor *root, const tf_tensor *grad, bool retain, const tf_grad_hook *hook) {
   if (!tf_tensor_needs_grad(root))
     return tf_fail(TF_ERR_ARG, "backward: the tensor does not require grad (nothing it was computed from has "
                                "requires_grad set)");
   tf_tensor *g;
   TF_TRY(tf_root_gradient(root, grad, &g));
-  if (!root->grad_fn) return tf_accumulate_leaf(root, g);
+  if (!root->grad_fn) return tf_accumulate_leaf_hooked(root, g, hook);
   bool was = tf_set_grad_enabled(false);
   uint64_t epoch = ++tf_backward_epoch;
   tf_node_list all = {0}, ready = {0};
@@ -320,7 +330,7 @@ tf_status tf_backward(tf_tensor *root, const tf_tensor *grad, bool retain) {
     g = NULL;
     st = tf_node_list_push(&ready, root->grad_fn);
   }
-  while (st == TF_OK && ready.n > 0) st = tf_run_node(ready.items[--ready.n], retain, &ready);
+  while (st == TF_OK && ready.n > 0) st = tf_run_node(ready.items[--ready.n], retain, &ready, hook);
   for (size_t i = 0; i < all.n; i++) { /* after an error, gradients in flight are dropped */
     tf_tensor_release(all.items[i]->gsum);
     all.items[i]->gsum = NULL;

@@ -89,6 +89,17 @@ void tf_tensor_bump_version(tf_tensor *t);
  * one-element root (then 1). retain keeps saved tensors for another pass. */
 tf_status tf_backward(tf_tensor *root, const tf_tensor *grad, bool retain);
 
+/* Called after each gradient added into a leaf's grad, while the pass goes
+ * on (a leaf reached by several paths gets a call for each); a failure
+ * stops the pass with its status. */
+typedef struct tf_grad_hook {
+  tf_status (*on_grad)(void *ctx, tf_tensor *leaf);
+  void *ctx;
+} tf_grad_hook;
+
+/* tf_backward with hook->on_grad called after each leaf's accumulation. */
+tf_status tf_backward_hooked(tf_tensor *root, const tf_tensor *grad, bool retain, const tf_grad_hook *hook);
+
 /* A detached alias: same storage and view, no autograd fields. */
 tf_status tf_detach(const tf_tensor *t, tf_tensor **out);
 

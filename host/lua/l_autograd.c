@@ -20,7 +20,26 @@ static int tf_l_requires_grad(lua_State *L) {
   return 1;
 }
 
-/* loss:backward([gradient] [, {retain_graph = bool}]) */
+/* The Lua function of backward's on_grad option, called with each leaf
+ * whose gradient was just added to (a new handle on it); its error stops
+ * the pass with the message. */
+typedef struct tf_l_grad_hook {
+  lua_State *L;
+  int fn; /* the function's stack index */
+} tf_l_grad_hook;
+
+static tf_status tf_l_on_grad(void *ctx, tf_tensor *leaf) {
+  const tf_l_grad_hook *h = ctx;
+  lua_State *L = h->L;
+  lua_pushvalue(L, h->fn);
+  tf_lua_pushtensor(L, tf_tensor_retain(leaf));
+  if (lua_pcall(L, 1, 0, 0) == LUA_OK) return TF_OK;
+  tf_status st = tf_fail(TF_ERR_ARG, "on_grad: %s", lua_tostring(L, -1) ? lua_tostring(L, -1) : "(an error object)");
+  lua_pop(L, 1);
+  return st;
+}
+
+/* loss:backward([gradient] [, {retain_graph = bool, on_grad = function(leaf)}]) */
 static int tf_l_backward(lua_State *L) {
   tf_tensor *t = tf_lua_checktensor(L, 1);
   int opts = 2;
@@ -30,14 +49,21 @@ static int tf_l_backward(lua_State *L) {
     opts = 3;
   }
   bool retain = false;
+  tf_l_grad_hook h = {L, 0};
   if (lua_istable(L, opts)) {
     lua_getfield(L, opts, "retain_graph");
     retain = lua_toboolean(L, -1);
     lua_pop(L, 1);
+    lua_getfield(L, opts, "on_grad"); /* stays on the stack for the pass */
+    if (!lua_isnil(L, -1)) {
+      if (!lua_isfunction(L, -1)) return luaL_error(L, "backward: on_grad must be a function of the leaf tensor");
+      h.fn = lua_gettop(L);
+    }
   } else if (!lua_isnoneornil(L, opts)) {
     return luaL_argerror(L, opts, "expected a gradient tensor or an options table");
   }
-  TF_LUA_CHECK(L, tf_backward(t, grad, retain), "backward");
+  const tf_grad_hook hook = {tf_l_on_grad, &h};
+  TF_LUA_CHECK(L, tf_backward_hooked(t, grad, retain, h.fn ? &hook : NULL), "backward");
   return 0;
 }
 

@@ -113,14 +113,72 @@ function Eager:loss(ids, targets)
   return loss
 end
 
+local OVERLAPPED = { overlap = true, bucket = true }
+
 function Eager:backward()
   if not self._loss then error("tf.model: backward needs a loss first (m:loss(ids, targets))", 2) end
+  local overlapped = OVERLAPPED[self.grad_sync]
   do
     local _ <close> = tf.range("backward")
-    self._loss:backward()
+    if overlapped then self:_backward_overlapped() else self._loss:backward() end
     self._loss = nil
   end
-  if self.grad_sync then tf.range("gradient all-reduce", self._sync_grads, self) end
+  if self.grad_sync and not overlapped then tf.range("gradient all-reduce", self._sync_grads, self) end
+end
+
+-- Data parallel (eager), overlapped with the backward pass: each parameter's
+-- gradient leaves as soon as the pass has added it (loss:backward's
+-- on_grad), alone ("overlap") or gathered with the next ones into a bucket
+-- of at least bucket_mb in the order they come ("bucket"), each with an
+-- asynchronous all-reduce; the pass waits for them at its end and copies
+-- the buckets' averages back. Every parameter must get one gradient a pass.
+function Eager:_backward_overlapped()
+  if not self._param_of then
+    self._param_of = {}
+    for _, p in self:named_parameters() do self._param_of[p:data_ptr()] = p end
+  end
+  local limit = self.grad_sync == "bucket" and self.bucket_mb * 1e6 or 0
+  local seen, works, pending, pending_bytes = {}, {}, {}, 0
+  local function send_bucket()
+    if #pending == 0 then return end
+    local total = 0
+    for _, g in ipairs(pending) do total = total + g:numel() end
+    local flat, at = tf.empty(total, { dtype = pending[1].dtype, device = self.device }), 0
+    for _, g in ipairs(pending) do
+      flat:narrow(0, at, g:numel()):copy_(g:reshape(-1))
+      at = at + g:numel()
+    end
+    works[#works + 1] = { work = tf.dist.all_reduce_async(flat, "avg"), flat = flat, grads = pending }
+    pending, pending_bytes = {}, 0
+  end
+  self._loss:backward{ on_grad = function(leaf)
+    local ptr = leaf:data_ptr()
+    if not self._param_of[ptr] then return end
+    if seen[ptr] then
+      error("tf.model: a parameter got a second gradient in one backward pass; overlapped syncs need one", 0)
+    end
+    seen[ptr] = true
+    local g = leaf.grad
+    if limit == 0 then
+      works[#works + 1] = { work = tf.dist.all_reduce_async(g, "avg") }
+      return
+    end
+    pending[#pending + 1] = g
+    pending_bytes = pending_bytes + g:numel() * g:element_size()
+    if pending_bytes >= limit then send_bucket() end
+  end }
+  send_bucket()
+  local _ <close> = tf.range("gradient all-reduce (wait)")
+  tf.no_grad(function()
+    for _, w in ipairs(works) do
+      w.work:wait()
+      local at = 0
+      for _, g in ipairs(w.grads or {}) do
+        g:copy_(w.flat:narrow(0, at, g:numel()):reshape(g.shape))
+        at = at + g:numel()
+      end
+    end
+  end)
 end
 
 -- Data parallel (eager): the gradients averaged over the ranks after the
@@ -391,10 +449,6 @@ local function make_parallel(self, spec)
     return
   end
   if parallel == "zero1" then error("tf.model.new: parallel = \"zero1\" shards the fused engine's optimizer: use impl = \"fused\"", 3) end
-  if sync == "overlap" or sync == "bucket" then
-    error("tf.model.new: the eager model averages its gradients after the backward pass: grad_sync = \"per_param\" "
-      .. "or \"flat\" (overlapped syncs are the fused engine's)", 3)
-  end
   tf.no_grad(function()
     for _, p in self:named_parameters() do tf.dist.broadcast(p, 0) end
   end)

@@ -94,6 +94,25 @@ T.test("gradients accumulate; zero_grad and assigning grad", function()
   T.eq(a.grad:tolist(), { 15.0 })
 end)
 
+T.test("backward's on_grad: each leaf told after its gradient is added, errors stop the pass", function()
+  local a, b = tf.randn(3):requires_grad(true), tf.randn(3):requires_grad(true)
+  local told = {}
+  local y = (a * b):sum() + (a * 2):sum() -- a reached by two paths, b by one
+  y:backward({ retain_graph = true, on_grad = function(leaf)
+    local name = leaf:data_ptr() == a:data_ptr() and "a" or leaf:data_ptr() == b:data_ptr() and "b" or "?"
+    told[#told + 1] = name
+    T.ok(leaf.grad ~= nil, name .. ": the gradient is there when the hook runs")
+  end })
+  table.sort(told)
+  T.eq(told, { "a", "a", "b" }, "a leaf reached twice is told twice")
+  T.near(a.grad, b + 2, 1e-6, 1e-6, "the gradients are unchanged by the hook")
+  local ok, err = pcall(function()
+    y:backward({ on_grad = function() error("stop here", 0) end })
+  end)
+  T.ok(not ok and tostring(err):find("on_grad: stop here", 1, true), tostring(err))
+  T.raises(function() y:backward({ on_grad = 3 }) end, "on_grad must be a function")
+end)
+
 T.test("the graph: grad_fn, is_leaf, retain_graph, backward twice", function()
   local x = tf.ones(2, { device = "cpu", dtype = "f64" }):requires_grad(true)
   local y = (x * 2):exp():sum()
