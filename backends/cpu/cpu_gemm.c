@@ -39,14 +39,15 @@ typedef struct {
 
 /* Each piece packs its own panels of A and B, so larger pieces cost less
  * per FLOP: the largest tiles that still give every core of a large
- * machine work (TF_GEMM_PIECES pieces: three rounds on 16 cores) are
+ * machine work (TF_GEMM_PIECES pieces: four rounds on 16 cores) are
  * taken, and when even the smallest tiles give fewer (a few hundred rows
  * times a model's width: the backward products of a short context), a long
  * K is cut into chunks of at least TF_GEMM_KC_MIN. Measured on 16 cores
- * (docs/performance.md): 512 x 768 x 6144 went from 8 tiles at 434
- * GFLOP/s to ~800 as 32 or 48 pieces; on 2 cores the pieces cost at most
- * a few per cent. */
-enum { TF_GEMM_PIECES = 48, TF_GEMM_KC_MIN = 512 };
+ * (docs/performance.md): 512 x 768 x 6144 went from 8 tiles at 434 GFLOP/s
+ * to about 1100 in 48 pieces, and the small model's GEMMs in a training
+ * step (ctx 128) from 634-715 ms to 390-400 with 64 pieces and chunks of
+ * 256 (423-432 with 48 and 512); on 2 cores they cost 8 % more. */
+enum { TF_GEMM_PIECES = 64, TF_GEMM_KC_MIN = 256 };
 
 static tf_gemm_plan tf_gemm_plan_for(int64_t m, int64_t n, int64_t k) {
   static const int64_t ladder[][2] = {{256, 1024}, {128, 1024}, {128, 512}, {128, 256}};
