@@ -177,6 +177,25 @@ static void tf_gemm_add_partials(const tf_gemm_call *x, const tf_gemm_plan *p, c
     }
 }
 
+/* Row i of the f32 (f64 when wide) result c rounded once into C, of
+ * dtype cd (a constant through TF_CPU_WITH_DTYPE), added to C's value when
+ * accumulating. */
+TF_CPU_INLINE void tf_gemm_round_row(tf_dtype cd, const tf_gemm_args *g, const void *c, char *out, int64_t i,
+                                     bool wide) {
+  for (int64_t j = 0; j < g->n; j++) {
+    const int64_t at = i * g->ldc + j;
+    if (wide) {
+      double v = ((const double *)c)[i * g->n + j];
+      if (g->accumulate) v += tf_elem_get(out, cd, at);
+      tf_elem_set(out, cd, at, v);
+    } else {
+      float v = ((const float *)c)[i * g->n + j];
+      if (g->accumulate) v += (float)tf_elem_get(out, cd, at);
+      tf_elem_set(out, cd, at, v);
+    }
+  }
+}
+
 /* Product bi of the batch; in_parallel: already on one thread of a batch
  * spread over the cores (its tiles then run here, in order). */
 static tf_status tf_gemm_one(const tf_gemm_args *g, int64_t bi, bool in_parallel) {
@@ -213,19 +232,7 @@ static tf_status tf_gemm_one(const tf_gemm_args *g, int64_t bi, bool in_parallel
   if (plan.chunks > 1) tf_gemm_add_partials(&call, &plan, s.partials, in_parallel);
   if (!c_direct) /* each element rounded once into C, rows spread over the cores */
 #pragma omp parallel for schedule(static) if (!in_parallel && g->m * g->n > TF_CPU_PARALLEL_MIN)
-    for (int64_t i = 0; i < g->m; i++)
-      for (int64_t j = 0; j < g->n; j++) {
-        const int64_t at = i * g->ldc + j;
-        if (wide) {
-          double v = ((double *)s.c)[i * g->n + j];
-          if (g->accumulate) v += tf_elem_get(out, g->c_dtype, at);
-          tf_elem_set(out, g->c_dtype, at, v);
-        } else {
-          float v = ((float *)s.c)[i * g->n + j];
-          if (g->accumulate) v += (float)tf_elem_get(out, g->c_dtype, at);
-          tf_elem_set(out, g->c_dtype, at, v);
-        }
-      }
+    for (int64_t i = 0; i < g->m; i++) TF_CPU_WITH_DTYPE(g->c_dtype, tf_gemm_round_row, g, s.c, out, i, wide);
   tf_gemm_scratch_free(&s);
   return TF_OK;
 }
