@@ -125,8 +125,8 @@ def main():
     for i, row in enumerate(rows):  # each side's median over the rounds
         for key in ("tfhost_ms", "numpy_ms", "torch_ms"):
             if key in row:
-                row[key] = statistics.median(r[0][i][key] for r in rounds)
-                row[key + "_rounds"] = [r[0][i][key] for r in rounds]
+                each = [r[0][i][key] for r in rounds]
+                row[key], row[key + "_rounds"] = statistics.median(each), each
         if "n" in row:
             row["tfhost_gflops"] = 2 * row["n"] ** 3 / row["tfhost_ms"] / 1e6
             row["numpy_gflops"] = 2 * row["n"] ** 3 / row["numpy_ms"] / 1e6
