@@ -31,28 +31,29 @@ typedef struct tf_cpu_ce_rows {
  * target read as class 0), then dx = (exp(x - lse) - onehot) scale, the
  * target's logit read before the row is overwritten. Without stats a bad
  * target matches no class (nothing is read through it). */
-static void tf_cpu_ce_rows_run(const tf_cpu_ce_rows *a) {
-  const int64_t cols = a->cols;
-#pragma omp parallel for schedule(static) if (a->rows * cols > TF_CPU_PARALLEL_MIN)
-  for (int64_t r = 0; r < a->rows; r++) {
-    const int64_t base = r * cols;
-    int64_t t = tf_elem_get_int(a->targets, a->td, r);
-    double lse;
-    if (a->stats) {
-      if (t < 0 || t >= cols) t = 0;
-      double log_sum, m = tf_cpu_row_max_logsum(a->x, a->d, base, cols, 1.0, &log_sum);
-      lse = m + log_sum;
-      tf_elem_set(a->row_loss, a->rd, r, lse - tf_elem_get(a->x, a->d, base + t));
-      if (a->lse) tf_elem_set(a->lse, a->sd, r, lse);
-    } else {
-      lse = tf_elem_get(a->lse, a->sd, r);
-    }
-    if (!a->dx) continue;
-    for (int64_t c = 0; c < cols; c++) {
-      double p = exp(tf_elem_get(a->x, a->d, base + c) - lse);
-      tf_elem_set(a->dx, a->d, base + c, (p - (c == t ? 1.0 : 0.0)) * a->scale);
-    }
+TF_CPU_INLINE void tf_cpu_ce_row(tf_dtype d, const tf_cpu_ce_rows *a, int64_t r) {
+  const int64_t cols = a->cols, base = r * cols;
+  int64_t t = tf_elem_get_int(a->targets, a->td, r);
+  double lse;
+  if (a->stats) {
+    if (t < 0 || t >= cols) t = 0;
+    double log_sum, m = tf_cpu_row_max_logsum(a->x, d, base, cols, 1.0, &log_sum);
+    lse = m + log_sum;
+    tf_elem_set(a->row_loss, a->rd, r, lse - tf_elem_get(a->x, d, base + t));
+    if (a->lse) tf_elem_set(a->lse, a->sd, r, lse);
+  } else {
+    lse = tf_elem_get(a->lse, a->sd, r);
   }
+  if (!a->dx) return;
+  for (int64_t c = 0; c < cols; c++) {
+    double p = exp(tf_elem_get(a->x, d, base + c) - lse);
+    tf_elem_set(a->dx, d, base + c, (p - (c == t ? 1.0 : 0.0)) * a->scale);
+  }
+}
+
+static void tf_cpu_ce_rows_run(const tf_cpu_ce_rows *a) {
+#pragma omp parallel for schedule(static) if (a->rows * a->cols > TF_CPU_PARALLEL_MIN)
+  for (int64_t r = 0; r < a->rows; r++) TF_CPU_WITH_DTYPE(a->d, tf_cpu_ce_row, a, r);
 }
 
 /* The mean of the row losses, added in row order, stored into loss (dtype ld). */

@@ -11,11 +11,13 @@
  *     row, a stride below the row length) are first copied dense.
  * The BLAS's own threads would make the last bits depend on the thread
  * count (it splits products by the threads it has), and the CPU is the
- * oracle the GPU is tested against, so tfhost splits them itself: C is cut
- * into tiles that depend on its shape alone, never on the thread count,
- * each tile one single-threaded BLAS call by one thread; a batch of
- * products of one tile each is spread over the cores one product a
- * thread. The same tiles give the same bits on 1 thread or 64. */
+ * oracle the GPU is tested against, so tfhost splits them itself (the
+ * plan, tf_gemm_plan): C is cut into tiles, and a long sum into a few
+ * chunks of K, by its shape alone, never by the thread count; each piece is
+ * one single-threaded BLAS call by one thread, and the chunks' partial
+ * products are added in chunk order; a batch of products of one piece each
+ * is spread over the cores one product a thread. The same plan gives the
+ * same bits on 1 thread or 64. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -29,10 +31,40 @@
 #include "cpu.h"
 #include "cpu_model.h"
 
-/* The tiles of C (rows, columns): larger for large products (each tile
- * packs its own panels of A and B); a function of the shape alone. */
-static int64_t tf_gemm_tm(int64_t m) { return m >= 2048 ? 256 : 128; }
-static int64_t tf_gemm_tn(int64_t n) { return n >= 2048 ? 1024 : 512; }
+/* How a product is cut: tiles of tm x tn of C, and K in `chunks` chunks
+ * of kc (the last one shorter). A function of the shape alone. */
+typedef struct {
+  int64_t tm, tn, tiles_m, tiles_n, chunks, kc;
+} tf_gemm_plan;
+
+/* Each piece packs its own panels of A and B, so larger pieces cost less
+ * per FLOP: the largest tiles that still give every core of a large
+ * machine work (TF_GEMM_PIECES pieces: four rounds on 16 cores) are
+ * taken, and when even the smallest tiles give fewer (a few hundred rows
+ * times a model's width: the backward products of a short context), a long
+ * K is cut into chunks of at least TF_GEMM_KC_MIN. Measured on 16 cores
+ * (docs/performance.md): 512 x 768 x 6144 went from 8 tiles at 434 GFLOP/s
+ * to about 1100 in 48 pieces, and the small model's GEMMs in a training
+ * step (ctx 128) from 634-715 ms to 390-400 with 64 pieces and chunks of
+ * 256 (423-432 with 48 and 512); on 2 cores they cost 8 % more. */
+enum { TF_GEMM_PIECES = 64, TF_GEMM_KC_MIN = 256 };
+
+static tf_gemm_plan tf_gemm_plan_for(int64_t m, int64_t n, int64_t k) {
+  static const int64_t ladder[][2] = {{256, 1024}, {128, 1024}, {128, 512}, {128, 256}};
+  const size_t rungs = sizeof ladder / sizeof ladder[0];
+  tf_gemm_plan p = {0};
+  for (size_t i = 0; i < rungs; i++) {
+    p.tm = ladder[i][0], p.tn = ladder[i][1];
+    p.tiles_m = (m + p.tm - 1) / p.tm, p.tiles_n = (n + p.tn - 1) / p.tn;
+    if (p.tiles_m * p.tiles_n >= TF_GEMM_PIECES) break;
+  }
+  const int64_t tiles = p.tiles_m * p.tiles_n, want = (TF_GEMM_PIECES + tiles - 1) / tiles,
+                most = k / TF_GEMM_KC_MIN;
+  p.chunks = want < most ? want : most;
+  if (p.chunks < 1) p.chunks = 1;
+  p.kc = (k + p.chunks - 1) / p.chunks;
+  return p;
+}
 
 /* Whether a (rows x cols) operand stored with leading dimension ld
  * (transposed: cols x rows) is one the BLAS takes as it is. */
@@ -67,14 +99,15 @@ static void tf_gemm_widen(const void *src, tf_dtype d, bool trans, int64_t ld, i
   }
 }
 
-/* Scratch for one product: the widened operands and the f32 result. */
+/* Scratch for one product: the widened operands, the f32 result and the
+ * partial products of K's chunks past the first. */
 typedef struct {
-  void *a, *b, *c;
+  void *a, *b, *c, *partials;
 } tf_gemm_scratch;
 
 static void tf_gemm_scratch_free(tf_gemm_scratch *s) {
-  free(s->a), free(s->b), free(s->c);
-  s->a = s->b = s->c = NULL;
+  free(s->a), free(s->b), free(s->c), free(s->partials);
+  s->a = s->b = s->c = s->partials = NULL;
 }
 
 /* One BLAS product, row-major, as the BLAS takes it. */
@@ -91,12 +124,21 @@ typedef struct {
   int ldc;
 } tf_gemm_call;
 
-/* The tile of C at rows i0.., columns j0.., on this thread alone. */
-static void tf_gemm_tile(const tf_gemm_call *x, int64_t i0, int64_t j0) {
-  const int64_t tm = tf_gemm_tm(x->m), tn = tf_gemm_tn(x->n);
-  const int m = (int)(x->m - i0 < tm ? x->m - i0 : tm), n = (int)(x->n - j0 < tn ? x->n - j0 : tn);
-  const int64_t a_off = x->ta == CblasTrans ? i0 : i0 * x->lda, b_off = x->tb == CblasTrans ? j0 * x->ldb : j0;
-  const int64_t c_off = i0 * x->ldc + j0;
+/* Piece u of the plan on this thread alone: its tile of C, and its chunk
+ * of K; chunk 0 goes into C (with the call's beta), chunk q > 0 into
+ * partial product q - 1 (m x n, dense). */
+static void tf_gemm_piece(const tf_gemm_call *x, const tf_gemm_plan *p, int64_t u, void *partials) {
+  const int64_t q = u % p->chunks, tile = u / p->chunks;
+  const int64_t i0 = tile / p->tiles_n * p->tm, j0 = tile % p->tiles_n * p->tn, k0 = q * p->kc;
+  const int m = (int)(x->m - i0 < p->tm ? x->m - i0 : p->tm), n = (int)(x->n - j0 < p->tn ? x->n - j0 : p->tn);
+  const int k = (int)(x->k - k0 < p->kc ? x->k - k0 : p->kc);
+  const int64_t a_off = x->ta == CblasTrans ? k0 * x->lda + i0 : i0 * x->lda + k0,
+                b_off = x->tb == CblasTrans ? j0 * x->ldb + k0 : k0 * x->ldb + j0;
+  const size_t es = x->wide ? sizeof(double) : sizeof(float);
+  char *c = q == 0 ? (char *)x->c : (char *)partials + (size_t)(q - 1) * (size_t)(x->m * x->n) * es;
+  const int ldc = q == 0 ? x->ldc : x->n;
+  const double beta = q == 0 ? x->beta : 0.0;
+  c += (size_t)(i0 * ldc + j0) * es;
 #ifdef _OPENMP
   /* outside a parallel region the BLAS would take every thread OpenMP
    * offers: it is offered one for the call */
@@ -104,14 +146,54 @@ static void tf_gemm_tile(const tf_gemm_call *x, int64_t i0, int64_t j0) {
   if (threads > 1) omp_set_num_threads(1);
 #endif
   if (x->wide)
-    cblas_dgemm(CblasRowMajor, x->ta, x->tb, m, n, x->k, 1.0, (const double *)x->a + a_off, x->lda,
-                (const double *)x->b + b_off, x->ldb, x->beta, (double *)x->c + c_off, x->ldc);
+    cblas_dgemm(CblasRowMajor, x->ta, x->tb, m, n, k, 1.0, (const double *)x->a + a_off, x->lda,
+                (const double *)x->b + b_off, x->ldb, beta, (double *)c, ldc);
   else
-    cblas_sgemm(CblasRowMajor, x->ta, x->tb, m, n, x->k, 1.0f, (const float *)x->a + a_off, x->lda,
-                (const float *)x->b + b_off, x->ldb, (float)x->beta, (float *)x->c + c_off, x->ldc);
+    cblas_sgemm(CblasRowMajor, x->ta, x->tb, m, n, k, 1.0f, (const float *)x->a + a_off, x->lda,
+                (const float *)x->b + b_off, x->ldb, (float)beta, (float *)c, ldc);
 #ifdef _OPENMP
   if (threads > 1) omp_set_num_threads(threads);
 #endif
+}
+
+/* C += the partial products of chunks 1.., in chunk order, element by
+ * element (rows spread over the cores). */
+static void tf_gemm_add_partials(const tf_gemm_call *x, const tf_gemm_plan *p, const void *partials,
+                                 bool in_parallel) {
+  const int64_t mn = x->m * x->n;
+#pragma omp parallel for schedule(static) if (!in_parallel && mn * (p->chunks - 1) > TF_CPU_PARALLEL_MIN)
+  for (int64_t i = 0; i < x->m; i++)
+    for (int64_t q = 1; q < p->chunks; q++) {
+      const int64_t from = (q - 1) * mn + i * x->n;
+      if (x->wide) {
+        double *row = (double *)x->c + i * x->ldc;
+        const double *part = (const double *)partials + from;
+        for (int64_t j = 0; j < x->n; j++) row[j] += part[j];
+      } else {
+        float *row = (float *)x->c + i * x->ldc;
+        const float *part = (const float *)partials + from;
+        for (int64_t j = 0; j < x->n; j++) row[j] += part[j];
+      }
+    }
+}
+
+/* Row i of the f32 (f64 when wide) result c rounded once into C, of
+ * dtype cd (a constant through TF_CPU_WITH_DTYPE), added to C's value when
+ * accumulating. */
+TF_CPU_INLINE void tf_gemm_round_row(tf_dtype cd, const tf_gemm_args *g, const void *c, char *out, int64_t i,
+                                     bool wide) {
+  for (int64_t j = 0; j < g->n; j++) {
+    const int64_t at = i * g->ldc + j;
+    if (wide) {
+      double v = ((const double *)c)[i * g->n + j];
+      if (g->accumulate) v += tf_elem_get(out, cd, at);
+      tf_elem_set(out, cd, at, v);
+    } else {
+      float v = ((const float *)c)[i * g->n + j];
+      if (g->accumulate) v += (float)tf_elem_get(out, cd, at);
+      tf_elem_set(out, cd, at, v);
+    }
+  }
 }
 
 /* Product bi of the batch; in_parallel: already on one thread of a batch
@@ -125,11 +207,13 @@ static tf_status tf_gemm_one(const tf_gemm_args *g, int64_t bi, bool in_parallel
   const bool a_ok = native && tf_gemm_ld_ok(g->trans_a, g->lda, g->m, g->k);
   const bool b_ok = native && tf_gemm_ld_ok(g->trans_b, g->ldb, g->k, g->n);
   const bool c_direct = g->c_dtype == g->ab_dtype && native && g->ldc >= (g->n > 1 ? g->n : 1);
-  tf_gemm_scratch s = {NULL, NULL, NULL};
+  const tf_gemm_plan plan = tf_gemm_plan_for(g->m, g->n, g->k);
+  tf_gemm_scratch s = {NULL, NULL, NULL, NULL};
   if (!a_ok) s.a = malloc(es * (size_t)(g->m * g->k + 1));
   if (!b_ok) s.b = malloc(es * (size_t)(g->k * g->n + 1));
   if (!c_direct) s.c = malloc(es * (size_t)(g->m * g->n + 1));
-  if ((!a_ok && !s.a) || (!b_ok && !s.b) || (!c_direct && !s.c)) {
+  if (plan.chunks > 1) s.partials = malloc(es * (size_t)((plan.chunks - 1) * g->m * g->n));
+  if ((!a_ok && !s.a) || (!b_ok && !s.b) || (!c_direct && !s.c) || (plan.chunks > 1 && !s.partials)) {
     tf_gemm_scratch_free(&s);
     return tf_fail(TF_ERR_OOM, "out of memory: no host memory for matmul buffers");
   }
@@ -142,25 +226,13 @@ static tf_status tf_gemm_one(const tf_gemm_args *g, int64_t bi, bool in_parallel
   const double beta = c_direct && g->accumulate ? 1.0 : 0.0;
   const tf_gemm_call call = {wide, ta, tb, (int)g->m, (int)g->n, (int)g->k, a_ok ? a : s.a, lda, b_ok ? b : s.b, ldb,
                              beta, c_direct ? (void *)out : s.c, ldc};
-  const int64_t tm = tf_gemm_tm(g->m), tn = tf_gemm_tn(g->n), tiles_m = (g->m + tm - 1) / tm,
-                tiles_n = (g->n + tn - 1) / tn;
-#pragma omp parallel for schedule(dynamic, 1) if (tiles_m * tiles_n > 1 && !in_parallel)
-  for (int64_t t = 0; t < tiles_m * tiles_n; t++) tf_gemm_tile(&call, t / tiles_n * tm, t % tiles_n * tn);
+  const int64_t pieces = plan.tiles_m * plan.tiles_n * plan.chunks;
+#pragma omp parallel for schedule(dynamic, 1) if (pieces > 1 && !in_parallel)
+  for (int64_t u = 0; u < pieces; u++) tf_gemm_piece(&call, &plan, u, s.partials);
+  if (plan.chunks > 1) tf_gemm_add_partials(&call, &plan, s.partials, in_parallel);
   if (!c_direct) /* each element rounded once into C, rows spread over the cores */
 #pragma omp parallel for schedule(static) if (!in_parallel && g->m * g->n > TF_CPU_PARALLEL_MIN)
-    for (int64_t i = 0; i < g->m; i++)
-      for (int64_t j = 0; j < g->n; j++) {
-        const int64_t at = i * g->ldc + j;
-        if (wide) {
-          double v = ((double *)s.c)[i * g->n + j];
-          if (g->accumulate) v += tf_elem_get(out, g->c_dtype, at);
-          tf_elem_set(out, g->c_dtype, at, v);
-        } else {
-          float v = ((float *)s.c)[i * g->n + j];
-          if (g->accumulate) v += (float)tf_elem_get(out, g->c_dtype, at);
-          tf_elem_set(out, g->c_dtype, at, v);
-        }
-      }
+    for (int64_t i = 0; i < g->m; i++) TF_CPU_WITH_DTYPE(g->c_dtype, tf_gemm_round_row, g, s.c, out, i, wide);
   tf_gemm_scratch_free(&s);
   return TF_OK;
 }
@@ -179,7 +251,8 @@ static tf_status tf_cpu_gemm_run(const tf_gemm_args *g) {
         for (int64_t j = 0; j < g->n; j++) tf_elem_set(g->c, g->c_dtype, bi * g->batch_c + i * g->ldc + j, 0.0);
     return TF_OK;
   }
-  const bool spread = g->batch > 1 && g->m <= tf_gemm_tm(g->m) && g->n <= tf_gemm_tn(g->n) && tf_cpu_threads() > 1;
+  const tf_gemm_plan plan = tf_gemm_plan_for(g->m, g->n, g->k);
+  const bool spread = g->batch > 1 && plan.tiles_m * plan.tiles_n * plan.chunks == 1 && tf_cpu_threads() > 1;
   if (!spread) {
     for (int64_t bi = 0; bi < g->batch; bi++) TF_TRY(tf_gemm_one(g, bi, false));
     return TF_OK;

@@ -12,7 +12,7 @@
 
 /* The max of scale * x over a row of n elements of x (dtype d) from base,
  * and log of the sum of exp(scale * x - max): log-sum-exp is max + *log_sum. */
-static inline double tf_cpu_row_max_logsum(const void *x, tf_dtype d, int64_t base, int64_t n, double scale,
+static inline __attribute__((always_inline)) double tf_cpu_row_max_logsum(const void *x, tf_dtype d, int64_t base, int64_t n, double scale,
                                            double *log_sum) {
   double m = -INFINITY, sum = 0;
   for (int64_t c = 0; c < n; c++) {

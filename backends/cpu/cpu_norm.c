@@ -35,43 +35,67 @@ typedef struct tf_cpu_norm_rows {
 } tf_cpu_norm_rows;
 
 /* Element c of an optional weight vector (absent: 1, or 0 for a bias). */
-static double tf_cpu_weight(const void *w, tf_dtype d, int64_t c, double absent) {
+TF_CPU_INLINE double tf_cpu_weight(const void *w, tf_dtype d, int64_t c, double absent) {
   return w ? tf_elem_get(w, d, c) : absent;
 }
 
+/* Calls fn(xd, yd, wd, sd, ...) with the four dtypes compile-time constants
+ * for the engine's (an f32 stream, f32 gains and statistics, y in f32, bf16
+ * or f16) and the eager ops' (one float dtype) combinations, as
+ * TF_CPU_WITH_DTYPE does for one. */
+#define TF_CPU_NORM_DTYPES(a, fn, ...)                                                            \
+  do {                                                                                            \
+    if ((a)->xd == TF_F32 && (a)->wd == TF_F32 && (a)->sd == TF_F32 && (a)->yd == TF_F32)         \
+      fn(TF_F32, TF_F32, TF_F32, TF_F32, __VA_ARGS__);                                             \
+    else if ((a)->xd == TF_F32 && (a)->wd == TF_F32 && (a)->sd == TF_F32 && (a)->yd == TF_BF16)   \
+      fn(TF_F32, TF_BF16, TF_F32, TF_F32, __VA_ARGS__);                                            \
+    else if ((a)->xd == TF_F32 && (a)->wd == TF_F32 && (a)->sd == TF_F32 && (a)->yd == TF_F16)    \
+      fn(TF_F32, TF_F16, TF_F32, TF_F32, __VA_ARGS__);                                             \
+    else if ((a)->xd == TF_BF16 && (a)->yd == TF_BF16 && (a)->wd == TF_BF16 && (a)->sd == TF_BF16) \
+      fn(TF_BF16, TF_BF16, TF_BF16, TF_BF16, __VA_ARGS__);                                         \
+    else if ((a)->xd == TF_F16 && (a)->yd == TF_F16 && (a)->wd == TF_F16 && (a)->sd == TF_F16)     \
+      fn(TF_F16, TF_F16, TF_F16, TF_F16, __VA_ARGS__);                                             \
+    else if ((a)->xd == TF_F64 && (a)->yd == TF_F64 && (a)->wd == TF_F64 && (a)->sd == TF_F64)     \
+      fn(TF_F64, TF_F64, TF_F64, TF_F64, __VA_ARGS__);                                             \
+    else                                                                                          \
+      fn((a)->xd, (a)->yd, (a)->wd, (a)->sd, __VA_ARGS__);                                         \
+  } while (0)
+
 /* layer_norm: y = (x - mean) rstd w + b with the biased variance;
  * RMSNorm: y = (x rstd) w with rstd = 1 / sqrt(mean(x^2) + eps), x being
- * x + delta rounded to x's dtype when there is a delta. */
-static void tf_cpu_norm_rows_forward(const tf_cpu_norm_rows *a) {
-  const int64_t cols = a->cols;
-#pragma omp parallel for schedule(static) if (a->rows * cols > TF_CPU_PARALLEL_MIN)
-  for (int64_t r = 0; r < a->rows; r++) {
-    const int64_t base = r * cols;
-    const void *x = a->x;
-    if (a->delta) {
-      for (int64_t c = 0; c < cols; c++)
-        tf_elem_set(a->x_out, a->xd, base + c, tf_elem_get(x, a->xd, base + c) + tf_elem_get(a->delta, a->yd, base + c));
-      x = a->x_out;
-    }
-    double mean = 0, sq = 0;
-    if (a->layer) {
-      for (int64_t c = 0; c < cols; c++) mean += tf_elem_get(x, a->xd, base + c);
-      mean /= (double)cols;
-    }
-    for (int64_t c = 0; c < cols; c++) {
-      double v = tf_elem_get(x, a->xd, base + c) - mean;
-      sq += v * v;
-    }
-    double rstd = 1.0 / sqrt(sq / (double)cols + a->eps);
-    for (int64_t c = 0; c < cols; c++) {
-      double v = tf_elem_get(x, a->xd, base + c);
-      double out = a->layer ? (v - mean) * rstd * tf_cpu_weight(a->w, a->wd, c, 1.0) + tf_cpu_weight(a->b, a->wd, c, 0.0)
-                            : (v * rstd) * tf_cpu_weight(a->w, a->wd, c, 1.0);
-      tf_elem_set(a->y, a->yd, base + c, out);
-    }
-    if (a->mean) tf_elem_set(a->mean, a->sd, r, mean);
-    if (a->rstd) tf_elem_set(a->rstd, a->sd, r, rstd);
+ * x + delta rounded to x's dtype when there is a delta. Row r. */
+TF_CPU_INLINE void tf_cpu_norm_row_forward(tf_dtype xd, tf_dtype yd, tf_dtype wd, tf_dtype sd,
+                                           const tf_cpu_norm_rows *a, int64_t r) {
+  const int64_t cols = a->cols, base = r * cols;
+  const void *x = a->x;
+  if (a->delta) {
+    for (int64_t c = 0; c < cols; c++)
+      tf_elem_set(a->x_out, xd, base + c, tf_elem_get(x, xd, base + c) + tf_elem_get(a->delta, yd, base + c));
+    x = a->x_out;
   }
+  double mean = 0, sq = 0;
+  if (a->layer) {
+    for (int64_t c = 0; c < cols; c++) mean += tf_elem_get(x, xd, base + c);
+    mean /= (double)cols;
+  }
+  for (int64_t c = 0; c < cols; c++) {
+    double v = tf_elem_get(x, xd, base + c) - mean;
+    sq += v * v;
+  }
+  double rstd = 1.0 / sqrt(sq / (double)cols + a->eps);
+  for (int64_t c = 0; c < cols; c++) {
+    double v = tf_elem_get(x, xd, base + c);
+    double out = a->layer ? (v - mean) * rstd * tf_cpu_weight(a->w, wd, c, 1.0) + tf_cpu_weight(a->b, wd, c, 0.0)
+                          : (v * rstd) * tf_cpu_weight(a->w, wd, c, 1.0);
+    tf_elem_set(a->y, yd, base + c, out);
+  }
+  if (a->mean) tf_elem_set(a->mean, sd, r, mean);
+  if (a->rstd) tf_elem_set(a->rstd, sd, r, rstd);
+}
+
+static void tf_cpu_norm_rows_forward(const tf_cpu_norm_rows *a) {
+#pragma omp parallel for schedule(static) if (a->rows * a->cols > TF_CPU_PARALLEL_MIN)
+  for (int64_t r = 0; r < a->rows; r++) TF_CPU_NORM_DTYPES(a, tf_cpu_norm_row_forward, a, r);
 }
 
 /* With xhat = (x - mean) rstd (layer) or x rstd (RMSNorm) and g = dy w:
@@ -79,31 +103,51 @@ static void tf_cpu_norm_rows_forward(const tf_cpu_norm_rows *a) {
  *   RMSNorm: dx = rstd (g - xhat mean(g xhat))
  * dw = sum over rows of dy xhat, db = sum over rows of dy. The saved mean
  * and rstd are used as given (as on the GPU); dx_low is dx as stored,
- * rounded again (as the GPU rounds its f32 value). */
+ * rounded again (as the GPU rounds its f32 value). dx of row r here. */
+TF_CPU_INLINE void tf_cpu_norm_row_backward(tf_dtype xd, tf_dtype yd, tf_dtype wd, tf_dtype sd,
+                                            const tf_cpu_norm_rows *a, int64_t r) {
+  const int64_t cols = a->cols, base = r * cols;
+  const double mean = a->layer ? tf_elem_get(a->mean, sd, r) : 0.0, rstd = tf_elem_get(a->rstd, sd, r);
+  double sum_g = 0, sum_gx = 0;
+  for (int64_t c = 0; c < cols; c++) {
+    double g = tf_elem_get(a->dy, yd, base + c) * tf_cpu_weight(a->w, wd, c, 1.0);
+    double xhat = (tf_elem_get(a->x, xd, base + c) - mean) * rstd;
+    sum_g += g;
+    sum_gx += g * xhat;
+  }
+  const double mg = a->layer ? sum_g / (double)cols : 0.0, mgx = sum_gx / (double)cols;
+  for (int64_t c = 0; c < cols; c++) {
+    double g = tf_elem_get(a->dy, yd, base + c) * tf_cpu_weight(a->w, wd, c, 1.0);
+    double xhat = (tf_elem_get(a->x, xd, base + c) - mean) * rstd;
+    double dx = rstd * (g - mg - xhat * mgx);
+    if (a->accumulate) dx += tf_elem_get(a->dx, xd, base + c);
+    tf_elem_set(a->dx, xd, base + c, dx);
+    if (a->dx_low) tf_elem_set(a->dx_low, yd, base + c, tf_elem_get(a->dx, xd, base + c));
+  }
+}
+
+/* Columns c0..c1 - 1 of the weight gradients' sums over the rows, in row order. */
+TF_CPU_INLINE void tf_cpu_norm_cols_backward(tf_dtype xd, tf_dtype yd, tf_dtype wd, tf_dtype sd,
+                                             const tf_cpu_norm_rows *a, int64_t c0, int64_t c1, double *aw,
+                                             double *ab) {
+  (void)wd;
+  for (int64_t r = 0; r < a->rows; r++) {
+    const int64_t base = r * a->cols;
+    const double mean = a->layer ? tf_elem_get(a->mean, sd, r) : 0.0, rstd = tf_elem_get(a->rstd, sd, r);
+    for (int64_t c = c0; c < c1; c++) {
+      double g = tf_elem_get(a->dy, yd, base + c);
+      aw[c] += g * (tf_elem_get(a->x, xd, base + c) - mean) * rstd;
+      ab[c] += g;
+    }
+  }
+}
+
+/* dx by rows, then dw and db by slices of columns. */
 static tf_status tf_cpu_norm_rows_backward(const tf_cpu_norm_rows *a) {
   const int64_t cols = a->cols;
   if (a->dx) {
 #pragma omp parallel for schedule(static) if (a->rows * cols > TF_CPU_PARALLEL_MIN)
-    for (int64_t r = 0; r < a->rows; r++) {
-      const int64_t base = r * cols;
-      const double mean = a->layer ? tf_elem_get(a->mean, a->sd, r) : 0.0, rstd = tf_elem_get(a->rstd, a->sd, r);
-      double sum_g = 0, sum_gx = 0;
-      for (int64_t c = 0; c < cols; c++) {
-        double g = tf_elem_get(a->dy, a->yd, base + c) * tf_cpu_weight(a->w, a->wd, c, 1.0);
-        double xhat = (tf_elem_get(a->x, a->xd, base + c) - mean) * rstd;
-        sum_g += g;
-        sum_gx += g * xhat;
-      }
-      const double mg = a->layer ? sum_g / (double)cols : 0.0, mgx = sum_gx / (double)cols;
-      for (int64_t c = 0; c < cols; c++) {
-        double g = tf_elem_get(a->dy, a->yd, base + c) * tf_cpu_weight(a->w, a->wd, c, 1.0);
-        double xhat = (tf_elem_get(a->x, a->xd, base + c) - mean) * rstd;
-        double dx = rstd * (g - mg - xhat * mgx);
-        if (a->accumulate) dx += tf_elem_get(a->dx, a->xd, base + c);
-        tf_elem_set(a->dx, a->xd, base + c, dx);
-        if (a->dx_low) tf_elem_set(a->dx_low, a->yd, base + c, tf_elem_get(a->dx, a->xd, base + c));
-      }
-    }
+    for (int64_t r = 0; r < a->rows; r++) TF_CPU_NORM_DTYPES(a, tf_cpu_norm_row_backward, a, r);
   }
   if (!a->dw && !a->db) return TF_OK;
   double *acc = calloc((size_t)cols * 2, sizeof *acc);
@@ -116,15 +160,7 @@ static tf_status tf_cpu_norm_rows_backward(const tf_cpu_norm_rows *a) {
 #pragma omp parallel for schedule(static) if (a->rows * cols > TF_CPU_PARALLEL_MIN)
   for (int64_t c0 = 0; c0 < cols; c0 += SLICE) {
     const int64_t c1 = c0 + SLICE < cols ? c0 + SLICE : cols;
-    for (int64_t r = 0; r < a->rows; r++) {
-      const int64_t base = r * cols;
-      const double mean = a->layer ? tf_elem_get(a->mean, a->sd, r) : 0.0, rstd = tf_elem_get(a->rstd, a->sd, r);
-      for (int64_t c = c0; c < c1; c++) {
-        double g = tf_elem_get(a->dy, a->yd, base + c);
-        aw[c] += g * (tf_elem_get(a->x, a->xd, base + c) - mean) * rstd;
-        ab[c] += g;
-      }
-    }
+    TF_CPU_NORM_DTYPES(a, tf_cpu_norm_cols_backward, a, c0, c1, aw, ab);
   }
   for (int64_t c = 0; c < cols; c++) {
     if (a->dw) tf_elem_set(a->dw, a->wd, c, (a->add_w ? tf_elem_get(a->dw, a->wd, c) : 0.0) + aw[c]);

@@ -46,48 +46,52 @@ tf_status tf_cpu_rope(tf_device_ctx *ctx, const tf_rope_args *a) {
 /* ---- attention's layout kernels ----------------------------------------------------- */
 
 /* Pair i of head h of q, k or v (part) at (b, t): rotated by +angle
- * forward (q, k), -angle backward; v is only moved. */
+ * forward (q, k), -angle backward; v is only moved. Token bt = b T + t. */
+TF_CPU_INLINE void tf_cpu_rope_heads_token(tf_dtype dt, const tf_rope_heads_args *a, int64_t bt) {
+  const int64_t T = a->seq, H = a->heads, hd = a->head_dim, half = hd / 2, d = H * hd;
+  const int64_t b = bt / T, t = bt % T;
+  for (int part = 0; part < 3; part++) {
+    void *heads = part == 0 ? a->q : part == 1 ? a->k : a->v;
+    for (int64_t h = 0; h < H; h++)
+      for (int64_t i = 0; i < half; i++) {
+        const int64_t row = bt * 3 * d + part * d + h * hd + 2 * i, hrow = ((b * H + h) * T + t) * hd + 2 * i;
+        const double cs = part < 2 ? a->cos[t * half + i] : 1.0, sn = part < 2 ? a->sin[t * half + i] : 0.0;
+        double y0, y1;
+        if (!a->backward) {
+          tf_rope_turn(tf_elem_get(a->qkv, dt, row), tf_elem_get(a->qkv, dt, row + 1), cs, sn, &y0, &y1);
+          tf_elem_set(heads, dt, hrow, y0);
+          tf_elem_set(heads, dt, hrow + 1, y1);
+        } else {
+          tf_rope_turn(tf_elem_get(heads, dt, hrow), tf_elem_get(heads, dt, hrow + 1), cs, -sn, &y0, &y1);
+          tf_elem_set(a->qkv, dt, row, y0);
+          tf_elem_set(a->qkv, dt, row + 1, y1);
+        }
+      }
+  }
+}
+
 tf_status tf_cpu_rope_heads(tf_device_ctx *ctx, const tf_rope_heads_args *a) {
   (void)ctx;
-  const int64_t B = a->batch, T = a->seq, H = a->heads, hd = a->head_dim, half = hd / 2, d = H * hd;
-  const tf_dtype dt = a->dtype;
-#pragma omp parallel for schedule(static) if (B * T * 3 * d > TF_CPU_PARALLEL_MIN)
-  for (int64_t bt = 0; bt < B * T; bt++) {
-    const int64_t b = bt / T, t = bt % T;
-    for (int part = 0; part < 3; part++) {
-      void *heads = part == 0 ? a->q : part == 1 ? a->k : a->v;
-      for (int64_t h = 0; h < H; h++)
-        for (int64_t i = 0; i < half; i++) {
-          const int64_t row = bt * 3 * d + part * d + h * hd + 2 * i, hrow = ((b * H + h) * T + t) * hd + 2 * i;
-          const double cs = part < 2 ? a->cos[t * half + i] : 1.0, sn = part < 2 ? a->sin[t * half + i] : 0.0;
-          double y0, y1;
-          if (!a->backward) {
-            tf_rope_turn(tf_elem_get(a->qkv, dt, row), tf_elem_get(a->qkv, dt, row + 1), cs, sn, &y0, &y1);
-            tf_elem_set(heads, dt, hrow, y0);
-            tf_elem_set(heads, dt, hrow + 1, y1);
-          } else {
-            tf_rope_turn(tf_elem_get(heads, dt, hrow), tf_elem_get(heads, dt, hrow + 1), cs, -sn, &y0, &y1);
-            tf_elem_set(a->qkv, dt, row, y0);
-            tf_elem_set(a->qkv, dt, row + 1, y1);
-          }
-        }
-    }
-  }
+  const int64_t tokens = a->batch * a->seq;
+#pragma omp parallel for schedule(static) if (tokens * 3 * a->heads * a->head_dim > TF_CPU_PARALLEL_MIN)
+  for (int64_t bt = 0; bt < tokens; bt++) TF_CPU_WITH_DTYPE(a->dtype, tf_cpu_rope_heads_token, a, bt);
   return TF_OK;
 }
 
-/* Rows of head_dim elements moved between the two layouts. */
+/* Rows of head_dim elements moved between the two layouts, a token's
+ * heads a step, tokens spread over the cores. */
 tf_status tf_cpu_heads(tf_device_ctx *ctx, const tf_heads_args *a) {
   (void)ctx;
   const int64_t B = a->batch, T = a->seq, H = a->heads, hd = a->head_dim;
   const size_t es = tf_dtype_size(a->dtype), row = (size_t)hd * es;
-  for (int64_t b = 0; b < B; b++)
-    for (int64_t t = 0; t < T; t++)
-      for (int64_t h = 0; h < H; h++) {
-        const int64_t merged = ((b * T + t) * H + h) * hd, split = ((b * H + h) * T + t) * hd;
-        const int64_t from = a->split ? merged : split, to = a->split ? split : merged;
-        memcpy((char *)a->dst + (size_t)to * es, (const char *)a->src + (size_t)from * es, row);
-      }
+#pragma omp parallel for schedule(static) if (B * T * H * hd > TF_CPU_PARALLEL_MIN)
+  for (int64_t bt = 0; bt < B * T; bt++) {
+    const int64_t b = bt / T, t = bt % T;
+    for (int64_t h = 0; h < H; h++) {
+      const int64_t merged = ((b * T + t) * H + h) * hd, split = ((b * H + h) * T + t) * hd;
+      const int64_t from = a->split ? merged : split, to = a->split ? split : merged;
+      memcpy((char *)a->dst + (size_t)to * es, (const char *)a->src + (size_t)from * es, row);
+    }
+  }
   return TF_OK;
 }
-

@@ -25,38 +25,40 @@ typedef struct tf_cpu_softmax_rows {
 } tf_cpu_softmax_rows;
 
 /* Max first, so that exp never overflows; an all -inf row gives NaN, as in
- * PyTorch. Each element of the row is read before it is written. */
-static void tf_cpu_softmax_forward(const tf_cpu_softmax_rows *a) {
-  const int64_t cols = a->cols;
-#pragma omp parallel for schedule(static) if (a->rows * cols > TF_CPU_PARALLEL_MIN)
-  for (int64_t r = 0; r < a->rows; r++) {
-    const int64_t base = r * cols, visible = a->causal ? r % cols + 1 : cols;
-    double lsum, m = tf_cpu_row_max_logsum(a->x, a->d, base, visible, a->scale, &lsum);
-    for (int64_t c = 0; c < cols; c++) {
-      double v = c < visible ? a->scale * tf_elem_get(a->x, a->d, base + c) - m : 0.0;
-      tf_elem_set(a->out, a->d, base + c, c >= visible ? 0.0 : a->log ? v - lsum : exp(v - lsum));
-    }
+ * PyTorch. Each element of the row is read before it is written. Row r. */
+TF_CPU_INLINE void tf_cpu_softmax_row_forward(tf_dtype d, const tf_cpu_softmax_rows *a, int64_t r) {
+  const int64_t cols = a->cols, base = r * cols, visible = a->causal ? r % cols + 1 : cols;
+  double lsum, m = tf_cpu_row_max_logsum(a->x, d, base, visible, a->scale, &lsum);
+  for (int64_t c = 0; c < cols; c++) {
+    double v = c < visible ? a->scale * tf_elem_get(a->x, d, base + c) - m : 0.0;
+    tf_elem_set(a->out, d, base + c, c >= visible ? 0.0 : a->log ? v - lsum : exp(v - lsum));
   }
 }
 
-/* softmax: dx = scale y (dy - sum(dy y)); log_softmax: dx = dy - exp(y) sum(dy). */
-static void tf_cpu_softmax_backward(const tf_cpu_softmax_rows *a) {
-  const int64_t cols = a->cols;
-#pragma omp parallel for schedule(static) if (a->rows * cols > TF_CPU_PARALLEL_MIN)
-  for (int64_t r = 0; r < a->rows; r++) {
-    const int64_t base = r * cols, visible = a->causal ? r % cols + 1 : cols;
-    double dot = 0;
-    for (int64_t c = 0; c < visible; c++)
-      dot += tf_elem_get(a->dy, a->d, base + c) * (a->log ? 1.0 : tf_elem_get(a->x, a->d, base + c));
-    for (int64_t c = 0; c < cols; c++) {
-      double dx = 0.0;
-      if (c < visible) {
-        double yv = tf_elem_get(a->x, a->d, base + c), g = tf_elem_get(a->dy, a->d, base + c);
-        dx = a->log ? g - exp(yv) * dot : a->scale * yv * (g - dot);
-      }
-      tf_elem_set(a->out, a->d, base + c, dx);
+static void tf_cpu_softmax_forward(const tf_cpu_softmax_rows *a) {
+#pragma omp parallel for schedule(static) if (a->rows * a->cols > TF_CPU_PARALLEL_MIN)
+  for (int64_t r = 0; r < a->rows; r++) TF_CPU_WITH_DTYPE(a->d, tf_cpu_softmax_row_forward, a, r);
+}
+
+/* softmax: dx = scale y (dy - sum(dy y)); log_softmax: dx = dy - exp(y) sum(dy). Row r. */
+TF_CPU_INLINE void tf_cpu_softmax_row_backward(tf_dtype d, const tf_cpu_softmax_rows *a, int64_t r) {
+  const int64_t cols = a->cols, base = r * cols, visible = a->causal ? r % cols + 1 : cols;
+  double dot = 0;
+  for (int64_t c = 0; c < visible; c++)
+    dot += tf_elem_get(a->dy, d, base + c) * (a->log ? 1.0 : tf_elem_get(a->x, d, base + c));
+  for (int64_t c = 0; c < cols; c++) {
+    double dx = 0.0;
+    if (c < visible) {
+      double yv = tf_elem_get(a->x, d, base + c), g = tf_elem_get(a->dy, d, base + c);
+      dx = a->log ? g - exp(yv) * dot : a->scale * yv * (g - dot);
     }
+    tf_elem_set(a->out, d, base + c, dx);
   }
+}
+
+static void tf_cpu_softmax_backward(const tf_cpu_softmax_rows *a) {
+#pragma omp parallel for schedule(static) if (a->rows * a->cols > TF_CPU_PARALLEL_MIN)
+  for (int64_t r = 0; r < a->rows; r++) TF_CPU_WITH_DTYPE(a->d, tf_cpu_softmax_row_backward, a, r);
 }
 
 /* The eager ops' entry (backend.h): dy says which pass. */

@@ -256,6 +256,18 @@ T.test("matmul: 2-D, transposed views, batched, broadcast and vectors", function
     "matmul does not support dtype i32")
 end)
 
+T.test("matmul: a long inner dimension, cut into chunks added in order, in every dtype", function()
+  -- 3 x 1300 times 1300 x 2: one tile, K in five chunks (backends/cpu/cpu_gemm.c)
+  for dtype, rtol in pairs(RTOL) do
+    local a, b = rand({ 3, 1300 }, dtype, -1, 1), rand({ 1300, 2 }, dtype, -1, 1)
+    -- sums of 1300 terms (results about 12 in size): a relative bound, and an absolute one near zero
+    local rt, at = dtype == "f64" and 1e-12 or rtol, dtype == "f64" and 1e-10 or rtol * 50
+    T.near(tf.matmul(a, b), matmul_ref(a:tolist(), b:tolist()), rt, at, "long K " .. dtype)
+    local bt = rand({ 2, 1300 }, dtype, -1, 1)
+    T.near(tf.matmul(a, bt:t()), matmul_ref(a:tolist(), bt:t():tolist()), rt, at, "long K, B transposed " .. dtype)
+  end
+end)
+
 T.test("random numbers: reproducible by seed, right ranges and moments", function()
   tf.seed(123)
   local a = tf.randn(1000, { device = cpu })

@@ -41,14 +41,19 @@ T.test("tf.threads reads and sets the count; bad counts are errors", function()
   T.eq(tf.results.env().host.threads, n)
 end)
 
-T.test("matrix products: f32, f64, bf16, batched, transposed, accumulated", function()
+T.test("matrix products: f32, f64, bf16, batched, transposed, accumulated, long sums in chunks", function()
   same_bits("matmul", function()
     tf.seed(1)
     local a, b = tf.randn({ 96, 300 }, cpu), tf.randn({ 300, 80 }, cpu)
     local ab = tf.randn({ 12, 33, 40 }, cpu):to { dtype = "bf16" }
     local bb = tf.randn({ 12, 40, 17 }, cpu):to { dtype = "bf16" }
     local big = tf.randn({ 300, 513 }, cpu)
+    -- few tiles and a long K: K is cut into chunks added in order (cpu_gemm.c)
+    local la, lb = tf.randn({ 40, 2600 }, cpu), tf.randn({ 2600, 70 }, cpu)
     return {
+      long = tf.matmul(la, lb),
+      long_f64 = tf.matmul(la:to { dtype = "f64" }, lb:to { dtype = "f64" }),
+      long_bf16 = tf.matmul(la:to { dtype = "bf16" }, lb:to { dtype = "bf16" }),
       f32 = tf.matmul(a, b),
       t = tf.matmul(b:transpose(0, 1), a:transpose(0, 1)),
       f64 = tf.matmul(a:to { dtype = "f64" }, b:to { dtype = "f64" }),

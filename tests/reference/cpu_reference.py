@@ -2,7 +2,7 @@
 """The CPU backend beside numpy and PyTorch's CPU build, in one run on one machine.
 
     python3 tests/reference/cpu_reference.py path/to/tfhost [--sizes 1024,2048,4096] [--models tiny,small]
-        [--context 128] [--threads N] [--json out.json]
+        [--context 128] [--threads N] [--rounds R] [--json out.json] [--out DIR]
 
 1. Matrix products, f32, N x N times N x N: tfhost (experiments/hello.lua, median of its timed calls)
    and numpy's `a @ b` (median of as many calls), in GFLOP/s.
@@ -10,8 +10,10 @@
    engine on the CPU (experiments/benchmark.lua --device cpu) and, where PyTorch is installed, the
    CS336 reference model (tests/reference/torch_lm.py) with torch.optim.AdamW on the CPU, both the
    mean of the timed steps after warm-up.
-All sides use the same thread count (--threads, default every core). Prints a Markdown table and
-writes the rows with the environment as JSON."""
+All sides use the same thread count (--threads, default every core). On a shared, noisy host,
+--rounds R runs the whole comparison R times (each side in turn) and reports each side's median.
+Prints a Markdown table and writes the rows with the environment as JSON (--json FILE, or --out DIR:
+DIR/cpu_reference.json and DIR/cpu_reference.md)."""
 
 import argparse
 import json
@@ -106,7 +108,9 @@ def main():
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--threads", type=int, default=os.cpu_count())
+    p.add_argument("--rounds", type=int, default=1)
     p.add_argument("--json")
+    p.add_argument("--out", help="folder for cpu_reference.json and cpu_reference.md")
     a = p.parse_args()
     try:
         import torch
@@ -115,11 +119,31 @@ def main():
     except ImportError:
         have_torch = None
 
+    sizes, models = [int(x) for x in a.sizes.split(",")], a.models.split(",")
+    rounds = [one_round(a, sizes, models, have_torch, r) for r in range(a.rounds)]
+    rows, tf_env = rounds[0]
+    for i, row in enumerate(rows):  # each side's median over the rounds
+        for key in ("tfhost_ms", "numpy_ms", "torch_ms"):
+            if key in row:
+                each = [r[0][i][key] for r in rounds]
+                row[key], row[key + "_rounds"] = statistics.median(each), each
+        if "n" in row:
+            row["tfhost_gflops"] = 2 * row["n"] ** 3 / row["tfhost_ms"] / 1e6
+            row["numpy_gflops"] = 2 * row["n"] ** 3 / row["numpy_ms"] / 1e6
+            row["ratio"] = row["numpy_ms"] / row["tfhost_ms"]
+        elif "torch_ms" in row:
+            row["ratio"] = row["torch_ms"] / row["tfhost_ms"]
+    report(a, rows, tf_env, have_torch)
+
+
+def one_round(a, sizes, models, have_torch, index):
+    """One pass over every row: tfhost's, then numpy's and PyTorch's."""
+    if a.rounds > 1:
+        print(f"round {index + 1} of {a.rounds}", file=sys.stderr, flush=True)
     # every tfhost run first, then numpy's and PyTorch's: their BLAS threads keep spinning a while
     # after a call and would take the cores from a tfhost run that followed
     rows = []
     tf_env = None
-    sizes, models = [int(x) for x in a.sizes.split(",")], a.models.split(",")
     for n in sizes:
         print(f"tfhost matmul {n} ...", file=sys.stderr, flush=True)
         r, tf_env = tfhost(a.tfhost, a.threads, "experiments/hello.lua", "--size", str(n), "--iters", str(a.iters))
@@ -142,25 +166,40 @@ def main():
             print(f"PyTorch {row['size']} step ...", file=sys.stderr, flush=True)
             row["torch_ms"] = torch_step(row["size"], a.context, a.batch, a.vocab, a.warmup, a.steps)
             row["ratio"] = row["torch_ms"] / row["tfhost_ms"]
+    return rows, tf_env
+
+
+def report(a, rows, tf_env, have_torch):
+    """The Markdown table on stdout (and in DIR/cpu_reference.md), the rows as JSON."""
+    lines = []
 
     def f(v, spec=".2f"):
         return "-" if v is None else format(v, spec)
-    print(f"\nCPU backend, {a.threads} threads ({platform.processor() or platform.machine()}); "
-          f"numpy {np.__version__}, PyTorch {have_torch or 'not installed'}; "
-          f"tfhost BLAS: {(tf_env or {}).get('host', {}).get('blas', '?')}\n")
-    print("| what | configuration | tfhost ms | numpy ms | PyTorch CPU ms | tfhost GFLOP/s | numpy GFLOP/s "
-          "| tfhost speed / other's |")
-    print("|---|---|---|---|---|---|---|---|")
+    lines.append(f"CPU backend, {a.threads} threads ({platform.processor() or platform.machine()}, "
+                 f"{os.cpu_count()} CPUs); numpy {np.__version__}, PyTorch {have_torch or 'not installed'}; "
+                 f"tfhost BLAS: {(tf_env or {}).get('host', {}).get('blas', '?')}"
+                 + (f"; median of {a.rounds} rounds" if a.rounds > 1 else ""))
+    lines.append("")
+    lines.append("| what | configuration | tfhost ms | numpy ms | PyTorch CPU ms | tfhost GFLOP/s | numpy GFLOP/s "
+                 "| tfhost speed / other's |")
+    lines.append("|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['what']} | {r['config']} | {f(r.get('tfhost_ms'))} | {f(r.get('numpy_ms'))} | "
-              f"{f(r.get('torch_ms'))} | {f(r.get('tfhost_gflops'), '.1f')} | {f(r.get('numpy_gflops'), '.1f')} | "
-              f"{f(r.get('ratio'))}x |")
-    if a.json:
+        lines.append(f"| {r['what']} | {r['config']} | {f(r.get('tfhost_ms'))} | {f(r.get('numpy_ms'))} | "
+                     f"{f(r.get('torch_ms'))} | {f(r.get('tfhost_gflops'), '.1f')} | "
+                     f"{f(r.get('numpy_gflops'), '.1f')} | {f(r.get('ratio'))}x |")
+    print("\n" + "\n".join(lines))
+    json_path = a.json
+    if a.out:
+        os.makedirs(a.out, exist_ok=True)
+        json_path = json_path or os.path.join(a.out, "cpu_reference.json")
+        with open(os.path.join(a.out, "cpu_reference.md"), "w") as fh:
+            fh.write("\n".join(lines) + "\n")
+    if json_path:
         env = dict(numpy=np.__version__, torch=have_torch, threads=a.threads, cpu_count=os.cpu_count(),
-                   machine=platform.machine(), host=platform.node(), tfhost=tf_env)
-        with open(a.json, "w") as fh:
+                   machine=platform.machine(), host=platform.node(), rounds=a.rounds, tfhost=tf_env)
+        with open(json_path, "w") as fh:
             json.dump(dict(env=env, results=rows), fh, indent=1)
-        print(f"\nwrote {a.json}")
+        print(f"\nwrote {json_path}")
 
 
 if __name__ == "__main__":
