@@ -17,15 +17,14 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import results_file  # noqa: E402
 from torch_ranks import Ranks, launch  # noqa: E402
 
 BYTES = {"f32": 4, "bf16": 2, "f16": 2, "f64": 8}
 
 
 def rank_main(rank, world, a):
-    r = Ranks(rank, world, a)
-    torch, dist, gpu, dev, sync, slowest = r.torch, r.dist, r.gpu, r.dev, r.sync, r.slowest
+    ranks = Ranks(rank, world, a)
+    torch, dist, gpu, dev, sync, slowest = ranks.torch, ranks.dist, ranks.gpu, ranks.dev, ranks.sync, ranks.slowest
     dtypes = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16, "f64": torch.float64}
     op = {"sum": dist.ReduceOp.SUM, "avg": dist.ReduceOp.AVG, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}[a.op]
 
@@ -53,14 +52,7 @@ def rank_main(rank, world, a):
     if rank == 0:
         for r in rows:
             print(f"{r['dtype']:5} {r['size_mb']:6} MB  {r['time_ms']:9.3f} ms  busbw {r['busbw_gbs']:8.2f} GB/s")
-        if a.json:
-            env = results_file.env(device=torch.cuda.get_device_name() if gpu else "cpu", torch=torch.__version__,
-                                   cuda=torch.version.cuda, nccl=".".join(map(str, torch.cuda.nccl.version())) if gpu
-                                   else None, backend=dist.get_backend(), world_size=world,
-                                   options=vars(a))
-            results_file.write(a.json, rows, ["dtype", "size_mb", "world_size"], ["time_ms", "busbw_gbs"], env, op=a.op)
-            print("wrote " + a.json)
-    dist.destroy_process_group()
+    ranks.write(a, rows, ["dtype", "size_mb", "world_size"], ["time_ms", "busbw_gbs"], op=a.op)
 
 
 def main():

@@ -29,7 +29,6 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import results_file  # noqa: E402
 from torch_ranks import Ranks, launch  # noqa: E402
 from torch_benchmark import PRESETS as LM_PRESETS  # noqa: E402
 
@@ -39,8 +38,8 @@ VARIANTS = ("none", "per_param", "flat", "overlap", "bucket", "zero1")
 
 def rank_main(rank, world, a):
     from torch_lm import TransformerLM
-    r = Ranks(rank, world, a)
-    torch, dist, gpu, dev, sync, slowest = r.torch, r.dist, r.gpu, r.dev, r.sync, r.slowest
+    ranks = Ranks(rank, world, a)
+    torch, dist, gpu, dev, sync, slowest = ranks.torch, ranks.dist, ranks.gpu, ranks.dev, ranks.sync, ranks.slowest
     if not gpu:
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
 
@@ -163,14 +162,8 @@ def rank_main(rank, world, a):
             mb = "" if r["bucket_mb"] is None else f" {r['bucket_mb']:g} MB"
             print(f"{r['variant']:9}{mb:8}  step {r['step_ms']:9.2f} ms  exposed {r.get('exposed_ms', 0):8.2f} ms  "
                   f"optimizer {r['optimizer_mib']:8.1f} MiB")
-        if a.json:
-            env = results_file.env(device=torch.cuda.get_device_name() if gpu else "cpu", torch=torch.__version__,
-                                   cuda=torch.version.cuda, backend=dist.get_backend(), world_size=world,
-                                   options=vars(a))
-            results_file.write(a.json, rows, ["variant", "bucket_mb", "world_size", "size", "context", "batch",
-                                              "precision"], ["step_ms", "exposed_ms", "hidden_pct", "peak_mib"], env)
-            print("wrote " + a.json)
-    dist.destroy_process_group()
+    ranks.write(a, rows, ["variant", "bucket_mb", "world_size", "size", "context", "batch", "precision"],
+            ["step_ms", "exposed_ms", "hidden_pct", "peak_mib"])
 
 
 def main():

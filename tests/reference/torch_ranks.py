@@ -24,6 +24,20 @@ class Ranks:
         if self.gpu:
             self.torch.cuda.synchronize()
 
+    def write(self, a, rows, key, metrics, **extra):
+        """Rank 0 writes rows to a.json (when given) with the run's environment, as tf.results.write
+        does; every rank then leaves its process group."""
+        if self.rank == 0 and a.json:
+            import results_file
+            torch = self.torch
+            nccl = ".".join(map(str, torch.cuda.nccl.version())) if self.gpu else None
+            env = results_file.env(device=torch.cuda.get_device_name() if self.gpu else "cpu", torch=torch.__version__,
+                                   cuda=torch.version.cuda, nccl=nccl, backend=self.dist.get_backend(),
+                                   world_size=self.world, options=vars(a))
+            results_file.write(a.json, rows, key, metrics, env, **extra)
+            print("wrote " + a.json)
+        self.dist.destroy_process_group()
+
     def slowest(self, x):
         """The largest of every rank's x (a time: the slowest rank's)."""
         t = self.torch.tensor([x], dtype=self.torch.float64, device=self.dev)
