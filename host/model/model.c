@@ -385,17 +385,33 @@ tf_status tf_model_ensure_grads(tf_model *m) {
   return st;
 }
 
-/* The ring: TF_SIDE_MARKS slots of ring_slot elements, then lm_head's
- * gradient, then the rest's (embedding, norms: [matmul_total, total)). */
+void tf_model_matrix_range(const tf_model *m, int64_t l, int j, int64_t *begin, int64_t *end) {
+  const tf_model_layer_weights *w = &m->layers[l];
+  const int64_t next = l + 1 < m->cfg.num_layers ? m->layers[l + 1].qkv : m->lm_head;
+  switch (j) {
+    case TF_MAT_W2: *begin = w->w2, *end = next; return;
+    case TF_MAT_W13: *begin = w->w13, *end = w->w2; return;
+    case TF_MAT_OUT: *begin = w->out, *end = w->w13; return;
+    default: *begin = w->qkv, *end = w->out; return;
+  }
+}
+
+/* The ring: slot s holds the gradient of matrix j of a layer when
+ * j % TF_SIDE_MARKS == s (w2 and output_proj in one, w1|w3 and qkv in the
+ * other), each as large as the largest it holds; then lm_head's gradient,
+ * then the rest's (embedding, norms: [matmul_total, total)). */
 tf_status tf_model_ensure_ring(tf_model *m) {
   if (m->ring) return TF_OK;
-  int64_t slot = 0;
-  for (int64_t l = 0; l < m->cfg.num_layers; l++) {
-    const int64_t end = l + 1 < m->cfg.num_layers ? m->layers[l + 1].qkv : m->lm_head;
-    if (end - m->layers[l].qkv > slot) slot = end - m->layers[l].qkv;
-  }
-  m->ring_slot = slot;
-  TF_TRY(tf_model_alloc(m, TF_SIDE_MARKS * slot + (m->total - m->lm_head), TF_F32, TF_TAG_GRADIENT,
+  int64_t slot[TF_SIDE_MARKS] = {0};
+  for (int64_t l = 0; l < m->cfg.num_layers; l++)
+    for (int j = 0; j < TF_LAYER_MATS; j++) {
+      int64_t begin, end;
+      tf_model_matrix_range(m, l, j, &begin, &end);
+      if (end - begin > slot[j % TF_SIDE_MARKS]) slot[j % TF_SIDE_MARKS] = end - begin;
+    }
+  m->ring_at[0] = 0;
+  for (int s = 0; s < TF_SIDE_MARKS; s++) m->ring_at[s + 1] = m->ring_at[s] + slot[s];
+  TF_TRY(tf_model_alloc(m, m->ring_at[TF_SIDE_MARKS] + (m->total - m->lm_head), TF_F32, TF_TAG_GRADIENT,
                         "model gradient ring", &m->ring));
   tf_status st = tf_model_fill(m, m->ring, 0.0);
   if (st != TF_OK) {
@@ -407,13 +423,19 @@ tf_status tf_model_ensure_ring(tf_model *m) {
 
 float *tf_model_ring_at(const tf_model *m, int64_t off) {
   float *base = tf_tensor_data(m->ring);
-  if (off >= m->lm_head) return base + TF_SIDE_MARKS * m->ring_slot + (off - m->lm_head);
+  if (off >= m->lm_head) return base + m->ring_at[TF_SIDE_MARKS] + (off - m->lm_head);
   int64_t lo = 0, hi = m->cfg.num_layers - 1; /* the last layer starting at or before off */
   while (lo < hi) {
     const int64_t mid = (lo + hi + 1) / 2;
     if (m->layers[mid].qkv <= off) lo = mid; else hi = mid - 1;
   }
-  return base + (lo % TF_SIDE_MARKS) * m->ring_slot + (off - m->layers[lo].qkv);
+  int j = 0;
+  int64_t begin = 0, end = 0;
+  for (; j < TF_LAYER_MATS; j++) {
+    tf_model_matrix_range(m, lo, j, &begin, &end);
+    if (off >= begin && off < end) break;
+  }
+  return base + m->ring_at[j % TF_SIDE_MARKS] + (off - begin);
 }
 
 /* The moments are allocated (zeroed) by the first step: a model only run

@@ -19,6 +19,25 @@ static tf_status tf_model_norm_backward(tf_model *m, const float *x, int64_t gai
   return m->k->rmsnorm(m->ctx, &a);
 }
 
+static tf_status tf_model_step_region(tf_model *m, int64_t off, int64_t end, int mark);
+
+/* Before matrix j of layer l gets its gradient: in the ring, the optimizer
+ * must have read what its slot held (the matrix TF_SIDE_MARKS before it);
+ * the first matrices of the pass find their slots free. */
+static tf_status tf_model_matrix_begin(tf_model *m, int64_t l, int j) {
+  const bool first = l == m->cfg.num_layers - 1 && j < TF_SIDE_MARKS;
+  if (m->use_ring && m->overlap && !first) return m->k->main_wait(m->ctx, j % TF_SIDE_MARKS);
+  return TF_OK;
+}
+
+/* After it: the gradient is final (and the pass no longer reads the
+ * weight), so the optimizer, or an overlapped sync, may take it. */
+static tf_status tf_model_matrix_end(tf_model *m, int64_t l, int j) {
+  int64_t begin, end;
+  tf_model_matrix_range(m, l, j, &begin, &end);
+  return tf_model_step_region(m, begin, end, j % TF_SIDE_MARKS);
+}
+
 /* Layer l in reverse: the SwiGLU half, then the attention half; dres
  * holds the gradient of x_{l+1} on entry and of x_l on exit. */
 static tf_status tf_model_layer_backward(tf_model *m, int64_t l) {
@@ -29,30 +48,41 @@ static tf_status tf_model_layer_backward(tf_model *m, int64_t l) {
   const tf_model_layer_weights *w = &m->layers[l];
   const tf_model_layer_acts *a = &p->layers[l];
   /* x_{l+1} = xmid + w2(silu(w1 h2) * w3 h2), h2 = ln2(xmid); h2 and the gate recomputed
-   * (and xmid = x_l + output_proj(attention), when not kept, by the forward pass's kernels) */
-  if (m->recompute_residual) {
-    TF_TRY(tf_model_linear(m, a->atty, n, d, d, tf_model_mw(m, w->out), p->proj));
-    TF_TRY(tf_model_norm(m, p->resid[2 * l], p->proj, p->resid[2 * l + 1], w->ln2, a->h2, a->rstd2));
+   * (and xmid = x_l + output_proj(attention), when not kept, by the forward pass's kernels
+   * from the kept projection or the projection's GEMM again) */
+  if (a->proj || m->recompute_residual) {
+    if (!a->proj) TF_TRY(tf_model_linear(m, a->atty, n, d, d, tf_model_mw(m, w->out), p->proj));
+    TF_TRY(tf_model_norm(m, p->resid[2 * l], a->proj ? a->proj : p->proj, p->resid[2 * l + 1], w->ln2, a->h2,
+                         a->rstd2));
   } else {
     TF_TRY(tf_model_norm(m, p->resid[2 * l + 1], NULL, NULL, w->ln2, a->h2, a->rstd2));
   }
   TF_TRY(tf_model_swiglu(m, a));
+  /* the gate's gradient over the gate: its weight gradient has read it first */
+  TF_TRY(tf_model_matrix_begin(m, l, TF_MAT_W2));
   TF_TRY(tf_model_linear_backward(m, dlow, a->gate, n, f, d, tf_model_mw(m, w->w2), tf_model_gw(m, w->w2),
                                   p->dgate));
+  TF_TRY(tf_model_matrix_end(m, l, TF_MAT_W2));
   /* d[a | b] in place of [a | b]: the layer's last reader of them */
   tf_swiglu_args sw = {.backward = true, .rows = n, .f = f, .dtype = m->dtype, .ab = a->ab, .dy = p->dgate,
                        .dab = a->ab};
   TF_TRY(m->k->swiglu(m->ctx, &sw));
+  TF_TRY(tf_model_matrix_begin(m, l, TF_MAT_W13));
   TF_TRY(tf_model_linear_backward(m, a->ab, a->h2, n, d, 2 * f, tf_model_mw(m, w->w13), tf_model_gw(m, w->w13),
                                   p->proj));
+  TF_TRY(tf_model_matrix_end(m, l, TF_MAT_W13));
   TF_TRY(tf_model_norm_backward(m, p->resid[2 * l + 1], w->ln2, a->rstd2, p->proj, true, true));
   /* xmid = x_l + output_proj(attention(h1)), h1 = ln1(x_l) */
+  TF_TRY(tf_model_matrix_begin(m, l, TF_MAT_OUT));
   TF_TRY(tf_model_linear_backward(m, dlow, a->atty, n, d, d, tf_model_mw(m, w->out), tf_model_gw(m, w->out),
                                   p->proj));
+  TF_TRY(tf_model_matrix_end(m, l, TF_MAT_OUT));
   TF_RANGED("scaled dot product attention", tf_model_attention_backward(m, a, p->proj, p->qkv));
   TF_TRY(tf_model_norm(m, p->resid[2 * l], NULL, NULL, w->ln1, a->h1, a->rstd1)); /* h1 recomputed */
+  TF_TRY(tf_model_matrix_begin(m, l, TF_MAT_QKV));
   TF_TRY(tf_model_linear_backward(m, p->qkv, a->h1, n, d, 3 * d, tf_model_mw(m, w->qkv), tf_model_gw(m, w->qkv),
                                   p->proj));
+  TF_TRY(tf_model_matrix_end(m, l, TF_MAT_QKV));
   TF_TRY(tf_model_norm_backward(m, p->resid[2 * l], w->ln1, a->rstd1, p->proj, true, l > 0));
   return TF_OK;
 }
@@ -100,10 +130,7 @@ static tf_status tf_model_backward_steps(tf_model *m) {
   for (int64_t l = L - 1; l >= 0; l--) {
     char name[32];
     snprintf(name, sizeof name, "layer %lld", (long long)l);
-    const int slot = (int)(l % TF_SIDE_MARKS);
-    if (m->use_ring && m->overlap && l + TF_SIDE_MARKS < L) TF_TRY(m->k->main_wait(m->ctx, slot)); /* read */
-    TF_RANGED(name, tf_model_layer_backward(m, l));
-    TF_TRY(tf_model_step_region(m, m->layers[l].qkv, l + 1 < L ? m->layers[l + 1].qkv : m->lm_head, slot));
+    TF_RANGED(name, tf_model_layer_backward(m, l)); /* each matrix stepped as its gradient is done */
   }
   tf_encoder_args enc = {.backward = true, .n = n, .dim = d, .vocab = c->vocab_size, .ids = p->ids,
                          .dout = p->dres, .dwte = tf_model_gw(m, m->wte), .workspace = p->backward_ws};

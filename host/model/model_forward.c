@@ -109,8 +109,9 @@ static tf_status tf_model_layer_forward(tf_model *m, int64_t l, bool keep) {
   /* x + attention(ln1(x)) */
   TF_TRY(tf_model_linear(m, a->h1, n, d, 3 * d, tf_model_mw(m, w->qkv), p->qkv));
   TF_RANGED("scaled dot product attention", tf_model_attention_forward(m, a, p->qkv));
-  TF_TRY(tf_model_linear(m, a->atty, n, d, d, tf_model_mw(m, w->out), p->proj));
-  TF_TRY(tf_model_norm(m, x, p->proj, xmid, w->ln2, a->h2, a->rstd2));
+  void *proj = a->proj ? a->proj : p->proj; /* kept for the backward pass, or scratch */
+  TF_TRY(tf_model_linear(m, a->atty, n, d, d, tf_model_mw(m, w->out), proj));
+  TF_TRY(tf_model_norm(m, x, proj, xmid, w->ln2, a->h2, a->rstd2));
   /* + w2(silu(w1 ln2(x)) * w3 ln2(x)) */
   TF_TRY(tf_model_linear(m, a->h2, n, d, 2 * f, tf_model_mw(m, w->w13), a->ab));
   TF_TRY(tf_model_swiglu(m, a));

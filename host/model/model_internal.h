@@ -42,10 +42,11 @@ typedef struct tf_model_layer_weights {
 } tf_model_layer_weights;
 
 /* One layer's activations. Training plans keep per layer what is costly to
- * recompute (q, k, v, the attention output, the w1|w3 output, the norm
- * statistics) and share one buffer among all layers for what the backward
- * pass recomputes cheaply and exactly (the norm outputs h1 and h2, the
- * attention probabilities p, the SwiGLU gate); inference plans share all. */
+ * recompute (q, k, v, the attention output, the output projection's result,
+ * the w1|w3 output, the norm statistics) and share one buffer among all
+ * layers for what the backward pass recomputes cheaply and exactly (the norm
+ * outputs h1 and h2, the attention probabilities p, the SwiGLU gate);
+ * inference plans share all (model_plan.c). */
 typedef struct tf_model_layer_acts {
   void *h1;        /* (n, d): ln1's output */
   float *rstd1;    /* (n,) */
@@ -53,6 +54,8 @@ typedef struct tf_model_layer_acts {
   void *p;         /* (B, H, T, T): attention probabilities (naive attention) */
   float *lse;      /* (B, H, T): log-sum-exp of the scaled scores (flash attention) */
   void *atty;      /* (n, d): attention output, heads merged */
+  void *proj;      /* (n, d): output_proj(atty), kept in training when it stands for the residual
+                      stream after attention (tf_model_keeps_projection); else NULL */
   void *h2;        /* (n, d): ln2's output */
   float *rstd2;
   void *ab;        /* (n, 2 d_ff): [w1 h2 | w3 h2] */
@@ -70,8 +73,8 @@ typedef struct tf_model_plan {
   int64_t *ids, *targets;     /* (n,) */
   float *rope_cos, *rope_sin; /* (T, hd / 2) */
   /* training: 2L + 1 residual streams, x_l at 2l and x_l + attention at
-   * 2l + 1 (with recompute_residual the odd ones share one buffer, which
-   * the backward pass refills); inference: one, updated in place */
+   * 2l + 1 (the odd ones share one buffer, which the backward pass refills,
+   * when the projection is kept or recomputed); inference: one, updated in place */
   float **resid;
   tf_model_layer_acts *layers; /* training: L; inference: 1 */
   void *hf;                    /* (n, d): ln_final's output */
@@ -141,13 +144,13 @@ struct tf_model {
   tf_tensor *grads;         /* flat f32 (total,), made by the first backward pass that needs it
                                (tf_model_ensure_grads); NULL until then */
   bool grads_dirty;         /* grads may hold non-zeros (a backward pass since the last zero_grad) */
-  /* tf_model_backward_adamw without accumulated gradients: each layer's
-   * weight gradients go into one of TF_SIDE_MARKS slots (written, not
-   * added to), used again two layers later once the optimizer has read
-   * them; lm_head's and the rest's (embedding, norms) have places of their
+  /* tf_model_backward_adamw without accumulated gradients: each weight
+   * matrix's gradient goes into one of TF_SIDE_MARKS slots (written, not
+   * added to), used again two matrices later once the optimizer has read
+   * it; lm_head's and the rest's (embedding, norms) have places of their
    * own, and the rest's, which are added to, are zeroed once read. */
   tf_tensor *ring;
-  int64_t ring_slot;        /* elements per slot: the largest layer's matmul weights */
+  int64_t ring_at[TF_SIDE_MARKS + 1]; /* where each slot starts, then lm_head's place (elements) */
   bool use_ring;            /* the backward pass being run writes gradients into the ring */
   tf_tensor *adam_consts;   /* AdamW's step constants on the device, for tf_model_backward_adamw */
   bool step_in_backward;    /* the backward pass being run also steps the optimizer (and refreshes
@@ -173,6 +176,14 @@ struct tf_model {
   struct tf_dist_work **works;     /* collectives started during the backward pass */
   int nworks, cap_works;
 };
+
+/* A layer's weight matrices in the order the backward pass completes their
+ * gradients; matrix j uses ring slot j % TF_SIDE_MARKS, so that the slots
+ * alternate across layers too. */
+enum { TF_MAT_W2, TF_MAT_W13, TF_MAT_OUT, TF_MAT_QKV, TF_LAYER_MATS };
+_Static_assert(TF_LAYER_MATS % TF_SIDE_MARKS == 0, "the ring's slots alternate from layer to layer");
+/* The elements [begin, end) of matrix j of layer l in the flat buffers (to the next one's start). */
+void tf_model_matrix_range(const tf_model *m, int64_t l, int j, int64_t *begin, int64_t *end);
 
 /* model.c: the optimizer's moments, allocated (zeroed) by the first step;
  * the flat gradients (zeroed, with their views) by the first pass that
@@ -224,6 +235,12 @@ tf_status tf_model_swiglu(tf_model *m, const tf_model_layer_acts *a);
 tf_flash_args tf_model_flash_args(const tf_model *m, int64_t batch, int64_t seq);
 tf_status tf_model_attention_forward(tf_model *m, tf_model_layer_acts *acts, const void *qkv);
 tf_status tf_model_attention_backward(tf_model *m, const tf_model_layer_acts *acts, const void *datty, void *dqkv);
+
+/* Whether a training plan keeps each layer's output projection (dtype) in
+ * place of the residual stream after attention (f32), which the backward
+ * pass rebuilds from it and x_l with the forward's own fused add and norm:
+ * for a low-precision model, half the bytes for one more read of x_l. */
+static inline bool tf_model_keeps_projection(const tf_model *m) { return m->dtype != TF_F32; }
 
 /* ---- pointers into the flat buffers ---------------------------------------- */
 

@@ -3,18 +3,24 @@
  * the shape stays the same.
  *
  * A training plan keeps per layer what the backward pass reads and would
- * be costly to recompute (2L + 1 f32 residual streams; each layer's norm
- * statistics, q, k, v after RoPE, the heads-merged attention output and the
- * w1/w3 outputs) plus the backward pass's scratch. The norm outputs, the
- * attention probabilities P and the SwiGLU gate are recomputed there, exactly
- * (the same kernels on the same inputs), so each has one buffer for all
- * layers: the plan is about half of what keeping them would take. With
- * recompute_residual the residual stream after attention (x_l + attention)
- * is not kept either: the backward pass recomputes it from x_l and the kept
- * attention output (the output projection again), so the f32 streams take
- * L + 2 buffers instead of 2L + 1. An inference plan
- * holds one layer's buffers that every layer reuses and a residual stream
- * updated in place: nothing is kept. */
+ * be costly to recompute (the f32 residual stream x_l before each layer;
+ * each layer's norm statistics, q, k, v after RoPE, the heads-merged
+ * attention output, the output projection's result and the w1/w3 outputs)
+ * plus the backward pass's scratch. What is recomputed there exactly (the
+ * same kernels on the same inputs) has one buffer for all layers: the norm
+ * outputs (h1 and h2 share it: each is read before the other is written),
+ * the attention probabilities P, the SwiGLU gate, and the residual stream
+ * after attention, x_l + output_proj(attention), which the fused add and
+ * norm rebuilds from x_l and the kept projection (in a low-precision model
+ * that projection takes half the bytes of the f32 stream it stands for; an
+ * f32 model keeps the stream itself, 2L + 1 buffers). With
+ * recompute_residual the projection is not kept either: the backward pass
+ * runs the output projection's GEMM again. Scratch that the backward pass
+ * uses at different times shares one range: the gate and its gradient
+ * (dead once SwiGLU's backward has read it) with the attention backward's
+ * heads-layout buffers and workspace. An inference plan holds one layer's
+ * buffers that every layer reuses and a residual stream updated in place:
+ * nothing is kept. */
 #include "model_internal.h"
 
 #include <math.h>
@@ -25,6 +31,9 @@
 #include "rope.h"
 
 enum { TF_PLAN_ALIGN = 256 };
+
+/* Bytes rounded up to the plan's alignment (ranges carved inside one range). */
+static size_t tf_plan_round(size_t bytes) { return (bytes + TF_PLAN_ALIGN - 1) / TF_PLAN_ALIGN * TF_PLAN_ALIGN; }
 
 /* Hands out aligned ranges of the allocation; a first pass without a base
  * only measures. The second also names each range (for memory snapshots). */
@@ -39,7 +48,7 @@ typedef struct tf_carver {
 /* The next aligned range of the given size (NULL while measuring), named
  * name (printf-style, with the layer index) and tagged. */
 static void *tf_carve(tf_carver *c, size_t bytes, int tag, const char *name, int64_t layer) {
-  size_t off = (c->at + TF_PLAN_ALIGN - 1) / TF_PLAN_ALIGN * TF_PLAN_ALIGN;
+  size_t off = tf_plan_round(c->at);
   c->at = off + bytes;
   if (c->regions) {
     snprintf(c->names[c->n], sizeof c->names[c->n], name, (long long)layer);
@@ -77,17 +86,34 @@ static void tf_model_plan_carve(const tf_model *m, tf_model_plan *p, tf_carver *
   p->rope_cos = tf_carve(c, T * (hd / 2) * fs, TF_WS, "rope cos", 0);
   p->rope_sin = tf_carve(c, T * (hd / 2) * fs, TF_WS, "rope sin", 0);
   const int64_t nresid = p->training ? 2 * L + 1 : 1, nlayers = p->training ? L : 1;
-  const bool shared_mid = p->training && m->recompute_residual;
+  /* the stream after attention: kept per layer, or rebuilt in one shared buffer */
+  const bool shared_mid = p->training && (m->recompute_residual || tf_model_keeps_projection(m));
   float *mid = shared_mid ? tf_carve(c, n * d * fs, TF_WS, "residual mid (shared)", 0) : NULL;
   for (int64_t i = 0; i < nresid; i++)
     p->resid[i] = shared_mid && i % 2 == 1 ? mid : tf_carve(c, n * d * fs, TF_ACT, "residual.%lld", i);
   /* recomputed in the backward pass: one buffer each, shared by the layers */
-  void *h1 = tf_carve(c, act, TF_WS, "norm1 out (shared)", 0), *h2 = tf_carve(c, act, TF_WS, "norm2 out (shared)", 0);
+  void *hn = tf_carve(c, act, TF_WS, "norm out (shared)", 0);
   void *probs_buf = m->flash ? NULL : tf_carve(c, probs, TF_WS, "attention probs (shared)", 0);
-  void *gate = tf_carve(c, n * f * es, TF_WS, "swiglu gate (shared)", 0);
+  /* the gate (and in training its gradient, then the attention backward's
+   * scratch: dq|dk|dv in heads layout, and with flash attention the output
+   * in heads layout and the kernel's workspace) */
+  size_t flash_ws = 0, attn_ws = 0;
+  if (p->training) {
+    attn_ws = 3 * act;
+    if (m->flash) {
+      tf_flash_args fa = tf_model_flash_args(m, p->batch, p->seq);
+      fa.backward = true;
+      flash_ws = m->ctx->backend->flash_workspace ? m->ctx->backend->flash_workspace(m->ctx, &fa) : 0;
+      attn_ws = tf_plan_round(3 * act) + tf_plan_round(act) + flash_ws;
+    }
+  }
+  const size_t gate_bytes = n * f * es;
+  char *gate = tf_carve(c, gate_bytes > attn_ws ? gate_bytes : attn_ws, TF_WS,
+                        p->training ? "swiglu gate, its gradient, attention backward scratch (shared)"
+                                    : "swiglu gate (shared)", 0);
   for (int64_t l = 0; l < nlayers; l++) {
     tf_model_layer_acts *a = &p->layers[l];
-    a->h1 = h1;
+    a->h1 = hn;
     a->rstd1 = tf_carve(c, n * fs, TF_ACT, "layers.%lld.rstd1", l);
     a->q = tf_carve(c, act, TF_ACT, "layers.%lld.q", l);
     a->k = tf_carve(c, act, TF_ACT, "layers.%lld.k", l);
@@ -95,7 +121,10 @@ static void tf_model_plan_carve(const tf_model *m, tf_model_plan *p, tf_carver *
     a->p = probs_buf;
     a->lse = m->flash ? tf_carve(c, (size_t)p->batch * H * T * fs, TF_ACT, "layers.%lld.lse", l) : NULL;
     a->atty = tf_carve(c, act, TF_ACT, "layers.%lld.attn_out", l);
-    a->h2 = h2;
+    a->proj = p->training && tf_model_keeps_projection(m) && !m->recompute_residual
+                  ? tf_carve(c, act, TF_ACT, "layers.%lld.attn_proj_out", l)
+                  : NULL;
+    a->h2 = hn;
     a->rstd2 = tf_carve(c, n * fs, TF_ACT, "layers.%lld.rstd2", l);
     a->ab = tf_carve(c, 2 * n * f * es, TF_ACT, "layers.%lld.w1_w3_out", l);
     a->gate = gate;
@@ -111,17 +140,16 @@ static void tf_model_plan_carve(const tf_model *m, tf_model_plan *p, tf_carver *
   p->loss = tf_carve(c, fs, TF_ACT, "loss", 0);
   p->dres = tf_carve(c, n * d * fs, TF_WS, "d residual", 0);
   p->dres_low = m->dtype == TF_F32 ? (void *)p->dres : tf_carve(c, act, TF_WS, "d residual (low)", 0);
-  p->dqkv_heads = tf_carve(c, 3 * act, TF_WS, "d qkv heads", 0);
+  /* in the gate's range: SwiGLU's backward reads the gate's gradient before
+   * the attention backward writes any of these */
+  p->dgate = gate;
+  p->dqkv_heads = gate;
   if (m->flash) {
-    p->o_heads = tf_carve(c, act, TF_WS, "attention out heads", 0);
-    tf_flash_args fa = tf_model_flash_args(m, p->batch, p->seq);
-    fa.backward = true;
-    size_t ws = m->ctx->backend->flash_workspace ? m->ctx->backend->flash_workspace(m->ctx, &fa) : 0;
-    p->flash_ws = ws ? tf_carve(c, ws, TF_WS, "flash workspace", 0) : NULL;
+    p->o_heads = gate ? gate + tf_plan_round(3 * act) : NULL;
+    p->flash_ws = gate && flash_ws ? gate + tf_plan_round(3 * act) + tf_plan_round(act) : NULL;
   } else {
     p->dp = tf_carve(c, probs, TF_WS, "d attention probs", 0);
   }
-  p->dgate = tf_carve(c, n * f * es, TF_WS, "d swiglu gate", 0);
   size_t ws = tf_model_backward_workspace(m, p);
   p->backward_ws = ws ? tf_carve(c, ws, TF_WS, "encoder and norm backward workspace", 0) : NULL;
 }

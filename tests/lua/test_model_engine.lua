@@ -219,7 +219,25 @@ T.test("memory: activations planned once per shape", function()
   T.ok(mem.low_precision > 0 and mem.low_precision < mem.params)
 end)
 
-T.test("recompute_residual: the same bits with L - 1 fewer f32 residual buffers", function()
+T.test("memory: the optimizer beside the backward pass holds two matrices' gradients, not every layer's", function()
+  if not tf.cuda.is_available() then T.skip_test("the optimizer runs beside the pass on a GPU's second stream only") end
+  local cfg = with(TINY, { num_layers = 3, d_model = 64, d_ff = 192, num_heads = 4 })
+  local m <close> = E.create(cfg, { device = dev, precision = "bf16" })
+  local x, y = ids(2, 8), ids(2, 8)
+  m:loss(x, y)
+  m:backward_adamw({ step = 1 })
+  -- the ring: one slot as large as w2 (the larger of w2 and output_proj), one as large as
+  -- w1|w3 (the larger of w1|w3 and q|k|v), then lm_head's, the embedding's and the norms'
+  -- places; every group starts at a multiple of 64 elements
+  local d, f, V, L = cfg.d_model, cfg.d_ff, cfg.vocab_size, cfg.num_layers
+  local elems = d * f + 2 * f * d + V * d + V * d + (2 * L + 1) * d
+  local grads = m:memory().grads
+  T.ok(grads >= 4 * elems and grads <= 4 * (elems + 64 * (2 * L + 5)),
+    string.format("ring of %d bytes for %d elements", grads, elems))
+  T.ok(grads < m:memory().params / 2, "less than half the flat gradients")
+end)
+
+T.test("recompute_residual: the same bits in a smaller plan", function()
   local cfg = with(TINY, { num_layers = 3 })
   local x, y = ids(2, 8), ids(2, 8)
   for _, p in ipairs({ "f32", "bf16" }) do
@@ -256,11 +274,14 @@ T.test("recompute_residual: the same bits with L - 1 fewer f32 residual buffers"
       T.eq((q.tensor:to("cpu"):to("f64") - r.tensor:to("cpu"):to("f64")):abs():max():item(), 0.0,
         p .. ": parameter " .. q.name .. " after 3 steps")
     end
-    -- the plan: 2L + 1 residual buffers against L + 1 and one shared (256-byte aligned ranges)
+    -- the plan (256-byte aligned ranges): in f32, 2L + 1 residual buffers against L + 1 and
+    -- one shared; in bf16 both rebuild the stream after attention in one shared buffer, and
+    -- recompute_residual drops the L kept projections it is rebuilt from
     local n, d = 2 * 8, cfg.d_model
-    local buf = math.ceil(n * d * 4 / 256) * 256
-    T.eq(a:memory().activations - b:memory().activations, (cfg.num_layers - 1) * buf,
-      p .. ": the plan is smaller by L - 1 residual buffers")
+    local round = function(bytes) return math.ceil(bytes / 256) * 256 end
+    local saved = p == "f32" and (cfg.num_layers - 1) * round(n * d * 4) or cfg.num_layers * round(n * d * 2)
+    T.eq(a:memory().activations - b:memory().activations, saved,
+      p .. ": the plan is smaller by L - 1 residual buffers (f32) or L projections (bf16)")
   end
 end)
 
