@@ -407,7 +407,7 @@ template <int DT> static tf_status tf_flash_backward(tf_cuda_state *st, tf_cuda_
     return tf_cuda_flash_dq_tc(st, p, (tf_dtype)DT, hd_pad);
   }
   const int64_t n = rows * p->head_dim;
-  p->dq_acc_swizzled = tf_flash_bwd_ws_on(st, p->head_dim);
+  p->dq_acc_swizzled = tf_flash_bwd_ws_on(st, p->head_dim, true);
   TF_CUDA_CHECK(cudaMemsetAsync(p->dq_acc, 0, (size_t)n * sizeof(float), st->stream));
   if (p->seq_k > 0) TF_TRY(tf_cuda_flash_backward_tc(st, p, (tf_dtype)DT, hd_pad, true));
   tf_flash_dq_convert_kernel<DT><<<tf_cuda_blocks(st, n), TF_CUDA_THREADS, 0, st->stream>>>(*p);

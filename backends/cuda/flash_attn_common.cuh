@@ -219,9 +219,11 @@ tf_status tf_cuda_flash_dq_wgmma(tf_cuda_state *st, const tf_cuda_flash_params *
  * 9.0, and TF_FLASH_WGMMA is not 0). */
 bool tf_flash_wgmma_here(const tf_cuda_state *st);
 /* flash_attn_bwd.cu: whether the backward pass of head dim hd takes the
- * warp-specialised kernel on st's device (wgmma's devices and head dims,
- * and TF_FLASH_BWD_WS=1, read on every call). */
-bool tf_flash_bwd_ws_on(const tf_cuda_state *st, int64_t hd);
+ * warp-specialised kernel on st's device: wgmma's devices and head dims,
+ * for the deterministic pass (dQ by its own kernel, where it was faster
+ * at every head dim measured) unless TF_FLASH_BWD_WS=0, and for dQ by
+ * reductions (atomic_dq) only with TF_FLASH_BWD_WS=1; read on every call. */
+bool tf_flash_bwd_ws_on(const tf_cuda_state *st, int64_t hd, bool atomic_dq);
 /* flash_attn_bwd.cu: dK and dV, and dQ into dq_acc with float atomics when
  * atomic_dq (else tf_cuda_flash_dq_tc computes dq, with no atomics). */
 tf_status tf_cuda_flash_backward_tc(tf_cuda_state *st, const tf_cuda_flash_params *p, tf_dtype dt, int hd_pad,

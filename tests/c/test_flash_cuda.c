@@ -23,9 +23,11 @@
  *     pass of head dims 33..64 and 97..128 and the backward pass's dK/dV
  *     kernel of head dims 33..64 take the wgmma kernels ([wgmma]); those
  *     shapes then run a second time with TF_FLASH_WGMMA=0, so the mma.sync
- *     kernels they replaced stay checked, and a third time with
- *     TF_FLASH_BWD_WS=1, the backward pass by the warp-specialised kernel
- *     ([wgmma-ws]; all of the checks take it when that is set for the run);
+ *     kernels they replaced stay checked (both with TF_FLASH_BWD_WS=0,
+ *     the earlier dK/dV kernel), and a third time with TF_FLASH_BWD_WS=1,
+ *     the backward pass by the warp-specialised kernel ([wgmma-ws]; all of
+ *     the checks take it when that is set for the run), which deterministic
+ *     passes take by default;
  *   - a table of the worst error per check, path ([wgmma], [tc] tensor
  *     cores, [simt]) and dtype, and the count of checks.
  * With TF_FLASH_BENCH set it then times (CUDA events, 3 warm-up runs,
@@ -377,6 +379,13 @@ static void ws_pass(bool only_small, int first_dtype) {
  * warp-specialised backward kernel, then misaligned buffers. */
 static void all_checks(void) {
   static const tf_dtype dts[3] = {TF_F32, TF_F16, TF_BF16};
+  /* By default the deterministic backward passes take the warp-specialised
+   * kernel and those with dQ by reductions the earlier wgmma one: the first
+   * passes check the earlier kernels for both (TF_FLASH_BWD_WS=0), ws_pass
+   * the warp-specialised one for both, so the default is covered too. */
+  const char *ws_env = getenv("TF_FLASH_BWD_WS");
+  const bool ws_all = ws_env && strcmp(ws_env, "1") == 0;
+  if (!ws_env) setenv("TF_FLASH_BWD_WS", "0", 1);
   for (int di = 0; di < 3; di++)
     for (int i = 0; i < N_SHAPES; i++) {
       if (small_run && SHAPES[i].big) continue;
@@ -392,9 +401,9 @@ static void all_checks(void) {
       }
     unsetenv("TF_FLASH_WGMMA");
   }
+  if (!ws_env) unsetenv("TF_FLASH_BWD_WS");
   /* where the wgmma kernels ran, the warp-specialised backward kernel on the same shapes (unless it ran above) */
-  const char *ws_env = getenv("TF_FLASH_BWD_WS");
-  if (wgmma_device && !(ws_env && strcmp(ws_env, "1") == 0)) ws_pass(small_run, 1);
+  if (wgmma_device && !ws_all) ws_pass(small_run, 1);
   /* buffers off a 16-byte boundary: the SIMT kernels for every dtype */
   for (int di = 0; di < 3; di++)
     for (int causal = 0; causal < 2; causal++) {

@@ -1,7 +1,9 @@
 /* FlashAttention's backward pass on Hopper, warp-specialised (sm_90a):
  * dK and dV of 128 keys a block, and dQ added into the f32 workspace,
  * f16/bf16, head dims (padded to) 64, 80, 96 and 128. Selected over
- * flash_attn_wgmma.cu's dK/dV kernel by TF_FLASH_BWD_WS=1 (flash_attn_bwd.cu).
+ * flash_attn_wgmma.cu's dK/dV kernel for deterministic passes unless
+ * TF_FLASH_BWD_WS=0, and with dQ by reductions by TF_FLASH_BWD_WS=1
+ * (tf_flash_bwd_ws_on, flash_attn_bwd.cu).
  *
  * A block has three warpgroups and no block-wide barrier after its start:
  *   - warpgroup 0 gives its registers away (setmaxnreg) and loads: its
