@@ -41,6 +41,10 @@ def setup(size, ctx, precision, batch, vocab, impl="eager"):
     model = TransformerLM(cfg).cuda()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=impl == "compiled")
     if impl == "compiled":
+        # a fresh compilation per configuration: with one process running many shapes, dynamo
+        # would otherwise recompile with the sequence length dynamic, and past its cache limit
+        # fall back to eager, neither what a user training one shape runs
+        torch._dynamo.reset()
         model = torch.compile(model)
     ids = torch.randint(0, vocab, (batch, ctx), device="cuda")
     targets = torch.randint(0, vocab, (batch, ctx), device="cuda")
@@ -137,7 +141,12 @@ def main():
                         rows += results_file.benchmark_oom_rows(size, ctx, precision, a.mode.split(","), impl, a.warmup,
                                                                 a.batch)
                         torch.cuda.empty_cache()
-                    print(f"torch {size} ctx {ctx} {precision} {impl} done", file=sys.stderr)
+                    # each configuration's figures as soon as they exist: a run cut short keeps them
+                    done = [f"{r['mode']} {r['mean_ms']:.2f} ms {r['peak_gib']:.2f} GiB"
+                            for r in rows if (r["size"], r["context"], r["precision"], r.get("impl")) ==
+                            (size, ctx, precision, impl) and not r.get("oom")]
+                    print(f"torch {size} ctx {ctx} {precision} {impl} done: {', '.join(done) or 'out of memory'}",
+                          file=sys.stderr)
     if a.json:
         env = results_file.env(device=torch.cuda.get_device_name(), torch=torch.__version__, cuda=torch.version.cuda,
                                options={k: v for k, v in vars(a).items() if k not in ("json", "compare")})
