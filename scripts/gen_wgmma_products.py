@@ -12,7 +12,7 @@ runs that.)"""
 import sys
 
 # N of the m64nNk16 products (the accumulator holds N / 2 f32 a thread)
-SHAPES = (16, 32, 64, 80, 96, 128)
+SHAPES = (16, 32, 64, 80, 96, 128, 192)
 TYPES = (("TF_BF16", "bf16"), ("TF_F16", "f16"))
 
 

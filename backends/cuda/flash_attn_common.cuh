@@ -209,6 +209,9 @@ tf_status tf_cuda_flash_forward_tc(tf_cuda_state *st, const tf_cuda_flash_params
 tf_status tf_cuda_flash_forward_wgmma(tf_cuda_state *st, const tf_cuda_flash_params *p, tf_dtype dt, int hd_w);
 tf_status tf_cuda_flash_backward_wgmma(tf_cuda_state *st, const tf_cuda_flash_params *p, tf_dtype dt, int hd_w,
                                        bool atomic_dq);
+/* sm90/flash_attn_fwd_ws.cu: the same O and lse by the warp-specialised
+ * kernel (TMA loads, the consumers' products and softmax overlapped). */
+tf_status tf_cuda_flash_forward_ws(tf_cuda_state *st, const tf_cuda_flash_params *p, tf_dtype dt, int hd_w);
 /* sm90/flash_attn_bwd_ws.cu: the same dK, dV and dQ by the warp-specialised
  * kernel (TMA loads, dQ by bulk reductions, dq_acc swizzled). */
 tf_status tf_cuda_flash_backward_ws(tf_cuda_state *st, const tf_cuda_flash_params *p, tf_dtype dt, int hd_w,
@@ -218,6 +221,9 @@ tf_status tf_cuda_flash_dq_wgmma(tf_cuda_state *st, const tf_cuda_flash_params *
 /* flash_attn_fwd.cu: whether st's device takes those (compute capability
  * 9.0, and TF_FLASH_WGMMA is not 0). */
 bool tf_flash_wgmma_here(const tf_cuda_state *st);
+/* flash_attn_fwd.cu: whether the forward pass takes the warp-specialised
+ * kernel where it takes a wgmma one (unless TF_FLASH_FWD_WS=0, read on every call). */
+bool tf_flash_fwd_ws_on(void);
 /* flash_attn_bwd.cu: whether the backward pass of head dim hd takes the
  * warp-specialised kernel on st's device: wgmma's devices and head dims,
  * for the deterministic pass (dQ by its own kernel, where it was faster

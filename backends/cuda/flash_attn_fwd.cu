@@ -271,12 +271,15 @@ template <int DT> static tf_status tf_flash_fwd_dt(tf_cuda_state *st, const tf_c
 bool tf_flash_wgmma_here(const tf_cuda_state *st) {
   return st->cc == 90 && !tf_env_is("TF_FLASH_WGMMA", "0");
 }
+
+bool tf_flash_fwd_ws_on(void) { return !tf_env_is("TF_FLASH_FWD_WS", "0"); }
 #endif
 
 tf_status tf_cuda_flash_forward_tc(tf_cuda_state *st, const tf_cuda_flash_params *p, tf_dtype dt, int hd_pad) {
 #ifdef TF_WITH_SM90A
   const int hd_w = tf_flash_wgmma_dim(p->head_dim);
-  if (hd_w > 0 && tf_flash_wgmma_here(st)) return tf_cuda_flash_forward_wgmma(st, p, dt, hd_w);
+  if (hd_w > 0 && tf_flash_wgmma_here(st))
+    return tf_flash_fwd_ws_on() ? tf_cuda_flash_forward_ws(st, p, dt, hd_w) : tf_cuda_flash_forward_wgmma(st, p, dt, hd_w);
 #endif
   return dt == TF_BF16 ? tf_flash_fwd_dt<TF_BF16>(st, p, hd_pad) : tf_flash_fwd_dt<TF_F16>(st, p, hd_pad);
 }

@@ -4,7 +4,8 @@
  * TF_TEST_SEED repeats a run):
  *   - forward o and lse, backward dq, dk, dv (from the CPU's o and lse, so
  *     that only the backward kernels are compared), f32 / f16 / bf16,
- *     causal or not, with and without deterministic; f32 within 1e-5
+ *     causal or not, with and without deterministic, the scale sometimes
+ *     negative (the forward kernels then flip q's signs); f32 within 1e-5
  *     relative error, f16/bf16 within 1e-2, lse within 1e-5 (where the
  *     exact gradient is zero, as dq and dk are when every query sees one
  *     key, the GPU's rounding noise is measured against the size of the
@@ -19,17 +20,21 @@
  *   - outputs are filled with NaN first, so an element a kernel forgets to
  *     write fails the comparison; deterministic backward passes run twice
  *     give the same bits, and so do forward passes;
- *   - on a 9.0 device (H100/H200) with sm_90a code built in, the forward
- *     pass of head dims 33..64 and 97..128 and the backward pass's dK/dV
- *     kernel of head dims 33..64 take the wgmma kernels ([wgmma]); those
+ *   - on a 9.0 device (H100/H200) with sm_90a code built in, head dims
+ *     40..128 (multiples of 8) take the Hopper kernels: the forward pass
+ *     the warp-specialised one ([wgmma-ws]; flash_attn_wgmma.cu's [wgmma]
+ *     with TF_FLASH_FWD_WS=0), the backward pass the earlier wgmma ones in
+ *     this first pass (TF_FLASH_BWD_WS=0, unless the run sets it); those
  *     shapes then run a second time with TF_FLASH_WGMMA=0, so the mma.sync
- *     kernels they replaced stay checked (both with TF_FLASH_BWD_WS=0,
- *     the earlier dK/dV kernel), and a third time with TF_FLASH_BWD_WS=1,
- *     the backward pass by the warp-specialised kernel ([wgmma-ws]; all of
- *     the checks take it when that is set for the run), which deterministic
- *     passes take by default;
- *   - a table of the worst error per check, path ([wgmma], [tc] tensor
- *     cores, [simt]) and dtype, and the count of checks.
+ *     kernels they replaced stay checked, and a third time with
+ *     TF_FLASH_BWD_WS=1 and TF_FLASH_FWD_WS flipped: the backward pass by
+ *     the warp-specialised kernel (which deterministic passes take by
+ *     default, so the default is covered by the first and third) and the
+ *     forward pass by the other Hopper kernel than the run's, so both
+ *     forward kernels are checked in every run (the op names say which
+ *     kernel: "forward o [wgmma-ws]");
+ *   - a table of the worst error per check, path ([wgmma-ws], [wgmma], [tc]
+ *     tensor cores, [simt]) and dtype, and the count of checks.
  * With TF_FLASH_BENCH set it then times (CUDA events, 3 warm-up runs,
  * median of 10) bf16 causal attention at (batch, seq, head dim) = (16,
  * 16384, 64), (16, 16384, 128), (8, 4096, 64) and (1, 16384, 64): forward,
@@ -38,7 +43,10 @@
  * that), then the forward pass with the mma.sync kernel in place of the
  * wgmma one, then the backward pass by the warp-specialised kernel
  * (TF_FLASH_BWD_WS=1) at (16, 16384, 64), (16, 16384, 128), (128, 4096,
- * 80) and (16, 16384, 96) (TF_FLASH_BENCH=only: the timings alone, no
+ * 80) and (16, 16384, 96), then the forward pass by flash_attn_wgmma.cu's
+ * kernel and by the warp-specialised one, one after the other, at (16,
+ * 16384, 64), (16, 16384, 128), (16, 16384, 96), (128, 4096, 80) and
+ * (128, 1024, 80) (TF_FLASH_BENCH=only: the timings alone, no
  * checks, e.g. under a profiler). No timing is asserted. Exits 77 without
  * a GPU. */
 #include "backend.h"
@@ -158,18 +166,30 @@ static bool wgmma_on(void) {
  * 64, 80, 96 or 128). */
 static bool wgmma_dim(int64_t d) { return d > 32 && d <= 128; }
 
+/* Whether the forward pass takes the warp-specialised kernel where it
+ * takes a wgmma one (flash_attn_fwd.cu's rule): unless TF_FLASH_FWD_WS=0. */
+static bool fwd_ws_on(void) {
+  const char *env = getenv("TF_FLASH_FWD_WS");
+  return !(env && strcmp(env, "0") == 0);
+}
+
 /* The shapes of the wgmma kernels (f16, bf16, causal or not) once more
- * with TF_FLASH_BWD_WS=1: the backward pass by the warp-specialised kernel
- * ([wgmma-ws]; the forward pass is the same). Small shapes only when only_small. */
+ * with TF_FLASH_BWD_WS=1, the backward pass by the warp-specialised kernel,
+ * and the other forward kernel than the run's (TF_FLASH_FWD_WS flipped):
+ * [wgmma-ws] where a pass ran on a warp-specialised kernel. Small shapes
+ * only when only_small. */
 static void ws_pass(bool only_small, int first_dtype);
 
-/* Which kernels the GPU runs, by the backend's rule (flash_attn.cu,
- * flash_attn_fwd.cu, flash_attn_bwd.cu); [wgmma]: the forward pass, the
- * dK/dV (atomic dQ) kernel and the deterministic dQ kernel by wgmma. */
-static const char *path_of(tf_dtype dt, int64_t d, int64_t off) {
+/* Which kernels the GPU runs for the forward pass (forward) or the
+ * backward pass, by the backend's rule (flash_attn.cu, flash_attn_fwd.cu,
+ * flash_attn_bwd.cu); [wgmma]: the forward pass, the dK/dV (atomic dQ)
+ * kernel and the deterministic dQ kernel by wgmma; [wgmma-ws]: the
+ * forward pass, or the dK/dV kernel, warp-specialised. */
+static const char *path_of(tf_dtype dt, int64_t d, int64_t off, bool forward) {
   const bool tc = (dt == TF_F16 || dt == TF_BF16) && d % 8 == 0 && d <= 128 && off == 0;
   if (!tc) return "simt";
   if (!wgmma_on() || !wgmma_dim(d)) return "tc";
+  if (forward) return fwd_ws_on() ? "wgmma-ws" : "wgmma";
   const char *ws = getenv("TF_FLASH_BWD_WS");
   return ws && strcmp(ws, "1") == 0 ? "wgmma-ws" : "wgmma";
 }
@@ -200,13 +220,14 @@ static tf_status gpu_backward(tf_flash_args a, flat_pair dq, flat_pair dk, flat_
 }
 
 static void flash_case(const flash_shape *s, tf_dtype dt, bool causal, int64_t off) {
-  const char *path = path_of(dt, s->d, off);
+  const char *fpath = path_of(dt, s->d, off, true), *path = path_of(dt, s->d, off, false);
   char note[160], op[48];
-  snprintf(note, sizeof note, "%s %s B=%lld Sq=%lld Sk=%lld d=%lld%s [%s]", tf_dtype_name(dt),
+  snprintf(note, sizeof note, "%s %s B=%lld Sq=%lld Sk=%lld d=%lld%s [forward %s, backward %s]", tf_dtype_name(dt),
            causal ? "causal" : "full", (long long)s->batch, (long long)s->sq, (long long)s->sk, (long long)s->d,
-           off ? " misaligned" : "", path);
-  /* 1/sqrt(d), sometimes sharper (the running max then moves more) */
-  const double scale = (rng_uniform() < 0.5 ? 1.0 : 2.5) / sqrt((double)s->d);
+           off ? " misaligned" : "", fpath, path);
+  /* 1/sqrt(d), sometimes sharper (the running max then moves more), sometimes negative (the
+   * forward kernels then flip the signs of their copy of q) */
+  const double scale = (rng_uniform() < 0.5 ? 1.0 : 2.5) / sqrt((double)s->d) * (rng_uniform() < 0.2 ? -1.0 : 1.0);
   const int64_t nq = s->batch * s->sq * s->d, nk = s->batch * s->sk * s->d, rows = s->batch * s->sq;
   flat_pair q = flat_pair_randn(nq, dt, 1.0, off), k = flat_pair_randn(nk, dt, 1.0, off);
   flat_pair v = flat_pair_randn(nk, dt, 1.0, off);
@@ -221,16 +242,16 @@ static void flash_case(const flash_shape *s, tf_dtype dt, bool causal, int64_t o
   ag.q = GP(q), ag.k = GP(k), ag.v = GP(v), ag.o = GP(o), ag.lse = GP(lse);
   bool ok = CHECK_OK(cctx->backend->flash_attention(cctx, &ac)) && CHECK_OK(gctx->backend->flash_attention(gctx, &ag));
   if (ok) {
-    snprintf(op, sizeof op, "forward o [%s]", path);
+    snprintf(op, sizeof op, "forward o [%s]", fpath);
     same(op, note, dt, o, tol);
-    snprintf(op, sizeof op, "forward lse [%s]", path);
+    snprintf(op, sizeof op, "forward lse [%s]", fpath);
     same(op, note, dt, lse, LSE_TOL);
     tf_flash_args again = ag;
     again.o = GP(o2), again.lse = GP(lse2);
     if (CHECK_OK(gctx->backend->flash_attention(gctx, &again))) {
-      snprintf(op, sizeof op, "forward twice o [%s]", path);
+      snprintf(op, sizeof op, "forward twice o [%s]", fpath);
       identical(op, note, dt, o, o2);
-      snprintf(op, sizeof op, "forward twice lse [%s]", path);
+      snprintf(op, sizeof op, "forward twice lse [%s]", fpath);
       identical(op, note, dt, lse, lse2);
     }
   }
@@ -316,8 +337,9 @@ static tf_tensor *gpu_tensor(tf_shape s, tf_dtype d, bool random) {
   return CHECK_OK(st) ? t : NULL;
 }
 
-/* Forward, backward and both; forward alone when forward_only. */
-static void bench_run_shape(int64_t B, int64_t S, int64_t d, bool forward_only) {
+/* Forward, backward and both; forward alone when forward_only, its row
+ * starting with label. */
+static void bench_run_shape(int64_t B, int64_t S, int64_t d, bool forward_only, const char *label) {
   const tf_shape x = SHAPE(B, S, d), rows = SHAPE(B, S);
   tf_tensor *q = gpu_tensor(x, TF_BF16, true), *k = gpu_tensor(x, TF_BF16, true), *v = gpu_tensor(x, TF_BF16, true);
   tf_tensor *dout = gpu_tensor(x, TF_BF16, true), *o = gpu_tensor(x, TF_BF16, false);
@@ -340,8 +362,8 @@ static void bench_run_shape(int64_t B, int64_t S, int64_t d, bool forward_only) 
   }
   if (have && forward_only) {
     const double flops = 4.0 * (double)B * (double)S * (double)S * (double)d / 2, f = bench_ms(fwd, bwd, RUN_FORWARD);
-    printf("bf16 causal B=%-2lld S=%-5lld d=%-3lld  forward %7.3f ms %6.1f TFLOP/s\n", (long long)B, (long long)S,
-           (long long)d, f, flops / f * 1e-9);
+    printf("%sbf16 causal B=%-3lld S=%-5lld d=%-3lld  forward %7.3f ms %6.1f TFLOP/s\n", label, (long long)B,
+           (long long)S, (long long)d, f, flops / f * 1e-9);
   } else if (have) {
     const double fwd_flops = 4.0 * (double)B * (double)S * (double)S * (double)d / 2, bwd_flops = 2.5 * fwd_flops;
     const double f = bench_ms(fwd, bwd, RUN_FORWARD), b = bench_ms(fwd, bwd, RUN_BACKWARD),
@@ -360,18 +382,43 @@ static void bench_run_shape(int64_t B, int64_t S, int64_t d, bool forward_only) 
   for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) tf_tensor_release(ts[i]);
 }
 
-static void bench_shape(int64_t B, int64_t S, int64_t d) { bench_run_shape(B, S, d, false); }
-static void bench_forward(int64_t B, int64_t S, int64_t d) { bench_run_shape(B, S, d, true); }
+static void bench_shape(int64_t B, int64_t S, int64_t d) { bench_run_shape(B, S, d, false, ""); }
+static void bench_forward(int64_t B, int64_t S, int64_t d) { bench_run_shape(B, S, d, true, ""); }
+
+/* The forward pass by the wgmma kernel (TF_FLASH_FWD_WS=0) and the
+ * warp-specialised one (=1), one after the other at each shape. */
+static void bench_forward_kernels(void) {
+  static const int64_t shapes[][3] = {{16, 16384, 64}, {16, 16384, 128}, {16, 16384, 96}, {128, 4096, 80}, {128, 1024, 80}};
+  const char *env = getenv("TF_FLASH_FWD_WS");
+  char *saved = env ? strdup(env) : NULL;
+  printf("\nforward: the wgmma kernel (TF_FLASH_FWD_WS=0) and the warp-specialised one (=1)\n");
+  for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+    setenv("TF_FLASH_FWD_WS", "0", 1);
+    bench_run_shape(shapes[i][0], shapes[i][1], shapes[i][2], true, "wgmma     ");
+    setenv("TF_FLASH_FWD_WS", "1", 1);
+    bench_run_shape(shapes[i][0], shapes[i][1], shapes[i][2], true, "wgmma-ws  ");
+  }
+  if (saved) setenv("TF_FLASH_FWD_WS", saved, 1);
+  else unsetenv("TF_FLASH_FWD_WS");
+  free(saved);
+}
 
 static void ws_pass(bool only_small, int first_dtype) {
   static const tf_dtype dts[3] = {TF_F32, TF_F16, TF_BF16};
+  const char *fwd_env = getenv("TF_FLASH_FWD_WS"), *bwd_env = getenv("TF_FLASH_BWD_WS");
+  char *fwd_saved = fwd_env ? strdup(fwd_env) : NULL, *bwd_saved = bwd_env ? strdup(bwd_env) : NULL;
+  setenv("TF_FLASH_FWD_WS", fwd_ws_on() ? "0" : "1", 1);
   setenv("TF_FLASH_BWD_WS", "1", 1);
   for (int di = first_dtype; di < 3; di++)
     for (int i = 0; i < N_SHAPES; i++) {
       if ((only_small && SHAPES[i].big) || !wgmma_dim(SHAPES[i].d) || SHAPES[i].d % 8 != 0) continue;
       for (int causal = 0; causal < 2; causal++) flash_case(&SHAPES[i], dts[di], causal, 0);
     }
-  unsetenv("TF_FLASH_BWD_WS");
+  if (fwd_saved) setenv("TF_FLASH_FWD_WS", fwd_saved, 1);
+  else unsetenv("TF_FLASH_FWD_WS");
+  if (bwd_saved) setenv("TF_FLASH_BWD_WS", bwd_saved, 1);
+  else unsetenv("TF_FLASH_BWD_WS");
+  free(fwd_saved), free(bwd_saved);
 }
 
 /* Every check: each dtype and shape, causal or not, on the kernels the
@@ -384,7 +431,6 @@ static void all_checks(void) {
    * passes check the earlier kernels for both (TF_FLASH_BWD_WS=0), ws_pass
    * the warp-specialised one for both, so the default is covered too. */
   const char *ws_env = getenv("TF_FLASH_BWD_WS");
-  const bool ws_all = ws_env && strcmp(ws_env, "1") == 0;
   if (!ws_env) setenv("TF_FLASH_BWD_WS", "0", 1);
   for (int di = 0; di < 3; di++)
     for (int i = 0; i < N_SHAPES; i++) {
@@ -402,8 +448,8 @@ static void all_checks(void) {
     unsetenv("TF_FLASH_WGMMA");
   }
   if (!ws_env) unsetenv("TF_FLASH_BWD_WS");
-  /* where the wgmma kernels ran, the warp-specialised backward kernel on the same shapes (unless it ran above) */
-  if (wgmma_device && !ws_all) ws_pass(small_run, 1);
+  /* where the wgmma kernels ran, the warp-specialised backward kernel and the other Hopper forward kernel */
+  if (wgmma_device) ws_pass(small_run, 1);
   /* buffers off a 16-byte boundary: the SIMT kernels for every dtype */
   for (int di = 0; di < 3; di++)
     for (int causal = 0; causal < 2; causal++) {
@@ -466,6 +512,7 @@ int main(void) {
       bench_shape(128, 4096, 80);
       bench_shape(16, 16384, 96);
       unsetenv("TF_FLASH_BWD_WS");
+      bench_forward_kernels();
     }
   }
   return tf_check_done();

@@ -34,9 +34,9 @@
  * block per (problem, 128 keys), problem by problem. */
 #include "../flash_attn_common.cuh"
 
-#include <cudaTypedefs.h>
 #include <string.h>
 
+#include "tma_maps.cuh"
 #include "tma_ptx.cuh"
 #include "wgmma_ptx.cuh"
 #include "wgmma_tiles.cuh"
@@ -322,47 +322,6 @@ __global__ void __launch_bounds__(384, 1) tf_flash_bwd_ws_kernel(const __grid_co
 
 /* ---- launch ------------------------------------------------------------------------------- */
 
-/* The driver's tensor-map encoder, through the runtime (the binary does not
- * link libcuda itself); looked up once. */
-static PFN_cuTensorMapEncodeTiled_v12000 tf_bwd_ws_encoder(tf_status *st) {
-  static PFN_cuTensorMapEncodeTiled_v12000 encode = nullptr;
-  if (!encode) {
-    void *fn = nullptr;
-    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
-    const cudaError_t err = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found);
-    if (err != cudaSuccess) {
-      *st = tf_cuda_error(err, "cudaGetDriverEntryPointByVersion(cuTensorMapEncodeTiled)");
-      return nullptr;
-    }
-    if (found != cudaDriverEntryPointSuccess || !fn) {
-      *st = tf_fail(TF_ERR_BACKEND, "flash_attention: the CUDA driver has no cuTensorMapEncodeTiled");
-      return nullptr;
-    }
-    encode = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
-  }
-  *st = TF_OK;
-  return encode;
-}
-
-/* A tensor map of `batch` problems of (seq, hd) 16-bit elements at ptr,
- * boxes of 64 columns by `rows` rows (128-byte swizzle: the tiles'
- * layout); reads past seq (or hd) land as zeros. */
-static tf_status tf_bwd_ws_map(CUtensorMap *map, const void *ptr, int64_t seq, int64_t batch, int hd, int rows) {
-  tf_status st = TF_OK;
-  const PFN_cuTensorMapEncodeTiled_v12000 encode = tf_bwd_ws_encoder(&st);
-  if (!encode) return st;
-  const cuuint64_t dims[3] = {(cuuint64_t)hd, (cuuint64_t)seq, (cuuint64_t)batch};
-  const cuuint64_t strides[2] = {(cuuint64_t)hd * 2, (cuuint64_t)(seq * hd * 2)}; /* bytes, dims 1 and 2 */
-  const cuuint32_t box[3] = {64, (cuuint32_t)rows, 1}, elem_strides[3] = {1, 1, 1};
-  const CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT16, 3, const_cast<void *>(ptr), dims, strides, box,
-                            elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                            CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (r != CUDA_SUCCESS)
-    return tf_fail(TF_ERR_BACKEND, "flash_attention: cuTensorMapEncodeTiled failed (CUresult %d) for (%lld, %lld, %d)",
-                   (int)r, (long long)batch, (long long)seq, hd);
-  return TF_OK;
-}
-
 template <int DT, int HD, bool ATOMIC_DQ>
 static tf_status tf_bwd_ws_launch(tf_cuda_state *st, const tf_cuda_flash_params *p) {
   using C = tf_bwd_ws_cfg<HD>;
@@ -371,10 +330,10 @@ static tf_status tf_bwd_ws_launch(tf_cuda_state *st, const tf_cuda_flash_params 
   tf_bwd_ws_params a;
   memset(&a, 0, sizeof a);
   a.p = *p;
-  TF_TRY(tf_bwd_ws_map(&a.q, p->q, p->seq_q, p->batch, p->head_dim, C::BR));
-  TF_TRY(tf_bwd_ws_map(&a.dout, p->dout, p->seq_q, p->batch, p->head_dim, C::BR));
-  TF_TRY(tf_bwd_ws_map(&a.k, p->k, p->seq_k, p->batch, p->head_dim, C::BC));
-  TF_TRY(tf_bwd_ws_map(&a.v, p->v, p->seq_k, p->batch, p->head_dim, C::BC));
+  TF_TRY(tf_tma_map_rows(&a.q, p->q, p->seq_q, p->batch, p->head_dim, C::BR));
+  TF_TRY(tf_tma_map_rows(&a.dout, p->dout, p->seq_q, p->batch, p->head_dim, C::BR));
+  TF_TRY(tf_tma_map_rows(&a.k, p->k, p->seq_k, p->batch, p->head_dim, C::BC));
+  TF_TRY(tf_tma_map_rows(&a.v, p->v, p->seq_k, p->batch, p->head_dim, C::BC));
   TF_CUDA_CHECK(cudaFuncSetAttribute(tf_flash_bwd_ws_kernel<DT, HD, ATOMIC_DQ>,
                                      cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM));
   tf_flash_bwd_ws_kernel<DT, HD, ATOMIC_DQ><<<grid, 384, C::SMEM, st->stream>>>(a);

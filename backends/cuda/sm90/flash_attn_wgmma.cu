@@ -2,7 +2,9 @@
  * head dims (padded to) 64, 80, 96 and 128: the forward pass, the backward
  * pass's dK/dV kernel (with dQ by reductions), and its deterministic dQ
  * kernel. The mma.sync kernels (flash_attn_fwd.cu,
- * flash_attn_bwd.cu) stay the path for other GPUs and head dims.
+ * flash_attn_bwd.cu) stay the path for other GPUs and head dims. The
+ * forward pass here runs only with TF_FLASH_FWD_WS=0: by default
+ * flash_attn_fwd_ws.cu's warp-specialised kernel takes its place.
  *
  * Forward: one block of NWG warpgroups (128 threads each) owns BR = 64 NWG
  * query rows of one problem, each warpgroup 64 of them, and walks the key
@@ -37,6 +39,7 @@
 #include "../flash_attn_common.cuh"
 
 #include "wgmma_ptx.cuh"
+#include "wgmma_softmax.cuh"
 #include "wgmma_tiles.cuh"
 
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -78,30 +81,9 @@ __device__ __forceinline__ void tf_wgmma_load(uint32_t dst, const uint16_t *src,
   }
 }
 
-/* Which scores of a warpgroup's accumulator (64 rows from row0, BC keys
- * from k0, mma.sync's C layout) are hidden: past the keys, or (causal)
- * after the row. For element e of column tile nt the key offset less the
- * lane's 2t is c = 8 nt + (e & 1) and the row offset less the thread's
- * row_in is r = 8 (e >> 1); the key is visible iff c < key_lim and
- * c - r <= diag. */
-struct tf_wgmma_mask {
-  int key_lim, diag;
-  __device__ __forceinline__ bool hidden(int nt, int e) const {
-    const int c = nt * 8 + (e & 1), r = (e & 2) * 4;
-    return c >= key_lim || c - r > diag;
-  }
-};
-
-template <int BC>
-__device__ __forceinline__ tf_wgmma_mask tf_wgmma_mask_of(const tf_cuda_flash_params &p, int64_t row0, int row_in,
-                                                          int64_t k0) {
-  const int t2 = ((int)threadIdx.x & 3) * 2;
-  return {(int)(p.seq_k - k0 < BC ? p.seq_k - k0 : BC) - t2, (p.causal ? (int)(row0 - k0) : BC) - (t2 - row_in)};
-}
-
 template <int DT, class C>
 __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) tf_flash_fwd_wgmma_kernel(const tf_cuda_flash_params p) {
-  constexpr int HD = C::HD, BC = C::BC, BR = C::BR, NT = BC / 8, DT8 = HD / 8;
+  constexpr int HD = C::HD, BC = C::BC, BR = C::BR;
   unsigned char *sQ_ptr;
   const uint32_t sQ = tf_wgmma_smem_base(&sQ_ptr), sK = sQ + C::Q_BYTES, sV = sK + C::STAGES * C::KV_BYTES;
   const int wg = (int)threadIdx.x / 128, warp = ((int)threadIdx.x / 32) % 4, lane = (int)threadIdx.x % 32;
@@ -147,55 +129,13 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) tf_flash_fwd_wgmma_
   float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
 
   auto mask_scores = [&](float(&s)[BC / 2], int64_t k0) {
-    const tf_wgmma_mask m = tf_wgmma_mask_of<BC>(p, wq0, row_in, k0);
-#pragma unroll
-    for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-      for (int e = 0; e < 4; e++)
-        if (m.hidden(nt, e)) s[4 * nt + e] = -INFINITY;
+    tf_wgmma_mask_scores<BC>(s, tf_wgmma_mask_of<BC>(p, wq0, row_in, k0));
   };
-  /* the online softmax over rows row_in (h = 0) and row_in + 8 (h = 1): s
-   * becomes p, the running max and sum move, alpha rescales O */
   auto softmax_step = [&](float(&s)[BC / 2], float(&alpha)[2]) {
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-      float mx = row_max[h];
-#pragma unroll
-      for (int nt = 0; nt < NT; nt++) mx = fmaxf(mx, fmaxf(s[4 * nt + 2 * h], s[4 * nt + 2 * h + 1]));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float bias = mx == -INFINITY ? 0.f : mx * sl2;
-      alpha[h] = tf_flash_exp2(row_max[h] * sl2 - bias);
-      row_max[h] = mx;
-      float sum = 0.f;
-#pragma unroll
-      for (int nt = 0; nt < NT; nt++) {
-        s[4 * nt + 2 * h] = tf_flash_exp2(fmaf(s[4 * nt + 2 * h], sl2, -bias));
-        s[4 * nt + 2 * h + 1] = tf_flash_exp2(fmaf(s[4 * nt + 2 * h + 1], sl2, -bias));
-        sum += s[4 * nt + 2 * h] + s[4 * nt + 2 * h + 1];
-      }
-      row_sum[h] = row_sum[h] * alpha[h] + sum;
-    }
+    tf_wgmma_softmax_step<BC>(s, row_max, row_sum, sl2, alpha);
   };
-  /* O rescaled only when some row's max moved (late blocks rarely move it) */
-  auto rescale = [&](const float(&alpha)[2]) {
-    if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
-#pragma unroll
-      for (int dt = 0; dt < DT8; dt++) {
-        o[4 * dt + 0] *= alpha[0];
-        o[4 * dt + 1] *= alpha[0];
-        o[4 * dt + 2] *= alpha[1];
-        o[4 * dt + 3] *= alpha[1];
-      }
-    }
-  };
-  /* P rounded to 16 bits: the register A operand of O += P V */
-  auto pack_p = [&](const float(&s)[BC / 2], uint32_t(&pa)[BC / 16][4]) {
-#pragma unroll
-    for (int kk = 0; kk < BC / 16; kk++)
-#pragma unroll
-      for (int i = 0; i < 4; i++) pa[kk][i] = tf_flash_pack<DT>(s[8 * kk + 2 * i], s[8 * kk + 2 * i + 1]);
-  };
+  auto rescale = [&](const float(&alpha)[2]) { tf_wgmma_rescale<HD>(o, alpha); };
+  auto pack_p = [&](const float(&s)[BC / 2], uint32_t(&pa)[BC / 16][4]) { tf_wgmma_pack_p<DT, BC>(s, pa); };
   /* Q's A fragments in registers (ldmatrix from the swizzled rows once they
    * have landed), so that S's product reads only K from shared memory */
   uint32_t qa[HD / 16][4];
@@ -282,18 +222,8 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) tf_flash_fwd_wgmma_
   if (C::PINGPONG && wg == 0) turn_begin(); /* warpgroup 1's last arrival */
 
   /* O / sum into the warpgroup's own (swizzled) Q rows, lse; then 16-byte stores */
-  float *lse = p.lse + b * p.seq_q;
   float inv[2];
-#pragma unroll
-  for (int h = 0; h < 2; h++) {
-    float sum = row_sum[h];
-    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-    inv[h] = sum > 0.f ? 1.f / sum : 0.f;
-    const int r = wg * 64 + row_in + 8 * h;
-    if ((lane & 3) == 0 && q0 + r < p.seq_q)
-      lse[q0 + r] = sum > 0.f ? row_max[h] * (p.fwd_scale_log2 / TF_FLASH_LOG2E) + logf(sum) : -INFINITY;
-  }
+  tf_wgmma_softmax_end(p, p.lse + b * p.seq_q, wq0, row_in, row_max, row_sum, inv);
   tf_wgmma_stage_rows<DT, BR, HD>(sQ_ptr, wg * 64 + warp * 16, o, inv);
   tf_wgmma_store_rows<BR, HD>(static_cast<uint16_t *>(p.o) + b * p.seq_q * hd, sQ_ptr, wg * 64, wq0, p.seq_q, hd,
                               3 + wg);

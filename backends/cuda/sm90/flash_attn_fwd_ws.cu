@@ -1,0 +1,326 @@
+/* FlashAttention's forward pass on Hopper, warp-specialised (sm_90a): O and
+ * lse exactly as flash_attn_wgmma.cu's forward kernel writes them (same
+ * masks, scaling, rounding of P and lse; wgmma_softmax.cuh), f16/bf16, head
+ * dims (padded to) 64, 80, 96 and 128. The forward kernel on a 9.0
+ * device; TF_FLASH_FWD_WS=0 selects flash_attn_wgmma.cu's (flash_attn_fwd.cu).
+ *
+ * A block owns BR = 128 query rows of one problem and has three
+ * warpgroups, with no block-wide barrier after its start:
+ *   - warpgroup 0 gives its registers away (setmaxnreg) and loads: one
+ *     thread brings the block's Q rows once, then each key block's K and V
+ *     (BC = 192 keys at head dim 64, 128 above) by TMA (tiled copies from
+ *     3-D tensor maps (head dim, seq, problem): rows past a problem's end
+ *     land as zeros, in the 128-byte swizzled layout of wgmma_tiles.cuh)
+ *     into a ring of STAGES buffers; K and V each have a full and an empty barrier per buffer,
+ *     so that K of a block is reloaded as soon as S has read it while V
+ *     waits for P V;
+ *   - warpgroups 1 and 2 (the consumers, 64 rows each, O in f32
+ *     registers) walk the key blocks:
+ *       S_j = Q K_j^T          (both operands from shared memory)
+ *       P_j = exp2(S_j |scale| log2 e - max |scale| log2 e), online
+ *       O = O alpha_j + P_j V_j   (P_j from registers, V N-major)
+ *     With OVERLAP, S_j and O += P_{j-1} V_{j-1} are issued together and
+ *     the softmax of block j runs while P_{j-1} V_{j-1} is on the tensor
+ *     cores (O's rescaling by alpha_j waits for that product); with
+ *     PINGPONG the two consumers take turns issuing their products (two
+ *     named barriers), so that one's softmax runs beside the other's
+ *     products;
+ *   - causal: key blocks past the block's last row are never loaded; the
+ *     blocks below every row's diagonal run without mask code; a block
+ *     wholly above a consumer's rows is computed and masked out (no
+ *     product sits in a branch, and both consumers walk the same blocks);
+ *   - scale < 0: each consumer flips the signs of its own Q rows once;
+ *   - O / sum is staged through the consumer's own Q rows and written with
+ *     16-byte stores; lse = max |scale| + ln(sum).
+ * The grid is flash_attn_wgmma.cu's: a block per (problem, query block),
+ * problem by problem, the query blocks last-first.
+ *
+ * Measured on an H200 at (16, 16384, d), causal (docs/performance.md):
+ * without the overlap within a consumer the kernel is 8% slower at head
+ * dim 64, 16% at 96 and 28% at 128; without the turns 9-10% slower at 64
+ * and 1-9% at 128; 192 keys a block beat 128 at head dim 64 by 8-10%
+ * (half the waits and turns per key; above 64, S of 192 keys beside O
+ * and P would not fit the registers); a third K/V buffer at head dim 128
+ * costs 8-10% (not investigated further), and
+ * changes nothing clear of the noise at 64, 80 and 96. */
+#include "../flash_attn_common.cuh"
+
+#include <string.h>
+
+#include "tma_maps.cuh"
+#include "tma_ptx.cuh"
+#include "wgmma_ptx.cuh"
+#include "wgmma_softmax.cuh"
+#include "wgmma_tiles.cuh"
+
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#error "flash_attn_fwd_ws.cu is built for sm_90a only"
+#endif
+
+/* Head dim HD (64, 80, 96 or 128), HDS its columns in shared memory, BR
+ * query rows and BC keys a block, STAGES K/V buffers, OVERLAP and PINGPONG
+ * as above. Shared memory, from a 1024-byte boundary: Q (BR rows), K
+ * STAGES times, V STAGES times (BC rows), the barriers. */
+template <int HD_, int STAGES_, int BC_ = 128, bool OVERLAP_ = true, bool PINGPONG_ = true> struct tf_fwd_ws_cfg {
+  static_assert(HD_ == 64 || HD_ == 80 || HD_ == 96 || HD_ == 128, "the head dims the kernel is built for");
+  static_assert(BC_ == 128 || BC_ == 192, "S is one m64nBC product");
+  static constexpr int HD = HD_, HDS = tf_wgmma_hds(HD_), BR = 128, BC = BC_, STAGES = STAGES_;
+  static constexpr bool OVERLAP = OVERLAP_, PINGPONG = PINGPONG_;
+  static constexpr uint32_t Q_BYTES = BR * HDS * 2, KV_BYTES = BC * HDS * 2;
+  static constexpr uint32_t Q_AT = 0, K_AT = Q_BYTES, V_AT = K_AT + STAGES * KV_BYTES;
+  static constexpr uint32_t BAR_AT = V_AT + STAGES * KV_BYTES;
+  /* barriers: Q full; K full, V full, K empty, V empty, STAGES each */
+  static constexpr int N_BARS = 1 + 4 * STAGES;
+  static constexpr int SMEM = (int)BAR_AT + 8 * N_BARS + 1024;
+  static_assert(STAGES >= 2, "S of block j + 1 is issued while block j is in use");
+  static_assert(SMEM <= 227 * 1024, "one block an SM");
+  /* registers a thread: the loading warpgroup's and the consumers' (24 x 128 + 240 x 256 = 384 x 168) */
+  static constexpr int LOAD_REGS = 24, MMA_REGS = 240;
+};
+
+/* The kernel's parameters: the tensor maps of Q, K and V (by address in
+ * the parameter space, hence __grid_constant__), then the flash parameters. */
+struct tf_fwd_ws_params {
+  CUtensorMap q, k, v;
+  tf_cuda_flash_params p;
+};
+
+template <int DT, class C>
+__global__ void __launch_bounds__(384, 1) tf_flash_fwd_ws_kernel(const __grid_constant__ tf_fwd_ws_params a) {
+  constexpr int HD = C::HD, BR = C::BR, BC = C::BC, STAGES = C::STAGES, HALVES = C::HDS / 64;
+  constexpr uint32_t KV = C::KV_BYTES;
+  const tf_cuda_flash_params &p = a.p;
+  unsigned char *base_ptr;
+  const uint32_t base = tf_wgmma_smem_base(&base_ptr);
+  const uint32_t sQ = base + C::Q_AT, sK = base + C::K_AT, sV = base + C::V_AT;
+  const uint32_t bar_q = base + C::BAR_AT, bar_kf = bar_q + 8, bar_vf = bar_kf + 8 * STAGES;
+  const uint32_t bar_ke = bar_vf + 8 * STAGES, bar_ve = bar_ke + 8 * STAGES;
+  int64_t b, q0;
+  int n_tiles;
+  tf_flash_query_block_of<BR, BC>(p, &b, &q0, &n_tiles);
+
+  if (threadIdx.x == 0) {
+    tf_mbar_init(bar_q, 1);
+    for (int s = 0; s < STAGES; s++) {
+      tf_mbar_init(bar_kf + 8 * s, 1); /* the loading thread, with the copies' bytes */
+      tf_mbar_init(bar_vf + 8 * s, 1);
+      tf_mbar_init(bar_ke + 8 * s, 256); /* the consumers' threads */
+      tf_mbar_init(bar_ve + 8 * s, 256);
+    }
+    tf_mbar_init_fence();
+  }
+  __syncthreads();
+
+  const int wg = (int)threadIdx.x / 128, lane = (int)threadIdx.x % 32;
+  if (wg == 0) {
+    tf_setmaxnreg_dec<C::LOAD_REGS>();
+    if (threadIdx.x == 0) {
+      /* the loader: Q once, then block j's K and V into buffer j mod STAGES */
+      tf_tma_prefetch_map(&a.k);
+      tf_tma_prefetch_map(&a.v);
+      tf_mbar_arrive_expect_tx(bar_q, C::Q_BYTES);
+      for (int h = 0; h < HALVES; h++) tf_tma_load_3d(sQ + (uint32_t)(h * BR * 128), &a.q, h * 64, (int)q0, (int)b, bar_q);
+      for (int j = 0; j < n_tiles; j++) {
+        const int s = j % STAGES;
+        const uint32_t again = (uint32_t)((j / STAGES - 1) & 1), at = (uint32_t)s * KV;
+        if (j >= STAGES) tf_mbar_wait_idle(bar_ke + 8 * s, again);
+        tf_mbar_arrive_expect_tx(bar_kf + 8 * s, KV);
+        for (int h = 0; h < HALVES; h++)
+          tf_tma_load_3d(sK + at + (uint32_t)(h * BC * 128), &a.k, h * 64, j * BC, (int)b, bar_kf + 8 * s);
+        if (j >= STAGES) tf_mbar_wait_idle(bar_ve + 8 * s, again);
+        tf_mbar_arrive_expect_tx(bar_vf + 8 * s, KV);
+        for (int h = 0; h < HALVES; h++)
+          tf_tma_load_3d(sV + at + (uint32_t)(h * BC * 128), &a.v, h * 64, j * BC, (int)b, bar_vf + 8 * s);
+      }
+    }
+    return;
+  }
+
+  /* ---- the consumers ---- */
+  tf_setmaxnreg_inc<C::MMA_REGS>();
+  const int cw = wg - 1, warp = ((int)threadIdx.x / 32) % 4, g = lane >> 2;
+  const int row_in = warp * 16 + g; /* the thread's rows: row_in and row_in + 8 of the consumer */
+  const int64_t wq0 = q0 + cw * 64; /* the consumer's first row */
+  const uint32_t q_w = sQ + (uint32_t)(cw * 64 * 128); /* its Q rows (in each 64-column half) */
+  const float sl2 = p.fwd_scale_log2;
+
+  tf_mbar_wait(bar_q, 0);
+  /* scale < 0: the running max is of -q.k; the consumer's Q rows change sign, for the tensor cores' reads */
+  if (p.q_sign) {
+    for (int h = 0; h < HALVES; h++) {
+      uint32_t *words = reinterpret_cast<uint32_t *>(base_ptr + C::Q_AT + h * BR * 128 + cw * 64 * 128);
+      for (int i = (int)threadIdx.x % 128; i < 64 * 128 / 4; i += 128) words[i] ^= p.q_sign;
+    }
+    tf_wgmma_fence_smem();
+    asm volatile("bar.sync %0, 128;\n" ::"r"(3 + cw) : "memory");
+  }
+
+  float o[HD / 2];
+#pragma unroll
+  for (int i = 0; i < HD / 2; i++) o[i] = 0.f;
+  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
+
+  auto k_full = [&](int j) { tf_mbar_wait(bar_kf + 8 * (j % STAGES), (uint32_t)((j / STAGES) & 1)); };
+  auto v_full = [&](int j) { tf_mbar_wait(bar_vf + 8 * (j % STAGES), (uint32_t)((j / STAGES) & 1)); };
+  auto k_free = [&](int j) { tf_mbar_arrive(bar_ke + 8 * (j % STAGES)); };
+  auto v_free = [&](int j) { tf_mbar_arrive(bar_ve + 8 * (j % STAGES)); };
+  /* S = Q K_j^T: K-major operands, the k step's 32 bytes in a 128-byte row of its half */
+  auto issue_s = [&](float(&s)[BC / 2], int j) {
+    const uint32_t k_st = sK + (uint32_t)(j % STAGES) * KV;
+    tf_wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < HD / 16; kk++) {
+      const uint32_t off = (uint32_t)((kk & 3) * 32), half = (uint32_t)(kk >> 2);
+      tf_wgmma_ss<DT, 0, 0>(s, tf_wgmma_desc(q_w + half * BR * 128 + off, 16, 1024),
+                            tf_wgmma_desc(k_st + half * BC * 128 + off, 16, 1024), kk > 0);
+    }
+    tf_wgmma_commit();
+  };
+  /* O += P V_j: V N-major (8-key groups 1024 bytes apart, the head dim's halves BC rows apart) */
+  auto issue_pv = [&](const uint32_t(&pa)[BC / 16][4], int j) {
+    const uint32_t v_st = sV + (uint32_t)(j % STAGES) * KV;
+    tf_wgmma_hold(o);
+    tf_wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < BC / 16; kk++)
+      tf_wgmma_rs<DT, 1>(o, pa[kk], tf_wgmma_desc(v_st + (uint32_t)(kk * 16 * 128), BC * 128, 1024), true);
+    tf_wgmma_commit();
+  };
+  /* PINGPONG: a turn is a named barrier (1 + cw) that the other consumer's
+   * previous turn arrived at; consumer 0 goes first, and takes one turn
+   * more at the end (consumer 1's last arrival) */
+  auto turn_begin = [&]() {
+    if constexpr (C::PINGPONG) asm volatile("bar.sync %0, 256;\n" ::"r"(1 + cw) : "memory");
+  };
+  auto turn_end = [&]() {
+    if constexpr (C::PINGPONG) asm volatile("bar.arrive %0, 256;\n" ::"r"(2 - cw) : "memory");
+  };
+  if (cw == 1) turn_end();
+
+  int n_full = (int)(p.seq_k / BC); /* blocks below every row's diagonal and inside the keys */
+  if (p.causal && (q0 + 1) / BC < n_full) n_full = (int)((q0 + 1) / BC);
+  if (n_full > n_tiles) n_full = n_tiles;
+  float s[BC / 2], alpha[2];
+  uint32_t pa[BC / 16][4];
+  auto softmax = [&](int j, bool mask) {
+    if (mask) tf_wgmma_mask_scores<BC>(s, tf_wgmma_mask_of<BC>(p, wq0, row_in, (int64_t)j * BC));
+    tf_wgmma_softmax_step<BC>(s, row_max, row_sum, sl2, alpha);
+  };
+
+  if constexpr (C::OVERLAP) {
+    /* block j: S_j and P_{j-1} V_{j-1} in one turn; the softmax of S_j
+     * while P_{j-1} V_{j-1} runs; then O rescaled and P_j packed */
+    auto step = [&](int j, auto mask_tag) {
+      k_full(j);
+      v_full(j - 1);
+      turn_begin();
+      issue_s(s, j);
+      issue_pv(pa, j - 1);
+      turn_end();
+      tf_wgmma_wait<1>();
+      tf_wgmma_hold(s);
+      k_free(j);
+      softmax(j, decltype(mask_tag)::value);
+      tf_wgmma_wait<0>();
+      tf_wgmma_hold(o);
+      tf_wgmma_hold_regs(pa);
+      v_free(j - 1);
+      tf_wgmma_rescale<HD>(o, alpha);
+      tf_wgmma_pack_p<DT, BC>(s, pa);
+    };
+    if (n_tiles > 0) {
+      k_full(0);
+      turn_begin();
+      issue_s(s, 0);
+      turn_end();
+      tf_wgmma_wait<0>();
+      tf_wgmma_hold(s);
+      k_free(0);
+      softmax(0, n_full == 0); /* O is still zero: no rescaling */
+      tf_wgmma_pack_p<DT, BC>(s, pa);
+      for (int j = 1; j < n_full; j++) step(j, tf_flash_bool<false>());
+      for (int j = n_full > 1 ? n_full : 1; j < n_tiles; j++) step(j, tf_flash_bool<true>());
+      v_full(n_tiles - 1);
+      turn_begin();
+      issue_pv(pa, n_tiles - 1);
+      turn_end();
+      tf_wgmma_wait<0>();
+      tf_wgmma_hold(o);
+      tf_wgmma_hold_regs(pa);
+      v_free(n_tiles - 1);
+    }
+  } else {
+    /* block j: S_j, its softmax, then P_j V_j, each product waited for (two turns) */
+    auto step = [&](int j, auto mask_tag) {
+      k_full(j);
+      turn_begin();
+      issue_s(s, j);
+      turn_end();
+      tf_wgmma_wait<0>();
+      tf_wgmma_hold(s);
+      k_free(j);
+      softmax(j, decltype(mask_tag)::value);
+      tf_wgmma_rescale<HD>(o, alpha);
+      tf_wgmma_pack_p<DT, BC>(s, pa);
+      v_full(j);
+      turn_begin();
+      issue_pv(pa, j);
+      turn_end();
+      tf_wgmma_wait<0>();
+      tf_wgmma_hold(o);
+      tf_wgmma_hold_regs(pa);
+      v_free(j);
+    };
+    for (int j = 0; j < n_full; j++) step(j, tf_flash_bool<false>());
+    for (int j = n_full; j < n_tiles; j++) step(j, tf_flash_bool<true>());
+  }
+  if (cw == 0) turn_begin();
+
+  /* O / sum into the consumer's own (swizzled) Q rows, lse; then 16-byte stores */
+  float inv[2];
+  tf_wgmma_softmax_end(p, p.lse + b * p.seq_q, wq0, row_in, row_max, row_sum, inv);
+  tf_wgmma_stage_rows<DT, BR, HD>(base_ptr + C::Q_AT, cw * 64 + warp * 16, o, inv);
+  tf_wgmma_store_rows<BR, HD>(static_cast<uint16_t *>(p.o) + b * p.seq_q * p.head_dim, base_ptr + C::Q_AT, cw * 64,
+                              wq0, p.seq_q, p.head_dim, 3 + cw);
+}
+
+/* ---- launch ------------------------------------------------------------------------------- */
+
+template <int DT, class C> static tf_status tf_fwd_ws_launch(tf_cuda_state *st, const tf_cuda_flash_params *p) {
+  unsigned grid = 0;
+  TF_TRY(tf_flash_grid(p->batch, (p->seq_q + C::BR - 1) / C::BR, &grid));
+  tf_fwd_ws_params a;
+  memset(&a, 0, sizeof a);
+  a.p = *p;
+  TF_TRY(tf_tma_map_rows(&a.q, p->q, p->seq_q, p->batch, p->head_dim, C::BR));
+  TF_TRY(tf_tma_map_rows(&a.k, p->k, p->seq_k, p->batch, p->head_dim, C::BC));
+  TF_TRY(tf_tma_map_rows(&a.v, p->v, p->seq_k, p->batch, p->head_dim, C::BC));
+  TF_CUDA_CHECK(cudaFuncSetAttribute(tf_flash_fwd_ws_kernel<DT, C>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     C::SMEM));
+  tf_flash_fwd_ws_kernel<DT, C><<<grid, 384, C::SMEM, st->stream>>>(a);
+  return tf_cuda_launched("flash_attention forward kernel (warp-specialised)");
+}
+
+/* The configuration of head dim HD: at 64, 192 keys a block and three
+ * buffers; above, 128 keys and two buffers (the O accumulator takes 40 to
+ * 64 registers a thread more). Chosen on an H200: docs/performance.md. */
+template <int DT, int HD> static tf_status tf_fwd_ws_hd(tf_cuda_state *st, const tf_cuda_flash_params *p) {
+  if constexpr (HD == 64)
+    return tf_fwd_ws_launch<DT, tf_fwd_ws_cfg<64, 3, 192>>(st, p);
+  else
+    return tf_fwd_ws_launch<DT, tf_fwd_ws_cfg<HD, 2>>(st, p);
+}
+
+template <int DT> static tf_status tf_fwd_ws_dt(tf_cuda_state *st, const tf_cuda_flash_params *p, int hd_w) {
+  switch (hd_w) {
+    case 64: return tf_fwd_ws_hd<DT, 64>(st, p);
+    case 80: return tf_fwd_ws_hd<DT, 80>(st, p);
+    case 96: return tf_fwd_ws_hd<DT, 96>(st, p);
+    case 128: return tf_fwd_ws_hd<DT, 128>(st, p);
+    default: return tf_fail(TF_ERR_ARG, "flash_attention: no warp-specialised forward kernel for head dim %d", hd_w);
+  }
+}
+
+tf_status tf_cuda_flash_forward_ws(tf_cuda_state *st, const tf_cuda_flash_params *p, tf_dtype dt, int hd_w) {
+  return dt == TF_BF16 ? tf_fwd_ws_dt<TF_BF16>(st, p, hd_w) : tf_fwd_ws_dt<TF_F16>(st, p, hd_w);
+}

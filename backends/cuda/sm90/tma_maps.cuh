@@ -1,0 +1,52 @@
+/* The host side of the TMA loads (tma_ptx.cuh): tensor maps of the
+ * FlashAttention kernels' 16-bit (batch, seq, head dim) tensors, encoded
+ * through the driver's entry point (the binary does not link libcuda
+ * itself). Include after flash_attn_common.cuh. */
+#ifndef TF_TMA_MAPS_CUH
+#define TF_TMA_MAPS_CUH
+
+#include <cuda.h>
+#include <cudaTypedefs.h>
+
+/* The driver's tensor-map encoder, looked up once. */
+static PFN_cuTensorMapEncodeTiled_v12000 tf_tma_encoder(tf_status *st) {
+  static PFN_cuTensorMapEncodeTiled_v12000 encode = nullptr;
+  if (!encode) {
+    void *fn = nullptr;
+    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+    const cudaError_t err = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found);
+    if (err != cudaSuccess) {
+      *st = tf_cuda_error(err, "cudaGetDriverEntryPointByVersion(cuTensorMapEncodeTiled)");
+      return nullptr;
+    }
+    if (found != cudaDriverEntryPointSuccess || !fn) {
+      *st = tf_fail(TF_ERR_BACKEND, "flash_attention: the CUDA driver has no cuTensorMapEncodeTiled");
+      return nullptr;
+    }
+    encode = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
+  }
+  *st = TF_OK;
+  return encode;
+}
+
+/* A tensor map of `batch` problems of (seq, hd) 16-bit elements at ptr,
+ * boxes of 64 columns by `rows` rows (128-byte swizzle: the layout of
+ * wgmma_tiles.cuh's tiles); reads past seq (or hd) land as zeros, so a
+ * box never reads the next problem's rows. */
+static tf_status tf_tma_map_rows(CUtensorMap *map, const void *ptr, int64_t seq, int64_t batch, int hd, int rows) {
+  tf_status st = TF_OK;
+  const PFN_cuTensorMapEncodeTiled_v12000 encode = tf_tma_encoder(&st);
+  if (!encode) return st;
+  const cuuint64_t dims[3] = {(cuuint64_t)hd, (cuuint64_t)seq, (cuuint64_t)batch};
+  const cuuint64_t strides[2] = {(cuuint64_t)hd * 2, (cuuint64_t)(seq * hd * 2)}; /* bytes, dims 1 and 2 */
+  const cuuint32_t box[3] = {64, (cuuint32_t)rows, 1}, elem_strides[3] = {1, 1, 1};
+  const CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT16, 3, const_cast<void *>(ptr), dims, strides, box,
+                            elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                            CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS)
+    return tf_fail(TF_ERR_BACKEND, "flash_attention: cuTensorMapEncodeTiled failed (CUresult %d) for (%lld, %lld, %d)",
+                   (int)r, (long long)batch, (long long)seq, hd);
+  return TF_OK;
+}
+
+#endif

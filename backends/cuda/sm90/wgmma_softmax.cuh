@@ -1,0 +1,113 @@
+/* The forward pass's online softmax on a warpgroup's S accumulator (64
+ * rows, BC keys, mma.sync's C layout: the thread's rows row_in and
+ * row_in + 8, h = 0 and 1), shared by the Hopper forward kernels
+ * (flash_attn_wgmma.cu, flash_attn_fwd_ws.cu) so that they round and
+ * scale alike: the causal / key-end mask, the running max and sum (a
+ * row's max and sum over its 4-lane quad, exp2 by FFMA + MUFU.EX2), O's
+ * rescaling, P rounded to 16 bits as the register A operand of O += P V,
+ * and lse. Include after flash_attn_common.cuh. */
+#ifndef TF_WGMMA_SOFTMAX_CUH
+#define TF_WGMMA_SOFTMAX_CUH
+
+#include <stdint.h>
+
+/* Which scores of a warpgroup's accumulator (64 rows from row0, BC keys
+ * from k0, mma.sync's C layout) are hidden: past the keys, or (causal)
+ * after the row. For element e of column tile nt the key offset less the
+ * lane's 2t is c = 8 nt + (e & 1) and the row offset less the thread's
+ * row_in is r = 8 (e >> 1); the key is visible iff c < key_lim and
+ * c - r <= diag. */
+struct tf_wgmma_mask {
+  int key_lim, diag;
+  __device__ __forceinline__ bool hidden(int nt, int e) const {
+    const int c = nt * 8 + (e & 1), r = (e & 2) * 4;
+    return c >= key_lim || c - r > diag;
+  }
+};
+
+template <int BC>
+__device__ __forceinline__ tf_wgmma_mask tf_wgmma_mask_of(const tf_cuda_flash_params &p, int64_t row0, int row_in,
+                                                          int64_t k0) {
+  const int t2 = ((int)threadIdx.x & 3) * 2;
+  return {(int)(p.seq_k - k0 < BC ? p.seq_k - k0 : BC) - t2, (p.causal ? (int)(row0 - k0) : BC) - (t2 - row_in)};
+}
+
+/* The hidden scores of s set to -inf. */
+template <int BC>
+__device__ __forceinline__ void tf_wgmma_mask_scores(float (&s)[BC / 2], const tf_wgmma_mask &m) {
+#pragma unroll
+  for (int nt = 0; nt < BC / 8; nt++)
+#pragma unroll
+    for (int e = 0; e < 4; e++)
+      if (m.hidden(nt, e)) s[4 * nt + e] = -INFINITY;
+}
+
+/* One key block: s becomes p = exp2(s sl2 - max sl2), the running max and
+ * sum of the thread's two rows move, alpha[h] rescales row h of O. */
+template <int BC>
+__device__ __forceinline__ void tf_wgmma_softmax_step(float (&s)[BC / 2], float (&row_max)[2], float (&row_sum)[2],
+                                                      float sl2, float (&alpha)[2]) {
+  constexpr int NT = BC / 8;
+#pragma unroll
+  for (int h = 0; h < 2; h++) {
+    float mx = row_max[h];
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) mx = fmaxf(mx, fmaxf(s[4 * nt + 2 * h], s[4 * nt + 2 * h + 1]));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float bias = mx == -INFINITY ? 0.f : mx * sl2;
+    alpha[h] = tf_flash_exp2(row_max[h] * sl2 - bias);
+    row_max[h] = mx;
+    float sum = 0.f;
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) {
+      s[4 * nt + 2 * h] = tf_flash_exp2(fmaf(s[4 * nt + 2 * h], sl2, -bias));
+      s[4 * nt + 2 * h + 1] = tf_flash_exp2(fmaf(s[4 * nt + 2 * h + 1], sl2, -bias));
+      sum += s[4 * nt + 2 * h] + s[4 * nt + 2 * h + 1];
+    }
+    row_sum[h] = row_sum[h] * alpha[h] + sum;
+  }
+}
+
+/* O's rows times alpha, only when some row's max moved in the warp (late
+ * key blocks rarely move it). */
+template <int HD> __device__ __forceinline__ void tf_wgmma_rescale(float (&o)[HD / 2], const float (&alpha)[2]) {
+  if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
+#pragma unroll
+    for (int dt = 0; dt < HD / 8; dt++) {
+      o[4 * dt + 0] *= alpha[0];
+      o[4 * dt + 1] *= alpha[0];
+      o[4 * dt + 2] *= alpha[1];
+      o[4 * dt + 3] *= alpha[1];
+    }
+  }
+}
+
+/* P rounded to 16 bits: the register A operand of O += P V, 16 keys a k step. */
+template <int DT, int BC>
+__device__ __forceinline__ void tf_wgmma_pack_p(const float (&s)[BC / 2], uint32_t (&pa)[BC / 16][4]) {
+#pragma unroll
+  for (int kk = 0; kk < BC / 16; kk++)
+#pragma unroll
+    for (int i = 0; i < 4; i++) pa[kk][i] = tf_flash_pack<DT>(s[8 * kk + 2 * i], s[8 * kk + 2 * i + 1]);
+}
+
+/* The end of the rows: inv[h] = 1 / sum (0 for a row that saw no key), and
+ * lse = max |scale| + ln(sum) of rows row0 + row_in (+ 8) below seq_q
+ * (-inf for a row that saw no key) written by the quad's first lane. */
+__device__ __forceinline__ void tf_wgmma_softmax_end(const tf_cuda_flash_params &p, float *lse, int64_t row0,
+                                                     int row_in, const float (&row_max)[2], const float (&row_sum)[2],
+                                                     float (&inv)[2]) {
+#pragma unroll
+  for (int h = 0; h < 2; h++) {
+    float sum = row_sum[h];
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    inv[h] = sum > 0.f ? 1.f / sum : 0.f;
+    const int64_t r = row0 + row_in + 8 * h;
+    if (((int)threadIdx.x & 3) == 0 && r < p.seq_q)
+      lse[r] = sum > 0.f ? row_max[h] * (p.fwd_scale_log2 / TF_FLASH_LOG2E) + logf(sum) : -INFINITY;
+  }
+}
+
+#endif
