@@ -39,6 +39,7 @@
 #include "tma_maps.cuh"
 #include "tma_ptx.cuh"
 #include "wgmma_ptx.cuh"
+#include "wgmma_softmax.cuh"
 #include "wgmma_tiles.cuh"
 
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -221,25 +222,9 @@ __global__ void __launch_bounds__(384, 1) tf_flash_bwd_ws_kernel(const __grid_co
         sc[i] = pv;
       }
     uint32_t pa[BR / 16][4], da[BR / 16][4];
-#pragma unroll
-    for (int kk = 0; kk < BR / 16; kk++)
-#pragma unroll
-      for (int i = 0; i < 4; i++) {
-        pa[kk][i] = tf_flash_pack<DT>(sc[8 * kk + 2 * i], sc[8 * kk + 2 * i + 1]);
-        da[kk][i] = tf_flash_pack<DT>(dp[8 * kk + 2 * i], dp[8 * kk + 2 * i + 1]);
-      }
-
-    /* dV += P^T dO, dK += dS^T Q: 16 queries a step (B N-major, 8-row groups 1024 bytes apart) */
-    tf_wgmma_hold(dv);
-    tf_wgmma_hold(dk);
-    tf_wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < BR / 16; kk++)
-      tf_wgmma_rs<DT, 1>(dv, pa[kk], tf_wgmma_desc(do_st + kk * 2048, BR * 128, 1024), true);
-#pragma unroll
-    for (int kk = 0; kk < BR / 16; kk++)
-      tf_wgmma_rs<DT, 1>(dk, da[kk], tf_wgmma_desc(q_st + kk * 2048, BR * 128, 1024), true);
-    tf_wgmma_commit();
+    tf_wgmma_pack_p<DT, BR>(sc, pa);
+    tf_wgmma_pack_p<DT, BR>(dp, da);
+    tf_wgmma_bwd_dv_dk<DT, BR>(dv, dk, pa, da, do_st, q_st);
     /* the Q/dO buffer back to the loader once dV and dK's products are done (they read it and P^T, dS^T) */
     auto release_stage = [&]() {
       tf_wgmma_hold(dv);

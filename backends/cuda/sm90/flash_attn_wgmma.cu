@@ -426,25 +426,9 @@ __global__ void __launch_bounds__(256, 1) tf_flash_bwd_wgmma_kernel(const tf_cud
         s[i] = pv;
       }
     uint32_t pa[BR / 16][4], da[BR / 16][4];
-#pragma unroll
-    for (int kk = 0; kk < BR / 16; kk++)
-#pragma unroll
-      for (int i = 0; i < 4; i++) {
-        pa[kk][i] = tf_flash_pack<DT>(s[8 * kk + 2 * i], s[8 * kk + 2 * i + 1]);
-        da[kk][i] = tf_flash_pack<DT>(dp[8 * kk + 2 * i], dp[8 * kk + 2 * i + 1]);
-      }
-
-    /* dV += P^T dO, dK += dS^T Q: 16 queries a step (B N-major, 8-row groups 1024 bytes apart) */
-    tf_wgmma_hold(dv);
-    tf_wgmma_hold(dk);
-    tf_wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < BR / 16; kk++)
-      tf_wgmma_rs<DT, 1>(dv, pa[kk], tf_wgmma_desc(do_st + kk * 2048, BR * 128, 1024), true);
-#pragma unroll
-    for (int kk = 0; kk < BR / 16; kk++)
-      tf_wgmma_rs<DT, 1>(dk, da[kk], tf_wgmma_desc(q_st + kk * 2048, BR * 128, 1024), true);
-    tf_wgmma_commit();
+    tf_wgmma_pack_p<DT, BR>(s, pa);
+    tf_wgmma_pack_p<DT, BR>(dp, da);
+    tf_wgmma_bwd_dv_dk<DT, BR>(dv, dk, pa, da, do_st, q_st);
 
     if constexpr (ATOMIC_DQ) {
       /* dS^T (keys x queries) into the warpgroup's tile; once both are
@@ -606,10 +590,7 @@ __global__ void __launch_bounds__(256, 1) tf_flash_dq_wgmma_kernel(const tf_cuda
         dp[i] = pv * (dp[i] - dd[h]);
       }
     uint32_t da[BC / 16][4];
-#pragma unroll
-    for (int kk = 0; kk < BC / 16; kk++)
-#pragma unroll
-      for (int i = 0; i < 4; i++) da[kk][i] = tf_flash_pack<DT>(dp[8 * kk + 2 * i], dp[8 * kk + 2 * i + 1]);
+    tf_wgmma_pack_p<DT, BC>(dp, da);
     tf_wgmma_hold(dq);
     tf_wgmma_fence();
 #pragma unroll

@@ -5,7 +5,9 @@
  * scale alike: the causal / key-end mask, the running max and sum (a
  * row's max and sum over its 4-lane quad, exp2 by FFMA + MUFU.EX2), O's
  * rescaling, P rounded to 16 bits as the register A operand of O += P V,
- * and lse. Include after flash_attn_common.cuh. */
+ * and lse; and the backward kernels' (flash_attn_wgmma.cu,
+ * flash_attn_bwd_ws.cu) dV += P^T dO and dK += dS^T Q from the same
+ * packing. Include after flash_attn_common.cuh and wgmma_ptx.cuh. */
 #ifndef TF_WGMMA_SOFTMAX_CUH
 #define TF_WGMMA_SOFTMAX_CUH
 
@@ -90,6 +92,27 @@ __device__ __forceinline__ void tf_wgmma_pack_p(const float (&s)[BC / 2], uint32
   for (int kk = 0; kk < BC / 16; kk++)
 #pragma unroll
     for (int i = 0; i < 4; i++) pa[kk][i] = tf_flash_pack<DT>(s[8 * kk + 2 * i], s[8 * kk + 2 * i + 1]);
+}
+
+/* The backward pass's dV += P^T dO and dK += dS^T Q for a warpgroup's 64
+ * keys over BR queries, P^T and dS^T packed (tf_wgmma_pack_p) into pa and
+ * da, which the caller keeps until the products are waited for (wgmma
+ * reads them as it runs); dO and Q N-major in shared memory from do_st and
+ * q_st, 16 queries a k step, 8-row groups 1024 bytes apart. Committed, not
+ * waited for. */
+template <int DT, int BR, int R>
+__device__ __forceinline__ void tf_wgmma_bwd_dv_dk(float (&dv)[R], float (&dk)[R], const uint32_t (&pa)[BR / 16][4],
+                                                   const uint32_t (&da)[BR / 16][4], uint32_t do_st, uint32_t q_st) {
+  tf_wgmma_hold(dv);
+  tf_wgmma_hold(dk);
+  tf_wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < BR / 16; kk++)
+    tf_wgmma_rs<DT, 1>(dv, pa[kk], tf_wgmma_desc(do_st + kk * 2048, BR * 128, 1024), true);
+#pragma unroll
+  for (int kk = 0; kk < BR / 16; kk++)
+    tf_wgmma_rs<DT, 1>(dk, da[kk], tf_wgmma_desc(q_st + kk * 2048, BR * 128, 1024), true);
+  tf_wgmma_commit();
 }
 
 /* The end of the rows: inv[h] = 1 / sum (0 for a row that saw no key), and
