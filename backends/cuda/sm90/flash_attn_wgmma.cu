@@ -394,21 +394,7 @@ __global__ void __launch_bounds__(256, 1) tf_flash_bwd_wgmma_kernel(const tf_cud
 
     /* S^T = K Q^T, dP^T = V dO^T */
     float s[BR / 2], dp[BR / 2];
-    tf_wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < HD / 16; kk++) { /* the k step's 32 bytes in a 128-byte row of its half */
-      const uint32_t kv = (uint32_t)((kk >> 2) * BC * 128 + (kk & 3) * 32), qo = (uint32_t)((kk >> 2) * BR * 128 + (kk & 3) * 32);
-      tf_wgmma_ss<DT, 0, 0>(s, tf_wgmma_desc(k_w + kv, 16, 1024), tf_wgmma_desc(q_st + qo, 16, 1024), kk > 0);
-    }
-#pragma unroll
-    for (int kk = 0; kk < HD / 16; kk++) {
-      const uint32_t kv = (uint32_t)((kk >> 2) * BC * 128 + (kk & 3) * 32), qo = (uint32_t)((kk >> 2) * BR * 128 + (kk & 3) * 32);
-      tf_wgmma_ss<DT, 0, 0>(dp, tf_wgmma_desc(v_w + kv, 16, 1024), tf_wgmma_desc(do_st + qo, 16, 1024), kk > 0);
-    }
-    tf_wgmma_commit();
-    tf_wgmma_wait<0>();
-    tf_wgmma_hold(s);
-    tf_wgmma_hold(dp);
+    tf_wgmma_bwd_s_dp<DT, HD, BC, BR>(s, dp, k_w, v_w, q_st, do_st);
 
     /* P^T and dS^T; masked where the key is after the query, or either is past the end */
     const bool edge = (p.causal && q0 < k0 + BC) || q0 + BR > p.seq_q || k0 + BC > p.seq_k;

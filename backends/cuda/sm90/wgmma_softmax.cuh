@@ -94,6 +94,30 @@ __device__ __forceinline__ void tf_wgmma_pack_p(const float (&s)[BC / 2], uint32
     for (int i = 0; i < 4; i++) pa[kk][i] = tf_flash_pack<DT>(s[8 * kk + 2 * i], s[8 * kk + 2 * i + 1]);
 }
 
+/* The backward pass's S^T = K Q^T and dP^T = V dO^T for a warpgroup's 64
+ * keys (K and V rows from k_w and v_w, BC rows a half) over BR queries (Q
+ * and dO from q_st and do_st, BR rows a half), head dim HD in 128-byte
+ * swizzled halves, 16 a k step; waited for, the accumulators held. */
+template <int DT, int HD, int BC, int BR>
+__device__ __forceinline__ void tf_wgmma_bwd_s_dp(float (&st)[BR / 2], float (&dpt)[BR / 2], uint32_t k_w, uint32_t v_w,
+                                                  uint32_t q_st, uint32_t do_st) {
+  tf_wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < HD / 16; kk++) { /* the k step's 32 bytes in a 128-byte row of its half */
+    const uint32_t kv = (uint32_t)((kk >> 2) * BC * 128 + (kk & 3) * 32), qo = (uint32_t)((kk >> 2) * BR * 128 + (kk & 3) * 32);
+    tf_wgmma_ss<DT, 0, 0>(st, tf_wgmma_desc(k_w + kv, 16, 1024), tf_wgmma_desc(q_st + qo, 16, 1024), kk > 0);
+  }
+#pragma unroll
+  for (int kk = 0; kk < HD / 16; kk++) {
+    const uint32_t kv = (uint32_t)((kk >> 2) * BC * 128 + (kk & 3) * 32), qo = (uint32_t)((kk >> 2) * BR * 128 + (kk & 3) * 32);
+    tf_wgmma_ss<DT, 0, 0>(dpt, tf_wgmma_desc(v_w + kv, 16, 1024), tf_wgmma_desc(do_st + qo, 16, 1024), kk > 0);
+  }
+  tf_wgmma_commit();
+  tf_wgmma_wait<0>();
+  tf_wgmma_hold(st);
+  tf_wgmma_hold(dpt);
+}
+
 /* The backward pass's dV += P^T dO and dK += dS^T Q for a warpgroup's 64
  * keys over BR queries, P^T and dS^T packed (tf_wgmma_pack_p) into pa and
  * da, which the caller keeps until the products are waited for (wgmma
