@@ -280,15 +280,7 @@ __global__ void __launch_bounds__(384, 1) tf_flash_bwd_ws_kernel(const __grid_co
 
   /* dK (times scale) and dV through the consumer's own K and V rows, once both consumers are done with K */
   asm volatile("bar.sync 1, 256;\n" ::: "memory");
-  const float dk_scale[2] = {p.scale, p.scale}, one[2] = {1.f, 1.f};
-  unsigned char *const k_tile = base_ptr + C::K_AT, *const v_tile = base_ptr + C::V_AT;
-  tf_wgmma_stage_rows<DT, BC, HD>(k_tile, cw * 64 + warp * 16, dk, dk_scale);
-  tf_wgmma_stage_rows<DT, BC, HD>(v_tile, cw * 64 + warp * 16, dv, one);
-  const int64_t key0 = k0 + cw * 64;
-  tf_wgmma_store_rows<BC, HD>(static_cast<uint16_t *>(p.dk) + b * p.seq_k * hd, k_tile, cw * 64, key0, p.seq_k, hd,
-                              2 + cw);
-  tf_wgmma_store_rows<BC, HD>(static_cast<uint16_t *>(p.dv) + b * p.seq_k * hd, v_tile, cw * 64, key0, p.seq_k, hd,
-                              2 + cw);
+  tf_wgmma_bwd_store_dk_dv<DT, BC, HD>(p, b, k0, cw, warp, hd, base_ptr + C::K_AT, base_ptr + C::V_AT, dk, dv, 2 + cw);
 }
 
 /* ---- launch ------------------------------------------------------------------------------- */

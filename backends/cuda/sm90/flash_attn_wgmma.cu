@@ -452,15 +452,8 @@ __global__ void __launch_bounds__(256, 1) tf_flash_bwd_wgmma_kernel(const tf_cud
   /* dK (times scale) and dV through the warpgroup's own K and V rows, once no copy is in flight */
   tf_flash_cp_wait<0>();
   __syncthreads();
-  const float dk_scale[2] = {p.scale, p.scale}, one[2] = {1.f, 1.f};
-  unsigned char *const k_tile = base_ptr + (sK - base), *const v_tile = base_ptr + (sV - base);
-  tf_wgmma_stage_rows<DT, BC, HD>(k_tile, wg * 64 + warp * 16, dk, dk_scale);
-  tf_wgmma_stage_rows<DT, BC, HD>(v_tile, wg * 64 + warp * 16, dv, one);
-  const int64_t key0 = k0 + wg * 64;
-  tf_wgmma_store_rows<BC, HD>(static_cast<uint16_t *>(p.dk) + b * p.seq_k * hd, k_tile, wg * 64, key0, p.seq_k, hd,
-                              3 + wg);
-  tf_wgmma_store_rows<BC, HD>(static_cast<uint16_t *>(p.dv) + b * p.seq_k * hd, v_tile, wg * 64, key0, p.seq_k, hd,
-                              3 + wg);
+  tf_wgmma_bwd_store_dk_dv<DT, BC, HD>(p, b, k0, wg, warp, hd, base_ptr + (sK - base), base_ptr + (sV - base), dk, dv,
+                                       3 + wg);
 }
 
 template <int DT, int HD, bool ATOMIC_DQ>

@@ -60,4 +60,24 @@ __device__ __forceinline__ void tf_wgmma_store_rows(uint16_t *dst, const unsigne
   }
 }
 
+/* The backward pass's end for a warpgroup's 64 keys, rows w * 64.. of a
+ * block of BC keys from k0 in problem b (warp: the thread's warp in its
+ * warpgroup, hd: p.head_dim, as the caller has them): dK times scale and
+ * dV rounded to DT into the block's K and V tiles (the warpgroup's own rows, free once
+ * the caller's barrier has passed), then stored to p.dk and p.dv (rows past
+ * seq_k skipped) after named barrier bar over the warpgroup. */
+template <int DT, int BC, int HD>
+__device__ __forceinline__ void tf_wgmma_bwd_store_dk_dv(const tf_cuda_flash_params &p, int64_t b, int64_t k0, int w,
+                                                         int warp, int hd, unsigned char *k_tile, unsigned char *v_tile,
+                                                         const float (&dk)[HD / 2], const float (&dv)[HD / 2], int bar) {
+  const float dk_scale[2] = {p.scale, p.scale}, one[2] = {1.f, 1.f};
+  tf_wgmma_stage_rows<DT, BC, HD>(k_tile, w * 64 + warp * 16, dk, dk_scale);
+  tf_wgmma_stage_rows<DT, BC, HD>(v_tile, w * 64 + warp * 16, dv, one);
+  const int64_t key0 = k0 + w * 64;
+  tf_wgmma_store_rows<BC, HD>(static_cast<uint16_t *>(p.dk) + b * p.seq_k * hd, k_tile, w * 64, key0, p.seq_k, hd,
+                              bar);
+  tf_wgmma_store_rows<BC, HD>(static_cast<uint16_t *>(p.dv) + b * p.seq_k * hd, v_tile, w * 64, key0, p.seq_k, hd,
+                              bar);
+}
+
 #endif
