@@ -51,9 +51,12 @@ static tf_status tf_model_layer_backward(tf_model *m, int64_t l) {
    * (and xmid = x_l + output_proj(attention), when not kept, by the forward pass's kernels
    * from the kept projection or the projection's GEMM again) */
   if (a->proj || m->recompute_residual) {
-    if (!a->proj) TF_TRY(tf_model_linear(m, a->atty, n, d, d, tf_model_mw(m, w->out), p->proj));
-    TF_TRY(tf_model_norm(m, p->resid[2 * l], a->proj ? a->proj : p->proj, p->resid[2 * l + 1], w->ln2, a->h2,
-                         a->rstd2));
+    void *proj = a->proj;
+    if (!proj) {
+      proj = p->proj;
+      TF_TRY(tf_model_linear(m, a->atty, n, d, d, tf_model_mw(m, w->out), proj));
+    }
+    TF_TRY(tf_model_norm(m, p->resid[2 * l], proj, p->resid[2 * l + 1], w->ln2, a->h2, a->rstd2));
   } else {
     TF_TRY(tf_model_norm(m, p->resid[2 * l + 1], NULL, NULL, w->ln2, a->h2, a->rstd2));
   }
