@@ -369,24 +369,24 @@ static bool tf_flash_tc_ok(const tf_flash_args *a) {
 }
 
 /* Whether the backward pass computes dQ in a pass of its own (no f32 dQ
- * accumulator): when deterministic, and off the tensor-core path. */
-static bool tf_flash_dq_pass(const tf_flash_args *a) {
-  return a->deterministic || !tf_flash_tc_shape(a);
+ * accumulator): when deterministic, off the tensor-core path, and where
+ * st's device does it faster so (tf_flash_bwd_dq_pass_here). */
+static bool tf_flash_dq_pass(const tf_cuda_state *st, const tf_flash_args *a) {
+  return a->deterministic || !tf_flash_tc_shape(a) || tf_flash_bwd_dq_pass_here(st, a->head_dim);
 }
 
 /* D (f32 per query row), then, where dQ has no pass of its own, the f32
  * dQ accumulator. */
-static size_t tf_flash_workspace_bytes(const tf_flash_args *a) {
+static size_t tf_flash_workspace_bytes(const tf_cuda_state *st, const tf_flash_args *a) {
   if (!a->backward || a->batch <= 0 || a->seq_q <= 0 || a->head_dim <= 0) return 0;
   const size_t rows = (size_t)a->batch * (size_t)a->seq_q;
   size_t bytes = tf_flash_round256(rows * sizeof(float));
-  if (!tf_flash_dq_pass(a)) bytes += tf_flash_round256(rows * (size_t)a->head_dim * sizeof(float));
+  if (!tf_flash_dq_pass(st, a)) bytes += tf_flash_round256(rows * (size_t)a->head_dim * sizeof(float));
   return bytes;
 }
 
 size_t tf_cuda_flash_workspace(tf_device_ctx *ctx, const tf_flash_args *a) {
-  (void)ctx;
-  return tf_flash_workspace_bytes(a);
+  return tf_flash_workspace_bytes(tf_cuda_state_of(ctx), a);
 }
 
 template <int DT> static tf_status tf_flash_backward(tf_cuda_state *st, tf_cuda_flash_params *p, bool tc, bool det) {
@@ -433,14 +433,14 @@ template <int DT> static tf_status tf_flash_typed(tf_cuda_state *st, const tf_fl
     if (tc) return tf_cuda_flash_forward_tc(st, &p, (tf_dtype)DT, tf_flash_tc_dim(a->head_dim));
     return tf_flash_simt_forward<DT>(st, &p);
   }
-  const size_t need = tf_flash_workspace_bytes(a);
+  const size_t need = tf_flash_workspace_bytes(st, a);
   if (!a->workspace && need > 0)
     return tf_fail(TF_ERR_ARG, "flash_attention backward: no workspace (%zu bytes needed)", need);
   const size_t rows = (size_t)a->batch * (size_t)a->seq_q;
   p.rowdot = static_cast<float *>(a->workspace);
   p.dq_acc = reinterpret_cast<float *>(static_cast<char *>(a->workspace) + tf_flash_round256(rows * sizeof(float)));
   /* the dQ accumulator is there only where flash_workspace counted it */
-  return tf_flash_backward<DT>(st, &p, tc, tf_flash_dq_pass(a));
+  return tf_flash_backward<DT>(st, &p, tc, tf_flash_dq_pass(st, a));
 }
 
 /* The backend entry: the dispatcher has checked shapes and devices. */

@@ -28,8 +28,11 @@
  *     shapes then run a second time with TF_FLASH_WGMMA=0, so the mma.sync
  *     kernels they replaced stay checked, and a third time with
  *     TF_FLASH_BWD_WS=1 and TF_FLASH_FWD_WS flipped: the backward pass by
- *     the warp-specialised kernel (which deterministic passes take by
- *     default, so the default is covered by the first and third) and the
+ *     the warp-specialised kernel (which every backward pass takes by
+ *     default: dQ by reductions at head dim 64, else dQ by the dQ kernel
+ *     as in deterministic passes, so the default is covered by the first
+ *     and third; a run without TF_FLASH_BWD_WS, as under
+ *     TF_FLASH_SANITIZE, checks it as it is) and the
  *     forward pass by the other Hopper kernel than the run's, so both
  *     forward kernels are checked in every run (the op names say which
  *     kernel: "forward o [wgmma-ws]");
@@ -191,7 +194,18 @@ static const char *path_of(tf_dtype dt, int64_t d, int64_t off, bool forward) {
   if (!wgmma_on() || !wgmma_dim(d)) return "tc";
   if (forward) return fwd_ws_on() ? "wgmma-ws" : "wgmma";
   const char *ws = getenv("TF_FLASH_BWD_WS");
-  return ws && strcmp(ws, "1") == 0 ? "wgmma-ws" : "wgmma";
+  return ws && strcmp(ws, "0") == 0 ? "wgmma" : "wgmma-ws";
+}
+
+/* Whether a backward pass adds dQ up by reductions into an f32
+ * accumulator (flash_attn.cu's rule): tensor cores, not deterministic, and
+ * not at the Hopper head dims 80-128, where dQ has a pass of its own
+ * unless TF_FLASH_BWD_WS is 0 or 1. */
+static bool dq_by_reductions(const tf_flash_args *a) {
+  if (a->dtype == TF_F32 || a->head_dim % 8 != 0 || a->deterministic) return false;
+  const char *ws = getenv("TF_FLASH_BWD_WS");
+  const bool ws_set = ws && (strcmp(ws, "0") == 0 || strcmp(ws, "1") == 0);
+  return ws_set || !wgmma_on() || a->head_dim <= 64;
 }
 
 static tf_flash_args args_of(const flash_shape *s, tf_dtype dt, bool causal, double scale) {
@@ -205,10 +219,9 @@ static tf_status gpu_backward(tf_flash_args a, flat_pair dq, flat_pair dk, flat_
   const size_t bytes = gctx->backend->flash_workspace(gctx, &a);
   const size_t rows = (size_t)(a.batch * a.seq_q);
   CHECK(bytes >= rows * sizeof(float));
-  /* the f32 dQ accumulator is asked for exactly when dQ is added up by atomics (tensor cores, not
-   * deterministic); else only D's rows (rounded up to 256 bytes) */
-  const bool atomics = a.dtype != TF_F32 && a.head_dim % 8 == 0 && !a.deterministic;
-  CHECK(atomics ? bytes >= rows * (size_t)(1 + a.head_dim) * sizeof(float) : bytes < rows * sizeof(float) + 256);
+  /* the f32 dQ accumulator is asked for exactly when dQ is added up by reductions; else only D's
+   * rows (rounded up to 256 bytes) */
+  CHECK(dq_by_reductions(&a) ? bytes >= rows * (size_t)(1 + a.head_dim) * sizeof(float) : bytes < rows * sizeof(float) + 256);
   tf_block *ws = NULL;
   tf_status st = bytes ? tf_alloc(&gctx->alloc, bytes, &ws) : TF_OK;
   if (st != TF_OK) return st;
@@ -426,10 +439,11 @@ static void ws_pass(bool only_small, int first_dtype) {
  * warp-specialised backward kernel, then misaligned buffers. */
 static void all_checks(void) {
   static const tf_dtype dts[3] = {TF_F32, TF_F16, TF_BF16};
-  /* By default the deterministic backward passes take the warp-specialised
-   * kernel and those with dQ by reductions the earlier wgmma one: the first
-   * passes check the earlier kernels for both (TF_FLASH_BWD_WS=0), ws_pass
-   * the warp-specialised one for both, so the default is covered too. */
+  /* By default every Hopper backward pass takes the warp-specialised
+   * kernel (with dQ by reductions at head dim 64, then the dQ kernel at
+   * 80-128 and in deterministic passes): the first passes check the
+   * earlier kernels (TF_FLASH_BWD_WS=0), ws_pass the warp-specialised one
+   * both ways (=1), so the default is covered too. */
   const char *ws_env = getenv("TF_FLASH_BWD_WS");
   if (!ws_env) setenv("TF_FLASH_BWD_WS", "0", 1);
   for (int di = 0; di < 3; di++)
