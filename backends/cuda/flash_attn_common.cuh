@@ -218,6 +218,9 @@ tf_status tf_cuda_flash_backward_ws(tf_cuda_state *st, const tf_cuda_flash_param
                                     bool atomic_dq);
 /* ... and the deterministic dQ. */
 tf_status tf_cuda_flash_dq_wgmma(tf_cuda_state *st, const tf_cuda_flash_params *p, tf_dtype dt, int hd_w);
+/* sm90/flash_attn_dq_ws.cu: the same dQ by the warp-specialised kernel
+ * (TMA loads, the consumers' products and exponentials overlapped); seq_k > 0. */
+tf_status tf_cuda_flash_dq_ws(tf_cuda_state *st, const tf_cuda_flash_params *p, tf_dtype dt, int hd_w);
 /* flash_attn_fwd.cu: whether st's device takes those (compute capability
  * 9.0, and TF_FLASH_WGMMA is not 0). */
 bool tf_flash_wgmma_here(const tf_cuda_state *st);

@@ -187,7 +187,7 @@ static void ws_pass(bool only_small, int first_dtype);
  * backward pass, by the backend's rule (flash_attn.cu, flash_attn_fwd.cu,
  * flash_attn_bwd.cu); [wgmma]: the forward pass, the dK/dV (atomic dQ)
  * kernel and the deterministic dQ kernel by wgmma; [wgmma-ws]: the
- * forward pass, or the dK/dV kernel, warp-specialised. */
+ * forward pass, or the dK/dV and dQ kernels, warp-specialised. */
 static const char *path_of(tf_dtype dt, int64_t d, int64_t off, bool forward) {
   const bool tc = (dt == TF_F16 || dt == TF_BF16) && d % 8 == 0 && d <= 128 && off == 0;
   if (!tc) return "simt";

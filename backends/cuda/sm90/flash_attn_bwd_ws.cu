@@ -34,6 +34,8 @@
  *     block (both dS^T tiles written); dS^T is double-buffered, and so is
  *     dQ where shared memory allows (64-row query blocks), so that
  *     nothing else waits.
+ *     Without dQ the consumers take turns issuing their products instead
+ *     (two named barriers, as in the forward kernel).
  * Without ATOMIC_DQ (deterministic) dS^T and dQ are skipped: flash_attn_wgmma.cu's
  * dQ kernel computes dQ. The grid is flash_attn_wgmma.cu's backward one: a
  * block per (problem, 128 keys), problem by problem. */
@@ -54,27 +56,26 @@
 /* Head dim HD (64, 80, 96 or 128), HDS its columns in shared memory, BC
  * keys a block (64 a consumer), query blocks of BR rows (128 at head dim
  * 64, 64 above, where S^T, dP^T, dK and dV would not fit a thread's
- * registers), STAGES Q/dO buffers, DQ_BUFS dQ tiles. Shared memory, from a
+ * registers), STAGES Q/dO buffers, DQ_BUFS dQ tiles (DQ_: dQ by
+ * reductions, else no dS^T or dQ tiles). Shared memory, from a
  * 1024-byte boundary: K, V (BC rows); Q and dO STAGES times (BR rows);
  * dS^T twice, each as BR / 64 query quarters of the two consumers' 64 x 64
  * tiles one after the other; dQ DQ_BUFS times (BR x HD f32); lse and D
  * STAGES times; the barriers. */
-template <int HD_, int BR_> struct tf_bwd_ws_cfg {
+template <int HD_, int BR_, bool DQ_> struct tf_bwd_ws_cfg {
   static_assert(HD_ == 64 || HD_ == 80 || HD_ == 96 || HD_ == 128, "the head dims the kernel is built for");
   static_assert(BR_ == 64 || (BR_ == 128 && HD_ == 64), "128-row query blocks at head dim 64 only");
   static constexpr int HD = HD_, HDS = tf_wgmma_hds(HD_), BC = 128, BR = BR_;
   static constexpr int STAGES = HDS == 64 && BR == 64 ? 3 : 2, DQ_BUFS = BR == 64 ? 2 : 1;
   static constexpr uint32_t KV = BC * HDS * 2, QO = BR * HDS * 2, DS = 64 * 64 * 2, DQ = BR * HD * 4;
   static constexpr uint32_t K_AT = 0, V_AT = KV, Q_AT = 2 * KV, DO_AT = Q_AT + STAGES * QO;
-  static constexpr uint32_t DS_AT = DO_AT + STAGES * QO, DQ_AT = DS_AT + 2 * (BR / 64) * 2 * DS;
-  static constexpr uint32_t LSE_AT = DQ_AT + DQ_BUFS * DQ;
+  static constexpr uint32_t DS_AT = DO_AT + STAGES * QO, DQ_AT = DS_AT + (DQ_ ? 2 * (BR / 64) * 2 * DS : 0);
+  static constexpr uint32_t LSE_AT = DQ_AT + (DQ_ ? DQ_BUFS * DQ : 0);
   static constexpr uint32_t D_AT = LSE_AT + STAGES * BR * 4, BAR_AT = D_AT + STAGES * BR * 4;
   /* barriers: K/V full, STAGES full, STAGES empty, 2 dQ full, 2 dQ empty (DQ_BUFS of each used) */
   static constexpr int N_BARS = 1 + 2 * STAGES + 4;
-  static constexpr int SMEM = (int)BAR_AT + 8 * N_BARS + 1024;
+  static constexpr int SMEM = tf_ws_smem(BAR_AT, N_BARS);
   static_assert(SMEM <= 227 * 1024, "one block an SM");
-  /* registers a thread: the loading warpgroup's and the consumers' (24 x 128 + 240 x 256 = 384 x 168) */
-  static constexpr int LOAD_REGS = 24, MMA_REGS = 240;
 };
 
 /* The kernel's parameters: the tensor maps of Q, K, V and dO (by
@@ -87,7 +88,7 @@ struct tf_bwd_ws_params {
 
 template <int DT, int HD, int BR_, bool ATOMIC_DQ>
 __global__ void __launch_bounds__(384, 1) tf_flash_bwd_ws_kernel(const __grid_constant__ tf_bwd_ws_params a) {
-  using C = tf_bwd_ws_cfg<HD, BR_>;
+  using C = tf_bwd_ws_cfg<HD, BR_, ATOMIC_DQ>;
   constexpr int BC = C::BC, BR = C::BR, NT = BR / 8, STAGES = C::STAGES, HALVES = C::HDS / 64, DQ_BUFS = C::DQ_BUFS;
   constexpr uint32_t QO = C::QO;
   /* 64-row query blocks: the head-dim columns of dQ that consumer 0 computes (consumer 1 the rest) */
@@ -123,7 +124,7 @@ __global__ void __launch_bounds__(384, 1) tf_flash_bwd_ws_kernel(const __grid_co
 
   const int wg = (int)threadIdx.x / 128, lane = (int)threadIdx.x % 32;
   if (wg == 0) {
-    tf_setmaxnreg_dec<C::LOAD_REGS>();
+    tf_setmaxnreg_dec<TF_WS_LOAD_REGS>();
     const int warp = (int)threadIdx.x / 32;
     if (warp == 0) {
       /* the loader: K and V once, then each query block's Q, dO, lse and D */
@@ -131,10 +132,7 @@ __global__ void __launch_bounds__(384, 1) tf_flash_bwd_ws_kernel(const __grid_co
         tf_tma_prefetch_map(&a.q);
         tf_tma_prefetch_map(&a.dout);
         tf_mbar_arrive_expect_tx(bar_kv, 2 * C::KV);
-        for (int h = 0; h < HALVES; h++) {
-          tf_tma_load_3d(sK + (uint32_t)(h * BC * 128), &a.k, h * 64, (int)k0, (int)b, bar_kv);
-          tf_tma_load_3d(sV + (uint32_t)(h * BC * 128), &a.v, h * 64, (int)k0, (int)b, bar_kv);
-        }
+        tf_tma_load_pair<HALVES, BC>(sK, &a.k, sV, &a.v, (int)k0, (int)b, bar_kv);
       }
       const float *lse = p.lse + b * p.seq_q, *D = p.rowdot + b * p.seq_q;
       for (int it = 0; it < n_it; it++) {
@@ -151,10 +149,7 @@ __global__ void __launch_bounds__(384, 1) tf_flash_bwd_ws_kernel(const __grid_co
         const uint32_t full = bar_full + 8 * s;
         if (lane == 0) {
           tf_mbar_arrive_expect_tx(full, 2 * QO);
-          for (int h = 0; h < HALVES; h++) {
-            tf_tma_load_3d(sQ + (uint32_t)s * QO + (uint32_t)(h * BR * 128), &a.q, h * 64, (int)q0, (int)b, full);
-            tf_tma_load_3d(sdO + (uint32_t)s * QO + (uint32_t)(h * BR * 128), &a.dout, h * 64, (int)q0, (int)b, full);
-          }
+          tf_tma_load_pair<HALVES, BR>(sQ + (uint32_t)s * QO, &a.q, sdO + (uint32_t)s * QO, &a.dout, (int)q0, (int)b, full);
         } else {
           tf_mbar_arrive(full);
         }
@@ -177,7 +172,7 @@ __global__ void __launch_bounds__(384, 1) tf_flash_bwd_ws_kernel(const __grid_co
   }
 
   /* ---- the consumers ---- */
-  tf_setmaxnreg_inc<C::MMA_REGS>();
+  tf_setmaxnreg_inc<TF_WS_MMA_REGS>();
   const int cw = wg - 1, warp = ((int)threadIdx.x / 32) % 4;
   const int g = lane >> 2, t2 = (lane & 3) * 2;
   /* the consumer's 64 keys: K and V rows (in each 64-column half) */
@@ -188,6 +183,17 @@ __global__ void __launch_bounds__(384, 1) tf_flash_bwd_ws_kernel(const __grid_co
 #pragma unroll
   for (int i = 0; i < HD / 2; i++) dk[i] = dv[i] = 0.f;
 
+  /* Without ATOMIC_DQ the consumers take turns issuing their products (named
+   * barriers 5 + cw, as the forward kernel's), so that one's exponentials
+   * run beside the other's products: 3-6% faster on an H100 at head dims
+   * 64-128. With ATOMIC_DQ they meet at the dS^T barrier instead. */
+  auto turn_begin = [&]() {
+    if constexpr (!ATOMIC_DQ) asm volatile("bar.sync %0, 256;\n" ::"r"(5 + cw) : "memory");
+  };
+  auto turn_end = [&]() {
+    if constexpr (!ATOMIC_DQ) asm volatile("bar.arrive %0, 256;\n" ::"r"(6 - cw) : "memory");
+  };
+  if (cw == 1) turn_end();
   tf_mbar_wait(bar_kv, 0);
   for (int it = 0; it < n_it; it++) {
     const int s = it % STAGES;
@@ -198,7 +204,12 @@ __global__ void __launch_bounds__(384, 1) tf_flash_bwd_ws_kernel(const __grid_co
 
     /* S^T = K Q^T, dP^T = V dO^T */
     float sc[BR / 2], dp[BR / 2];
-    tf_wgmma_bwd_s_dp<DT, HD, BC, BR>(sc, dp, k_w, v_w, q_st, do_st);
+    turn_begin();
+    tf_wgmma_issue_s_dp<DT, HD, BC, BR>(sc, dp, k_w, v_w, q_st, do_st);
+    turn_end();
+    tf_wgmma_wait<0>();
+    tf_wgmma_hold(sc);
+    tf_wgmma_hold(dp);
 
     /* P^T and dS^T; masked where the key is after the query or past the keys
      * (rows past the queries have lse = inf) */
@@ -219,7 +230,9 @@ __global__ void __launch_bounds__(384, 1) tf_flash_bwd_ws_kernel(const __grid_co
     uint32_t pa[BR / 16][4], da[BR / 16][4];
     tf_wgmma_pack_p<DT, BR>(sc, pa);
     tf_wgmma_pack_p<DT, BR>(dp, da);
+    turn_begin();
     tf_wgmma_bwd_dv_dk<DT, BR>(dv, dk, pa, da, do_st, q_st);
+    turn_end();
     /* the Q/dO buffer back to the loader once dV and dK's products are done (they read it and P^T, dS^T) */
     auto release_stage = [&]() {
       tf_wgmma_hold(dv);
@@ -293,6 +306,7 @@ __global__ void __launch_bounds__(384, 1) tf_flash_bwd_ws_kernel(const __grid_co
     }
   }
 
+  if (cw == 0) turn_begin();
   /* dK (times scale) and dV through the consumer's own K and V rows, once both consumers are done with K */
   asm volatile("bar.sync 1, 256;\n" ::: "memory");
   tf_wgmma_bwd_store_dk_dv<DT, BC, HD>(p, b, k0, cw, warp, hd, base_ptr + C::K_AT, base_ptr + C::V_AT, dk, dv, 2 + cw);
@@ -302,20 +316,15 @@ __global__ void __launch_bounds__(384, 1) tf_flash_bwd_ws_kernel(const __grid_co
 
 template <int DT, int HD, int BR, bool ATOMIC_DQ>
 static tf_status tf_bwd_ws_launch(tf_cuda_state *st, const tf_cuda_flash_params *p) {
-  using C = tf_bwd_ws_cfg<HD, BR>;
+  using C = tf_bwd_ws_cfg<HD, BR, ATOMIC_DQ>;
   unsigned grid = 0;
   TF_TRY(tf_flash_grid(p->batch, (p->seq_k + C::BC - 1) / C::BC, &grid));
   tf_bwd_ws_params a;
   memset(&a, 0, sizeof a);
   a.p = *p;
-  TF_TRY(tf_tma_map_rows(&a.q, p->q, p->seq_q, p->batch, p->head_dim, C::BR));
-  TF_TRY(tf_tma_map_rows(&a.dout, p->dout, p->seq_q, p->batch, p->head_dim, C::BR));
-  TF_TRY(tf_tma_map_rows(&a.k, p->k, p->seq_k, p->batch, p->head_dim, C::BC));
-  TF_TRY(tf_tma_map_rows(&a.v, p->v, p->seq_k, p->batch, p->head_dim, C::BC));
-  TF_CUDA_CHECK(cudaFuncSetAttribute(tf_flash_bwd_ws_kernel<DT, HD, BR, ATOMIC_DQ>,
-                                     cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM));
-  tf_flash_bwd_ws_kernel<DT, HD, BR, ATOMIC_DQ><<<grid, 384, C::SMEM, st->stream>>>(a);
-  return tf_cuda_launched("flash_attention backward kernel (warp-specialised)");
+  TF_TRY(tf_tma_map_bwd(&a.q, &a.dout, &a.k, &a.v, p, C::BR, C::BC));
+  return tf_ws_launch(st, tf_flash_bwd_ws_kernel<DT, HD, BR, ATOMIC_DQ>, grid, C::SMEM, a,
+                      "flash_attention backward kernel (warp-specialised)");
 }
 
 template <int DT>
@@ -326,7 +335,8 @@ static tf_status tf_bwd_ws_dt(tf_cuda_state *st, const tf_cuda_flash_params *p, 
   };
   /* 128-row query steps at head dim 64: 3.58 against 5.10 ms (dQ by
    * reductions) and 4.58 against 4.74 (deterministic) at (16, 16384, 64)
-   * on an H200 */
+   * on an H200; 4 Q/dO buffers in deterministic passes (their shared
+   * memory has room) changed nothing clear of the noise */
   constexpr auto rows64 = tf_flash_int<64>();
   switch (hd_w) {
     case 64: return with(tf_flash_int<64>(), tf_flash_int<128>());

@@ -71,11 +71,9 @@ template <int HD_, int STAGES_, int BC_ = 128, bool OVERLAP_ = true, bool PINGPO
   static constexpr uint32_t BAR_AT = V_AT + STAGES * KV_BYTES;
   /* barriers: Q full; K full, V full, K empty, V empty, STAGES each */
   static constexpr int N_BARS = 1 + 4 * STAGES;
-  static constexpr int SMEM = (int)BAR_AT + 8 * N_BARS + 1024;
+  static constexpr int SMEM = tf_ws_smem(BAR_AT, N_BARS);
   static_assert(STAGES >= 2, "S of block j + 1 is issued while block j is in use");
   static_assert(SMEM <= 227 * 1024, "one block an SM");
-  /* registers a thread: the loading warpgroup's and the consumers' (24 x 128 + 240 x 256 = 384 x 168) */
-  static constexpr int LOAD_REGS = 24, MMA_REGS = 240;
 };
 
 /* The kernel's parameters: the tensor maps of Q, K and V (by address in
@@ -113,7 +111,7 @@ __global__ void __launch_bounds__(384, 1) tf_flash_fwd_ws_kernel(const __grid_co
 
   const int wg = (int)threadIdx.x / 128, lane = (int)threadIdx.x % 32;
   if (wg == 0) {
-    tf_setmaxnreg_dec<C::LOAD_REGS>();
+    tf_setmaxnreg_dec<TF_WS_LOAD_REGS>();
     if (threadIdx.x == 0) {
       /* the loader: Q once, then block j's K and V into buffer j mod STAGES */
       tf_tma_prefetch_map(&a.k);
@@ -137,7 +135,7 @@ __global__ void __launch_bounds__(384, 1) tf_flash_fwd_ws_kernel(const __grid_co
   }
 
   /* ---- the consumers ---- */
-  tf_setmaxnreg_inc<C::MMA_REGS>();
+  tf_setmaxnreg_inc<TF_WS_MMA_REGS>();
   const int cw = wg - 1, warp = ((int)threadIdx.x / 32) % 4, g = lane >> 2;
   const int row_in = warp * 16 + g; /* the thread's rows: row_in and row_in + 8 of the consumer */
   const int64_t wq0 = q0 + cw * 64; /* the consumer's first row */
@@ -178,13 +176,7 @@ __global__ void __launch_bounds__(384, 1) tf_flash_fwd_ws_kernel(const __grid_co
   };
   /* O += P V_j: V N-major (8-key groups 1024 bytes apart, the head dim's halves BC rows apart) */
   auto issue_pv = [&](const uint32_t(&pa)[BC / 16][4], int j) {
-    const uint32_t v_st = sV + (uint32_t)(j % STAGES) * KV;
-    tf_wgmma_hold(o);
-    tf_wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < BC / 16; kk++)
-      tf_wgmma_rs<DT, 1>(o, pa[kk], tf_wgmma_desc(v_st + (uint32_t)(kk * 16 * 128), BC * 128, 1024), true);
-    tf_wgmma_commit();
+    tf_wgmma_issue_acc<DT, BC>(o, pa, sV + (uint32_t)(j % STAGES) * KV);
   };
   /* PINGPONG: a turn is a named barrier (1 + cw) that the other consumer's
    * previous turn arrived at; consumer 0 goes first, and takes one turn
@@ -279,9 +271,8 @@ __global__ void __launch_bounds__(384, 1) tf_flash_fwd_ws_kernel(const __grid_co
   /* O / sum into the consumer's own (swizzled) Q rows, lse; then 16-byte stores */
   float inv[2];
   tf_wgmma_softmax_end(p, p.lse + b * p.seq_q, wq0, row_in, row_max, row_sum, inv);
-  tf_wgmma_stage_rows<DT, BR, HD>(base_ptr + C::Q_AT, cw * 64 + warp * 16, o, inv);
-  tf_wgmma_store_rows<BR, HD>(static_cast<uint16_t *>(p.o) + b * p.seq_q * p.head_dim, base_ptr + C::Q_AT, cw * 64,
-                              wq0, p.seq_q, p.head_dim, 3 + cw);
+  tf_wgmma_write_rows<DT, BR, HD>(static_cast<uint16_t *>(p.o) + b * p.seq_q * p.head_dim, base_ptr + C::Q_AT, cw, o,
+                                  inv, wq0, p.seq_q, p.head_dim, 3 + cw);
 }
 
 /* ---- launch ------------------------------------------------------------------------------- */
@@ -295,10 +286,7 @@ template <int DT, class C> static tf_status tf_fwd_ws_launch(tf_cuda_state *st, 
   TF_TRY(tf_tma_map_rows(&a.q, p->q, p->seq_q, p->batch, p->head_dim, C::BR));
   TF_TRY(tf_tma_map_rows(&a.k, p->k, p->seq_k, p->batch, p->head_dim, C::BC));
   TF_TRY(tf_tma_map_rows(&a.v, p->v, p->seq_k, p->batch, p->head_dim, C::BC));
-  TF_CUDA_CHECK(cudaFuncSetAttribute(tf_flash_fwd_ws_kernel<DT, C>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     C::SMEM));
-  tf_flash_fwd_ws_kernel<DT, C><<<grid, 384, C::SMEM, st->stream>>>(a);
-  return tf_cuda_launched("flash_attention forward kernel (warp-specialised)");
+  return tf_ws_launch(st, tf_flash_fwd_ws_kernel<DT, C>, grid, C::SMEM, a, "flash_attention forward kernel (warp-specialised)");
 }
 
 /* The configuration of head dim HD: at 64, 192 keys a block and three

@@ -153,14 +153,7 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) tf_flash_fwd_wgmma_
     }
     tf_wgmma_commit();
   };
-  auto issue_pv = [&](const uint32_t(&pa)[BC / 16][4], uint32_t v_st) {
-    tf_wgmma_hold(o);
-    tf_wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < BC / 16; kk++)
-      tf_wgmma_rs<DT, 1>(o, pa[kk], tf_wgmma_desc(v_st + (uint32_t)(kk * 16 * 128), BC * 128, 1024), true);
-    tf_wgmma_commit();
-  };
+  auto issue_pv = [&](const uint32_t(&pa)[BC / 16][4], uint32_t v_st) { tf_wgmma_issue_acc<DT, BC>(o, pa, v_st); };
   int n_full = (int)(p.seq_k / BC); /* blocks below every row's diagonal and inside the keys */
   if (p.causal && (q0 + 1) / BC < n_full) n_full = (int)((q0 + 1) / BC);
   if (n_full > n_tiles) n_full = n_tiles;
@@ -224,9 +217,8 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) tf_flash_fwd_wgmma_
   /* O / sum into the warpgroup's own (swizzled) Q rows, lse; then 16-byte stores */
   float inv[2];
   tf_wgmma_softmax_end(p, p.lse + b * p.seq_q, wq0, row_in, row_max, row_sum, inv);
-  tf_wgmma_stage_rows<DT, BR, HD>(sQ_ptr, wg * 64 + warp * 16, o, inv);
-  tf_wgmma_store_rows<BR, HD>(static_cast<uint16_t *>(p.o) + b * p.seq_q * hd, sQ_ptr, wg * 64, wq0, p.seq_q, hd,
-                              3 + wg);
+  tf_wgmma_write_rows<DT, BR, HD>(static_cast<uint16_t *>(p.o) + b * p.seq_q * hd, sQ_ptr, wg, o, inv, wq0, p.seq_q, hd,
+                                  3 + wg);
 }
 
 /* ---- launch -------------------------------------------------------------------------- */
@@ -493,7 +485,7 @@ tf_status tf_cuda_flash_backward_wgmma(tf_cuda_state *st, const tf_cuda_flash_pa
  * same bits every run. */
 template <int DT, int HD>
 __global__ void __launch_bounds__(256, 1) tf_flash_dq_wgmma_kernel(const tf_cuda_flash_params p) {
-  constexpr int BC = 64, BR = 128, NT = BC / 8, HDS = tf_wgmma_hds(HD);
+  constexpr int BC = 64, BR = 128, HDS = tf_wgmma_hds(HD);
   constexpr uint32_t ROWS_BYTES = BR * HDS * 2, KV_BYTES = BC * HDS * 2;
   unsigned char *base_ptr;
   const uint32_t sQ = tf_wgmma_smem_base(&base_ptr), sdO = sQ + ROWS_BYTES, sK = sdO + ROWS_BYTES, sV = sK + 2 * KV_BYTES;
@@ -516,15 +508,10 @@ __global__ void __launch_bounds__(256, 1) tf_flash_dq_wgmma_kernel(const tf_cuda
   if (n_tiles > 0) load_block(0);
   tf_flash_cp_commit();
 
-  /* the statistics of the thread's rows row_in and row_in + 8 (P = 0 past the last row) */
+  /* the statistics of the thread's rows row_in and row_in + 8 */
   const int row_in = warp * 16 + g;
   float lse_l2[2], dd[2];
-#pragma unroll
-  for (int h = 0; h < 2; h++) {
-    const int64_t row = wq0 + row_in + 8 * h;
-    lse_l2[h] = row < p.seq_q ? p.lse[b * p.seq_q + row] * TF_FLASH_LOG2E : INFINITY;
-    dd[h] = row < p.seq_q ? p.rowdot[b * p.seq_q + row] : 0.f;
-  }
+  tf_wgmma_dq_row_stats(p, b, wq0, row_in, lse_l2, dd);
   const float sl2 = p.scale_log2;
   const uint32_t q_wg = sQ + (uint32_t)(wg * 64 * 128), do_wg = sdO + (uint32_t)(wg * 64 * 128);
   float dq[HD / 2];
@@ -541,41 +528,14 @@ __global__ void __launch_bounds__(256, 1) tf_flash_dq_wgmma_kernel(const tf_cuda
     const int64_t k0 = (int64_t)j * BC;
     const uint32_t k_st = sK + (uint32_t)((j & 1) * KV_BYTES), v_st = sV + (uint32_t)((j & 1) * KV_BYTES);
     float s[BC / 2], dp[BC / 2];
-    tf_wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < HD / 16; kk++) {
-      const uint32_t off = (uint32_t)((kk & 3) * 32), half = (uint32_t)(kk >> 2);
-      tf_wgmma_ss<DT, 0, 0>(s, tf_wgmma_desc(q_wg + half * BR * 128 + off, 16, 1024),
-                            tf_wgmma_desc(k_st + half * BC * 128 + off, 16, 1024), kk > 0);
-    }
-#pragma unroll
-    for (int kk = 0; kk < HD / 16; kk++) {
-      const uint32_t off = (uint32_t)((kk & 3) * 32), half = (uint32_t)(kk >> 2);
-      tf_wgmma_ss<DT, 0, 0>(dp, tf_wgmma_desc(do_wg + half * BR * 128 + off, 16, 1024),
-                            tf_wgmma_desc(v_st + half * BC * 128 + off, 16, 1024), kk > 0);
-    }
-    tf_wgmma_commit();
+    tf_wgmma_issue_s_dp<DT, HD, BR, BC>(s, dp, q_wg, do_wg, k_st, v_st);
     tf_wgmma_wait<0>();
     tf_wgmma_hold(s);
     tf_wgmma_hold(dp);
-    const tf_wgmma_mask m = tf_wgmma_mask_of<BC>(p, wq0, row_in, k0);
-#pragma unroll
-    for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-      for (int e = 0; e < 4; e++) {
-        const int i = 4 * nt + e, h = e >> 1;
-        float pv = tf_flash_exp2(fmaf(s[i], sl2, -lse_l2[h]));
-        if (MASK && m.hidden(nt, e)) pv = 0.f;
-        dp[i] = pv * (dp[i] - dd[h]);
-      }
+    tf_wgmma_dq_grads<BC, MASK>(s, dp, lse_l2, dd, sl2, tf_wgmma_mask_of<BC>(p, wq0, row_in, k0));
     uint32_t da[BC / 16][4];
     tf_wgmma_pack_p<DT, BC>(dp, da);
-    tf_wgmma_hold(dq);
-    tf_wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < BC / 16; kk++)
-      tf_wgmma_rs<DT, 1>(dq, da[kk], tf_wgmma_desc(k_st + (uint32_t)(kk * 16 * 128), BC * 128, 1024), true);
-    tf_wgmma_commit();
+    tf_wgmma_issue_acc<DT, BC>(dq, da, k_st);
     tf_wgmma_wait<0>();
     tf_wgmma_hold(dq);
   };
@@ -589,9 +549,8 @@ __global__ void __launch_bounds__(256, 1) tf_flash_dq_wgmma_kernel(const tf_cuda
 
   /* dQ times scale through the warpgroup's own (swizzled) Q rows, then 16-byte stores */
   const float scale[2] = {p.scale, p.scale};
-  tf_wgmma_stage_rows<DT, BR, HD>(base_ptr, wg * 64 + warp * 16, dq, scale);
-  tf_wgmma_store_rows<BR, HD>(static_cast<uint16_t *>(p.dq) + b * p.seq_q * hd, base_ptr, wg * 64, wq0, p.seq_q, hd,
-                              1 + wg);
+  tf_wgmma_write_rows<DT, BR, HD>(static_cast<uint16_t *>(p.dq) + b * p.seq_q * hd, base_ptr, wg, dq, scale, wq0,
+                                  p.seq_q, hd, 1 + wg);
 }
 
 template <int DT, int HD> static tf_status tf_wgmma_dq_launch(tf_cuda_state *st, const tf_cuda_flash_params *p) {

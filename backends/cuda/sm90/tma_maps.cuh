@@ -49,4 +49,25 @@ static tf_status tf_tma_map_rows(CUtensorMap *map, const void *ptr, int64_t seq,
   return TF_OK;
 }
 
+/* The tensor maps of the backward kernels: Q and dO in boxes of br rows,
+ * K and V in boxes of bc rows. */
+static tf_status tf_tma_map_bwd(CUtensorMap *q, CUtensorMap *dout, CUtensorMap *k, CUtensorMap *v,
+                                const tf_cuda_flash_params *p, int br, int bc) {
+  TF_TRY(tf_tma_map_rows(q, p->q, p->seq_q, p->batch, p->head_dim, br));
+  TF_TRY(tf_tma_map_rows(dout, p->dout, p->seq_q, p->batch, p->head_dim, br));
+  TF_TRY(tf_tma_map_rows(k, p->k, p->seq_k, p->batch, p->head_dim, bc));
+  return tf_tma_map_rows(v, p->v, p->seq_k, p->batch, p->head_dim, bc);
+}
+
+/* A warp-specialised kernel (384 threads, one block an SM, smem bytes of
+ * dynamic shared memory) on `grid` blocks on st's stream, its parameters
+ * (tensor maps among them) passed by value. */
+template <class P>
+static tf_status tf_ws_launch(tf_cuda_state *st, void (*kernel)(P), unsigned grid, int smem, const P &a,
+                              const char *what) {
+  TF_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  kernel<<<grid, 384, smem, st->stream>>>(a);
+  return tf_cuda_launched(what);
+}
+
 #endif

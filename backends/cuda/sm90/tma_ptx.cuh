@@ -116,4 +116,17 @@ template <int N> __device__ __forceinline__ void tf_setmaxnreg_inc() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
 }
 
+/* Rows row.. of problem prob from two tensor maps into dst_a and dst_b,
+ * HALVES 64-column halves each, ROWS rows apart in shared memory,
+ * completing on mbarrier bar. */
+template <int HALVES, int ROWS>
+__device__ __forceinline__ void tf_tma_load_pair(uint32_t dst_a, const CUtensorMap *map_a, uint32_t dst_b,
+                                                 const CUtensorMap *map_b, int row, int prob, uint32_t bar) {
+#pragma unroll
+  for (int h = 0; h < HALVES; h++) {
+    tf_tma_load_3d(dst_a + (uint32_t)(h * ROWS * 128), map_a, h * 64, row, prob, bar);
+    tf_tma_load_3d(dst_b + (uint32_t)(h * ROWS * 128), map_b, h * 64, row, prob, bar);
+  }
+}
+
 #endif

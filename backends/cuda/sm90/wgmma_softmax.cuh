@@ -94,25 +94,84 @@ __device__ __forceinline__ void tf_wgmma_pack_p(const float (&s)[BC / 2], uint32
     for (int i = 0; i < 4; i++) pa[kk][i] = tf_flash_pack<DT>(s[8 * kk + 2 * i], s[8 * kk + 2 * i + 1]);
 }
 
-/* The backward pass's S^T = K Q^T and dP^T = V dO^T for a warpgroup's 64
- * keys (K and V rows from k_w and v_w, BC rows a half) over BR queries (Q
- * and dO from q_st and do_st, BR rows a half), head dim HD in 128-byte
- * swizzled halves, 16 a k step; waited for, the accumulators held. */
-template <int DT, int HD, int BC, int BR>
-__device__ __forceinline__ void tf_wgmma_bwd_s_dp(float (&st)[BR / 2], float (&dpt)[BR / 2], uint32_t k_w, uint32_t v_w,
-                                                  uint32_t q_st, uint32_t do_st) {
+/* acc += A B over BC keys for a warpgroup: A (P, or dS) packed in
+ * registers (tf_wgmma_pack_p, 16 keys a k step), B (V, or K) N-major from
+ * b_st (8-key groups 1024 bytes apart, the head dim's halves BC rows
+ * apart): the forward pass's O += P V, the dQ kernels' dQ += dS K.
+ * Committed, not waited for; the caller keeps a until it is. */
+template <int DT, int BC, int R>
+__device__ __forceinline__ void tf_wgmma_issue_acc(float (&acc)[R], const uint32_t (&a)[BC / 16][4], uint32_t b_st) {
+  tf_wgmma_hold(acc);
+  tf_wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < BC / 16; kk++)
+    tf_wgmma_rs<DT, 1>(acc, a[kk], tf_wgmma_desc(b_st + (uint32_t)(kk * 16 * 128), BC * 128, 1024), true);
+  tf_wgmma_commit();
+}
+
+/* The backward pass's scores and their gradients for a warpgroup's 64
+ * rows, S = A B^T and dP = A2 B2^T: A and A2 its rows (from a and a2, in
+ * tiles of A_ROWS rows a 64-column half), B and B2 N rows (from b and b2, N
+ * rows a half), K-major, head dim HD in 128-byte swizzled halves, 16 a k
+ * step; issued and committed, not waited for. The dK/dV kernels take
+ * S^T = K Q^T and dP^T = V dO^T (A: the keys), the dQ kernel S = Q K^T
+ * and dP = dO V^T (A: the queries). */
+template <int DT, int HD, int A_ROWS, int N>
+__device__ __forceinline__ void tf_wgmma_issue_s_dp(float (&s)[N / 2], float (&dp)[N / 2], uint32_t a, uint32_t a2,
+                                                    uint32_t b, uint32_t b2) {
   tf_wgmma_fence();
 #pragma unroll
   for (int kk = 0; kk < HD / 16; kk++) { /* the k step's 32 bytes in a 128-byte row of its half */
-    const uint32_t kv = (uint32_t)((kk >> 2) * BC * 128 + (kk & 3) * 32), qo = (uint32_t)((kk >> 2) * BR * 128 + (kk & 3) * 32);
-    tf_wgmma_ss<DT, 0, 0>(st, tf_wgmma_desc(k_w + kv, 16, 1024), tf_wgmma_desc(q_st + qo, 16, 1024), kk > 0);
+    const uint32_t oa = (uint32_t)((kk >> 2) * A_ROWS * 128 + (kk & 3) * 32), ob = (uint32_t)((kk >> 2) * N * 128 + (kk & 3) * 32);
+    tf_wgmma_ss<DT, 0, 0>(s, tf_wgmma_desc(a + oa, 16, 1024), tf_wgmma_desc(b + ob, 16, 1024), kk > 0);
   }
 #pragma unroll
   for (int kk = 0; kk < HD / 16; kk++) {
-    const uint32_t kv = (uint32_t)((kk >> 2) * BC * 128 + (kk & 3) * 32), qo = (uint32_t)((kk >> 2) * BR * 128 + (kk & 3) * 32);
-    tf_wgmma_ss<DT, 0, 0>(dpt, tf_wgmma_desc(v_w + kv, 16, 1024), tf_wgmma_desc(do_st + qo, 16, 1024), kk > 0);
+    const uint32_t oa = (uint32_t)((kk >> 2) * A_ROWS * 128 + (kk & 3) * 32), ob = (uint32_t)((kk >> 2) * N * 128 + (kk & 3) * 32);
+    tf_wgmma_ss<DT, 0, 0>(dp, tf_wgmma_desc(a2 + oa, 16, 1024), tf_wgmma_desc(b2 + ob, 16, 1024), kk > 0);
   }
   tf_wgmma_commit();
+}
+
+/* The dQ kernels' statistics of the thread's rows row_in and row_in + 8
+ * of a warpgroup's 64 from wq0 in problem b: lse log2(e) (inf past the last
+ * row, so that P is 0 there) and D. */
+__device__ __forceinline__ void tf_wgmma_dq_row_stats(const tf_cuda_flash_params &p, int64_t b, int64_t wq0, int row_in,
+                                                      float (&lse_l2)[2], float (&dd)[2]) {
+#pragma unroll
+  for (int h = 0; h < 2; h++) {
+    const int64_t row = wq0 + row_in + 8 * h;
+    lse_l2[h] = row < p.seq_q ? p.lse[b * p.seq_q + row] * TF_FLASH_LOG2E : INFINITY;
+    dd[h] = row < p.seq_q ? p.rowdot[b * p.seq_q + row] : 0.f;
+  }
+}
+
+/* The dQ kernels' dS = P (dP - D) into dp for a warpgroup's 64 query rows
+ * over BC keys (the thread's rows h = 0 and 1: lse log2(e) and D of each),
+ * P = exp2(S scale log2 e - lse log2 e), zero where the mask hides the
+ * score (MASK). */
+template <int BC, bool MASK>
+__device__ __forceinline__ void tf_wgmma_dq_grads(const float (&s)[BC / 2], float (&dp)[BC / 2], const float (&lse_l2)[2],
+                                                  const float (&dd)[2], float sl2, const tf_wgmma_mask &m) {
+#pragma unroll
+  for (int nt = 0; nt < BC / 8; nt++)
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+      const int i = 4 * nt + e, h = e >> 1;
+      float pv = tf_flash_exp2(fmaf(s[i], sl2, -lse_l2[h]));
+      if (MASK && m.hidden(nt, e)) pv = 0.f;
+      dp[i] = pv * (dp[i] - dd[h]);
+    }
+}
+
+/* The dK/dV kernels' S^T = K Q^T and dP^T = V dO^T for a warpgroup's 64
+ * keys (K and V rows from k_w and v_w, BC rows a half) over BR queries (Q
+ * and dO from q_st and do_st, BR rows a half); waited for, the
+ * accumulators held. */
+template <int DT, int HD, int BC, int BR>
+__device__ __forceinline__ void tf_wgmma_bwd_s_dp(float (&st)[BR / 2], float (&dpt)[BR / 2], uint32_t k_w, uint32_t v_w,
+                                                  uint32_t q_st, uint32_t do_st) {
+  tf_wgmma_issue_s_dp<DT, HD, BC, BR>(st, dpt, k_w, v_w, q_st, do_st);
   tf_wgmma_wait<0>();
   tf_wgmma_hold(st);
   tf_wgmma_hold(dpt);

@@ -13,6 +13,14 @@
  * (64-column) swizzle rows. */
 __host__ __device__ constexpr int tf_wgmma_hds(int hd) { return hd <= 64 ? 64 : 128; }
 
+/* The warp-specialised kernels' registers a thread (setmaxnreg): the
+ * loading warpgroup's and the two consumers' (24 x 128 + 240 x 256 = 384 x 168). */
+constexpr int TF_WS_LOAD_REGS = 24, TF_WS_MMA_REGS = 240;
+
+/* Their dynamic shared memory: the layout up to the barriers at bar_at,
+ * n_bars barriers, and the 1024 bytes of slack for the alignment. */
+__host__ __device__ constexpr int tf_ws_smem(uint32_t bar_at, int n_bars) { return (int)bar_at + 8 * n_bars + 1024; }
+
 /* Byte offset of 16-byte chunk c (of HD / 8) of row r in a swizzled tile of ROWS rows. */
 template <int ROWS> __device__ __forceinline__ uint32_t tf_wgmma_chunk(int r, int c) {
   return (uint32_t)((c >> 3) * ROWS * 128 + r * 128 + (((c & 7) ^ (r & 7)) << 4));
@@ -58,6 +66,18 @@ __device__ __forceinline__ void tf_wgmma_store_rows(uint16_t *dst, const unsigne
       *reinterpret_cast<uint4 *>(dst + (row0 + r) * hd + c * 8) =
           *reinterpret_cast<const uint4 *>(tile + tf_wgmma_chunk<ROWS>(tile_row0 + r, c));
   }
+}
+
+/* A warpgroup's 64-row accumulator (warpgroup w of a block whose tile has
+ * ROWS rows) times scale[h], rounded to DT, staged through the
+ * warpgroup's own rows of the tile (free once its products are waited
+ * for), then stored to global rows row0.. of dst (width hd, rows past
+ * nrows skipped) after named barrier bar over the warpgroup. */
+template <int DT, int ROWS, int HD>
+__device__ __forceinline__ void tf_wgmma_write_rows(uint16_t *dst, unsigned char *tile, int w, const float (&acc)[HD / 2],
+                                                    const float (&scale)[2], int64_t row0, int64_t nrows, int hd, int bar) {
+  tf_wgmma_stage_rows<DT, ROWS, HD>(tile, w * 64 + (((int)threadIdx.x / 32) % 4) * 16, acc, scale);
+  tf_wgmma_store_rows<ROWS, HD>(dst, tile, w * 64, row0, nrows, hd, bar);
 }
 
 /* The backward pass's end for a warpgroup's 64 keys, rows w * 64.. of a
