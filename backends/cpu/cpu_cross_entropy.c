@@ -2,13 +2,15 @@
  * forward, backward) and the engine's loss fused with its gradient
  * (model_kernels.h: lm_loss): the twin of cross_entropy.cu. Rows are read
  * as doubles and run in parallel; the mean of the row losses is taken in
- * row order by one thread. */
+ * row order by one thread. The engine's f32 rows run through a vectorised
+ * routine of their own (tf_cpu_ce_row_f32). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "elemio.h"
 #include "cpu.h"
+#include "cpu_exp.h"
 #include "cpu_model.h"
 #include "cpu_nn.h"
 
@@ -27,33 +29,96 @@ typedef struct tf_cpu_ce_rows {
   double scale;          /* the gradient's scale */
 } tf_cpu_ce_rows;
 
-/* lse = max + log(sum(exp(x - max))), the row's loss lse - x[target] (a bad
- * target read as class 0), then dx = (exp(x - lse) - onehot) scale, the
- * target's logit read before the row is overwritten. Without stats a bad
- * target matches no class (nothing is read through it). */
-TF_CPU_INLINE void tf_cpu_ce_row(tf_dtype d, const tf_cpu_ce_rows *a, int64_t r) {
+/* lse = max + log(sum), sum = sum(exp(x - max)), the row's loss lse -
+ * x[target] (a bad target read as class 0), then dx = (p - onehot) scale
+ * with p = exp(x - max) / sum (each exponential once, kept in the thread's
+ * scratch row e), the target's logit read before the row is overwritten.
+ * Without stats p = exp(x - lse) from the saved lse, and a bad target
+ * matches no class (nothing is read through it). */
+TF_CPU_INLINE void tf_cpu_ce_row(tf_dtype d, const tf_cpu_ce_rows *a, int64_t r, double *e) {
   const int64_t cols = a->cols, base = r * cols;
   int64_t t = tf_elem_get_int(a->targets, a->td, r);
-  double lse;
+  double lse, m = 0, sum = 1;
   if (a->stats) {
     if (t < 0 || t >= cols) t = 0;
-    double log_sum, m = tf_cpu_row_max_logsum(a->x, d, base, cols, 1.0, &log_sum);
-    lse = m + log_sum;
+    m = tf_cpu_row_max_sumexp(a->x, d, base, cols, 1.0, a->dx ? e : NULL, &sum);
+    lse = m + log(sum);
     tf_elem_set(a->row_loss, a->rd, r, lse - tf_elem_get(a->x, d, base + t));
     if (a->lse) tf_elem_set(a->lse, a->sd, r, lse);
   } else {
     lse = tf_elem_get(a->lse, a->sd, r);
   }
   if (!a->dx) return;
+  if (a->stats && e) { /* a loop without calls, which vectorises */
+    for (int64_t c = 0; c < cols; c++) tf_elem_set(a->dx, d, base + c, (e[c] / sum - (c == t ? 1.0 : 0.0)) * a->scale);
+    return;
+  }
   for (int64_t c = 0; c < cols; c++) {
-    double p = exp(tf_elem_get(a->x, d, base + c) - lse);
+    double p = a->stats ? tf_cpu_row_exp(e, a->x, d, base, c, 1.0, m) / sum : exp(tf_elem_get(a->x, d, base + c) - lse);
     tf_elem_set(a->dx, d, base + c, (p - (c == t ? 1.0 : 0.0)) * a->scale);
   }
 }
 
+/* The engine's common row (lm_loss: f32 logits, the gradient over them in
+ * place), built for AVX-512, AVX2 and the baseline with a vectorising exp
+ * (cpu_exp.h; the same bits on each): the row's loss lse - x[target] into
+ * *loss, then the gradient; each exponential kept in e (or, without it,
+ * computed again). The row's max and sum run in 8 lanes, added in a fixed
+ * order. On 2 cores the tiny model's loss took 28 ms of its 57 ms step
+ * with libm's exp twice an element, 5.6 ms so. */
+__attribute__((target_clones("avx512f", "avx2", "default"))) static void
+tf_cpu_ce_row_f32(float *restrict x, int64_t cols, int64_t t, double scale, double *restrict e, double *loss) {
+  double lane[8] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY};
+  int64_t c0 = 0;
+  for (; c0 + 8 <= cols; c0 += 8)
+    for (int k = 0; k < 8; k++) lane[k] = x[c0 + k] > lane[k] ? x[c0 + k] : lane[k];
+  for (; c0 < cols; c0++) lane[0] = x[c0] > lane[0] ? x[c0] : lane[0];
+  double m = lane[0];
+  for (int k = 1; k < 8; k++) m = lane[k] > m ? lane[k] : m;
+  /* the exponentials (into e, or into nothing: computed again below), and
+   * their sum in 8 lanes too, added in a fixed order (the row's, not the
+   * threads') */
+  double part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  if (e) {
+    for (int64_t c = 0; c < cols; c++) e[c] = tf_cpu_exp((double)x[c] - m);
+    for (c0 = 0; c0 + 8 <= cols; c0 += 8)
+      for (int k = 0; k < 8; k++) part[k] += e[c0 + k];
+    for (; c0 < cols; c0++) part[0] += e[c0];
+  } else {
+    for (c0 = 0; c0 + 8 <= cols; c0 += 8)
+      for (int k = 0; k < 8; k++) part[k] += tf_cpu_exp((double)x[c0 + k] - m);
+    for (; c0 < cols; c0++) part[0] += tf_cpu_exp((double)x[c0] - m);
+  }
+  double sum = part[0];
+  for (int k = 1; k < 8; k++) sum += part[k];
+  *loss = m + log(sum) - (double)x[t];
+  if (e) {
+    for (int64_t c = 0; c < cols; c++) x[c] = (float)((e[c] / sum - (c == t ? 1.0 : 0.0)) * scale);
+  } else {
+    for (int64_t c = 0; c < cols; c++)
+      x[c] = (float)((tf_cpu_exp((double)x[c] - m) / sum - (c == t ? 1.0 : 0.0)) * scale);
+  }
+}
+
 static void tf_cpu_ce_rows_run(const tf_cpu_ce_rows *a) {
-#pragma omp parallel for schedule(static) if (a->rows * a->cols > TF_CPU_PARALLEL_MIN)
-  for (int64_t r = 0; r < a->rows; r++) TF_CPU_WITH_DTYPE(a->d, tf_cpu_ce_row, a, r);
+#pragma omp parallel if (a->rows * a->cols > TF_CPU_PARALLEL_MIN)
+  {
+    double *e = a->stats && a->dx ? tf_cpu_exp_scratch(a->cols) : NULL;
+    /* the engine's f32 loss with its gradient in place: the vectorised row */
+    const bool f32_row = a->d == TF_F32 && a->stats && a->dx == a->x && !a->lse && a->rd == TF_F32;
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < a->rows; r++) {
+      if (f32_row) {
+        int64_t t = tf_elem_get_int(a->targets, a->td, r);
+        double loss;
+        tf_cpu_ce_row_f32((float *)a->dx + r * a->cols, a->cols, t < 0 || t >= a->cols ? 0 : t, a->scale, e, &loss);
+        ((float *)a->row_loss)[r] = (float)loss;
+      } else {
+        TF_CPU_WITH_DTYPE(a->d, tf_cpu_ce_row, a, r, e);
+      }
+    }
+    free(e);
+  }
 }
 
 /* The mean of the row losses, added in row order, stored into loss (dtype ld). */

@@ -5,24 +5,55 @@
 #define TF_CPU_NN_H
 
 #include <math.h>
+#include <stdlib.h>
 
 #include "backend.h"
 #include "cpu_threads.h"
 #include "elemio.h"
 
-/* The max of scale * x over a row of n elements of x (dtype d) from base,
- * and log of the sum of exp(scale * x - max): log-sum-exp is max + *log_sum. */
-static inline __attribute__((always_inline)) double tf_cpu_row_max_logsum(const void *x, tf_dtype d, int64_t base, int64_t n, double scale,
-                                           double *log_sum) {
-  double m = -INFINITY, sum = 0;
-  for (int64_t c = 0; c < n; c++) {
-    double v = scale * tf_elem_get(x, d, base + c);
-    if (v > m) m = v;
+/* The max m of scale * x over a row of n elements of x (dtype d) from
+ * base, and the sum of exp(scale * x - m) into *sum; each exponential also
+ * into e[c] where e is not NULL (a thread's scratch row), so that the
+ * row's next pass reads it back instead of computing it again
+ * (tf_cpu_row_exp: the same bits either way). */
+static inline __attribute__((always_inline)) double tf_cpu_row_max_sumexp(const void *x, tf_dtype d, int64_t base,
+                                                                           int64_t n, double scale, double *e,
+                                                                           double *sum) {
+  /* the max in 8 lanes (it is the same whatever the order; the lanes let the loop vectorise) */
+  double lane[8] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY}, s = 0;
+  int64_t c0 = 0;
+  for (; c0 + 8 <= n; c0 += 8)
+    for (int k = 0; k < 8; k++) {
+      const double v = scale * tf_elem_get(x, d, base + c0 + k);
+      lane[k] = v > lane[k] ? v : lane[k];
+    }
+  for (; c0 < n; c0++) {
+    const double v = scale * tf_elem_get(x, d, base + c0);
+    lane[0] = v > lane[0] ? v : lane[0];
   }
-  for (int64_t c = 0; c < n; c++) sum += exp(scale * tf_elem_get(x, d, base + c) - m);
-  *log_sum = log(sum);
+  double m = lane[0];
+  for (int k = 1; k < 8; k++) m = lane[k] > m ? lane[k] : m;
+  if (e) {
+    for (int64_t c = 0; c < n; c++) {
+      e[c] = exp(scale * tf_elem_get(x, d, base + c) - m);
+      s += e[c];
+    }
+  } else {
+    for (int64_t c = 0; c < n; c++) s += exp(scale * tf_elem_get(x, d, base + c) - m);
+  }
+  *sum = s;
   return m;
 }
+
+/* exp(scale * x - m) of column c, as tf_cpu_row_max_sumexp computed it. */
+static inline __attribute__((always_inline)) double tf_cpu_row_exp(const double *e, const void *x, tf_dtype d,
+                                                                    int64_t base, int64_t c, double scale, double m) {
+  return e ? e[c] : exp(scale * tf_elem_get(x, d, base + c) - m);
+}
+
+/* A thread's scratch row of n doubles for those exponentials, or NULL
+ * (then they are computed twice, to the same bits). */
+static inline double *tf_cpu_exp_scratch(int64_t n) { return n > 0 ? (double *)malloc((size_t)n * sizeof(double)) : NULL; }
 
 /* Element i of an index tensor (the dispatcher passes i64; any integer works). */
 static inline int64_t tf_cpu_index(const tf_tensor *t, int64_t i) {

@@ -24,20 +24,32 @@ typedef struct tf_cpu_softmax_rows {
   void *out;      /* y or dx; may be x or dy */
 } tf_cpu_softmax_rows;
 
-/* Max first, so that exp never overflows; an all -inf row gives NaN, as in
- * PyTorch. Each element of the row is read before it is written. Row r. */
-TF_CPU_INLINE void tf_cpu_softmax_row_forward(tf_dtype d, const tf_cpu_softmax_rows *a, int64_t r) {
+/* Max first, so that exp never overflows; softmax is exp(v - max) / sum,
+ * as PyTorch computes it (each exponential once, kept in the thread's
+ * scratch row e), log_softmax v - max - log(sum); an all -inf row gives
+ * NaN, as in PyTorch. Each element of the row is read before it is
+ * written. Row r. */
+TF_CPU_INLINE void tf_cpu_softmax_row_forward(tf_dtype d, const tf_cpu_softmax_rows *a, int64_t r, double *e) {
   const int64_t cols = a->cols, base = r * cols, visible = a->causal ? r % cols + 1 : cols;
-  double lsum, m = tf_cpu_row_max_logsum(a->x, d, base, visible, a->scale, &lsum);
+  double sum, m = tf_cpu_row_max_sumexp(a->x, d, base, visible, a->scale, a->log ? NULL : e, &sum);
+  const double lsum = log(sum);
   for (int64_t c = 0; c < cols; c++) {
-    double v = c < visible ? a->scale * tf_elem_get(a->x, d, base + c) - m : 0.0;
-    tf_elem_set(a->out, d, base + c, c >= visible ? 0.0 : a->log ? v - lsum : exp(v - lsum));
+    double y = 0.0;
+    if (c < visible)
+      y = a->log ? a->scale * tf_elem_get(a->x, d, base + c) - m - lsum
+                 : tf_cpu_row_exp(e, a->x, d, base, c, a->scale, m) / sum;
+    tf_elem_set(a->out, d, base + c, y);
   }
 }
 
 static void tf_cpu_softmax_forward(const tf_cpu_softmax_rows *a) {
-#pragma omp parallel for schedule(static) if (a->rows * a->cols > TF_CPU_PARALLEL_MIN)
-  for (int64_t r = 0; r < a->rows; r++) TF_CPU_WITH_DTYPE(a->d, tf_cpu_softmax_row_forward, a, r);
+#pragma omp parallel if (a->rows * a->cols > TF_CPU_PARALLEL_MIN)
+  {
+    double *e = tf_cpu_exp_scratch(a->cols);
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < a->rows; r++) TF_CPU_WITH_DTYPE(a->d, tf_cpu_softmax_row_forward, a, r, e);
+    free(e);
+  }
 }
 
 /* softmax: dx = scale y (dy - sum(dy y)); log_softmax: dx = dy - exp(y) sum(dy). Row r. */
