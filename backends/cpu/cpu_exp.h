@@ -18,7 +18,7 @@
 
 static inline __attribute__((always_inline)) double tf_cpu_exp(double x) {
   const double shifter = 6755399441055744.0; /* 1.5 * 2^52 */
-  const double xc = x < -708.0 ? -708.0 : x > 709.78 ? 709.78 : x;
+  const double xc = !(x >= -708.0) ? -708.0 : x > 709.78 ? 709.78 : x; /* NaN too: its result is chosen below */
   const double kd = xc * 1.4426950408889634 + shifter, k = kd - shifter;
   const double r = (xc - k * 6.93147180369123816490e-01) - k * 1.90821492927058770002e-10;
   double p = 1.0 / 6227020800.0; /* 1 / 13! */
@@ -35,9 +35,9 @@ static inline __attribute__((always_inline)) double tf_cpu_exp(double x) {
   p = p * r + 0.5;
   p = p * r + 1.0;
   p = p * r + 1.0;
-  int64_t kbits, scale_bits;
+  uint64_t kbits, scale_bits;
   memcpy(&kbits, &kd, sizeof kbits);
-  scale_bits = (kbits - 0x4338000000000000LL + 1022) << 52; /* (k - 1) + 1023 in the exponent field */
+  scale_bits = (kbits - 0x4338000000000000ULL + 1022) << 52; /* (k - 1) + 1023 in the exponent field */
   double scale;
   memcpy(&scale, &scale_bits, sizeof scale);
   const double y = (p * 2.0) * scale;
