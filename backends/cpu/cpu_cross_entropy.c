@@ -68,13 +68,8 @@ TF_CPU_INLINE void tf_cpu_ce_row(tf_dtype d, const tf_cpu_ce_rows *a, int64_t r,
  * with libm's exp twice an element, 5.6 ms so. */
 __attribute__((target_clones("avx512f", "avx2", "default"))) static void
 tf_cpu_ce_row_f32(float *restrict x, int64_t cols, int64_t t, double scale, double *restrict e, double *loss) {
-  double lane[8] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY};
-  int64_t c0 = 0;
-  for (; c0 + 8 <= cols; c0 += 8)
-    for (int k = 0; k < 8; k++) lane[k] = x[c0 + k] > lane[k] ? x[c0 + k] : lane[k];
-  for (; c0 < cols; c0++) lane[0] = x[c0] > lane[0] ? x[c0] : lane[0];
-  double m = lane[0];
-  for (int k = 1; k < 8; k++) m = lane[k] > m ? lane[k] : m;
+  const double m = tf_cpu_row_max(x, TF_F32, 0, cols, 1.0);
+  int64_t c0;
   /* the exponentials (into e, or into nothing: computed again below), and
    * their sum in 8 lanes too, added in a fixed order (the row's, not the
    * threads') */

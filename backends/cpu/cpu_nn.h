@@ -11,16 +11,12 @@
 #include "cpu_threads.h"
 #include "elemio.h"
 
-/* The max m of scale * x over a row of n elements of x (dtype d) from
- * base, and the sum of exp(scale * x - m) into *sum; each exponential also
- * into e[c] where e is not NULL (a thread's scratch row), so that the
- * row's next pass reads it back instead of computing it again
- * (tf_cpu_row_exp: the same bits either way). */
-static inline __attribute__((always_inline)) double tf_cpu_row_max_sumexp(const void *x, tf_dtype d, int64_t base,
-                                                                           int64_t n, double scale, double *e,
-                                                                           double *sum) {
-  /* the max in 8 lanes (it is the same whatever the order; the lanes let the loop vectorise) */
-  double lane[8] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY}, s = 0;
+/* The max of scale * x over a row of n elements of x (dtype d) from base,
+ * in 8 lanes (it is the same whatever the order; the lanes let the loop
+ * vectorise). */
+static inline __attribute__((always_inline)) double tf_cpu_row_max(const void *x, tf_dtype d, int64_t base, int64_t n,
+                                                                    double scale) {
+  double lane[8] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY};
   int64_t c0 = 0;
   for (; c0 + 8 <= n; c0 += 8)
     for (int k = 0; k < 8; k++) {
@@ -33,6 +29,19 @@ static inline __attribute__((always_inline)) double tf_cpu_row_max_sumexp(const 
   }
   double m = lane[0];
   for (int k = 1; k < 8; k++) m = lane[k] > m ? lane[k] : m;
+  return m;
+}
+
+/* The max m of scale * x over a row of n elements of x (dtype d) from
+ * base, and the sum of exp(scale * x - m) into *sum; each exponential also
+ * into e[c] where e is not NULL (a thread's scratch row), so that the
+ * row's next pass reads it back instead of computing it again
+ * (tf_cpu_row_exp: the same bits either way). */
+static inline __attribute__((always_inline)) double tf_cpu_row_max_sumexp(const void *x, tf_dtype d, int64_t base,
+                                                                           int64_t n, double scale, double *e,
+                                                                           double *sum) {
+  const double m = tf_cpu_row_max(x, d, base, n, scale);
+  double s = 0;
   if (e) {
     for (int64_t c = 0; c < n; c++) {
       e[c] = exp(scale * tf_elem_get(x, d, base + c) - m);
