@@ -39,21 +39,11 @@
 #error "flash_attn_dq_ws.cu is built for sm_90a only"
 #endif
 
-/* Head dim HD (64, 80, 96 or 128), HDS its columns in shared memory, BR
- * query rows and BC keys a block, STAGES K/V buffers. Shared memory, from a
- * 1024-byte boundary: Q and dO (BR rows), K and V STAGES times (BC rows),
- * the barriers. */
-template <int HD_, int BC_, int STAGES_> struct tf_dq_ws_cfg {
-  static_assert(HD_ == 64 || HD_ == 80 || HD_ == 96 || HD_ == 128, "the head dims the kernel is built for");
-  static constexpr int HD = HD_, HDS = tf_wgmma_hds(HD_), BR = 128, BC = BC_, STAGES = STAGES_;
-  static constexpr uint32_t ROWS = BR * HDS * 2, KV = BC * HDS * 2;
-  static constexpr uint32_t Q_AT = 0, DO_AT = ROWS, K_AT = 2 * ROWS, V_AT = K_AT + STAGES * KV;
-  static constexpr uint32_t BAR_AT = V_AT + STAGES * KV;
-  /* barriers: Q/dO full; STAGES full, STAGES empty */
-  static constexpr int N_BARS = 1 + 2 * STAGES;
-  static constexpr int SMEM = tf_ws_smem(BAR_AT, N_BARS);
-  static_assert(STAGES >= 2, "S of block j + 1 is issued while block j is in use");
-  static_assert(SMEM <= 227 * 1024, "one block an SM");
+/* Head dim HD, STAGES K/V buffers of BC keys; shared memory as
+ * tf_ws_query_cfg lays it out: Q and dO, K and V, the barriers (Q/dO full;
+ * full and empty per buffer). */
+template <int HD_, int BC_, int STAGES_> struct tf_dq_ws_cfg : tf_ws_query_cfg<HD_, BC_, STAGES_, 2, 2> {
+  static constexpr uint32_t DO_AT = tf_dq_ws_cfg::ROWS;
 };
 
 /* The kernel's parameters: the tensor maps of Q, dO, K and V (by address

@@ -57,23 +57,13 @@
 #error "flash_attn_fwd_ws.cu is built for sm_90a only"
 #endif
 
-/* Head dim HD (64, 80, 96 or 128), HDS its columns in shared memory, BR
- * query rows and BC keys a block, STAGES K/V buffers, OVERLAP and PINGPONG
- * as above. Shared memory, from a 1024-byte boundary: Q (BR rows), K
- * STAGES times, V STAGES times (BC rows), the barriers. */
-template <int HD_, int STAGES_, int BC_ = 128, bool OVERLAP_ = true, bool PINGPONG_ = true> struct tf_fwd_ws_cfg {
-  static_assert(HD_ == 64 || HD_ == 80 || HD_ == 96 || HD_ == 128, "the head dims the kernel is built for");
+/* Head dim HD, STAGES K/V buffers of BC keys, OVERLAP and PINGPONG as
+ * above; shared memory as tf_ws_query_cfg lays it out: Q, K and V, the
+ * barriers (Q full; K full, V full, K empty, V empty per buffer). */
+template <int HD_, int STAGES_, int BC_ = 128, bool OVERLAP_ = true, bool PINGPONG_ = true>
+struct tf_fwd_ws_cfg : tf_ws_query_cfg<HD_, BC_, STAGES_, 1, 4> {
   static_assert(BC_ == 128 || BC_ == 192, "S is one m64nBC product");
-  static constexpr int HD = HD_, HDS = tf_wgmma_hds(HD_), BR = 128, BC = BC_, STAGES = STAGES_;
   static constexpr bool OVERLAP = OVERLAP_, PINGPONG = PINGPONG_;
-  static constexpr uint32_t Q_BYTES = BR * HDS * 2, KV_BYTES = BC * HDS * 2;
-  static constexpr uint32_t Q_AT = 0, K_AT = Q_BYTES, V_AT = K_AT + STAGES * KV_BYTES;
-  static constexpr uint32_t BAR_AT = V_AT + STAGES * KV_BYTES;
-  /* barriers: Q full; K full, V full, K empty, V empty, STAGES each */
-  static constexpr int N_BARS = 1 + 4 * STAGES;
-  static constexpr int SMEM = tf_ws_smem(BAR_AT, N_BARS);
-  static_assert(STAGES >= 2, "S of block j + 1 is issued while block j is in use");
-  static_assert(SMEM <= 227 * 1024, "one block an SM");
 };
 
 /* The kernel's parameters: the tensor maps of Q, K and V (by address in
@@ -86,7 +76,7 @@ struct tf_fwd_ws_params {
 template <int DT, class C>
 __global__ void __launch_bounds__(384, 1) tf_flash_fwd_ws_kernel(const __grid_constant__ tf_fwd_ws_params a) {
   constexpr int HD = C::HD, BR = C::BR, BC = C::BC, STAGES = C::STAGES, HALVES = C::HDS / 64;
-  constexpr uint32_t KV = C::KV_BYTES;
+  constexpr uint32_t KV = C::KV;
   const tf_cuda_flash_params &p = a.p;
   unsigned char *base_ptr;
   const uint32_t base = tf_wgmma_smem_base(&base_ptr);
@@ -116,7 +106,7 @@ __global__ void __launch_bounds__(384, 1) tf_flash_fwd_ws_kernel(const __grid_co
       /* the loader: Q once, then block j's K and V into buffer j mod STAGES */
       tf_tma_prefetch_map(&a.k);
       tf_tma_prefetch_map(&a.v);
-      tf_mbar_arrive_expect_tx(bar_q, C::Q_BYTES);
+      tf_mbar_arrive_expect_tx(bar_q, C::ROWS);
       for (int h = 0; h < HALVES; h++) tf_tma_load_3d(sQ + (uint32_t)(h * BR * 128), &a.q, h * 64, (int)q0, (int)b, bar_q);
       for (int j = 0; j < n_tiles; j++) {
         const int s = j % STAGES;

@@ -21,6 +21,25 @@ constexpr int TF_WS_LOAD_REGS = 24, TF_WS_MMA_REGS = 240;
  * n_bars barriers, and the 1024 bytes of slack for the alignment. */
 __host__ __device__ constexpr int tf_ws_smem(uint32_t bar_at, int n_bars) { return (int)bar_at + 8 * n_bars + 1024; }
 
+/* The shared memory of a warp-specialised kernel whose block owns BR = 128
+ * query rows and walks key blocks (the forward and dQ kernels): head dim HD
+ * (64, 80, 96 or 128), HDS its columns in shared memory, BC keys a block,
+ * STAGES K/V buffers. From a 1024-byte boundary: ROW_TILES tiles of the
+ * block's rows (Q, then dO for the dQ kernel), K STAGES times, V STAGES
+ * times (BC rows), then the barriers: one for the rows, BARS_PER_STAGE a
+ * buffer. */
+template <int HD_, int BC_, int STAGES_, int ROW_TILES, int BARS_PER_STAGE> struct tf_ws_query_cfg {
+  static_assert(HD_ == 64 || HD_ == 80 || HD_ == 96 || HD_ == 128, "the head dims the kernels are built for");
+  static_assert(STAGES_ >= 2, "S of block j + 1 is issued while block j is in use");
+  static constexpr int HD = HD_, HDS = tf_wgmma_hds(HD_), BR = 128, BC = BC_, STAGES = STAGES_;
+  static constexpr uint32_t ROWS = BR * HDS * 2, KV = BC * HDS * 2;
+  static constexpr uint32_t Q_AT = 0, K_AT = ROW_TILES * ROWS, V_AT = K_AT + STAGES * KV;
+  static constexpr uint32_t BAR_AT = V_AT + STAGES * KV;
+  static constexpr int N_BARS = 1 + BARS_PER_STAGE * STAGES;
+  static constexpr int SMEM = tf_ws_smem(BAR_AT, N_BARS);
+  static_assert(SMEM <= 227 * 1024, "one block an SM");
+};
+
 /* Byte offset of 16-byte chunk c (of HD / 8) of row r in a swizzled tile of ROWS rows. */
 template <int ROWS> __device__ __forceinline__ uint32_t tf_wgmma_chunk(int r, int c) {
   return (uint32_t)((c >> 3) * ROWS * 128 + r * 128 + (((c & 7) ^ (r & 7)) << 4));
