@@ -51,6 +51,23 @@ static void tf_emit(int rank, bool is_err, const char *line, size_t n) {
   fflush(to);
 }
 
+/* text (n bytes) without the copies of tag (tn bytes) inside it, into out
+ * (n bytes at least); its length. mpirun tags each piece it reads from a
+ * rank, so a line whose halves reached it apart comes as
+ * "[1,1]<stdout>:first[1,1]<stdout>:second" (Open MPI does this now and
+ * then under load). */
+static size_t tf_untag(const char *text, size_t n, const char *tag, size_t tn, char *out) {
+  size_t k = 0;
+  for (size_t i = 0; i < n;) {
+    if (n - i >= tn && memcmp(text + i, tag, tn) == 0) {
+      i += tn;
+      continue;
+    }
+    out[k++] = text[i++];
+  }
+  return k;
+}
+
 /* A line of mpirun's --tag-output: "[job,rank]<stdout>:text"; anything
  * else is mpirun speaking for itself. */
 static void tf_emit_mpirun(const char *line, size_t n) {
@@ -61,7 +78,9 @@ static void tf_emit_mpirun(const char *line, size_t n) {
   memcpy(head, line, hn);
   head[hn] = '\0';
   if (sscanf(head, "[%d,%d]<%6[a-z]>:%n", &job, &rank, stream, &used) == 3 && used > 0) {
-    tf_emit(rank, strcmp(stream, "stderr") == 0, line + used, n - (size_t)used);
+    static char text[TF_LINE_MAX];
+    const size_t tn = tf_untag(line + used, n - (size_t)used, line, (size_t)used, text);
+    tf_emit(rank, strcmp(stream, "stderr") == 0, text, tn);
     return;
   }
   if (tf_mpirun_said_len + n + 2 < sizeof tf_mpirun_said) {

@@ -160,6 +160,23 @@ class DistLaunchTest(unittest.TestCase):
         self.assertIn("CPU tensors travel between ranks through MPI", r.stderr)
         self.assertIn("rank 1 failed (exit code 1); every rank was stopped", r.stderr)
 
+    def test_mpirun_tags_inside_a_line_are_dropped(self):
+        # Open MPI tags each piece it reads from a rank, so a line that reached it in two pieces comes
+        # as "[1,1]<stdout>:first[1,1]<stdout>:second"; a stand-in mpirun on PATH prints just that
+        bindir = os.path.join(self.dir.name, "bin")
+        os.mkdir(bindir)
+        fake = os.path.join(bindir, "mpirun")
+        with open(fake, "w") as f:
+            f.write("#!/bin/sh\n"
+                    "printf '[1,0]<stdout>:0\\ta\\n[1,1]<stdout>:1[1,1]<stdout>:\\ta\\n'\n"
+                    "printf '[1,1]<stderr>:note[1,1]<stderr>: from 1\\n' >&2\n")
+        os.chmod(fake, 0o755)
+        env = dict(self.env, PATH=bindir + os.pathsep + self.env.get("PATH", ""))
+        r = self.run_ranks(2, "print(tf.dist.rank(), 'a')", env=env)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout.splitlines(), ["0\ta", "[rank 1] 1\ta"])
+        self.assertIn("[rank 1] note from 1", r.stderr.splitlines())
+
     def test_fork_mode_stops_the_others(self):
         env = dict(self.env, TFHOST_NO_MPIRUN="1")
         r = self.run_ranks(2, """
