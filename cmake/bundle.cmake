@@ -4,7 +4,7 @@
 # the system's; the CUDA Toolkit's libraries (cuBLAS, ~600 MB) are copied
 # only with -DTF_BUNDLE_CUDA_LIBS=ON, otherwise they are found in the
 # toolkit's folder (recorded in the run path) or through LD_LIBRARY_PATH.
-# Usage: cmake -DBIN=<tfhost> -DOUT=<dir> -DBUNDLE_CUDA=ON|OFF -P bundle.cmake
+# Usage: cmake -DBIN=<tfhost> -DOUT=<dir> -DBUNDLE_CUDA=ON|OFF [-DOPENED=<lib>|<lib>...] -P bundle.cmake
 file(REMOVE_RECURSE ${OUT})
 file(MAKE_DIRECTORY ${OUT})
 file(COPY ${BIN} DESTINATION ${OUT})
@@ -27,6 +27,15 @@ foreach(lib ${deps})
   get_filename_component(name ${lib} NAME)
   message(STATUS "bundle: ${name}")
 endforeach()
+# Libraries tfhost opens at run time (cuBLAS): no dependency list names them.
+if(BUNDLE_CUDA AND OPENED)
+  string(REPLACE "|" ";" opened "${OPENED}")
+  foreach(lib ${opened})
+    file(COPY ${lib} DESTINATION ${OUT} FOLLOW_SYMLINK_CHAIN)
+    get_filename_component(name ${lib} NAME)
+    message(STATUS "bundle: ${name} (opened at run time)")
+  endforeach()
+endif()
 if(missing)
   message(WARNING "bundle: unresolved libraries: ${missing}")
 endif()

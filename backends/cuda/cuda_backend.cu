@@ -19,9 +19,9 @@ static void tf_cuda_state_release(tf_cuda_state *st) {
   tf_cuda_gemm_release(st);
   tf_cuda_side_release(st);
   if (st->blas) {
-    cublasStatus_t err = cublasDestroy(st->blas);
+    cublasStatus_t err = tf_cublas.cublasDestroy_v2(st->blas);
     if (err != CUBLAS_STATUS_SUCCESS)
-      fprintf(stderr, "tfhost: cuBLAS error in cublasDestroy: %s\n", cublasGetStatusString(err));
+      fprintf(stderr, "tfhost: cuBLAS error in cublasDestroy: %s\n", tf_cublas_status(err));
   }
   if (st->comm) tf_cuda_report(cudaStreamDestroy(st->comm), "cudaStreamDestroy");
   if (st->stream) tf_cuda_report(cudaStreamDestroy(st->stream), "cudaStreamDestroy");
@@ -49,9 +49,10 @@ static tf_status tf_cuda_state_create(tf_device_ctx *ctx, tf_cuda_state *st) {
   int least = 0, greatest = 0;
   TF_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
   TF_CUDA_CHECK(cudaStreamCreateWithPriority(&st->stream, cudaStreamNonBlocking, greatest));
-  TF_CUBLAS_CHECK(cublasCreate(&st->blas));
-  TF_CUBLAS_CHECK(cublasSetStream(st->blas, st->stream));
-  TF_CUBLAS_CHECK(cublasSetMathMode(st->blas, tf_cuda_math_mode));
+  TF_TRY(tf_cublas_load());
+  TF_CUBLAS_CHECK(tf_cublas.cublasCreate_v2(&st->blas));
+  TF_CUBLAS_CHECK(tf_cublas.cublasSetStream_v2(st->blas, st->stream));
+  TF_CUBLAS_CHECK(tf_cublas.cublasSetMathMode(st->blas, tf_cuda_math_mode));
   return TF_OK;
 }
 
@@ -91,7 +92,7 @@ static tf_status tf_cuda_info(tf_device_ctx *ctx, tf_device_info *info) {
   info->cc_minor = prop.minor;
   TF_CUDA_CHECK(cudaDriverGetVersion(&info->driver_version));
   TF_CUDA_CHECK(cudaRuntimeGetVersion(&info->runtime_version));
-  TF_CUBLAS_CHECK(cublasGetVersion(tf_cuda_state_of(ctx)->blas, &info->blas_version));
+  TF_CUBLAS_CHECK(tf_cublas.cublasGetVersion_v2(tf_cuda_state_of(ctx)->blas, &info->blas_version));
   return TF_OK;
 }
 

@@ -13,6 +13,12 @@ extern "C" {
 const tf_backend *tf_cuda_backend(void);
 /* GPUs visible to the CUDA backend (0 without a driver or a GPU). */
 int tf_cuda_backend_device_count(void);
+/* Opens cuBLAS and cuBLASLt and looks up every function the backend calls
+ * (cublas_load.cu), once per process; later calls return the first call's
+ * outcome. A device does this on its first use; no GPU is needed for it.
+ * TF_ERR_BACKEND, naming the library and where it was looked for, when the
+ * library or one of its functions is missing. */
+tf_status tf_cublas_load(void);
 /* The profiler's GPU side: CUPTI's activity records (prof_cupti.cu). */
 const tf_prof_gpu_source *tf_cuda_prof_source(void);
 

@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -34,11 +34,36 @@ typedef struct tf_cuda_state {
   cudaStream_t comm; /* NCCL's collectives (backend.h, comm_begin), made on first use */
 } tf_cuda_state;
 
+/* The cuBLAS and cuBLASLt functions the backend calls, each under its
+ * library's symbol name. The libraries are opened on the first use of a GPU
+ * (tf_cublas_load, cublas_load.cu), not linked: their start-up code costs
+ * some 60 ms of CPU in every process, one that never touches a GPU too. */
+#define TF_CUBLAS_FUNCTIONS(X)                                                                                        \
+  X(cublasCreate_v2) X(cublasDestroy_v2) X(cublasSetStream_v2) X(cublasSetMathMode) X(cublasGetVersion_v2)            \
+  X(cublasGetStatusString) X(cublasLtCreate) X(cublasLtDestroy) X(cublasLtMatmul) X(cublasLtMatmulAlgoGetHeuristic)   \
+  X(cublasLtMatmulDescCreate) X(cublasLtMatmulDescDestroy) X(cublasLtMatmulDescSetAttribute)                          \
+  X(cublasLtMatrixLayoutCreate) X(cublasLtMatrixLayoutDestroy) X(cublasLtMatrixLayoutSetAttribute)                    \
+  X(cublasLtMatmulPreferenceCreate) X(cublasLtMatmulPreferenceDestroy) X(cublasLtMatmulPreferenceSetAttribute)
+typedef struct tf_cublas_api {
+#define TF_CUBLAS_MEMBER(name) decltype(&::name) name;
+  TF_CUBLAS_FUNCTIONS(TF_CUBLAS_MEMBER)
+#undef TF_CUBLAS_MEMBER
+  /* C++ sees two of these (the other takes a cudaDataType compute type): the library's own */
+  cublasStatus_t (*cublasGemmStridedBatchedEx)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int,
+                                               const void *, const void *, cudaDataType, int, long long, const void *,
+                                               cudaDataType, int, long long, const void *, void *, cudaDataType, int,
+                                               long long, int, cublasComputeType_t, cublasGemmAlgo_t);
+} tf_cublas_api;
+/* Filled by tf_cublas_load (cuda_backend.h); read only after it returned TF_OK. */
+extern tf_cublas_api tf_cublas;
+
 /* Records "CUDA error in <call>: <reason>" (TF_ERR_OOM with "out of memory"
  * for allocation failures), clears the non-sticky error state, returns the
  * status. `call` may be the stringified call: only its name is kept. */
 tf_status tf_cuda_error(cudaError_t err, const char *call);
 tf_status tf_cublas_error(cublasStatus_t err, const char *call);
+/* cuBLAS's name for a status (its number before the library is loaded). */
+const char *tf_cublas_status(cublasStatus_t err);
 /* For paths that cannot return a status (frees, destroys): the failure goes
  * to stderr instead of being dropped. */
 void tf_cuda_report(cudaError_t err, const char *call);

@@ -12,6 +12,13 @@
 /* Length of the function name at the start of a stringified call. */
 static int tf_cuda_call_name_len(const char *call) { return (int)strcspn(call, "("); }
 
+const char *tf_cublas_status(cublasStatus_t err) {
+  static thread_local char unnamed[32];
+  if (tf_cublas.cublasGetStatusString) return tf_cublas.cublasGetStatusString(err);
+  snprintf(unnamed, sizeof unnamed, "cuBLAS status %d", (int)err);
+  return unnamed;
+}
+
 tf_status tf_cuda_error(cudaError_t err, const char *call) {
   int len = tf_cuda_call_name_len(call);
   (void)cudaGetLastError(); /* reported here: later calls must not see it again */
@@ -21,10 +28,12 @@ tf_status tf_cuda_error(cudaError_t err, const char *call) {
 }
 
 tf_status tf_cublas_error(cublasStatus_t err, const char *call) {
+  static const char table[] = "tf_cublas."; /* calls through the loaded table are named as cuBLAS names them */
+  if (strncmp(call, table, sizeof table - 1) == 0) call += sizeof table - 1;
   int len = tf_cuda_call_name_len(call);
   if (err == CUBLAS_STATUS_ALLOC_FAILED)
-    return tf_fail(TF_ERR_OOM, "out of memory: cuBLAS error in %.*s: %s", len, call, cublasGetStatusString(err));
-  return tf_fail(TF_ERR_BACKEND, "cuBLAS error in %.*s: %s", len, call, cublasGetStatusString(err));
+    return tf_fail(TF_ERR_OOM, "out of memory: cuBLAS error in %.*s: %s", len, call, tf_cublas_status(err));
+  return tf_fail(TF_ERR_BACKEND, "cuBLAS error in %.*s: %s", len, call, tf_cublas_status(err));
 }
 
 void tf_cuda_report(cudaError_t err, const char *call) {

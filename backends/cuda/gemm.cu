@@ -61,10 +61,10 @@ typedef struct tf_gemm_state {
 
 /* Destroys a plan's descriptors and frees its slot. */
 static void tf_gemm_plan_drop(tf_gemm_plan *p) {
-  if (p->op) cublasLtMatmulDescDestroy(p->op);
-  if (p->la) cublasLtMatrixLayoutDestroy(p->la);
-  if (p->lb) cublasLtMatrixLayoutDestroy(p->lb);
-  if (p->lc) cublasLtMatrixLayoutDestroy(p->lc);
+  if (p->op) tf_cublas.cublasLtMatmulDescDestroy(p->op);
+  if (p->la) tf_cublas.cublasLtMatrixLayoutDestroy(p->la);
+  if (p->lb) tf_cublas.cublasLtMatrixLayoutDestroy(p->lb);
+  if (p->lc) tf_cublas.cublasLtMatrixLayoutDestroy(p->lc);
   memset(p, 0, sizeof *p);
 }
 
@@ -81,20 +81,31 @@ static cudaDataType tf_gemm_type(tf_dtype d) {
   return d == TF_F16 ? CUDA_R_16F : d == TF_BF16 ? CUDA_R_16BF : d == TF_F64 ? CUDA_R_64F : CUDA_R_32F;
 }
 
+/* One attribute of a layout, a descriptor or a preference; false when Lt refuses it. */
+static bool tf_gemm_set_layout(cublasLtMatrixLayout_t l, cublasLtMatrixLayoutAttribute_t attr, const void *v,
+                               size_t n) {
+  return tf_cublas.cublasLtMatrixLayoutSetAttribute(l, attr, v, n) == CUBLAS_STATUS_SUCCESS;
+}
+static bool tf_gemm_set_desc(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t attr, const void *v, size_t n) {
+  return tf_cublas.cublasLtMatmulDescSetAttribute(d, attr, v, n) == CUBLAS_STATUS_SUCCESS;
+}
+static bool tf_gemm_set_pref(cublasLtMatmulPreference_t p, cublasLtMatmulPreferenceAttributes_t attr, const void *v,
+                             size_t n) {
+  return tf_cublas.cublasLtMatmulPreferenceSetAttribute(p, attr, v, n) == CUBLAS_STATUS_SUCCESS;
+}
+
 /* A column-major layout, strided-batched when batch > 1; *ok turns false on any failure. */
 static cublasLtMatrixLayout_t tf_gemm_layout(cudaDataType type, int64_t rows, int64_t cols, int64_t ld, int64_t batch,
                                              int64_t stride, bool *ok) {
   cublasLtMatrixLayout_t l = NULL;
-  if (cublasLtMatrixLayoutCreate(&l, type, (uint64_t)rows, (uint64_t)cols, ld) != CUBLAS_STATUS_SUCCESS) {
+  if (tf_cublas.cublasLtMatrixLayoutCreate(&l, type, (uint64_t)rows, (uint64_t)cols, ld) != CUBLAS_STATUS_SUCCESS) {
     *ok = false;
     return NULL;
   }
   if (batch > 1) {
     int32_t count = (int32_t)batch;
-    *ok = *ok && cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count) ==
-                     CUBLAS_STATUS_SUCCESS;
-    *ok = *ok && cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
-                                                  sizeof stride) == CUBLAS_STATUS_SUCCESS;
+    *ok = *ok && tf_gemm_set_layout(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count);
+    *ok = *ok && tf_gemm_set_layout(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride);
   }
   return l;
 }
@@ -107,12 +118,10 @@ static void tf_gemm_plan_make(tf_gemm_state *gs, const tf_gemm_key *key, tf_gemm
   p->used = true;
   const cudaDataType ab = tf_gemm_type((tf_dtype)key->ab_dtype), c = tf_gemm_type((tf_dtype)key->c_dtype);
   const cublasOperation_t opa = key->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, opb = key->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-  bool ok = cublasLtMatmulDescCreate(&p->op, key->tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F,
-                                     CUDA_R_32F) == CUBLAS_STATUS_SUCCESS;
-  ok = ok && cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa) ==
-                 CUBLAS_STATUS_SUCCESS;
-  ok = ok && cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb) ==
-                 CUBLAS_STATUS_SUCCESS;
+  const cublasComputeType_t compute = key->tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  bool ok = tf_cublas.cublasLtMatmulDescCreate(&p->op, compute, CUDA_R_32F) == CUBLAS_STATUS_SUCCESS;
+  ok = ok && tf_gemm_set_desc(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa);
+  ok = ok && tf_gemm_set_desc(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb);
   if (ok) {
     const bool na = opa == CUBLAS_OP_N, nb = opb == CUBLAS_OP_N;
     p->la = tf_gemm_layout(ab, na ? key->n : key->k, na ? key->k : key->n, key->ldb, key->batch, key->batch_b, &ok);
@@ -120,34 +129,28 @@ static void tf_gemm_plan_make(tf_gemm_state *gs, const tf_gemm_key *key, tf_gemm
     if (ok) p->lc = tf_gemm_layout(c, key->n, key->m, key->ldc, key->batch, key->batch_c, &ok);
   }
   cublasLtMatmulPreference_t pref = NULL;
-  ok = ok && cublasLtMatmulPreferenceCreate(&pref) == CUBLAS_STATUS_SUCCESS;
+  ok = ok && tf_cublas.cublasLtMatmulPreferenceCreate(&pref) == CUBLAS_STATUS_SUCCESS;
   if (ok) {
     const size_t ws = TF_GEMM_WORKSPACE;
     const uint32_t reductions = CUBLASLT_REDUCTION_SCHEME_INPLACE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
     const uint32_t aa = key->align_b, ab_ = key->align_a, ac = key->align_c; /* cuBLAS's A is our B */
-    ok = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws) ==
-             CUBLAS_STATUS_SUCCESS &&
-         cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &reductions,
-                                              sizeof reductions) == CUBLAS_STATUS_SUCCESS &&
-         cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &aa, sizeof aa) ==
-             CUBLAS_STATUS_SUCCESS &&
-         cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &ab_, sizeof ab_) ==
-             CUBLAS_STATUS_SUCCESS &&
-         cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &ac, sizeof ac) ==
-             CUBLAS_STATUS_SUCCESS &&
-         cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &ac, sizeof ac) ==
-             CUBLAS_STATUS_SUCCESS;
+    ok = tf_gemm_set_pref(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws) &&
+         tf_gemm_set_pref(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &reductions, sizeof reductions) &&
+         tf_gemm_set_pref(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &aa, sizeof aa) &&
+         tf_gemm_set_pref(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &ab_, sizeof ab_) &&
+         tf_gemm_set_pref(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &ac, sizeof ac) &&
+         tf_gemm_set_pref(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &ac, sizeof ac);
   }
   if (ok) {
     cublasLtMatmulHeuristicResult_t result;
     int found = 0;
     memset(&result, 0, sizeof result);
-    ok = cublasLtMatmulAlgoGetHeuristic(gs->lt, p->op, p->la, p->lb, p->lc, p->lc, pref, 1, &result, &found) ==
-             CUBLAS_STATUS_SUCCESS &&
+    ok = tf_cublas.cublasLtMatmulAlgoGetHeuristic(gs->lt, p->op, p->la, p->lb, p->lc, p->lc, pref, 1, &result,
+                                                  &found) == CUBLAS_STATUS_SUCCESS &&
          found > 0 && result.state == CUBLAS_STATUS_SUCCESS && result.workspaceSize <= TF_GEMM_WORKSPACE;
     if (ok) p->algo = result.algo;
   }
-  if (pref) cublasLtMatmulPreferenceDestroy(pref);
+  if (pref) tf_cublas.cublasLtMatmulPreferenceDestroy(pref);
   p->lt = ok;
 }
 
@@ -171,7 +174,7 @@ static tf_status tf_gemm_state_of(tf_cuda_state *st, tf_gemm_state **out) {
     tf_gemm_state *gs = (tf_gemm_state *)calloc(1, sizeof *gs);
     if (!gs) return tf_fail(TF_ERR_OOM, "out of memory: no host memory for the GEMM plan cache");
     gs->use_lt = !tf_env_is("TF_CUBLASLT", "0");
-    if (cublasLtCreate(&gs->lt) != CUBLAS_STATUS_SUCCESS) gs->lt = NULL;
+    if (tf_cublas.cublasLtCreate(&gs->lt) != CUBLAS_STATUS_SUCCESS) gs->lt = NULL;
     if (gs->lt && cudaMalloc(&gs->workspace, TF_GEMM_WORKSPACE) != cudaSuccess) {
       (void)cudaGetLastError();
       gs->workspace = NULL;
@@ -189,7 +192,7 @@ void tf_cuda_gemm_release(tf_cuda_state *st) {
   if (!gs) return;
   for (int i = 0; i < TF_GEMM_PLANS; i++) tf_gemm_plan_drop(&gs->plans[i]);
   if (gs->workspace) tf_cuda_report(cudaFree(gs->workspace), "cudaFree");
-  if (gs->lt) cublasLtDestroy(gs->lt);
+  if (gs->lt) tf_cublas.cublasLtDestroy(gs->lt);
   free(gs);
   st->gemm = NULL;
 }
@@ -218,7 +221,7 @@ static tf_status tf_gemm_cublas(tf_cuda_state *st, const tf_gemm_args *g, const 
   const cublasComputeType_t compute = g->ab_dtype == TF_F64                        ? CUBLAS_COMPUTE_64F
                                       : g->allow_tf32 && g->ab_dtype == TF_F32 ? CUBLAS_COMPUTE_32F_FAST_TF32
                                                                                  : CUBLAS_COMPUTE_32F;
-  TF_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
+  TF_CUBLAS_CHECK(tf_cublas.cublasGemmStridedBatchedEx(
       st->blas, g->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, g->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, (int)g->n, (int)g->m,
       (int)g->k, alpha, g->b, ab, (int)g->ldb, (long long)g->batch_b, g->a, ab, (int)g->lda, (long long)g->batch_a,
       beta, g->c, c, (int)g->ldc, (long long)g->batch_c, (int)g->batch, compute, CUBLAS_GEMM_DEFAULT));
@@ -278,8 +281,8 @@ static tf_status tf_gemm_run(tf_device_ctx *ctx, const tf_gemm_args *g, const ch
     key.align_c = tf_gemm_align(g->c, g->batch, g->batch_c, cs);
     tf_gemm_plan *p = tf_gemm_plan_for(gs, &key);
     if (p->lt) {
-      cublasStatus_t s = cublasLtMatmul(gs->lt, p->op, alpha, g->b, p->la, g->a, p->lb, beta, g->c, p->lc, g->c,
-                                        p->lc, &p->algo, gs->workspace, TF_GEMM_WORKSPACE, st->stream);
+      cublasStatus_t s = tf_cublas.cublasLtMatmul(gs->lt, p->op, alpha, g->b, p->la, g->a, p->lb, beta, g->c, p->lc,
+                                                  g->c, p->lc, &p->algo, gs->workspace, TF_GEMM_WORKSPACE, st->stream);
       if (s == CUBLAS_STATUS_SUCCESS) return TF_OK;
       /* refused at launch: this combination uses cuBLAS from now on; but
        * not for a refusal while the stream is being captured into a CUDA
