@@ -5,13 +5,14 @@
 # harness from its seed corpus (tests/fuzz/corpus/<name>; new inputs go to a
 # scratch folder, never into the checkout).
 #
-#   scripts/fuzz.sh                      each harness for 12 s (what CI runs)
+#   scripts/fuzz.sh                      each harness for 12 s, as many at once as there are cores (CI)
 #   scripts/fuzz.sh --seconds 600 json   one harness for 10 minutes
 #   scripts/fuzz.sh --runs 10000000      each harness for 10 million inputs
 #   scripts/fuzz.sh --max-len 256 repl   inputs of at most 256 bytes (default: libFuzzer's 4096)
 #
-# A finding (crash, sanitizer report, leak, timeout) stops with exit code 1
-# and leaves the input in build-fuzz/findings/<name>/; add it to the
+# A finding (crash, sanitizer report, leak, timeout) makes it exit 1 once
+# every harness has run, printing that harness's log, and leaves the input
+# in build-fuzz/findings/<name>/; add it to the
 # harness's corpus, where tests/fuzz/replay.c runs it in every ctest build.
 # Without clang's libFuzzer (scripts/install-deps.sh installs it) this says
 # why and exits 0.
@@ -44,18 +45,33 @@ CC=clang cmake -S . -B build-fuzz -DTF_FUZZ=ON -DTF_CUDA=OFF -DCMAKE_BUILD_TYPE=
 cmake --build build-fuzz -j"$jobs" --target "${harnesses[@]/#/fuzz_}"
 
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-for name in "${harnesses[@]}"; do
-  work="$probe/corpus-$name"
-  findings=build-fuzz/findings/$name
+# One harness: its log and outcome in $probe/<name>.log and $probe/<name>.status.
+fuzz_one() {
+  local name=$1 work="$probe/corpus-$1" findings=build-fuzz/findings/$1 start rc=0
   mkdir -p "$work" "$findings"
-  echo "== fuzz_$name ${limit[*]}"
   start=$(date +%s)
-  if ! build-fuzz/fuzz_"$name" "${limit[@]}" "${max_len[@]}" -timeout=10 -rss_limit_mb=4096 -print_final_stats=1 \
-      -artifact_prefix="$findings/" "$work" tests/fuzz/corpus/"$name" >"$probe/log" 2>&1; then
-    tail -40 "$probe/log"
-    echo "fuzz: fuzz_$name found a problem; the input is in $findings/" >&2
-    exit 1
-  fi
-  runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$probe/log")
-  echo "fuzz_$name: $runs inputs in $(( $(date +%s) - start )) s, no finding"
+  build-fuzz/fuzz_"$name" "${limit[@]}" "${max_len[@]}" -timeout=10 -rss_limit_mb=4096 -print_final_stats=1 \
+    -artifact_prefix="$findings/" "$work" tests/fuzz/corpus/"$name" >"$probe/$name.log" 2>&1 || rc=$?
+  echo "$rc $(( $(date +%s) - start ))" >"$probe/$name.status"
+}
+# As many harnesses at once as there are cores (each is one process), then
+# their outcomes in order.
+for name in "${harnesses[@]}"; do
+  while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n || true; done
+  echo "== fuzz_$name ${limit[*]}"
+  fuzz_one "$name" &
 done
+wait
+failed=0
+for name in "${harnesses[@]}"; do
+  read -r rc seconds <"$probe/$name.status"
+  if [ "$rc" != 0 ]; then
+    tail -40 "$probe/$name.log"
+    echo "fuzz: fuzz_$name found a problem; the input is in build-fuzz/findings/$name/" >&2
+    failed=1
+    continue
+  fi
+  runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$probe/$name.log")
+  echo "fuzz_$name: $runs inputs in $seconds s, no finding"
+done
+exit $failed
