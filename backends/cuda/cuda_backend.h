@@ -19,6 +19,8 @@ int tf_cuda_backend_device_count(void);
  * TF_ERR_BACKEND, naming the library and where it was looked for, when the
  * library or one of its functions is missing. */
 tf_status tf_cublas_load(void);
+/* cuBLAS's name for a cublasStatus_t ("cuBLAS status N" before the library is loaded). */
+const char *tf_cublas_status(int status);
 /* The profiler's GPU side: CUPTI's activity records (prof_cupti.cu). */
 const tf_prof_gpu_source *tf_cuda_prof_source(void);
 

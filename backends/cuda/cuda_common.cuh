@@ -62,8 +62,6 @@ extern tf_cublas_api tf_cublas;
  * status. `call` may be the stringified call: only its name is kept. */
 tf_status tf_cuda_error(cudaError_t err, const char *call);
 tf_status tf_cublas_error(cublasStatus_t err, const char *call);
-/* cuBLAS's name for a status (its number before the library is loaded). */
-const char *tf_cublas_status(cublasStatus_t err);
 /* For paths that cannot return a status (frees, destroys): the failure goes
  * to stderr instead of being dropped. */
 void tf_cuda_report(cudaError_t err, const char *call);

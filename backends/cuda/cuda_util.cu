@@ -12,10 +12,10 @@
 /* Length of the function name at the start of a stringified call. */
 static int tf_cuda_call_name_len(const char *call) { return (int)strcspn(call, "("); }
 
-const char *tf_cublas_status(cublasStatus_t err) {
+const char *tf_cublas_status(int status) {
   static thread_local char unnamed[32];
-  if (tf_cublas.cublasGetStatusString) return tf_cublas.cublasGetStatusString(err);
-  snprintf(unnamed, sizeof unnamed, "cuBLAS status %d", (int)err);
+  if (tf_cublas.cublasGetStatusString) return tf_cublas.cublasGetStatusString((cublasStatus_t)status);
+  snprintf(unnamed, sizeof unnamed, "cuBLAS status %d", status);
   return unnamed;
 }
 

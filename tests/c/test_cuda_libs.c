@@ -3,7 +3,8 @@
  * start-up code costs ~60 ms). Checked without a GPU: nothing of cuBLAS is
  * mapped at start; tf_cublas_load finds every function the backend calls in
  * the toolkit's libraries (a name that is not there fails here, not on the
- * first GPU run); after it, libcublas and libcublasLt are mapped; a second
+ * first GPU run); after it, libcublas and libcublasLt are mapped, a call
+ * through the table reaches cuBLAS (its name for a status), and a second
  * call returns the first one's outcome. Exits 77 in a CPU-only build or
  * where /proc/self/maps cannot be read. */
 #include <stdio.h>
@@ -13,6 +14,8 @@
 #include "status.h"
 
 #ifdef TF_WITH_CUDA
+#include <cublas_api.h>
+
 #include "cuda_backend.h"
 
 /* Whether a file whose path holds `name` is mapped into this process. */
@@ -28,10 +31,14 @@ static bool tf_mapped(const char *name) {
 
 int main(void) {
   CHECK(!tf_mapped("libcublas"));
+  CHECK(strcmp(tf_cublas_status(CUBLAS_STATUS_ALLOC_FAILED), "cuBLAS status 3") == 0);
   tf_status s = tf_cublas_load();
   if (!CHECK_OK(s)) printf("tf_cublas_load: %s\n", tf_last_error());
   CHECK(tf_mapped("libcublas.so"));
   CHECK(tf_mapped("libcublasLt.so"));
+  const char *name = tf_cublas_status(CUBLAS_STATUS_ALLOC_FAILED);
+  CHECK(name[0] && strcmp(name, "cuBLAS status 3") != 0);
+  printf("cuBLAS's name for status 3: %s\n", name);
   CHECK_OK(tf_cublas_load());
   return tf_check_done();
 }
