@@ -24,7 +24,9 @@ end
 
 --- tf.bench(fn, {warmup = 5, iters = 10, setup, teardown}): runs fn `warmup`
 -- times, then `iters` timed times, synchronising every device before and
--- after each call, so each sample is the wall time of one complete call.
+-- after each call, so each sample is the wall time of one complete call;
+-- a full garbage collection before each call (untimed) frees what the
+-- previous calls dropped.
 -- With setup, every call is fn(setup()) and teardown(setup's results)
 -- follows it, both untimed (e.g. a fresh forward pass before each timed
 -- backward pass). Returns {samples, mean, std, median, min, max, n,
@@ -41,6 +43,10 @@ function M.bench(fn, opts)
   if teardown ~= nil and type(teardown) ~= "function" then error("tf.bench: teardown must be a function", 2) end
   local function sample()
     local args = setup and table.pack(setup()) or { n = 0 }
+    -- Tensors the last call dropped go back to the allocator now, untimed, as PyTorch frees a
+    -- dropped tensor at once: Lua's collector does not see their memory and could leave dozens
+    -- alive, each call then taking fresh memory (page faults on the CPU, cudaMalloc on a GPU).
+    collectgarbage()
     tf.sync()
     local t0 = tf.now()
     fn(table.unpack(args, 1, args.n))

@@ -76,6 +76,17 @@ T.test("setup and teardown stay out of the samples; tf.bench.backward", function
   T.eq(x.grad, nil, "the leaves' gradients are dropped after each call")
 end)
 
+T.test("tensors a call dropped are freed before the next call, as PyTorch frees them", function()
+  local a = tf.randn(512, 512) -- each call's product: 1 MiB, dropped at once
+  collectgarbage()
+  tf.mem.reset_peak()
+  local base = tf.mem.stats("cpu").allocated
+  tf.bench(function() tf.matmul(a, a) end, { warmup = 2, iters = 30 })
+  local peak = tf.mem.stats("cpu").peak_allocated - base
+  -- one product live at a time (and the call's own scratch), not one per call
+  T.ok(peak <= 4 * 2 ^ 20, string.format("32 calls held %.1f MiB at once", peak / 2 ^ 20))
+end)
+
 T.test("tf.sync on every device in use", function()
   tf.sync()
   tf.sync("cpu")
