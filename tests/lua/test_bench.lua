@@ -87,10 +87,13 @@ T.test("tensors a call dropped are freed before the next call, as PyTorch frees 
   T.ok(peak <= 4 * 2 ^ 20, string.format("32 calls held %.1f MiB at once", peak / 2 ^ 20))
 end)
 
-T.test("tf.sync on every device in use", function()
-  tf.sync()
-  tf.sync("cpu")
-  T.ok(true)
+T.test("tf.sync on every device in use, or on one", function()
+  T.eq(select("#", tf.sync()), 0)
+  T.eq(select("#", tf.sync("cpu")), 0)
+  T.raises(function() tf.sync("nope") end, "unknown device 'nope' (expected cpu, cuda or cuda:N)")
+  if not tf.cuda.is_available() then
+    T.raises(function() tf.sync("cuda:0") end, "no CUDA device is available (asked for cuda:0)")
+  end
 end)
 
 T.run()
