@@ -107,7 +107,7 @@ T.test("every rank starts from rank 0's parameters", function()
 end)
 
 T.test("models that differ across ranks are an error naming the ranks, not a hang", function()
-  if world == 1 then return T.ok(true) end
+  if world == 1 then T.skip_test("needs two ranks or more (tfhost --nproc 2)") end
   T.raises(function() model({ parallel = "ddp", d_ff = rank == 0 and 64 or 128 }) end,
     "the ranks disagree: rank " .. rank .. " has broadcast of")
 end)
