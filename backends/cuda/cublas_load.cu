@@ -6,8 +6,8 @@
  *
  * libcublas is looked for as the dynamic loader looks for a linked library
  * (LD_LIBRARY_PATH, the binary's run path: the bundle's folder, the
- * toolkit's lib folder recorded at build time, the system's folders), then
- * by its full path in the toolkit's folder; it brings libcublasLt, and the
+ * system's folders), then by its full path in the toolkit's folder found at
+ * build time and in /usr/local/cuda/lib64; it brings libcublasLt, and the
  * Lt functions are found through it. */
 #include "cuda_common.cuh"
 #include "cuda_backend.h"
@@ -27,17 +27,20 @@ tf_cublas_api tf_cublas;
 static pthread_once_t tf_cublas_once = PTHREAD_ONCE_INIT;
 static char tf_cublas_failure[768]; /* empty once every function was found */
 
-/* libcublas by its soname, else from the toolkit's folder; NULL with the reason in tf_cublas_failure. */
+/* libcublas by its soname, else from the toolkit's folder found at build time, else from the
+ * usual toolkit folder; NULL with the reason in tf_cublas_failure. */
 static void *tf_cublas_open(void) {
-  void *lib = dlopen(TF_CUBLAS_SONAME, RTLD_NOW | RTLD_LOCAL);
-  if (lib) return lib;
-  char first[384];
-  snprintf(first, sizeof first, "%s", dlerror());
-  lib = dlopen(TF_CUDA_LIBDIR "/" TF_CUBLAS_SONAME, RTLD_NOW | RTLD_LOCAL);
-  if (lib) return lib;
+  static const char *const where[] = {TF_CUBLAS_SONAME, TF_CUDA_LIBDIR "/" TF_CUBLAS_SONAME,
+                                      "/usr/local/cuda/lib64/" TF_CUBLAS_SONAME};
+  char first[384] = "";
+  for (size_t i = 0; i < sizeof where / sizeof where[0]; i++) {
+    void *lib = dlopen(where[i], RTLD_NOW | RTLD_LOCAL);
+    if (lib) return lib;
+    if (i == 0) snprintf(first, sizeof first, "%s", dlerror());
+  }
   snprintf(tf_cublas_failure, sizeof tf_cublas_failure,
-           "the CUDA backend could not load cuBLAS (%s; not in " TF_CUDA_LIBDIR " either): install the CUDA "
-           "Toolkit's cuBLAS %d, or name its folder in LD_LIBRARY_PATH",
+           "the CUDA backend could not load cuBLAS (%s; not in " TF_CUDA_LIBDIR " or /usr/local/cuda/lib64 "
+           "either): install the CUDA Toolkit's cuBLAS %d, or name its folder in LD_LIBRARY_PATH",
            first, CUBLAS_VER_MAJOR);
   return NULL;
 }
