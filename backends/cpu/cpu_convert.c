@@ -1,9 +1,8 @@
-/* Dtype conversion and strided copies, fill, arange and random numbers on
- * the CPU (element conversion rules: core/elemio.h). */
+/* Dtype conversion and strided copies, fill and arange on the CPU (element
+ * conversion rules: core/elemio.h). Random numbers: cpu_random.c. */
 #include <math.h>
 #include <string.h>
 
-#include "philox.h"
 #include "elemio.h"
 #include "cpu.h"
 
@@ -63,17 +62,5 @@ tf_status tf_cpu_arange(tf_device_ctx *ctx, tf_tensor *out, double start, double
   int64_t n = tf_tensor_numel(out);
   void *data = tf_tensor_data(out);
   for (int64_t i = 0; i < n; i++) tf_elem_set(data, out->dtype, i, start + (double)i * step);
-  return TF_OK;
-}
-
-tf_status tf_cpu_random(tf_device_ctx *ctx, tf_tensor *out, const tf_random_args *args) {
-  (void)ctx;
-  int64_t n = tf_tensor_numel(out);
-  void *data = tf_tensor_data(out);
-  for (int64_t blk = 0; blk * 4 < n; blk++) {
-    double v[4];
-    tf_det_random_block(args->seed, args->offset, (uint64_t)blk, (int)args->kind, args->a, args->b, v);
-    for (int j = 0; j < 4 && blk * 4 + j < n; j++) tf_elem_set(data, out->dtype, blk * 4 + j, v[j]);
-  }
   return TF_OK;
 }

@@ -1,9 +1,14 @@
 /* Random numbers: Philox known answers (Random123's test vectors), the
- * deterministic log and sin/cos against libm, and the distributions. */
+ * deterministic log and sin/cos against libm, the distributions, and the
+ * CPU backend's fill (draws side by side, on every core) against them. */
 #include <math.h>
+#include <string.h>
 
+#include "backends.h"
 #include "check.h"
+#include "cpu.h"
 #include "philox.h"
+#include "tensor.h"
 
 static void check_block(tf_philox_block b, uint32_t w0, uint32_t w1, uint32_t w2, uint32_t w3) {
   CHECK_INT(b.w[0], w0);
@@ -78,5 +83,38 @@ int main(void) {
   CHECK(umin >= 0 && umax < 1);
   CHECK_INT(int_out_of_range, 0);
   for (int k = 0; k < 10; k++) CHECK_NEAR(int_counts[k] / (double)n, 0.1, 2e-3);
+
+  /* the CPU backend's fill gives tf_det_random_block's very bits: every kind, lengths that end
+   * inside a chunk of draws, one past the parallel threshold, and a cut so narrow (0.2) that
+   * most truncated normals miss it with their first pair and take the scalar path */
+  static const struct {
+    tf_random_kind kind;
+    double a, b;
+  } kinds[] = {{TF_RANDOM_UNIFORM, -2.0, 5.0}, {TF_RANDOM_NORMAL, 0.5, 2.0}, {TF_RANDOM_INT, -3.0, 7.0},
+               {TF_RANDOM_TRUNC_NORMAL, 2.0, 3.0}, {TF_RANDOM_TRUNC_NORMAL, 1.0, 0.2}};
+  static const int64_t lengths[] = {1, 3, 4, 15, 16, 17, 67, 100003};
+  static const uint64_t seeds[] = {1, 0xdeadbeef12345ull};
+  long fill_mismatch = 0, fill_values = 0;
+  tf_backends_init();
+  for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++)
+    for (size_t li = 0; li < sizeof lengths / sizeof lengths[0]; li++)
+      for (size_t si = 0; si < sizeof seeds / sizeof seeds[0]; si++) {
+        const int64_t len = lengths[li];
+        tf_shape shape = {1, {len}};
+        tf_tensor *t = NULL;
+        if (!CHECK_OK(tf_tensor_empty(&shape, TF_F64, tf_cpu(), &t))) return tf_check_done();
+        const tf_random_args g = {kinds[k].kind, kinds[k].a, kinds[k].b, seeds[si], 17};
+        if (!CHECK_OK(tf_cpu_random(NULL, t, &g))) return tf_check_done();
+        const double *got = tf_tensor_data(t);
+        for (int64_t i = 0; i < len; i++) {
+          double v[4];
+          tf_det_random_block(seeds[si], 17, (uint64_t)i / 4, (int)kinds[k].kind, kinds[k].a, kinds[k].b, v);
+          fill_mismatch += memcmp(&got[i], &v[i % 4], sizeof v[0]) != 0;
+          fill_values++;
+        }
+        tf_tensor_release(t);
+      }
+  CHECK_INT(fill_mismatch, 0);
+  CHECK_INT(fill_values, 2 * 5 * (1 + 3 + 4 + 15 + 16 + 17 + 67 + 100003));
   return tf_check_done();
 }
