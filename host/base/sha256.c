@@ -1,9 +1,20 @@
-/* SHA-256 as FIPS 180-4 specifies it, streaming over 64-byte blocks. */
+/* SHA-256 as FIPS 180-4 specifies it, streaming over 64-byte blocks: with
+ * the x86 SHA extensions where the CPU has them (hashing the binary for a
+ * results file: 27 MB in about 20 ms instead of 90), else in plain C.
+ * TF_SHA256=portable takes the plain C path (for its tests). */
 #include "sha256.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#include <immintrin.h>
+#define TF_SHA256_X86 1
+#endif
 
 static const uint32_t tf_sha256_k[64] = {
     0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
@@ -52,6 +63,65 @@ static void tf_sha256_block(uint32_t state[8], const unsigned char *p) {
   state[7] += h;
 }
 
+#ifdef TF_SHA256_X86
+/* The blocks through SHA256RNDS2 (two rounds an instruction) and SHA256MSG1/2
+ * (the message schedule, four words at a time). The instructions keep the
+ * state as ABEF and CDGH; the words go in byte-swapped, four rounds' worth
+ * with their constants added. */
+__attribute__((target("sha,sse4.1"))) static void tf_sha256_blocks_x86(uint32_t state[8], const unsigned char *p,
+                                                                        size_t blocks) {
+  const __m128i swap = _mm_set_epi64x(0x0c0d0e0f08090a0bll, 0x0405060700010203ll);
+  __m128i dcba = _mm_shuffle_epi32(_mm_loadu_si128((const __m128i *)&state[0]), 0xB1); /* CDAB */
+  __m128i hgfe = _mm_shuffle_epi32(_mm_loadu_si128((const __m128i *)&state[4]), 0x1B); /* EFGH */
+  __m128i abef = _mm_alignr_epi8(dcba, hgfe, 8), cdgh = _mm_blend_epi16(hgfe, dcba, 0xF0);
+  for (; blocks > 0; blocks--, p += 64) {
+    const __m128i abef0 = abef, cdgh0 = cdgh;
+    __m128i m[4]; /* words 4k .. 4k + 3 of the schedule, k mod 4 */
+    for (int k = 0; k < 16; k++) {
+      if (k < 4) {
+        m[k] = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(p + 16 * k)), swap);
+      } else {
+        /* W[t] = s1(W[t-2]) + W[t-7] + s0(W[t-15]) + W[t-16], four at a time */
+        __m128i w = _mm_add_epi32(_mm_sha256msg1_epu32(m[k & 3], m[(k + 1) & 3]),
+                                  _mm_alignr_epi8(m[(k + 3) & 3], m[(k + 2) & 3], 4));
+        m[k & 3] = _mm_sha256msg2_epu32(w, m[(k + 3) & 3]);
+      }
+      __m128i wk = _mm_add_epi32(m[k & 3], _mm_loadu_si128((const __m128i *)&tf_sha256_k[4 * k]));
+      cdgh = _mm_sha256rnds2_epu32(cdgh, abef, wk);
+      abef = _mm_sha256rnds2_epu32(abef, cdgh, _mm_shuffle_epi32(wk, 0x0E));
+    }
+    abef = _mm_add_epi32(abef, abef0);
+    cdgh = _mm_add_epi32(cdgh, cdgh0);
+  }
+  __m128i feba = _mm_shuffle_epi32(abef, 0x1B), dchg = _mm_shuffle_epi32(cdgh, 0xB1);
+  _mm_storeu_si128((__m128i *)&state[0], _mm_blend_epi16(feba, dchg, 0xF0)); /* DCBA */
+  _mm_storeu_si128((__m128i *)&state[4], _mm_alignr_epi8(dchg, feba, 8));    /* HGFE */
+}
+
+/* Whether the CPU has the SHA extensions (and SSSE3, SSE4.1 beside them). */
+static bool tf_sha256_x86_usable(void) {
+  unsigned a, b, c, d;
+  if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & bit_SSSE3) || !(c & bit_SSE4_1)) return false;
+  return __get_cpuid_count(7, 0, &a, &b, &c, &d) && (b & bit_SHA);
+}
+#endif
+
+/* Whole blocks at p into the state, through the SHA extensions when usable. */
+static void tf_sha256_blocks(uint32_t state[8], const unsigned char *p, size_t blocks) {
+#ifdef TF_SHA256_X86
+  static int usable = -1; /* decided on first use; racing threads decide alike */
+  if (usable < 0) {
+    const char *how = getenv("TF_SHA256");
+    usable = !(how && strcmp(how, "portable") == 0) && tf_sha256_x86_usable();
+  }
+  if (usable) {
+    tf_sha256_blocks_x86(state, p, blocks);
+    return;
+  }
+#endif
+  for (; blocks > 0; blocks--, p += 64) tf_sha256_block(state, p);
+}
+
 void tf_sha256_init(tf_sha256 *h) {
   static const uint32_t iv[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
                                  0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
@@ -64,13 +134,20 @@ void tf_sha256_update(tf_sha256 *h, const void *data, size_t n) {
   const unsigned char *p = data;
   h->length += n;
   while (n > 0) {
+    if (h->used == 0 && n >= 64) { /* whole blocks straight from the input */
+      const size_t blocks = n / 64;
+      tf_sha256_blocks(h->state, p, blocks);
+      p += 64 * blocks;
+      n -= 64 * blocks;
+      continue;
+    }
     size_t take = 64 - h->used < n ? 64 - h->used : n;
     memcpy(h->block + h->used, p, take);
     h->used += take;
     p += take;
     n -= take;
     if (h->used == 64) {
-      tf_sha256_block(h->state, h->block);
+      tf_sha256_blocks(h->state, h->block, 1);
       h->used = 0;
     }
   }
