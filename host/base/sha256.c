@@ -5,6 +5,7 @@
 #include "sha256.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -109,12 +110,14 @@ static bool tf_sha256_x86_usable(void) {
 /* Whole blocks at p into the state, through the SHA extensions when usable. */
 static void tf_sha256_blocks(uint32_t state[8], const unsigned char *p, size_t blocks) {
 #ifdef TF_SHA256_X86
-  static int usable = -1; /* decided on first use; racing threads decide alike */
-  if (usable < 0) {
+  static atomic_int usable = -1; /* decided on first use (threads that race decide alike) */
+  int use = atomic_load_explicit(&usable, memory_order_relaxed);
+  if (use < 0) {
     const char *how = getenv("TF_SHA256");
-    usable = !(how && strcmp(how, "portable") == 0) && tf_sha256_x86_usable();
+    use = !(how && strcmp(how, "portable") == 0) && tf_sha256_x86_usable();
+    atomic_store_explicit(&usable, use, memory_order_relaxed);
   }
-  if (usable) {
+  if (use) {
     tf_sha256_blocks_x86(state, p, blocks);
     return;
   }
