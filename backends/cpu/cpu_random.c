@@ -45,7 +45,7 @@ tf_cpu_normal2_lanes(const uint32_t *w0, const uint32_t *w1, double *z0, double 
   double t[L], t2[L], sn[L], cs[L];
   int quadrant[L];
   for (int l = 0; l < L; l++) {
-    const double q = ((double)w1[l] * 2.3283064365386962890625e-10) * 4.0;
+    const double q = tf_det_uniform(w1[l]) * 4.0;
     quadrant[l] = (int)q;
     t[l] = (q - (double)quadrant[l]) * 1.57079632679489661923;
     t2[l] = t[l] * t[l];
