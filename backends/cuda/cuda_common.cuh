@@ -210,6 +210,7 @@ size_t tf_cuda_flash_workspace(tf_device_ctx *ctx, const tf_flash_args *args);
  * its own SwiGLU (model_swiglu.cu) and CUDA graphs (model_graph.cu). */
 tf_status tf_cuda_gemm(tf_device_ctx *ctx, const tf_gemm_args *args);
 void tf_cuda_gemm_use_lt(tf_device_ctx *ctx, bool on);
+void tf_cuda_gemm_tuning(tf_device_ctx *ctx, tf_gemm_tuning *out);
 void tf_cuda_gemm_release(tf_cuda_state *st); /* at shutdown */
 tf_status tf_cuda_index_check(tf_device_ctx *ctx, const int64_t *idx, int64_t n, int64_t limit, int64_t *bad);
 tf_status tf_cuda_encoder(tf_device_ctx *ctx, const tf_encoder_args *args);

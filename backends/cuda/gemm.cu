@@ -21,7 +21,17 @@
  * everything when TF_CUBLASLT=0 is set or gemm_use_lt(ctx, false) was
  * called. f64 products (the eager matmul's) always take plain cuBLAS, in
  * f64. The workspace (32 MiB) is a cudaMalloc of its own, like cuBLAS's
- * internal one, outside the caching allocator's accounting. */
+ * internal one, outside the caching allocator's accounting.
+ *
+ * Timed choice (a call with tune set, the engine's; off with
+ * TF_GEMM_TUNE=0): the first eager call of a plan runs the heuristic's
+ * first TF_GEMM_CANDIDATES algorithms on the call's own operands and keeps
+ * the fastest, but only among those whose product has the same bits as
+ * the first one's (a fingerprint of C after each), so the choice changes
+ * the time a product takes and never its result: the same bits whichever
+ * algorithm the clock picks, on every run. Products added into C, and
+ * calls made while the stream is captured into a graph, are not timed
+ * (the next eager call is). */
 #include "cuda_common.cuh"
 
 #include <cublasLt.h>
@@ -30,7 +40,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { TF_GEMM_PLANS = 128 };
+enum { TF_GEMM_PLANS = 128, TF_GEMM_CANDIDATES = 8 };
 static const size_t TF_GEMM_WORKSPACE = (size_t)32 << 20;
 
 /* Everything a plan depends on; zeroed before filling so memcmp compares it. */
@@ -46,13 +56,19 @@ typedef struct tf_gemm_plan {
   bool lt; /* false: this combination runs through plain cuBLAS */
   cublasLtMatmulDesc_t op;
   cublasLtMatrixLayout_t la, lb, lc; /* cuBLAS's A (our B), B (our A), C */
-  cublasLtMatmulAlgo_t algo;
+  cublasLtMatmulAlgo_t algo;                           /* the one calls run */
+  cublasLtMatmulAlgo_t candidates[TF_GEMM_CANDIDATES]; /* the heuristic's, best first */
+  int ncandidates;
+  bool timed; /* the timed choice was made (or had nothing to choose from) */
 } tf_gemm_plan;
 
 typedef struct tf_gemm_state {
   cublasLtHandle_t lt; /* NULL: Lt unavailable */
   void *workspace;
-  bool use_lt;
+  unsigned long long *print; /* the device word fingerprints are summed into, made on first use */
+  cudaEvent_t clock[2];      /* the timed choice's events, made with print */
+  bool use_lt, tune;
+  tf_gemm_tuning stats;
   int next; /* the slot the next new plan evicts, round robin */
   tf_gemm_plan plans[TF_GEMM_PLANS];
 } tf_gemm_state;
@@ -142,13 +158,16 @@ static void tf_gemm_plan_make(tf_gemm_state *gs, const tf_gemm_key *key, tf_gemm
          tf_gemm_set_pref(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &ac, sizeof ac);
   }
   if (ok) {
-    cublasLtMatmulHeuristicResult_t result;
+    cublasLtMatmulHeuristicResult_t results[TF_GEMM_CANDIDATES];
     int found = 0;
-    memset(&result, 0, sizeof result);
-    ok = tf_cublas.cublasLtMatmulAlgoGetHeuristic(gs->lt, p->op, p->la, p->lb, p->lc, p->lc, pref, 1, &result,
-                                                  &found) == CUBLAS_STATUS_SUCCESS &&
-         found > 0 && result.state == CUBLAS_STATUS_SUCCESS && result.workspaceSize <= TF_GEMM_WORKSPACE;
-    if (ok) p->algo = result.algo;
+    memset(results, 0, sizeof results);
+    ok = tf_cublas.cublasLtMatmulAlgoGetHeuristic(gs->lt, p->op, p->la, p->lb, p->lc, p->lc, pref, TF_GEMM_CANDIDATES,
+                                                  results, &found) == CUBLAS_STATUS_SUCCESS;
+    for (int i = 0; ok && i < found; i++)
+      if (results[i].state == CUBLAS_STATUS_SUCCESS && results[i].workspaceSize <= TF_GEMM_WORKSPACE)
+        p->candidates[p->ncandidates++] = results[i].algo;
+    ok = ok && p->ncandidates > 0;
+    if (ok) p->algo = p->candidates[0];
   }
   if (pref) tf_cublas.cublasLtMatmulPreferenceDestroy(pref);
   p->lt = ok;
@@ -174,6 +193,7 @@ static tf_status tf_gemm_state_of(tf_cuda_state *st, tf_gemm_state **out) {
     tf_gemm_state *gs = (tf_gemm_state *)calloc(1, sizeof *gs);
     if (!gs) return tf_fail(TF_ERR_OOM, "out of memory: no host memory for the GEMM plan cache");
     gs->use_lt = !tf_env_is("TF_CUBLASLT", "0");
+    gs->tune = !tf_env_is("TF_GEMM_TUNE", "0");
     if (tf_cublas.cublasLtCreate(&gs->lt) != CUBLAS_STATUS_SUCCESS) gs->lt = NULL;
     if (gs->lt && cudaMalloc(&gs->workspace, TF_GEMM_WORKSPACE) != cudaSuccess) {
       (void)cudaGetLastError();
@@ -192,6 +212,10 @@ void tf_cuda_gemm_release(tf_cuda_state *st) {
   if (!gs) return;
   for (int i = 0; i < TF_GEMM_PLANS; i++) tf_gemm_plan_drop(&gs->plans[i]);
   if (gs->workspace) tf_cuda_report(cudaFree(gs->workspace), "cudaFree");
+  if (gs->print) {
+    tf_cuda_report(cudaFree(gs->print), "cudaFree");
+    for (int i = 0; i < 2; i++) tf_cuda_report(cudaEventDestroy(gs->clock[i]), "cudaEventDestroy");
+  }
   if (gs->lt) tf_cublas.cublasLtDestroy(gs->lt);
   free(gs);
   st->gemm = NULL;
@@ -246,6 +270,107 @@ static tf_status tf_gemm_check(const char *op, const tf_gemm_args *g) {
   return TF_OK;
 }
 
+/* ---- the timed choice ------------------------------------------------------------------- */
+
+/* Adds into *out a mix of every 2-byte unit of C (batch x rows units of
+ * row_units, rows ld units apart, batches stride units apart) with its
+ * position: a sum, so the same for any order of the threads. */
+__global__ void tf_gemm_print_kernel(const uint16_t *c, int64_t batch, int64_t rows, int64_t row_units, int64_t ld,
+                                     int64_t stride, unsigned long long *out) {
+  const int64_t total = batch * rows * row_units;
+  unsigned long long sum = 0;
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t u = i % row_units, r = (i / row_units) % rows, b = i / (row_units * rows);
+    unsigned long long h = ((unsigned long long)i << 16 | c[b * stride + r * ld + u]) + 0x9e3779b97f4a7c15ull;
+    h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9ull; /* splitmix64's finaliser */
+    h = (h ^ (h >> 27)) * 0x94d049bb133111ebull;
+    sum += h ^ (h >> 31);
+  }
+  atomicAdd(out, sum);
+}
+
+/* C's fingerprint after the work queued so far (waits for the device). */
+static tf_status tf_gemm_print(tf_cuda_state *st, tf_gemm_state *gs, const tf_gemm_args *g, unsigned long long *out) {
+  const int64_t units = (int64_t)tf_dtype_size(g->c_dtype) / 2; /* f16, bf16, f32 */
+  TF_CUDA_CHECK(cudaMemsetAsync(gs->print, 0, sizeof *gs->print, st->stream));
+  tf_gemm_print_kernel<<<2 * st->multiprocessors, 256, 0, st->stream>>>(
+      (const uint16_t *)g->c, g->batch, g->m, g->n * units, g->ldc * units, g->batch_c * units, gs->print);
+  TF_TRY(tf_cuda_launched("GEMM fingerprint kernel"));
+  TF_CUDA_CHECK(cudaMemcpyAsync(out, gs->print, sizeof *out, cudaMemcpyDeviceToHost, st->stream));
+  TF_CUDA_CHECK(cudaStreamSynchronize(st->stream));
+  return TF_OK;
+}
+
+/* Milliseconds a call takes on algorithm a, the mean of reps calls. */
+static tf_status tf_gemm_clock(tf_cuda_state *st, tf_gemm_state *gs, const tf_gemm_plan *p, const tf_gemm_args *g,
+                               const cublasLtMatmulAlgo_t *a, const void *alpha, const void *beta, int reps,
+                               float *ms) {
+  TF_CUDA_CHECK(cudaEventRecord(gs->clock[0], st->stream));
+  for (int r = 0; r < reps; r++)
+    TF_CUBLAS_CHECK(tf_cublas.cublasLtMatmul(gs->lt, p->op, alpha, g->b, p->la, g->a, p->lb, beta, g->c, p->lc, g->c,
+                                             p->lc, a, gs->workspace, TF_GEMM_WORKSPACE, st->stream));
+  TF_CUDA_CHECK(cudaEventRecord(gs->clock[1], st->stream));
+  TF_CUDA_CHECK(cudaEventSynchronize(gs->clock[1]));
+  TF_CUDA_CHECK(cudaEventElapsedTime(ms, gs->clock[0], gs->clock[1]));
+  *ms /= (float)reps;
+  return TF_OK;
+}
+
+/* The timed choice (see the top of the file) for plan p on g's operands;
+ * C holds some candidate's product afterwards, so the caller runs the call. */
+static tf_status tf_gemm_choose(tf_cuda_state *st, tf_gemm_state *gs, tf_gemm_plan *p, const tf_gemm_args *g,
+                                const void *alpha, const void *beta) {
+  p->timed = true;
+  gs->stats.plans++;
+  if (p->ncandidates < 2) return TF_OK;
+  /* nothing else on the device while the clock runs (the optimizer's
+   * stream may have work beside the pass) */
+  TF_CUDA_CHECK(cudaDeviceSynchronize());
+  if (!gs->print) {
+    TF_CUDA_CHECK(cudaMalloc(&gs->print, sizeof *gs->print));
+    for (int i = 0; i < 2; i++) TF_CUDA_CHECK(cudaEventCreate(&gs->clock[i]));
+  }
+  /* the first candidate: its product's fingerprint, and the repetitions
+   * that make each clock reading some 2 ms (3 to 50) */
+  unsigned long long want = 0, got = 0;
+  float first = 0, best = 0, ms = 0;
+  TF_TRY(tf_gemm_clock(st, gs, p, g, &p->candidates[0], alpha, beta, 1, &first));
+  TF_TRY(tf_gemm_print(st, gs, g, &want));
+  const int reps = first <= 0 ? 50 : (int)fminf(50.0f, fmaxf(3.0f, 2.0f / first));
+  TF_TRY(tf_gemm_clock(st, gs, p, g, &p->candidates[0], alpha, beta, reps, &best));
+  const float heuristic = best;
+  int chosen = 0;
+  for (int i = 1; i < p->ncandidates; i++) {
+    gs->stats.candidates++;
+    if (tf_cublas.cublasLtMatmul(gs->lt, p->op, alpha, g->b, p->la, g->a, p->lb, beta, g->c, p->lc, g->c, p->lc,
+                                 &p->candidates[i], gs->workspace, TF_GEMM_WORKSPACE,
+                                 st->stream) != CUBLAS_STATUS_SUCCESS) {
+      gs->stats.refused++;
+      continue;
+    }
+    TF_TRY(tf_gemm_print(st, gs, g, &got));
+    if (got != want) { /* other bits: never chosen, however fast */
+      gs->stats.other_bits++;
+      continue;
+    }
+    TF_TRY(tf_gemm_clock(st, gs, p, g, &p->candidates[i], alpha, beta, reps, &ms));
+    if (ms < 0.98f * best) best = ms, chosen = i; /* 2 % or more faster: more than the clock's noise */
+  }
+  p->algo = p->candidates[chosen];
+  if (chosen > 0) gs->stats.changed++;
+  gs->stats.first_ms += heuristic;
+  gs->stats.chosen_ms += best;
+  return TF_OK;
+}
+
+/* The timed choice's counts so far on ctx's device (model_kernels.h). */
+void tf_cuda_gemm_tuning(tf_device_ctx *ctx, tf_gemm_tuning *out) {
+  memset(out, 0, sizeof *out);
+  tf_gemm_state *gs = NULL;
+  if (tf_cuda_use_device(ctx) != TF_OK || tf_gemm_state_of(tf_cuda_state_of(ctx), &gs) != TF_OK) return;
+  *out = gs->stats;
+}
+
 /* The one dispatch: the cached Lt plan when there is one, else plain cuBLAS. */
 static tf_status tf_gemm_run(tf_device_ctx *ctx, const tf_gemm_args *g, const char *op) {
   TF_TRY(tf_gemm_check(op, g));
@@ -280,6 +405,11 @@ static tf_status tf_gemm_run(tf_device_ctx *ctx, const tf_gemm_args *g, const ch
     key.align_b = tf_gemm_align(g->b, g->batch, g->batch_b, as);
     key.align_c = tf_gemm_align(g->c, g->batch, g->batch_c, cs);
     tf_gemm_plan *p = tf_gemm_plan_for(gs, &key);
+    if (p->lt && !p->timed && g->tune && gs->tune && !g->accumulate) {
+      cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+      TF_CUDA_CHECK(cudaStreamIsCapturing(st->stream, &capturing));
+      if (capturing == cudaStreamCaptureStatusNone) TF_TRY(tf_gemm_choose(st, gs, p, g, alpha, beta));
+    }
     if (p->lt) {
       cublasStatus_t s = tf_cublas.cublasLtMatmul(gs->lt, p->op, alpha, g->b, p->la, g->a, p->lb, beta, g->c, p->lc,
                                                   g->c, p->lc, &p->algo, gs->workspace, TF_GEMM_WORKSPACE, st->stream);

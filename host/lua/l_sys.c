@@ -7,10 +7,12 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 
+#include "backend.h"
 #include "backends.h"
 #include "bind.h"
 #include "embedded.h"
 #include "luahost.h"
+#include "model_kernels.h"
 #include "safe.h"
 
 /* tf.device([device]): "cpu" or "cuda:0 (NVIDIA H100 80GB HBM3)". */
@@ -81,6 +83,30 @@ static int tf_l_cuda_device_count(lua_State *L) {
 
 static int tf_l_cuda_compiled(lua_State *L) {
   lua_pushboolean(L, tf_cuda_compiled());
+  return 1;
+}
+
+/* tf.cuda.gemm_tuning([device]): what the timed choice of GEMM algorithms
+ * (the engine's products) did on a GPU so far, as a table. */
+static int tf_l_cuda_gemm_tuning(lua_State *L) {
+  const tf_device d = lua_isnoneornil(L, 1) ? (tf_device){TF_DEV_CUDA, 0} : tf_lua_checkdevice(L, 1);
+  if (d.type != TF_DEV_CUDA) return luaL_error(L, "tf.cuda.gemm_tuning: %s is not a CUDA device", lua_tostring(L, 1));
+  tf_device_ctx *ctx;
+  TF_LUA_CHECK(L, tf_device_ctx_get(d, &ctx), "tf.cuda.gemm_tuning");
+  tf_gemm_tuning t = {0};
+  if (ctx->backend->model && ctx->backend->model->gemm_tuning) ctx->backend->model->gemm_tuning(ctx, &t);
+  lua_createtable(L, 0, 8);
+  TF_SET_INT(L, "shapes", t.plans);
+  TF_SET_INT(L, "changed", t.changed);
+  TF_SET_INT(L, "candidates", t.candidates);
+  TF_SET_INT(L, "refused", t.refused);
+  TF_SET_INT(L, "other_bits", t.other_bits);
+  lua_pushnumber(L, t.first_ms);
+  lua_setfield(L, -2, "first_ms");
+  lua_pushnumber(L, t.chosen_ms);
+  lua_setfield(L, -2, "chosen_ms");
+  lua_pushboolean(L, !tf_env_is("TF_GEMM_TUNE", "0"));
+  lua_setfield(L, -2, "enabled");
   return 1;
 }
 
@@ -191,6 +217,7 @@ static const luaL_Reg tf_sys_functions[] = {
     {"cuda_available", tf_l_cuda_available},
     {"cuda_device_count", tf_l_cuda_device_count},
     {"cuda_compiled", tf_l_cuda_compiled},
+    {"cuda_gemm_tuning", tf_l_cuda_gemm_tuning},
     {"seed", tf_l_seed},
     {"initial_seed", tf_l_initial_seed},
     {"allow_tf32", tf_l_allow_tf32},

@@ -267,7 +267,7 @@ static inline tf_status tf_model_linear(tf_model *m, const void *x, int64_t rows
                                         const void *w, void *y) {
   tf_gemm_args g = {.a = x, .b = w, .c = y, .ab_dtype = m->dtype, .c_dtype = m->dtype, .batch = 1,
                     .m = rows, .n = out, .k = in, .trans_b = true, .lda = in, .ldb = in, .ldc = out,
-                    .allow_tf32 = m->ctx->allow_tf32};
+                    .allow_tf32 = m->ctx->allow_tf32, .tune = true};
   return m->k->gemm(m->ctx, &g);
 }
 
@@ -279,11 +279,12 @@ static inline tf_status tf_model_linear_backward(tf_model *m, const void *dy, co
                                                  int64_t out, const void *w, float *dw, void *dx) {
   tf_gemm_args gw = {.a = dy, .b = x, .c = dw, .ab_dtype = m->dtype, .c_dtype = TF_F32, .batch = 1, .m = out,
                      .n = in, .k = rows, .trans_a = true, .lda = out, .ldb = in, .ldc = in, .accumulate = !m->use_ring,
-                     .allow_tf32 = m->ctx->allow_tf32};
+                     .allow_tf32 = m->ctx->allow_tf32, .tune = true};
   TF_TRY(m->k->gemm(m->ctx, &gw));
   if (!dx) return TF_OK;
   tf_gemm_args gx = {.a = dy, .b = w, .c = dx, .ab_dtype = m->dtype, .c_dtype = m->dtype, .batch = 1, .m = rows,
-                     .n = in, .k = out, .lda = out, .ldb = in, .ldc = in, .allow_tf32 = m->ctx->allow_tf32};
+                     .n = in, .k = out, .lda = out, .ldb = in, .ldc = in, .allow_tf32 = m->ctx->allow_tf32,
+                     .tune = true};
   return m->k->gemm(m->ctx, &gx);
 }
 

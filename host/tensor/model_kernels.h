@@ -43,7 +43,23 @@ typedef struct tf_gemm_args {
   int64_t batch_a, batch_b, batch_c; /* element strides between batches */
   bool accumulate;
   bool allow_tf32;
+  /* The backend may time its algorithms for this shape on the first call
+   * and keep the fastest of those with the same bits (the CUDA backend's
+   * timed choice, gemm.cu): for a shape called many times, like the
+   * engine's. */
+  bool tune;
 } tf_gemm_args;
+
+/* What a backend's timed choice of GEMM algorithms (tf_gemm_args.tune)
+ * did over a device's life. */
+typedef struct tf_gemm_tuning {
+  int plans;      /* shapes that went through it (with one algorithm to offer or more) */
+  int changed;    /* of them, those that left the heuristic's first algorithm */
+  int candidates; /* other algorithms tried */
+  int refused;    /* of them, refused at launch */
+  int other_bits; /* of them, whose product had other bits than the first's (never chosen) */
+  double first_ms, chosen_ms; /* summed over the shapes: the first algorithm's time, the chosen one's */
+} tf_gemm_tuning;
 
 /* Token embedding. Forward: out[i] = wte[ids[i]]. Backward: dwte[ids[i]] +=
  * dout[i], each id's rows added in position order (the same bits on every
@@ -188,6 +204,9 @@ typedef struct tf_model_kernels {
    * or plain cuBLAS (false), so tests can compare them; NULL where a
    * backend has one path only. */
   void (*gemm_use_lt)(tf_device_ctx *ctx, bool on);
+  /* The timed choice's counts so far on ctx's device (zeros before its
+   * first GEMM); NULL where a backend does not time its GEMMs. */
+  void (*gemm_tuning)(tf_device_ctx *ctx, tf_gemm_tuning *out);
 
   /* Workspaces: the device scratch bytes the backward passes of encoder
    * and rmsnorm need for args' sizes. The engine plans them, so a step

@@ -26,6 +26,7 @@ tf.cuda = {
   is_available = C.cuda_available,
   device_count = C.cuda_device_count,
   compiled = C.cuda_compiled,
+  gemm_tuning = C.cuda_gemm_tuning,
 }
 
 local json = C.json

@@ -67,6 +67,8 @@ function M.env()
     cublas_version = info.blas_version,
     seed = tf.initial_seed(),
     tf32 = safe(tf.allow_tf32),
+    -- what the fused engine's timed choice of GEMM algorithms did (GPU only)
+    gemm_tuning = tf.cuda.is_available() and safe(tf.cuda.gemm_tuning) or nil,
     host = tf.sysinfo(),
     script = script,
     script_sha256 = script_sha256(tf, script),

@@ -11,6 +11,9 @@
  *     1e-4, 1e-5; bf16/f16: logits 2e-2, loss 5e-3, gradients 1e-1 and
  *     parameters 5e-2, where one rounding flip of a tiny gradient moves an
  *     AdamW update by up to 2 lr), both GEMM paths;
+ *   - the GEMM's timed choice of algorithm: the product of a timed call has
+ *     the bits of the heuristic's first algorithm, however the clock chose;
+ *     a product added into C and a call under capture are not timed;
  *   - bit-identical losses run to run, stable memory across steps, input
  *     errors with the CPU's messages and the GPU usable afterwards;
  *   - a table of the worst errors, then (unless TF_TEST_SMALL is set, for
@@ -116,6 +119,97 @@ static void test_gemm(void) {
   KG->gemm_use_lt(gctx, true);
 }
 
+/* A product timed at its first call (tune) against the same product on the
+ * heuristic's first algorithm (a call before it made the plan untimed):
+ * the same bits. The plan is new, so the timed call goes through the
+ * choice once; a second timed call does not. */
+static void gemm_timed_case(tf_dtype d, bool c32, bool ta, bool tb, int64_t m, int64_t n, int64_t k) {
+  const tf_dtype cd = c32 ? TF_F32 : d;
+  flat_pair a = flat_pair_randn(m * k, d, 1.0, 0), b = flat_pair_randn(k * n, d, 1.0, 0);
+  flat_pair first = flat_pair_zeros(m * n, cd), timed = flat_pair_zeros(m * n, cd);
+  tf_gemm_args g = {.ab_dtype = d, .c_dtype = cd, .batch = 1, .m = m, .n = n, .k = k, .trans_a = ta, .trans_b = tb,
+                    .lda = ta ? m : k, .ldb = tb ? k : n, .ldc = n, .a = GP(a), .b = GP(b), .c = GP(first)};
+  CHECK_OK(KG->gemm(gctx, &g));
+  tf_gemm_tuning before, after, again;
+  KG->gemm_tuning(gctx, &before);
+  g.tune = true, g.c = GP(timed);
+  CHECK_OK(KG->gemm(gctx, &g));
+  KG->gemm_tuning(gctx, &after);
+  CHECK(after.plans == before.plans + 1);
+  CHECK_OK(KG->gemm(gctx, &g));
+  KG->gemm_tuning(gctx, &again);
+  CHECK(again.plans == after.plans && again.candidates == after.candidates);
+  double *x = tensor_values(first.g), *y = tensor_values(timed.g);
+  const bool bits = memcmp(x, y, sizeof(double) * (size_t)(m * n)) == 0;
+  if (!bits) fprintf(stderr, "FAIL gemm timed %s %lldx%lldx%lld: other bits than the first algorithm's\n",
+                     tf_dtype_name(d), (long long)m, (long long)n, (long long)k);
+  CHECK(bits);
+  printf("gemm timed %-4s %s%s%s %5lld x %5lld x %5lld: %d other algorithms, %d with other bits, %s\n",
+         tf_dtype_name(d), c32 ? "f32 out " : "", ta ? "a^T " : "", tb ? "b^T " : "", (long long)m, (long long)n,
+         (long long)k, after.candidates - before.candidates, after.other_bits - before.other_bits,
+         after.changed > before.changed ? "another chosen" : "the first kept");
+  free(x), free(y);
+  flat_pair_free(&a), flat_pair_free(&b), flat_pair_free(&first), flat_pair_free(&timed);
+}
+
+/* Not timed: a product added into C (it would be added once per
+ * candidate), and a call while the stream is captured (the plan is timed
+ * at the next eager call instead). */
+static void gemm_untimed_cases(void) {
+  const int64_t m = 256, n = 384, k = 512;
+  flat_pair a = flat_pair_randn(m * k, TF_BF16, 1.0, 0), b = flat_pair_randn(k * n, TF_BF16, 1.0, 0);
+  flat_pair c = flat_pair_randn(m * n, TF_F32, 1.0, 0);
+  tf_gemm_args g = {.ab_dtype = TF_BF16, .c_dtype = TF_F32, .batch = 1, .m = m, .n = n, .k = k, .trans_b = true,
+                    .lda = k, .ldb = k, .ldc = n, .accumulate = true, .tune = true};
+  tf_gemm_tuning before, after;
+  KG->gemm_tuning(gctx, &before);
+  g.a = CP(a), g.b = CP(b), g.c = CP(c);
+  CHECK_OK(KC->gemm(cctx, &g));
+  g.a = GP(a), g.b = GP(b), g.c = GP(c);
+  CHECK_OK(KG->gemm(gctx, &g));
+  same("gemm accumulate, tune asked", TF_F32, c, 1e-5);
+  KG->gemm_tuning(gctx, &after);
+  CHECK(after.plans == before.plans);
+  /* under capture: queued on the first algorithm, nothing timed */
+  g.accumulate = false, g.m = 320;
+  flat_pair c2 = flat_pair_zeros(g.m * n, TF_F32), a2 = flat_pair_randn(g.m * k, TF_BF16, 1.0, 0);
+  g.a = GP(a2), g.c = GP(c2);
+  CHECK_OK(KG->capture_begin(gctx));
+  const tf_status queued = KG->gemm(gctx, &g);
+  tf_graph *graph = NULL;
+  CHECK_OK(KG->capture_end(gctx, &graph));
+  CHECK_OK(queued);
+  KG->gemm_tuning(gctx, &after);
+  CHECK(after.plans == before.plans);
+  if (graph) CHECK_OK(KG->graph_launch(gctx, graph));
+  KG->graph_destroy(gctx, graph);
+  g.a = CP(a2), g.b = CP(b), g.c = CP(c2);
+  CHECK_OK(KC->gemm(cctx, &g));
+  same("gemm captured, tune asked", TF_F32, c2, 1e-5);
+  g.a = GP(a2), g.b = GP(b), g.c = GP(c2);
+  CHECK_OK(KG->gemm(gctx, &g)); /* eager now: timed */
+  KG->gemm_tuning(gctx, &after);
+  CHECK(after.plans == before.plans + 1);
+  same("gemm timed after capture", TF_F32, c2, 1e-5);
+  flat_pair_free(&a), flat_pair_free(&b), flat_pair_free(&c), flat_pair_free(&c2), flat_pair_free(&a2);
+}
+
+static void test_gemm_timed(void) {
+  KG->gemm_use_lt(gctx, true);
+  /* the engine's products at small-model sizes and a larger one: forward
+   * (b^T), the weight gradient into f32 (a^T) and the input gradient */
+  const int64_t shapes[][3] = {{512, 2304, 768}, {768, 768, 512}, {512, 768, 3072}, {2048, 4096, 1024}};
+  for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+    const int64_t m = shapes[s][0], n = shapes[s][1], k = shapes[s][2];
+    gemm_timed_case(TF_BF16, false, false, true, m, n, k);
+    gemm_timed_case(TF_BF16, true, true, false, m, n, k);
+    gemm_timed_case(TF_BF16, false, false, false, m, n, k);
+  }
+  gemm_timed_case(TF_F32, true, false, true, 512, 768, 768);
+  gemm_timed_case(TF_F16, false, false, true, 333, 250, 130);
+  gemm_untimed_cases();
+}
+
 /* ---- rmsnorm ---------------------------------------------------------------------------------- */
 
 /* With ws, the GPU's backward gets the planned workspace (where the shape
@@ -171,8 +265,10 @@ static void rmsnorm_case(tf_dtype d, int64_t rows, int64_t dim, bool delta, bool
 
 static void test_rmsnorm(void) {
   /* the last two: 3 and 4 vector steps a thread in the register-held kernels (on a GPU of ~132 SMs) */
+  /* then rows of 2 and 3 vector steps a thread in the forward's block-a-row kernel, and past
+   * them (the row-group kernels; the backward's one-pass kernel takes up to 8192 columns) */
   const int64_t shapes[][2] = {{37, 768}, {5, 100}, {4096, 64}, {3, 5000}, {600, 1600}, {512, 768}, {300, 2560},
-                               {2200, 3000}, {2200, 4000}};
+                               {2200, 3000}, {2200, 4000}, {300, 8192}, {3, 8200}, {2, 24576}, {2, 24584}};
   for (int ws = 0; ws < 2; ws++) {
     for (int di = 0; di < 3; di++)
       for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
@@ -288,6 +384,8 @@ static void test_attention_kernels(void) {
     rope_heads_case(d, 2, 17, 3, 64);
     rope_heads_case(d, 1, 5, 2, 6);
     rope_heads_case(d, 2, 9, 2, 80); /* the 2.7B model's head size: 16-byte words */
+    rope_heads_case(d, 3, 12, 32, 80); /* rows in whole groups of 4 in the rows kernel */
+    rope_heads_case(d, 2, 1, 4, 64);
     heads_case(d, 2, 33, 12, 64);
     heads_case(d, 1, 3, 2, 5);
     heads_case(d, 2, 4, 3, 2);
@@ -553,8 +651,9 @@ int main(void) {
   if (!CHECK_OK(tf_device_ctx_get(tf_cpu(), &cctx)) || !CHECK_OK(tf_device_ctx_get(GPU, &gctx))) return 1;
   KC = cctx->backend->model;
   KG = gctx->backend->model;
-  if (!CHECK(KC && KG && KG->gemm_use_lt)) return tf_check_done();
+  if (!CHECK(KC && KG && KG->gemm_use_lt && KG->gemm_tuning)) return tf_check_done();
   test_gemm();
+  test_gemm_timed();
   test_rmsnorm();
   test_swiglu();
   test_attention_kernels();
