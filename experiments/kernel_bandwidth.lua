@@ -54,20 +54,26 @@ local function byte_model(cfg, batch, seq, precision, attention)
   -- RMSNorm forward: with the residual add in front (x, delta read; x_out, h
   -- written) after each attention and SwiGLU half (2L), without it for the
   -- first ln1 and the two recomputed in each layer's backward (1 + 2L).
-  m.tf_cuda_norm_forward_kernel = {
+  -- Rows of a multiple of 8 up to 24576 run on the block-a-row kernel.
+  local forward = {
     calls = 4 * L + 1,
     bytes = 2 * L * (nd * (4 + e + 4 + e) + 4 * n) + (2 * L + 1) * (nd * (4 + e) + 4 * n) }
+  if d % 8 == 0 and d <= 24576 then
+    m.tf_cuda_rms_forward_row_kernel = forward
+  else
+    m.tf_cuda_norm_forward_kernel = forward
+  end
   -- RMSNorm backward: x, dh and rstd read, the residual gradient read and
   -- written (only written for ln_final), its low copy written (not for the
   -- first layer's ln1, and never under f32).
-  -- The gains' gradient comes out of the same pass (d a multiple of 8, as
-  -- in every preset; partial sums of d a block written); with
+  -- The gains' gradient comes out of the same pass (d a multiple of 8 up
+  -- to 8192, as in every preset; partial sums of d a block written); with
   -- TF_NORM_UNFUSED set, a second kernel reads x, dh and rstd again.
   local lows = low and (2 * L) or 0
   local backward = {
     calls = 2 * L + 1,
     bytes = (2 * L + 1) * (nd * (4 + e) + 4 * n) + 2 * L * nd * 8 + nd * 4 + lows * nd * e }
-  if os.getenv("TF_NORM_UNFUSED") or d % 8 ~= 0 then
+  if os.getenv("TF_NORM_UNFUSED") or d % 8 ~= 0 or d > 8192 then
     m.tf_cuda_norm_backward_kernel = backward
     m.tf_cuda_norm_wgrad_kernel = { calls = 2 * L + 1, bytes = (2 * L + 1) * (nd * (4 + e) + 4 * n) }
   else

@@ -17,6 +17,7 @@
  * have the same bits every run (no atomics). */
 #include "cuda_common.cuh"
 
+#include <limits.h>
 #include <type_traits>
 
 #include "opmath.h"
@@ -318,84 +319,56 @@ static tf_status tf_cuda_norm_launch(tf_device_ctx *ctx, tf_cuda_state *st, tf_c
 
 /* ---- the engine's RMSNorm backward with its gain's gradient in one pass ------------------ */
 
-/* The most vector steps of 8 a thread that the fused backward takes (it
- * holds x, dy and the gain's sums in registers: 3 steps before it spills). */
-enum { TF_CUDA_RMS_FUSED_K = 3, TF_CUDA_RMS_FUSED_SMEM = 48 * 1024 };
-
-/* The engine's RMSNorm backward (f32 x, dy of YT, V columns a vector step)
- * and the gain's gradient dg = sum over rows of dy xhat in one pass over x
- * and dy: each thread holds its part of the row (K vector steps of V
- * columns) in registers between the row's sum and dx, and the column sums
- * of the rows its row group takes; the groups of a block add theirs in
- * shared memory in group order, and block b writes row b of the partial
- * sums, which tf_cuda_rms_partial_sum_kernel adds in a fixed order.
- * dx is computed as tf_cuda_norm_backward_kernel computes it (the same
- * bits); the rows each block takes depend on the shape and the GPU only,
- * so dg has the same bits every run. */
-template <int YT, int V, int K>
-__global__ void __launch_bounds__(512) tf_cuda_rms_backward_fused_kernel(tf_cuda_norm_params p, float *partial) {
+/* The engine's RMSNorm backward (f32 x, dy of YT) and the gain's gradient
+ * dg = sum over rows of dy xhat in one pass over x and dy: one block a row
+ * at a time (block b takes rows b, b + gridDim.x, ...), each thread one
+ * vector step of 8 columns. A thread reads its part of x, dy (and of dx,
+ * when added to) into registers before the row's sum, so its loads wait on
+ * memory together, and keeps the column sums of the rows its block takes;
+ * block b writes them as row b of the partial sums, which
+ * tf_cuda_rms_partial_sum_kernel adds in a fixed order. Several blocks a
+ * multiprocessor each at its own row hide one another's waits. dx is
+ * computed as tf_cuda_norm_backward_kernel computes it, from the row's sum
+ * over the block's threads; the rows each block takes depend on the shape
+ * and the GPU only, so dg has the same bits every run. */
+template <int YT>
+__global__ void __launch_bounds__(1024) tf_cuda_rms_backward_fused_kernel(tf_cuda_norm_params p, float *partial) {
   typedef typename tf_cuda_dtype<YT>::storage YS;
-  extern __shared__ float group_sums[]; /* (groups, cols) */
   __shared__ float scratch[32];
   const float inv_cols = 1.0f / (float)p.cols;
-  float acc[K][V];
+  const int64_t c = 8 * (int64_t)threadIdx.x;
+  const bool mine = c < p.cols;
+  float acc[8], w[8];
 #pragma unroll
-  for (int k = 0; k < K; k++)
-#pragma unroll
-    for (int u = 0; u < V; u++) acc[k][u] = 0.f;
-  tf_cuda_for_each_row(p.rows, p.tpr, [&](int64_t row, bool live, int lane) {
-    const int64_t n = live ? p.cols : 0, off = row * p.cols;
-    const float *x = (const float *)p.x + off;
-    const YS *dy = (const YS *)p.dy + off;
+  for (int u = 0; u < 8; u++) acc[u] = 0.f;
+  tf_cuda_norm_weights<float, 8>(mine ? p.w : NULL, c, 1.0f, w);
+  for (int64_t row = blockIdx.x; row < p.rows; row += gridDim.x) {
+    const int64_t off = row * p.cols + c;
     const float rstd = ((const float *)p.rstd)[row];
-    float v[K][V], g[K][V], sum_gx = 0; /* the thread's part of the row, read once */
-#pragma unroll
-    for (int k = 0; k < K; k++) {
-      const int64_t c = ((int64_t)lane + (int64_t)k * p.tpr) * V;
-      if (c >= n) continue; /* not break: the arrays stay in registers only when the loop unrolls whole */
-      float w[V];
-      tf_cuda_load_row<TF_F32, V>(x + c, v[k]);
-      tf_cuda_load_row<YT, V>(dy + c, g[k]);
-      tf_cuda_norm_weights<float, V>(p.w, c, 1.0f, w);
-#pragma unroll
-      for (int u = 0; u < V; u++) sum_gx += g[k][u] * w[u] * (v[k][u] * rstd);
-    }
-    const float mgx = tf_cuda_group_reduce(sum_gx, p.tpr, tf_cuda_add(), scratch) * inv_cols;
-#pragma unroll
-    for (int k = 0; k < K; k++) {
-      const int64_t c = ((int64_t)lane + (int64_t)k * p.tpr) * V;
-      if (c >= n) continue;
-      float w[V], out[V];
-      tf_cuda_norm_weights<float, V>(p.w, c, 1.0f, w);
+    float v[8], g[8], out[8], sum_gx = 0;
+    if (mine) {
+      tf_cuda_load_row<TF_F32, 8>((const float *)p.x + off, v);
+      tf_cuda_load_row<YT, 8>((const YS *)p.dy + off, g);
       if (p.accumulate) {
-        tf_cuda_load_row<TF_F32, V>((const float *)p.dx + off + c, out);
+        tf_cuda_load_row<TF_F32, 8>((const float *)p.dx + off, out);
       } else {
 #pragma unroll
-        for (int u = 0; u < V; u++) out[u] = 0;
+        for (int u = 0; u < 8; u++) out[u] = 0;
       }
 #pragma unroll
-      for (int u = 0; u < V; u++) {
-        out[u] += rstd * (g[k][u] * w[u] - (v[k][u] * rstd) * mgx);
-        acc[k][u] += g[k][u] * (v[k][u] * rstd);
-      }
-      tf_cuda_store_row<TF_F32, V>((float *)p.dx + off + c, out);
-      if (p.dx_low) tf_cuda_store_row<YT, V>((YS *)p.dx_low + off + c, out);
+      for (int u = 0; u < 8; u++) sum_gx += g[u] * w[u] * (v[u] * rstd);
     }
-  });
-  const int groups = (int)blockDim.x / p.tpr, group = (int)threadIdx.x / p.tpr, lane = (int)threadIdx.x % p.tpr;
+    const float mgx = tf_cuda_group_reduce(sum_gx, (int)blockDim.x, tf_cuda_add(), scratch) * inv_cols;
+    if (!mine) continue;
 #pragma unroll
-  for (int k = 0; k < K; k++)
-#pragma unroll
-    for (int u = 0; u < V; u++) {
-      const int64_t c = ((int64_t)lane + (int64_t)k * p.tpr) * V + u;
-      if (c < p.cols) group_sums[group * p.cols + c] = acc[k][u];
+    for (int u = 0; u < 8; u++) {
+      out[u] += rstd * (g[u] * w[u] - (v[u] * rstd) * mgx);
+      acc[u] += g[u] * (v[u] * rstd);
     }
-  __syncthreads();
-  for (int64_t c = threadIdx.x; c < p.cols; c += blockDim.x) {
-    float sum = 0;
-    for (int gi = 0; gi < groups; gi++) sum += group_sums[gi * p.cols + c];
-    partial[(int64_t)blockIdx.x * p.cols + c] = sum;
+    tf_cuda_store_row<TF_F32, 8>((float *)p.dx + off, out);
+    if (p.dx_low) tf_cuda_store_row<YT, 8>((YS *)p.dx_low + off, out);
   }
+  if (mine) tf_cuda_store_n<float, 8>(partial + (int64_t)blockIdx.x * p.cols + c, acc);
 }
 
 /* The sum of the fused pass's partial sums, one row a block: 32 columns a
@@ -431,33 +404,22 @@ __global__ void __launch_bounds__(256) tf_cuda_rms_partial_sum_kernel(const floa
   dg[col] += total;
 }
 
-/* The fused pass's launch: the row geometry's threads a row (tpr), as many
- * row groups a block as fit 512 threads and the shared memory (leaving a
- * block for each SM), and as many blocks as are resident at once (one wave
- * over the rows; the partial sums are one row a block). ok is false where
- * a row needs more than K vector steps a thread, or one group's sums do not
- * fit: the two-kernel path then runs. */
+/* The fused pass's launch: a thread for each 8 columns (rounded up to
+ * whole warps), as many blocks as are resident at once (one wave; the
+ * partial sums are one row a block). ok is false where the rows are not in
+ * 16-byte vectors of 8 or are longer than 8192 columns: the two-kernel
+ * path then runs. */
 typedef struct tf_cuda_rms_fused {
   bool ok;
-  int tpr, threads, k;
+  int threads;
   unsigned blocks;
-  size_t smem;
 } tf_cuda_rms_fused;
 
-template <int YT> static void *tf_cuda_rms_fused_kernel_of(int k) {
-  switch (k) {
-    case 1: return (void *)tf_cuda_rms_backward_fused_kernel<YT, 8, 1>;
-    case 2: return (void *)tf_cuda_rms_backward_fused_kernel<YT, 8, 2>;
-    case 3: return (void *)tf_cuda_rms_backward_fused_kernel<YT, 8, 3>;
-    default: return NULL;
-  }
-}
-
-static void *tf_cuda_rms_fused_kernel_for(tf_dtype dt, int k) {
+static void *tf_cuda_rms_fused_kernel_for(tf_dtype dt) {
   switch (dt) {
-    case TF_F32: return tf_cuda_rms_fused_kernel_of<TF_F32>(k);
-    case TF_F16: return tf_cuda_rms_fused_kernel_of<TF_F16>(k);
-    case TF_BF16: return tf_cuda_rms_fused_kernel_of<TF_BF16>(k);
+    case TF_F32: return (void *)tf_cuda_rms_backward_fused_kernel<TF_F32>;
+    case TF_F16: return (void *)tf_cuda_rms_backward_fused_kernel<TF_F16>;
+    case TF_BF16: return (void *)tf_cuda_rms_backward_fused_kernel<TF_BF16>;
     default: return NULL;
   }
 }
@@ -465,49 +427,108 @@ static void *tf_cuda_rms_fused_kernel_for(tf_dtype dt, int k) {
 static tf_cuda_rms_fused tf_cuda_rms_fused_geometry(const tf_cuda_state *st, tf_dtype dt, int64_t rows, int64_t cols,
                                                     int vec) {
   tf_cuda_rms_fused f = {};
-  if (vec != 8 || rows <= 0 || cols <= 0) return f;
-  f.tpr = tf_cuda_row_geometry(st, rows, cols, vec).tpr;
-  const int64_t steps = (cols + (int64_t)f.tpr * vec - 1) / ((int64_t)f.tpr * vec);
-  int64_t groups = TF_CUDA_RMS_FUSED_SMEM / (cols * (int64_t)sizeof(float));
-  void *kernel = steps <= TF_CUDA_RMS_FUSED_K ? tf_cuda_rms_fused_kernel_for(dt, (int)steps) : NULL;
-  if (!kernel || groups < 1 || f.tpr > 512) return f;
-  const int64_t sms = st->multiprocessors;
-  if (groups > 512 / f.tpr) groups = 512 / f.tpr;
-  if (groups > rows / sms) groups = rows / sms > 1 ? rows / sms : 1;
-  f.k = (int)steps;
-  f.threads = (int)groups * f.tpr;
-  f.smem = (size_t)(groups * cols) * sizeof(float);
+  void *kernel = tf_cuda_rms_fused_kernel_for(dt);
+  if (vec != 8 || rows <= 0 || cols <= 0 || cols > 8 * 1024 || !kernel) return f;
+  f.threads = (int)((cols / 8 + 31) / 32 * 32);
   int resident = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, f.threads, f.smem) != cudaSuccess ||
-      resident < 1) {
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, f.threads, 0) != cudaSuccess || resident < 1) {
     (void)cudaGetLastError();
     return f;
   }
-  const int64_t want = (rows + groups - 1) / groups, cap = sms * resident;
-  f.blocks = (unsigned)(want < cap ? want : cap);
+  const int64_t cap = (int64_t)st->multiprocessors * resident;
+  f.blocks = (unsigned)(rows < cap ? rows : cap);
   f.ok = true;
   return f;
 }
 
 template <int YT>
-static tf_status tf_cuda_rms_backward_fused(tf_cuda_state *st, tf_cuda_norm_params p, const tf_cuda_rms_fused &f,
+static tf_status tf_cuda_rms_backward_fused(tf_cuda_state *st, const tf_cuda_norm_params &p, const tf_cuda_rms_fused &f,
                                             float *dg, float *workspace) {
-  p.tpr = f.tpr;
-  switch (f.k) {
-#define TF_CUDA_RMS_FUSED_CASE(K)                                                                            \
-  case K:                                                                                                    \
-    tf_cuda_rms_backward_fused_kernel<YT, 8, K><<<f.blocks, f.threads, f.smem, st->stream>>>(p, workspace); \
-    break;
-    TF_CUDA_RMS_FUSED_CASE(1)
-    TF_CUDA_RMS_FUSED_CASE(2)
-    TF_CUDA_RMS_FUSED_CASE(3)
-#undef TF_CUDA_RMS_FUSED_CASE
-    default: return tf_fail(TF_ERR_BACKEND, "rmsnorm backward: no fused kernel for %d vector steps", f.k);
-  }
+  tf_cuda_rms_backward_fused_kernel<YT><<<f.blocks, f.threads, 0, st->stream>>>(p, workspace);
   TF_TRY(tf_cuda_launched("norm backward kernel (with the gain's gradient)"));
   tf_cuda_rms_partial_sum_kernel<<<(unsigned)((p.cols + 31) / 32), dim3(32, 8), 0, st->stream>>>(workspace, dg, p.cols,
                                                                                                 f.blocks);
   return tf_cuda_launched("norm weight-gradient sum kernel");
+}
+
+/* ---- the engine's RMSNorm forward, one block a row ----------------------------------------- */
+
+/* The most vector steps of 8 a thread that the row kernel takes (1024 threads). */
+enum { TF_CUDA_RMS_ROW_K = 3 };
+
+/* The engine's RMSNorm forward (f32 x, x_out; h of YT) with the row in
+ * registers: one block a row, each thread K vector steps of 8 columns
+ * (blockDim.x threads apart), x and delta read once each, x_out and h
+ * written once: no second pass over the row. On the 2.7B model's rows
+ * (2560 columns, 320 threads) it moves its bytes at 0.87 of the copy rate
+ * where a row group of 128 threads and a second pass reached 0.75. */
+template <int YT, int K>
+__global__ void __launch_bounds__(1024) tf_cuda_rms_forward_row_kernel(tf_cuda_norm_params p) {
+  typedef typename tf_cuda_dtype<YT>::storage YS;
+  __shared__ float scratch[32];
+  const int64_t off = (int64_t)blockIdx.x * p.cols;
+  const int chunks = (int)(p.cols / 8);
+  float v[K][8];
+#pragma unroll
+  for (int k = 0; k < K; k++) {
+    const int c = k * (int)blockDim.x + (int)threadIdx.x;
+    if (c < chunks) tf_cuda_load_row<TF_F32, 8>((const float *)p.x + off + 8 * c, v[k]);
+  }
+  if (p.delta) {
+    float d[K][8];
+#pragma unroll
+    for (int k = 0; k < K; k++) {
+      const int c = k * (int)blockDim.x + (int)threadIdx.x;
+      if (c < chunks) tf_cuda_load_row<YT, 8>((const YS *)p.delta + off + 8 * c, d[k]);
+    }
+#pragma unroll
+    for (int k = 0; k < K; k++) {
+      const int c = k * (int)blockDim.x + (int)threadIdx.x;
+      if (c >= chunks) continue;
+#pragma unroll
+      for (int u = 0; u < 8; u++) v[k][u] += d[k][u];
+      tf_cuda_store_row<TF_F32, 8>((float *)p.x_out + off + 8 * c, v[k]);
+    }
+  }
+  float sq = 0;
+#pragma unroll
+  for (int k = 0; k < K; k++)
+    if (k * (int)blockDim.x + (int)threadIdx.x < chunks)
+#pragma unroll
+      for (int u = 0; u < 8; u++) sq += v[k][u] * v[k][u];
+  sq = tf_cuda_group_reduce(sq, (int)blockDim.x, tf_cuda_add(), scratch);
+  const float rstd = 1.0f / tf_sqrt(sq * (1.0f / (float)p.cols) + (float)p.eps);
+#pragma unroll
+  for (int k = 0; k < K; k++) {
+    const int c = k * (int)blockDim.x + (int)threadIdx.x;
+    if (c >= chunks) continue;
+    float w[8];
+    tf_cuda_norm_weights<float, 8>(p.w, 8 * c, 1.0f, w);
+#pragma unroll
+    for (int u = 0; u < 8; u++) v[k][u] = (v[k][u] * rstd) * w[u];
+    tf_cuda_store_row<YT, 8>((YS *)p.y + off + 8 * c, v[k]);
+  }
+  if (threadIdx.x == 0 && p.rstd) ((float *)p.rstd)[blockIdx.x] = rstd;
+}
+
+/* The row kernel for rows of cols (vector width 8), or false when a row
+ * needs more than TF_CUDA_RMS_ROW_K steps a thread or the grid too many
+ * blocks; the caller then takes the row-group kernel. */
+template <int YT> static bool tf_cuda_rms_forward_rows(tf_cuda_state *st, const tf_cuda_norm_params &p, int vec) {
+  const int64_t chunks = p.cols / 8;
+  if (vec != 8 || p.rows > INT_MAX || chunks > 1024 * TF_CUDA_RMS_ROW_K) return false;
+  const int k = (int)((chunks + 1023) / 1024);
+  const int threads = (int)(((chunks + k - 1) / k + 31) / 32 * 32);
+  switch (k) {
+#define TF_CUDA_RMS_ROW_CASE(K)                                                                  \
+  case K: tf_cuda_rms_forward_row_kernel<YT, K><<<(unsigned)p.rows, threads, 0, st->stream>>>(p); break;
+    TF_CUDA_RMS_ROW_CASE(1)
+    TF_CUDA_RMS_ROW_CASE(2)
+    TF_CUDA_RMS_ROW_CASE(3)
+#undef TF_CUDA_RMS_ROW_CASE
+    default: return false;
+  }
+  return true;
 }
 
 /* ---- the eager ops (backend.h): x and y of one dtype ------------------------------------ */
@@ -603,6 +624,8 @@ static tf_status tf_cuda_rmsnorm_typed(tf_device_ctx *ctx, tf_cuda_state *st, co
   p.accumulate = a->accumulate;
   const void *ptrs[8] = {a->x, a->delta, a->x_out, a->h, a->dh, a->dres_low, a->dres, a->g};
   const int vec = tf_cuda_rms_vec(a->dim, ptrs, 8);
+  if (!a->backward && a->rows > 0 && tf_cuda_rms_forward_rows<DT>(st, p, vec))
+    return tf_cuda_launched("norm kernel (a block a row)");
   if (a->backward && a->dres && a->dg && a->workspace && !getenv("TF_NORM_UNFUSED")) {
     const tf_cuda_rms_fused f = tf_cuda_rms_fused_geometry(st, (tf_dtype)DT, a->rows, a->dim, vec);
     if (f.ok) return tf_cuda_rms_backward_fused<DT>(st, p, f, a->dg, (float *)a->workspace);

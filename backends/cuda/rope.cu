@@ -137,34 +137,40 @@ __global__ void __launch_bounds__(TF_CUDA_THREADS) tf_cuda_rope_heads_kernel(tf_
   }
 }
 
-/* One 16-byte word of VEC elements between qkv (at row) and a head (at
- * hrow, of part 0 q, 1 k or 2 v), forward or backward: q and k turned by
- * the pairs' angles from cs and sn, v moved as it is. */
+/* One 16-byte word of VEC elements of part 0 q, 1 k or 2 v turned (q and
+ * k, by the pairs' angles from cs and sn; backward, the other way) or
+ * moved as it is (v). */
 template <int DT, int VEC>
-__device__ __forceinline__ void tf_cuda_rope_heads_word(const tf_cuda_rope_heads_params &p, int64_t row,
-                                                        int64_t hrow, int part, const float *cs, const float *sn) {
+__device__ __forceinline__ uint4 tf_cuda_rope_heads_turn(uint4 word, int part, bool backward, const float *cs,
+                                                         const float *sn) {
   typedef tf_cuda_dtype<DT> D;
   typedef typename D::storage S;
-  S *heads = (S *)(part == 0 ? p.q : part == 1 ? p.k : p.v);
-  S *qkv = (S *)p.qkv;
+  if (part == 2) return word;
   union {
     uint4 word;
     S v[VEC];
   } in, out;
-  in.word = *(const uint4 *)(p.backward ? heads + hrow : qkv + row);
-  if (part == 2) {
-    out.word = in.word;
-  } else {
+  in.word = word;
 #pragma unroll
-    for (int j = 0; j < VEC / 2; j++) {
-      float y0, y1;
-      tf_rope_turn<float>(D::load(in.v[2 * j]), D::load(in.v[2 * j + 1]), cs[j], p.backward ? -sn[j] : sn[j], &y0,
-                          &y1);
-      out.v[2 * j] = D::store(y0);
-      out.v[2 * j + 1] = D::store(y1);
-    }
+  for (int j = 0; j < VEC / 2; j++) {
+    float y0, y1;
+    tf_rope_turn<float>(D::load(in.v[2 * j]), D::load(in.v[2 * j + 1]), cs[j], backward ? -sn[j] : sn[j], &y0, &y1);
+    out.v[2 * j] = D::store(y0);
+    out.v[2 * j + 1] = D::store(y1);
   }
-  *(uint4 *)(p.backward ? qkv + row : heads + hrow) = out.word;
+  return out.word;
+}
+
+/* One 16-byte word between qkv (at row) and a head (at hrow, of part 0 q,
+ * 1 k or 2 v), forward or backward. */
+template <int DT, int VEC>
+__device__ __forceinline__ void tf_cuda_rope_heads_word(const tf_cuda_rope_heads_params &p, int64_t row,
+                                                        int64_t hrow, int part, const float *cs, const float *sn) {
+  typedef typename tf_cuda_dtype<DT>::storage S;
+  S *heads = (S *)(part == 0 ? p.q : part == 1 ? p.k : p.v);
+  S *qkv = (S *)p.qkv;
+  const uint4 in = *(const uint4 *)(p.backward ? heads + hrow : qkv + row);
+  *(uint4 *)(p.backward ? qkv + row : heads + hrow) = tf_cuda_rope_heads_turn<DT, VEC>(in, part, p.backward, cs, sn);
 }
 
 /* The same, VEC elements (16 bytes) per thread: a run of VEC elements of a
@@ -188,21 +194,48 @@ __global__ void __launch_bounds__(TF_CUDA_THREADS) tf_cuda_rope_heads_vec_kernel
   }
 }
 
-/* The same per 16-byte word, from a grid of (parts x word blocks, seq,
- * batch): a block's row (b, t) and part (q, k or v) come from its indices,
- * so a thread divides only by hd / VEC (32-bit) to find its head. The
- * 64-bit divisions of the grid-stride kernel above held it at 0.63 of the
- * copy rate. */
+/* The same per 16-byte word, from a grid of (parts x word blocks, seq /
+ * TT, batch): a block's TT rows (b, t..t+TT-1) and part (q, k or v) come
+ * from its indices, so a thread divides only by hd / VEC (32-bit) to find
+ * its head; it loads its word of each of the TT rows before turning and
+ * storing any (TT loads waiting on memory together, and each head's TT
+ * rows written as one run of the heads layout). The 64-bit divisions of
+ * the grid-stride kernel above held it at 0.63 of the copy rate, one row a
+ * block at 0.66 to 0.69 (2.7B, H200). */
+enum { TF_CUDA_ROPE_ROWS = 4 };
 template <int DT, int VEC>
 __global__ void __launch_bounds__(1024) tf_cuda_rope_heads_rows_kernel(tf_cuda_rope_heads_params p, int part_blocks) {
+  typedef typename tf_cuda_dtype<DT>::storage S;
+  enum { TT = TF_CUDA_ROPE_ROWS, PAIRS = VEC / 2 };
   const int hdw = (int)p.head_dim / VEC, dw = (int)p.heads * hdw, half = (int)p.head_dim / 2;
   const int part = (int)blockIdx.x / part_blocks;
   const int word = ((int)blockIdx.x - part * part_blocks) * (int)blockDim.x + (int)threadIdx.x;
   if (word >= dw) return;
   const int h = word / hdw, at = (word - h * hdw) * VEC;
-  const int64_t t = blockIdx.y, b = blockIdx.z, bt = b * p.seq + t, d = p.heads * p.head_dim;
-  const int64_t row = bt * 3 * d + part * d + (int64_t)word * VEC, hrow = ((b * p.heads + h) * p.seq + t) * p.head_dim + at;
-  tf_cuda_rope_heads_word<DT, VEC>(p, row, hrow, part, p.cos + t * half + at / 2, p.sin + t * half + at / 2);
+  const int64_t t0 = (int64_t)blockIdx.y * TT, b = blockIdx.z, d = p.heads * p.head_dim;
+  S *heads = (S *)(part == 0 ? p.q : part == 1 ? p.k : p.v);
+  S *qkv = (S *)p.qkv;
+  const int64_t row0 = (b * p.seq + t0) * 3 * d + part * d + (int64_t)word * VEC;
+  const int64_t hrow0 = ((b * p.heads + h) * p.seq + t0) * p.head_dim + at;
+  uint4 in[TT];
+  float cs[TT][PAIRS], sn[TT][PAIRS];
+#pragma unroll
+  for (int j = 0; j < TT; j++) {
+    if (t0 + j >= p.seq) break;
+    in[j] = *(const uint4 *)(p.backward ? heads + hrow0 + j * p.head_dim : qkv + row0 + j * 3 * d);
+    if (part == 2) continue;
+#pragma unroll
+    for (int u = 0; u < PAIRS; u++) {
+      cs[j][u] = p.cos[(t0 + j) * half + at / 2 + u];
+      sn[j][u] = p.sin[(t0 + j) * half + at / 2 + u];
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < TT; j++) {
+    if (t0 + j >= p.seq) break;
+    const uint4 out = tf_cuda_rope_heads_turn<DT, VEC>(in[j], part, p.backward, cs[j], sn[j]);
+    *(uint4 *)(p.backward ? qkv + row0 + j * 3 * d : heads + hrow0 + j * p.head_dim) = out;
+  }
 }
 
 static bool tf_cuda_aligned16(const void *ptr) { return ((uintptr_t)ptr & 15) == 0; }
@@ -232,8 +265,9 @@ template <int DT> static tf_status tf_cuda_rope_heads_typed(tf_cuda_state *st, c
       const int threads = dw < 1024 ? (int)((dw + 31) / 32 * 32) : 1024;
       const int part_blocks = (int)((dw + threads - 1) / threads);
       tf_cuda_rope_heads_rows_kernel<DT, VEC>
-          <<<dim3(3 * (unsigned)part_blocks, (unsigned)a->seq, (unsigned)a->batch), threads, 0, st->stream>>>(
-              p, part_blocks);
+          <<<dim3(3 * (unsigned)part_blocks, (unsigned)((a->seq + TF_CUDA_ROPE_ROWS - 1) / TF_CUDA_ROPE_ROWS),
+                  (unsigned)a->batch),
+              threads, 0, st->stream>>>(p, part_blocks);
     } else if (words * VEC < INT32_MAX)
       tf_cuda_rope_heads_vec_kernel<DT, VEC, int32_t><<<tf_cuda_blocks(st, words), TF_CUDA_THREADS, 0, st->stream>>>(p);
     else

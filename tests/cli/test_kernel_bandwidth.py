@@ -64,7 +64,7 @@ class KernelBandwidth(unittest.TestCase):
                     # no kernel can move its least bytes much faster than a plain copy
                     self.assertLess(x["fraction"], 1.3, x["kernel"])
                 names = {x["kernel"] for x in rows}
-                for k in ("tf_cuda_norm_forward_kernel", "tf_cuda_swiglu_kernel", "tf_cuda_ce_kernel"):
+                for k in ("tf_cuda_rms_forward_row_kernel", "tf_cuda_swiglu_kernel", "tf_cuda_ce_kernel"):
                     self.assertIn(k, names)
                 self.assertTrue(any(n.startswith("tf_cuda_adamw") for n in names))
 
