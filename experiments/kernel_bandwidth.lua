@@ -108,7 +108,15 @@ local function byte_model(cfg, batch, seq, precision, attention)
   end
   -- The loss: logits read, their gradient written in place, targets and
   -- the per-row loss.
-  m.tf_cuda_ce_kernel = { calls = 1, bytes = 2 * n * V * e + 12 * n }
+  -- Rows of whole 16-byte vectors, up to 2048 of them, run on the
+  -- block-a-row kernel.
+  local loss = { calls = 1, bytes = 2 * n * V * e + 12 * n }
+  local vw = 16 // e
+  if V % vw == 0 and V // vw <= 2048 then
+    m.tf_cuda_ce_row_kernel = loss
+  else
+    m.tf_cuda_ce_kernel = loss
+  end
   -- Embedding rows gathered into the f32 residual; their gradient added
   -- back (the residual gradient read, the rows read and written).
   m.tf_cuda_embedding_kernel = { calls = 1, bytes = nd * 8 + 8 * n }

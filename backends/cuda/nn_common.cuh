@@ -96,6 +96,11 @@ struct tf_cuda_maxsum {
   }
 };
 
+/* The larger of two values (a NaN loses to a number: the caller's sums carry it). */
+struct tf_cuda_max {
+  template <typename C> __device__ __forceinline__ C operator()(C x, C y) const { return x > y ? x : y; }
+};
+
 /* Adds element v to a thread's running pair (a NaN element makes the sum NaN). */
 template <typename C> __device__ __forceinline__ void tf_cuda_maxsum_add(tf_cuda_pair<C> &ms, C v) {
   if (v > ms.a) {

@@ -372,35 +372,38 @@ __global__ void __launch_bounds__(1024) tf_cuda_rms_backward_fused_kernel(tf_cud
 }
 
 /* The sum of the fused pass's partial sums, one row a block: 32 columns a
- * block, 8 threads down each column adding every 8th row in order, then
- * the 8 added in order into dg (added to): the same bits every run. Each
- * thread loads 8 of its rows before adding them (in the same order), so
- * that its loads wait for memory together rather than one after another
- * (15 us a call for the small model's 171 rows while AdamW shared the
- * memory, one load at a time). */
-__global__ void __launch_bounds__(256) tf_cuda_rms_partial_sum_kernel(const float *partial, float *dg, int64_t cols,
-                                                                       int64_t rows) {
-  __shared__ float part[8][33];
+ * block, TF_CUDA_RMS_SUM_DOWN threads down each column adding every
+ * TF_CUDA_RMS_SUM_DOWN-th row in order, then theirs added in order into dg
+ * (added to): the same bits every run. Each thread loads 8 of its rows
+ * before adding them (in the same order), so that its loads wait for
+ * memory together rather than one after another (15 us a call for the
+ * small model's 171 rows while AdamW shared the memory, one load at a
+ * time); 32 threads down a column (8 before) leave each two such batches
+ * of the 396 rows of the 2.7B model's backward on an H200. */
+enum { TF_CUDA_RMS_SUM_DOWN = 32 };
+__global__ void __launch_bounds__(32 * TF_CUDA_RMS_SUM_DOWN)
+    tf_cuda_rms_partial_sum_kernel(const float *partial, float *dg, int64_t cols, int64_t rows) {
+  enum { DOWN = TF_CUDA_RMS_SUM_DOWN, BATCH = 8 };
+  __shared__ float part[DOWN][33];
   const int64_t col = (int64_t)blockIdx.x * 32 + threadIdx.x;
   float sum = 0;
   if (col < cols) {
-    enum { BATCH = 8 };
     int64_t r = threadIdx.y;
-    for (; r + (BATCH - 1) * 8 < rows; r += BATCH * 8) {
+    for (; r + (BATCH - 1) * DOWN < rows; r += BATCH * DOWN) {
       float v[BATCH];
 #pragma unroll
-      for (int i = 0; i < BATCH; i++) v[i] = partial[(r + i * 8) * cols + col];
+      for (int i = 0; i < BATCH; i++) v[i] = partial[(r + i * DOWN) * cols + col];
 #pragma unroll
       for (int i = 0; i < BATCH; i++) sum += v[i];
     }
-    for (; r < rows; r += 8) sum += partial[r * cols + col];
+    for (; r < rows; r += DOWN) sum += partial[r * cols + col];
   }
   part[threadIdx.y][threadIdx.x] = sum;
   __syncthreads();
   if (threadIdx.y != 0 || col >= cols) return;
   float total = 0;
 #pragma unroll
-  for (int i = 0; i < 8; i++) total += part[i][threadIdx.x];
+  for (int i = 0; i < DOWN; i++) total += part[i][threadIdx.x];
   dg[col] += total;
 }
 
@@ -446,8 +449,8 @@ static tf_status tf_cuda_rms_backward_fused(tf_cuda_state *st, const tf_cuda_nor
                                             float *dg, float *workspace) {
   tf_cuda_rms_backward_fused_kernel<YT><<<f.blocks, f.threads, 0, st->stream>>>(p, workspace);
   TF_TRY(tf_cuda_launched("norm backward kernel (with the gain's gradient)"));
-  tf_cuda_rms_partial_sum_kernel<<<(unsigned)((p.cols + 31) / 32), dim3(32, 8), 0, st->stream>>>(workspace, dg, p.cols,
-                                                                                                f.blocks);
+  tf_cuda_rms_partial_sum_kernel<<<(unsigned)((p.cols + 31) / 32), dim3(32, TF_CUDA_RMS_SUM_DOWN), 0, st->stream>>>(
+      workspace, dg, p.cols, f.blocks);
   return tf_cuda_launched("norm weight-gradient sum kernel");
 }
 
@@ -459,9 +462,9 @@ enum { TF_CUDA_RMS_ROW_K = 3 };
 /* The engine's RMSNorm forward (f32 x, x_out; h of YT) with the row in
  * registers: one block a row, each thread K vector steps of 8 columns
  * (blockDim.x threads apart), x and delta read once each, x_out and h
- * written once: no second pass over the row. On the 2.7B model's rows
- * (2560 columns, 320 threads) it moves its bytes at 0.87 of the copy rate
- * where a row group of 128 threads and a second pass reached 0.75. */
+ * written once: no second pass over the row. In the 2.7B model's step
+ * (2560 columns, 320 threads; H200) it moves its bytes at 0.74 of the copy
+ * rate where a row group of 128 threads and a second pass reached 0.69. */
 template <int YT, int K>
 __global__ void __launch_bounds__(1024) tf_cuda_rms_forward_row_kernel(tf_cuda_norm_params p) {
   typedef typename tf_cuda_dtype<YT>::storage YS;
