@@ -43,9 +43,11 @@ TIME_RANKED = {"profile_kernels.lua": ("/non_gemm/", "/fwd_top", "/step_top", "/
                # a step's time beyond the baseline's, clamped at 0 (and the share hidden, 100 then):
                # two runs agree on 0 by chance
                "ddp.lua": ("/exposed_ms", "/hidden_pct")}
-# Measured times (a field named *_ms, *_us or *_s): a timer ticks in steps (tens of nanoseconds),
-# so two runs of a short section can read the same time by chance and a third not.
-TIMED_SUFFIXES = ("_ms", "_us", "_s")
+# Measured times (a field named *_ms, *_us or *_s) and the rates and ratios made of them (*tflops,
+# *gbps, *speedup, time_ratio, fraction of the copy rate): a timer ticks in steps (tens of
+# nanoseconds), so two runs of a short section can read the same time by chance and a third not
+# (flash_benchmark.lua's fwd_tflops at one iteration did).
+TIMED_SUFFIXES = ("_ms", "_us", "_s", "tflops", "gbps", "speedup", "time_ratio", "fraction")
 
 
 def time_dependent(path, ranked):
