@@ -59,8 +59,8 @@ __device__ __forceinline__ void tf_cuda_for_each_row(int64_t rows, int tpr, F bo
 }
 
 /* Combines v over the tpr threads of each row group (tpr a power of two,
- * 32..1024, groups aligned to multiples of tpr); every thread gets the
- * result. scratch holds one value per warp of the block. Every thread of
+ * 32..1024, groups aligned to multiples of tpr; or the whole block, tpr =
+ * blockDim.x, any multiple of 32); every thread gets the result. scratch holds one value per warp of the block. Every thread of
  * the block must call it (it synchronises the block when tpr > 32). */
 template <typename T, class F>
 __device__ __forceinline__ T tf_cuda_group_reduce(T v, int tpr, F combine, T *scratch) {
