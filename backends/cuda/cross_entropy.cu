@@ -104,27 +104,6 @@ __global__ void __launch_bounds__(1024) tf_cuda_ce_mean_kernel(const C *row_loss
     *(typename tf_cuda_dtype<OUT>::storage *)loss = tf_cuda_dtype<OUT>::store((typename tf_cuda_dtype<OUT>::compute)(sum / (C)rows));
 }
 
-/* The row kernel at the widest vector the rows allow, then (forward and
- * fused forms) the mean of the row losses into loss, stored as LOSS_DT. */
-template <int DT, int MODE, int LOSS_DT>
-static tf_status tf_cuda_ce_launch(tf_cuda_state *st, tf_cuda_ce_params p, void *loss) {
-  typedef typename tf_cuda_dtype<DT>::storage S;
-  typedef typename tf_cuda_dtype<DT>::compute C;
-  constexpr int VW = (int)(16 / sizeof(S));
-  const void *ptrs[2] = {p.x, p.dx};
-  const int vec = tf_cuda_row_vec(sizeof(S), p.cols, ptrs, 2);
-  const tf_cuda_row_launch g = tf_cuda_row_geometry(st, p.rows, p.cols, vec);
-  p.tpr = g.tpr;
-  if (vec > 1)
-    tf_cuda_ce_kernel<DT, VW, MODE><<<g.blocks, g.threads, 0, st->stream>>>(p);
-  else
-    tf_cuda_ce_kernel<DT, 1, MODE><<<g.blocks, g.threads, 0, st->stream>>>(p);
-  TF_TRY(tf_cuda_launched("cross_entropy kernel"));
-  if (MODE == TF_CE_BACKWARD) return TF_OK;
-  tf_cuda_ce_mean_kernel<C, LOSS_DT><<<1, 1024, 0, st->stream>>>((const C *)p.row_loss, p.rows, loss);
-  return tf_cuda_launched("cross_entropy mean kernel");
-}
-
 /* ---- the engine's fused loss, one block a row ------------------------------------------------- */
 
 /* The most vector steps a thread that the row kernel takes. */
@@ -212,6 +191,32 @@ template <int DT> static bool tf_cuda_ce_rows(tf_cuda_state *st, const tf_cuda_c
   return true;
 }
 
+/* The row kernel (the engine's fused form: a block a row where the rows
+ * allow; else row groups at the widest vector the rows allow), then
+ * (forward and fused forms) the mean of the row losses into loss, stored as LOSS_DT. */
+template <int DT, int MODE, int LOSS_DT>
+static tf_status tf_cuda_ce_launch(tf_cuda_state *st, tf_cuda_ce_params p, void *loss) {
+  typedef typename tf_cuda_dtype<DT>::storage S;
+  typedef typename tf_cuda_dtype<DT>::compute C;
+  constexpr int VW = (int)(16 / sizeof(S));
+  if (MODE == TF_CE_FUSED && tf_cuda_ce_rows<DT>(st, p)) {
+    TF_TRY(tf_cuda_launched("cross_entropy kernel (a block a row)"));
+  } else {
+    const void *ptrs[2] = {p.x, p.dx};
+    const int vec = tf_cuda_row_vec(sizeof(S), p.cols, ptrs, 2);
+    const tf_cuda_row_launch g = tf_cuda_row_geometry(st, p.rows, p.cols, vec);
+    p.tpr = g.tpr;
+    if (vec > 1)
+      tf_cuda_ce_kernel<DT, VW, MODE><<<g.blocks, g.threads, 0, st->stream>>>(p);
+    else
+      tf_cuda_ce_kernel<DT, 1, MODE><<<g.blocks, g.threads, 0, st->stream>>>(p);
+    TF_TRY(tf_cuda_launched("cross_entropy kernel"));
+  }
+  if (MODE == TF_CE_BACKWARD) return TF_OK;
+  tf_cuda_ce_mean_kernel<C, LOSS_DT><<<1, 1024, 0, st->stream>>>((const C *)p.row_loss, p.rows, loss);
+  return tf_cuda_launched("cross_entropy mean kernel");
+}
+
 /* ---- the eager op (backend.h) -------------------------------------------------------------- */
 
 /* Backward: the row kernel from the saved lse. Forward: the row kernel into
@@ -280,12 +285,6 @@ template <int DT> static tf_status tf_cuda_lm_loss_typed(tf_cuda_state *st, cons
   p.rows = a->rows;
   p.cols = a->vocab;
   p.scale = (double)(1.0f / (float)a->rows);
-  if (a->grad && tf_cuda_ce_rows<DT>(st, p)) {
-    typedef typename tf_cuda_dtype<DT>::compute C;
-    TF_TRY(tf_cuda_launched("cross_entropy kernel (a block a row)"));
-    tf_cuda_ce_mean_kernel<C, TF_F32><<<1, 1024, 0, st->stream>>>((const C *)p.row_loss, p.rows, a->loss);
-    return tf_cuda_launched("cross_entropy mean kernel");
-  }
   if (a->grad) return tf_cuda_ce_launch<DT, TF_CE_FUSED, TF_F32>(st, p, a->loss);
   return tf_cuda_ce_launch<DT, TF_CE_FORWARD, TF_F32>(st, p, a->loss);
 }
