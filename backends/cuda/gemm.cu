@@ -369,6 +369,7 @@ void tf_cuda_gemm_tuning(tf_device_ctx *ctx, tf_gemm_tuning *out) {
   tf_gemm_state *gs = NULL;
   if (tf_cuda_use_device(ctx) != TF_OK || tf_gemm_state_of(tf_cuda_state_of(ctx), &gs) != TF_OK) return;
   *out = gs->stats;
+  out->enabled = gs->tune;
 }
 
 /* The one dispatch: the cached Lt plan when there is one, else plain cuBLAS. */

@@ -105,8 +105,7 @@ static int tf_l_cuda_gemm_tuning(lua_State *L) {
   lua_setfield(L, -2, "first_ms");
   lua_pushnumber(L, t.chosen_ms);
   lua_setfield(L, -2, "chosen_ms");
-  lua_pushboolean(L, !tf_env_is("TF_GEMM_TUNE", "0"));
-  lua_setfield(L, -2, "enabled");
+  TF_SET_BOOL(L, "enabled", t.enabled);
   return 1;
 }
 

@@ -59,6 +59,7 @@ typedef struct tf_gemm_tuning {
   int refused;    /* of them, refused at launch */
   int other_bits; /* of them, whose product had other bits than the first's (never chosen) */
   double first_ms, chosen_ms; /* summed over the shapes: the first algorithm's time, the chosen one's */
+  bool enabled;               /* the choice is made (not turned off) */
 } tf_gemm_tuning;
 
 /* Token embedding. Forward: out[i] = wte[ids[i]]. Backward: dwte[ids[i]] +=
