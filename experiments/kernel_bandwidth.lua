@@ -79,9 +79,9 @@ local function byte_model(cfg, batch, seq, precision, attention)
   else
     m.tf_cuda_rms_backward_fused_kernel = backward
   end
-  -- SwiGLU: forward and its recomputation in backward read a|b and write
-  -- the gate (2L); backward reads a|b and the gate's gradient, writes d(a|b).
-  m.tf_cuda_swiglu_kernel = { calls = 3 * L, bytes = 2 * L * n * f * 3 * e + L * n * f * 5 * e }
+  -- SwiGLU: forward reads a|b and writes the gate (L); backward reads a|b
+  -- and the gate's gradient, writes d(a|b) and the gate again (L).
+  m.tf_cuda_swiglu_kernel = { calls = 2 * L, bytes = L * n * f * 3 * e + L * n * f * 6 * e }
   -- q, k, v out of the fused projection into heads, RoPE on q and k, and
   -- the way back for their gradients: 3 n d read and written each time.
   m.tf_cuda_rope_heads_vec_kernel = { calls = 2 * L, bytes = 2 * L * 6 * nd * e }

@@ -14,8 +14,9 @@
 
 /* ---- swiglu ------------------------------------------------------------------------- */
 
-/* Row r: silu(a) b, or its two partial derivatives, per element, for a
- * dtype d that TF_CPU_WITH_DTYPE makes a constant. */
+/* Row r: silu(a) b, or its two partial derivatives (and silu(a) b again
+ * where y is given), per element, for a dtype d that TF_CPU_WITH_DTYPE
+ * makes a constant. */
 TF_CPU_INLINE void tf_cpu_swiglu_row(tf_dtype d, const tf_swiglu_args *a, int64_t r) {
   const int64_t f = a->f;
   for (int64_t c = 0; c < f; c++) {
@@ -28,6 +29,7 @@ TF_CPU_INLINE void tf_cpu_swiglu_row(tf_dtype d, const tf_swiglu_args *a, int64_
     const double g = tf_elem_get(a->dy, d, r * f + c);
     tf_elem_set(a->dab, d, r * 2 * f + c, g * b * (s * (1.0 + x * (1.0 - s))));
     tf_elem_set(a->dab, d, r * 2 * f + f + c, g * silu);
+    if (a->y) tf_elem_set(a->y, d, r * f + c, silu * b); /* over dy's element, read above */
   }
 }
 

@@ -1,7 +1,7 @@
 /* SwiGLU's gate on the GPU, the twin of cpu_model.c's swiglu: rows of
  * ab = [a | b] (2f wide) give y = silu(a) b (f wide), computed in f32;
  * backward da = dy b silu'(a), db = dy silu(a), with
- * silu'(a) = s (1 + a (1 - s)), s = sigmoid(a). One thread per V columns of
+ * silu'(a) = s (1 + a (1 - s)), s = sigmoid(a), and y again when asked. One thread per V columns of
  * a row (16-byte vectors when f and the buffers allow). */
 #include "cuda_common.cuh"
 
@@ -27,10 +27,15 @@ __global__ void __launch_bounds__(TF_CUDA_THREADS) tf_cuda_swiglu_kernel(tf_cuda
     float a[V], b[V];
     tf_cuda_load_row<DT, V>(ab + c, a);
     tf_cuda_load_row<DT, V>(ab + p.f + c, b);
-    if (!backward) {
-      float y[V];
+    /* s = sigmoid(a) and silu(a) = a s in both passes, so that the backward
+     * pass's y has the forward's bits; one exp and one reciprocal an element */
+    float s[V], y[V];
 #pragma unroll
-      for (int u = 0; u < V; u++) y[u] = a[u] / (1.0f + expf(-a[u])) * b[u];
+    for (int u = 0; u < V; u++) {
+      s[u] = 1.0f / (1.0f + expf(-a[u]));
+      y[u] = a[u] * s[u] * b[u];
+    }
+    if (!backward) {
       tf_cuda_store_row<DT, V>((S *)p.y + r * p.f + c, y);
       continue;
     }
@@ -38,13 +43,13 @@ __global__ void __launch_bounds__(TF_CUDA_THREADS) tf_cuda_swiglu_kernel(tf_cuda
     tf_cuda_load_row<DT, V>((const S *)p.dy + r * p.f + c, g);
 #pragma unroll
     for (int u = 0; u < V; u++) {
-      const float s = 1.0f / (1.0f + expf(-a[u]));
-      da[u] = g[u] * b[u] * (s * (1.0f + a[u] * (1.0f - s)));
-      db[u] = g[u] * (a[u] * s);
+      da[u] = g[u] * b[u] * (s[u] * (1.0f + a[u] * (1.0f - s[u])));
+      db[u] = g[u] * (a[u] * s[u]);
     }
     S *dab = (S *)p.dab + r * 2 * p.f;
     tf_cuda_store_row<DT, V>(dab + c, da);
     tf_cuda_store_row<DT, V>(dab + p.f + c, db);
+    if (p.y) tf_cuda_store_row<DT, V>((S *)p.y + r * p.f + c, y); /* over dy's words, read above */
   }
 }
 

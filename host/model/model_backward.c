@@ -60,16 +60,17 @@ static tf_status tf_model_layer_backward(tf_model *m, int64_t l) {
   } else {
     TF_TRY(tf_model_norm(m, p->resid[2 * l + 1], NULL, NULL, w->ln2, a->h2, a->rstd2));
   }
-  TF_TRY(tf_model_swiglu(m, a));
-  /* the gate's gradient over the gate: its weight gradient has read it first */
-  TF_TRY(tf_model_matrix_begin(m, l, TF_MAT_W2));
-  TF_TRY(tf_model_linear_backward(m, dlow, a->gate, n, f, d, tf_model_mw(m, w->w2), tf_model_gw(m, w->w2),
-                                  p->dgate));
-  TF_TRY(tf_model_matrix_end(m, l, TF_MAT_W2));
-  /* d[a | b] in place of [a | b]: the layer's last reader of them */
+  /* The gate's gradient first, into the gate's buffer (p->dgate is a->gate);
+   * then one pass over [a | b] and it writes d[a | b] in place of [a | b]
+   * (the layer's last reader of them) and the gate, recomputed, over its
+   * gradient; then w2's weight gradient reads the gate. */
+  TF_TRY(tf_model_linear_dx(m, dlow, n, f, d, tf_model_mw(m, w->w2), p->dgate));
   tf_swiglu_args sw = {.backward = true, .rows = n, .f = f, .dtype = m->dtype, .ab = a->ab, .dy = p->dgate,
-                       .dab = a->ab};
+                       .dab = a->ab, .y = a->gate};
   TF_TRY(m->k->swiglu(m->ctx, &sw));
+  TF_TRY(tf_model_matrix_begin(m, l, TF_MAT_W2));
+  TF_TRY(tf_model_linear_backward(m, dlow, a->gate, n, f, d, tf_model_mw(m, w->w2), tf_model_gw(m, w->w2), NULL));
+  TF_TRY(tf_model_matrix_end(m, l, TF_MAT_W2));
   TF_TRY(tf_model_matrix_begin(m, l, TF_MAT_W13));
   TF_TRY(tf_model_linear_backward(m, a->ab, a->h2, n, d, 2 * f, tf_model_mw(m, w->w13), tf_model_gw(m, w->w13),
                                   p->proj));

@@ -271,6 +271,15 @@ static inline tf_status tf_model_linear(tf_model *m, const void *x, int64_t rows
   return m->k->gemm(m->ctx, &g);
 }
 
+/* The linear layer's input gradient: dx (rows, in) = dy (rows, out) W. */
+static inline tf_status tf_model_linear_dx(tf_model *m, const void *dy, int64_t rows, int64_t in, int64_t out,
+                                           const void *w, void *dx) {
+  tf_gemm_args gx = {.a = dy, .b = w, .c = dx, .ab_dtype = m->dtype, .c_dtype = m->dtype, .batch = 1, .m = rows,
+                     .n = in, .k = out, .lda = out, .ldb = in, .ldc = in, .allow_tf32 = m->ctx->allow_tf32,
+                     .tune = true};
+  return m->k->gemm(m->ctx, &gx);
+}
+
 /* The linear layer's backward pass: dx (rows, in) = dy W (unless dx is
  * NULL), and dW (f32) += dy^T x; into the ring, dW = dy^T x (each matmul
  * weight has one product per step, so the optimizer need not zero the
@@ -281,11 +290,7 @@ static inline tf_status tf_model_linear_backward(tf_model *m, const void *dy, co
                      .n = in, .k = rows, .trans_a = true, .lda = out, .ldb = in, .ldc = in, .accumulate = !m->use_ring,
                      .allow_tf32 = m->ctx->allow_tf32, .tune = true};
   TF_TRY(m->k->gemm(m->ctx, &gw));
-  if (!dx) return TF_OK;
-  tf_gemm_args gx = {.a = dy, .b = w, .c = dx, .ab_dtype = m->dtype, .c_dtype = m->dtype, .batch = 1, .m = rows,
-                     .n = in, .k = out, .lda = out, .ldb = in, .ldc = in, .allow_tf32 = m->ctx->allow_tf32,
-                     .tune = true};
-  return m->k->gemm(m->ctx, &gx);
+  return dx ? tf_model_linear_dx(m, dy, rows, in, out, w, dx) : TF_OK;
 }
 
 #endif

@@ -104,13 +104,16 @@ typedef struct tf_rmsnorm_args {
 } tf_rmsnorm_args;
 
 /* SwiGLU's gate on rows of ab = [a | b] (2 f wide): forward y = silu(a) b
- * (rows, f); backward dab = [dy b silu'(a) | dy silu(a)]. */
+ * (rows, f); backward dab = [dy b silu'(a) | dy silu(a)]. A backward pass
+ * given y also writes y again, with the forward pass's bits: one pass that
+ * reads a, b and dy once (y may be dy itself, and dab ab: every element is
+ * read before it is written). */
 typedef struct tf_swiglu_args {
   bool backward;
   int64_t rows, f;
   tf_dtype dtype;
   const void *ab;
-  void *y;        /* forward */
+  void *y;        /* forward; backward: NULL, or y written again */
   const void *dy; /* backward */
   void *dab;      /* backward; may be ab itself (each element is read before it is written) */
 } tf_swiglu_args;

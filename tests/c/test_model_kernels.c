@@ -170,6 +170,16 @@ static void test_swiglu(void) {
     tf_swiglu_args ba = {.backward = true, .rows = rows, .f = f, .dtype = d, .ab = P(ab), .dy = P(dy), .dab = P(dab)};
     CHECK_OK(K->swiglu(ctx, &ba));
     near_ref("swiglu backward", d, dab, dref, tol_of(d));
+    /* with y again, in place as the engine runs it: y over dy, d[a | b] over [a | b] */
+    buf io = buf_zeros(rows * 2 * f, d), yio = buf_zeros(rows * f, d);
+    memcpy(P(io), P(ab), (size_t)(rows * 2 * f) * tf_dtype_size(d));
+    memcpy(P(yio), P(dy), (size_t)(rows * f) * tf_dtype_size(d));
+    tf_swiglu_args wa = {.backward = true, .rows = rows, .f = f, .dtype = d, .ab = P(io), .dy = P(yio),
+                         .dab = P(io), .y = P(yio)};
+    CHECK_OK(K->swiglu(ctx, &wa));
+    CHECK(memcmp(P(io), P(dab), (size_t)(rows * 2 * f) * tf_dtype_size(d)) == 0);
+    CHECK(memcmp(P(yio), P(y), (size_t)(rows * f) * tf_dtype_size(d)) == 0);
+    buf_free(&io), buf_free(&yio);
     free(yref), free(dref);
     buf_free(&ab), buf_free(&y), buf_free(&dy), buf_free(&dab);
   }

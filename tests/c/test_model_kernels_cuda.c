@@ -80,6 +80,16 @@ static bool identical(const char *op, flat_pair p) {
   return CHECK(ok);
 }
 
+/* n values of two tensors of one dtype, from elements ao and bo, with the
+ * same bits (as doubles, which hold every f32, f16 and bf16 value exactly). */
+static bool same_bits(const char *op, const tf_tensor *a, int64_t ao, const tf_tensor *b, int64_t bo, int64_t n) {
+  double *x = tensor_values(a), *y = tensor_values(b);
+  bool ok = memcmp(x + ao, y + bo, sizeof(double) * (size_t)n) == 0;
+  if (!ok) fprintf(stderr, "FAIL %s: results differ in some bits\n", op);
+  free(x), free(y);
+  return CHECK(ok);
+}
+
 /* ---- gemm ------------------------------------------------------------------------------------- */
 
 static void gemm_case(tf_dtype d, int64_t batch, int64_t m, int64_t n, int64_t k, int variant, int64_t off, bool lt) {
@@ -293,6 +303,22 @@ static void swiglu_case(tf_dtype d, int64_t rows, int64_t f, int64_t off) {
   b.ab = GP(ab), b.dy = GP(dy), b.dab = GP(dab);
   CHECK_OK(KG->swiglu(gctx, &b));
   same("swiglu backward", d, dab, tol_of(d));
+  /* the engine's form: y again over dy and d[a | b] over [a | b], in one
+   * pass; the same values as above, and y with the forward pass's bits */
+  double *abv = tensor_values(ab.c), *dyv = tensor_values(dy.c);
+  flat_pair io = flat_pair_of(abv + off, rows * 2 * f, d, off), yio = flat_pair_of(dyv + off, rows * f, d, off);
+  tf_swiglu_args fu = {.backward = true, .rows = rows, .f = f, .dtype = d, .ab = CP(io), .dy = CP(yio),
+                       .dab = CP(io), .y = CP(yio)};
+  CHECK_OK(KC->swiglu(cctx, &fu));
+  fu.ab = fu.dab = GP(io), fu.dy = fu.y = GP(yio);
+  CHECK_OK(KG->swiglu(gctx, &fu));
+  same("swiglu backward with y", d, io, tol_of(d));
+  same_bits("swiglu backward with y: d[a | b] (GPU)", io.g, io.off, dab.g, dab.off, dab.n);
+  same_bits("swiglu backward with y: d[a | b] (CPU)", io.c, io.off, dab.c, dab.off, dab.n);
+  same_bits("swiglu backward with y: y (GPU)", yio.g, yio.off, y.g, y.off, y.n);
+  same_bits("swiglu backward with y: y (CPU)", yio.c, yio.off, y.c, y.off, y.n);
+  free(abv), free(dyv);
+  flat_pair_free(&io), flat_pair_free(&yio);
   flat_pair_free(&ab), flat_pair_free(&y), flat_pair_free(&dy), flat_pair_free(&dab);
 }
 
