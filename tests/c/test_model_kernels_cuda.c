@@ -676,6 +676,7 @@ static void bench_model(tf_dtype precision, int64_t B, int64_t T, bool lt) {
 }
 
 int main(void) {
+  setenv("TF_GEMM_TUNE", "1", 0); /* the timed choice (off by default) for test_gemm_timed, before the first GEMM */
   tf_backends_init();
   small_run = gpu_test_begin();
   if (!CHECK_OK(tf_device_ctx_get(tf_cpu(), &cctx)) || !CHECK_OK(tf_device_ctx_get(GPU, &gctx))) return 1;
