@@ -88,10 +88,10 @@ local function byte_model(cfg, batch, seq, precision, attention)
   m.tf_cuda_rope_heads_kernel = m.tf_cuda_rope_heads_vec_kernel
   m.tf_cuda_rope_heads_rows_kernel = m.tf_cuda_rope_heads_vec_kernel
   -- (B, H, T, hd) <-> (B, T, H hd): one tensor of n d read and written;
-  -- the output merged, its gradient split, and under flash attention the
-  -- output split again for the backward kernels.
-  local heads = attention == "flash" and 3 or 2
-  m.tf_cuda_heads_kernel = { calls = heads * L, bytes = heads * L * 2 * nd * e }
+  -- the output's gradient split, and the output merged (naive attention;
+  -- the flash kernels write it merged) or, under flash attention, split
+  -- again for the backward kernels.
+  m.tf_cuda_heads_kernel = { calls = 2 * L, bytes = 2 * L * 2 * nd * e }
   m.tf_cuda_heads_rows_kernel = m.tf_cuda_heads_kernel
   -- Naive attention's causal softmax over the (T, T) scores of each head,
   -- in place: the visible scores (t + 1 in row t) read, the whole row

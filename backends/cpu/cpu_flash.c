@@ -29,6 +29,7 @@ typedef struct tf_cpu_flash {
   tf_dtype d, sd;             /* element dtype, statistics dtype (lse) */
   int64_t sq, sk, hd;         /* seq_q, seq_k, head_dim */
   int64_t q_blocks, k_blocks; /* per problem */
+  int64_t o_ld, o_group;      /* forward: O's row stride, problems sharing a row (tf_flash_o_layout) */
   double *rowdot;             /* backward: D = rowsum(dout * o), (batch, seq_q) */
 } tf_cpu_flash;
 
@@ -52,6 +53,14 @@ static void tf_cpu_flash_store(const tf_cpu_flash *f, void *dst, int64_t seq, in
                                const double *src, double mul) {
   const int64_t base = (b * seq + row0) * f->hd;
   for (int64_t i = 0; i < n * f->hd; i++) tf_elem_set(dst, f->d, base + i, src[i] * mul);
+}
+
+/* Rows [row0, row0 + n) of problem b's O from src: rows o_ld apart,
+ * o_group problems side by side in a row. */
+static void tf_cpu_flash_store_o(const tf_cpu_flash *f, int64_t b, int64_t row0, int64_t n, const double *src) {
+  const int64_t base = ((b / f->o_group) * f->sq + row0) * f->o_ld + (b % f->o_group) * f->hd;
+  for (int64_t r = 0; r < n; r++)
+    for (int64_t c = 0; c < f->hd; c++) tf_elem_set(f->a->o, f->d, base + r * f->o_ld + c, src[r * f->hd + c]);
 }
 
 /* How many keys of the block starting at k0 (nk of them) query row sees:
@@ -118,7 +127,7 @@ static void tf_cpu_flash_forward_block(const tf_cpu_flash *f, int64_t b, int64_t
     for (int64_t c = 0; c < hd; c++) acc[i * hd + c] *= inv;
     tf_elem_set(a->lse, f->sd, b * f->sq + q0 + i, m[i] + log(l[i]));
   }
-  tf_cpu_flash_store(f, a->o, f->sq, b, q0, nq, acc, 1.0);
+  tf_cpu_flash_store_o(f, b, q0, nq, acc);
 }
 
 /* ---- backward ------------------------------------------------------------------- */
@@ -284,6 +293,7 @@ tf_status tf_cpu_flash_attention(tf_device_ctx *ctx, const tf_flash_args *a) {
                     .sq = a->seq_q,
                     .sk = a->seq_k > 0 ? a->seq_k : 0,
                     .hd = a->head_dim};
+  TF_TRY(tf_flash_o_layout(a, &f.o_ld, &f.o_group));
   f.q_blocks = (f.sq + TF_CPU_FLASH_BR - 1) / TF_CPU_FLASH_BR;
   f.k_blocks = (f.sk + TF_CPU_FLASH_BC - 1) / TF_CPU_FLASH_BC;
   return a->backward ? tf_cpu_flash_backward(&f) : tf_cpu_flash_forward(&f);

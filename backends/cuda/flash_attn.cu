@@ -184,7 +184,7 @@ __global__ void __launch_bounds__(TF_FLASH_SIMT_THREADS) tf_flash_fwd_simt_kerne
       }
     }
   }
-  S *O = static_cast<S *>(p.o) + b * p.seq_q * hd;
+  S *O = tf_flash_o_of<S>(p, b);
 #pragma unroll
   for (int r = 0; r < R; r++) {
     const int64_t row = q0 + warp * R + r;
@@ -192,7 +192,7 @@ __global__ void __launch_bounds__(TF_FLASH_SIMT_THREADS) tf_flash_fwd_simt_kerne
     const float inv = l[r] > 0.f ? 1.f / l[r] : 0.f;
 #pragma unroll
     for (int u = 0; u < 4; u++)
-      if (lane + 32 * u < hd) O[row * hd + lane + 32 * u] = D::store(o[r][u] * inv);
+      if (lane + 32 * u < hd) O[row * p.o_ld + lane + 32 * u] = D::store(o[r][u] * inv);
     if (lane == 0) p.lse[b * p.seq_q + row] = l[r] > 0.f ? m[r] + logf(l[r]) : -INFINITY;
   }
 }
@@ -451,6 +451,7 @@ template <int DT> static tf_status tf_flash_typed(tf_cuda_state *st, const tf_fl
   p.scale_log2 = (float)(a->scale * 1.4426950408889634);
   p.fwd_scale_log2 = (float)(fabs(a->scale) * 1.4426950408889634);
   p.q_sign = a->scale < 0 ? 0x80008000u : 0u;
+  TF_TRY(tf_flash_o_layout(a, &p.o_ld, &p.o_group));
   const bool tc = (DT == TF_F16 || DT == TF_BF16) && tf_flash_tc_ok(a);
   if (!a->backward) {
     if (tc) return tf_cuda_flash_forward_tc(st, &p, (tf_dtype)DT, tf_flash_tc_dim(a->head_dim));

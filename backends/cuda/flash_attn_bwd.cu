@@ -252,8 +252,8 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) tf_flash_bwd_tc_ker
     }
   }
   __syncwarp();
-  tf_flash_store_rows<HD, LD>(static_cast<uint16_t *>(p.dk) + b * p.seq_k * hd, sK + kw * LD, 16, kw0, p.seq_k, hd);
-  tf_flash_store_rows<HD, LD>(static_cast<uint16_t *>(p.dv) + b * p.seq_k * hd, sV + kw * LD, 16, kw0, p.seq_k, hd);
+  tf_flash_store_rows<HD, LD>(static_cast<uint16_t *>(p.dk) + b * p.seq_k * hd, sK + kw * LD, 16, kw0, p.seq_k, hd, hd);
+  tf_flash_store_rows<HD, LD>(static_cast<uint16_t *>(p.dv) + b * p.seq_k * hd, sV + kw * LD, 16, kw0, p.seq_k, hd, hd);
 }
 
 /* The deterministic dQ: one block of WARPS warps (16 query rows each) per
@@ -383,7 +383,7 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) tf_flash_dq_tc_kern
           tf_flash_pack<DT>(dq[dt][2 * h] * p.scale, dq[dt][2 * h + 1] * p.scale);
   }
   __syncwarp();
-  tf_flash_store_rows<HD, LD>(static_cast<uint16_t *>(p.dq) + b * p.seq_q * hd, sQ + wrow * LD, 16, wq0, p.seq_q, hd);
+  tf_flash_store_rows<HD, LD>(static_cast<uint16_t *>(p.dq) + b * p.seq_q * hd, sQ + wrow * LD, 16, wq0, p.seq_q, hd, hd);
 }
 
 /* ---- launch -------------------------------------------------------------------------- */

@@ -33,6 +33,8 @@ typedef struct tf_cuda_flash_params {
   int causal;
   float scale;        /* as given (any sign) */
   float scale_log2;   /* scale * log2(e): P = exp2(s scale_log2 - lse log2(e)) */
+  int64_t o_ld;       /* forward: O's row stride (elements) ... */
+  int64_t o_group;    /* ... and the problems side by side in a row (tf_flash_o_layout) */
   float fwd_scale_log2; /* |scale| log2(e): the forward pass's running max is of q.k times sign(scale) */
   uint32_t q_sign;    /* 0x80008000 when scale < 0: the forward pass flips the signs of its copy of q */
 } tf_cuda_flash_params;
@@ -81,6 +83,11 @@ __device__ __forceinline__ void tf_flash_block_of(int64_t blocks, bool last_firs
   const int64_t id = blockIdx.x, prob = id / blocks, i = id - prob * blocks;
   *b = prob;
   *blk = last_first ? blocks - 1 - i : i;
+}
+
+/* Row 0 of problem b's O, of S elements (its rows p.o_ld elements apart). */
+template <typename S> __device__ __forceinline__ S *tf_flash_o_of(const tf_cuda_flash_params &p, int64_t b) {
+  return static_cast<S *>(p.o) + (b / p.o_group) * p.seq_q * p.o_ld + (b % p.o_group) * p.head_dim;
 }
 
 /* Problem b's tensors: q, k, v and dout (16-bit elements; dout null in the
@@ -170,17 +177,17 @@ __device__ __forceinline__ void tf_flash_load_stat(float *dst, const float *src,
 }
 
 /* Copies a warp's `rows` rows of HD columns from shared memory (LD-element
- * rows starting at src) to global rows row0.. of width hd, 16 bytes a lane,
- * skipping rows past nrows and columns past hd. */
+ * rows starting at src) to global rows row0.. of width hd, ld elements
+ * apart, 16 bytes a lane, skipping rows past nrows and columns past hd. */
 template <int HD, int LD>
 __device__ __forceinline__ void tf_flash_store_rows(uint16_t *dst, const uint16_t *src, int rows, int64_t row0,
-                                                    int64_t nrows, int hd) {
+                                                    int64_t nrows, int hd, int64_t ld) {
   constexpr int CH = HD / 8;
   const int lane = (int)threadIdx.x & 31;
   for (int c = lane; c < rows * CH; c += 32) {
     const int r = c / CH, ch = c % CH;
     if (row0 + r < nrows && ch * 8 < hd)
-      *reinterpret_cast<uint4 *>(dst + (row0 + r) * hd + ch * 8) = *reinterpret_cast<const uint4 *>(src + r * LD + ch * 8);
+      *reinterpret_cast<uint4 *>(dst + (row0 + r) * ld + ch * 8) = *reinterpret_cast<const uint4 *>(src + r * LD + ch * 8);
   }
 }
 

@@ -233,8 +233,7 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) tf_flash_fwd_tc_ker
         lse[q0 + r] = sum > 0.f ? row_max[mt][h] * (p.fwd_scale_log2 / TF_FLASH_LOG2E) + logf(sum) : -INFINITY;
     }
   __syncwarp();
-  tf_flash_store_rows<HD, LD>(static_cast<uint16_t *>(p.o) + b * p.seq_q * hd, sQ + wrow * LD, 16 * MT, wq0, p.seq_q,
-                              hd);
+  tf_flash_store_rows<HD, LD>(tf_flash_o_of<uint16_t>(p, b), sQ + wrow * LD, 16 * MT, wq0, p.seq_q, hd, p.o_ld);
 }
 
 /* ---- launch -------------------------------------------------------------------------- */

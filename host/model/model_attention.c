@@ -1,6 +1,8 @@
 /* Causal self-attention of one layer. Heads are split out of the fused
- * q/k/v projection with RoPE in one kernel and merged back in another, so
- * the attention itself sees (batch * heads) contiguous (seq, hd) matrices.
+ * q/k/v projection with RoPE in one kernel, so the attention itself sees
+ * (batch * heads) contiguous (seq, hd) matrices; FlashAttention writes its
+ * output with the heads merged (o_row_stride), the naive path merges them
+ * in a kernel of its own.
  *
  * Flash (the default): the backend's FlashAttention-2 kernels; per layer
  * only the log-sum-exp of each row is kept beside q, k, v, and the
@@ -58,7 +60,8 @@ static tf_status tf_model_flash(tf_model *m, tf_flash_args *fa) {
   return be->flash_attention(m->ctx, fa);
 }
 
-/* RoPE and head split, attention, heads merged. */
+/* RoPE and head split, attention, heads merged (by the flash kernels' own
+ * stores, or a pass after the naive path's P V). */
 tf_status tf_model_attention_forward(tf_model *m, tf_model_layer_acts *a, const void *qkv) {
   const tf_model_plan *p = &m->plan;
   const int64_t B = p->batch, T = p->seq, H = m->cfg.num_heads, hd = m->cfg.d_model / H;
@@ -66,18 +69,19 @@ tf_status tf_model_attention_forward(tf_model *m, tf_model_layer_acts *a, const 
                              .cos = p->rope_cos, .sin = p->rope_sin, .qkv = (void *)qkv, .q = a->q, .k = a->k,
                              .v = a->v};
   TF_TRY(m->k->rope_heads(m->ctx, &rope));
-  tf_heads_args merge = {.batch = B, .seq = T, .heads = H, .head_dim = hd, .dtype = m->dtype, .src = p->heads,
-                         .dst = a->atty};
   if (m->flash) {
     tf_flash_args fa = tf_model_flash_args(m, B, T);
     fa.q = a->q;
     fa.k = a->k;
     fa.v = a->v;
-    fa.o = p->heads;
+    fa.o = a->atty;
+    fa.o_row_stride = H * hd;
     fa.lse = a->lse;
     TF_RANGED("flash attention", tf_model_flash(m, &fa));
-    return m->k->heads(m->ctx, &merge);
+    return TF_OK;
   }
+  tf_heads_args merge = {.batch = B, .seq = T, .heads = H, .head_dim = hd, .dtype = m->dtype, .src = p->heads,
+                         .dst = a->atty};
   TF_TRY(tf_model_attention_probs(m, a));
   /* O = P V, heads merged into (n, d) */
   TF_RANGED("final matmul",

@@ -225,12 +225,63 @@ static void test_first_row(void) {
   free(qv), free(kv), free(vv);
 }
 
+/* o_row_stride: O written with 2 and then 6 problems side by side in each
+ * row (the merged (batch / h, seq, h, head_dim) layout) has O's bits, moved;
+ * strides the layout cannot have, and the backward pass, are errors. */
+static void test_o_row_stride(void) {
+  const int64_t B = 6, T = 37, d = 24;
+  for (int di = 0; di < N_FLOAT_DTYPES; di++) {
+    const tf_dtype dt = FLOAT_DTYPES[di], sd = dt == TF_F64 ? TF_F64 : TF_F32;
+    tf_tensor *q = tensor_randn(SHAPE(B, T, d), dt, 1.0, NULL), *k = tensor_randn(SHAPE(B, T, d), dt, 1.0, NULL);
+    tf_tensor *v = tensor_randn(SHAPE(B, T, d), dt, 1.0, NULL), *o = empty(SHAPE(B, T, d), dt);
+    tf_tensor *lse = empty(SHAPE(B, T), sd);
+    tf_flash_args a = {.causal = true, .dtype = dt, .batch = B, .seq_q = T, .seq_k = T, .head_dim = d,
+                       .scale = 0.2, .q = tf_tensor_data(q), .k = tf_tensor_data(k), .v = tf_tensor_data(v),
+                       .o = tf_tensor_data(o), .lse = tf_tensor_data(lse)};
+    CHECK_OK(cctx->backend->flash_attention(cctx, &a));
+    const size_t es = tf_dtype_size(dt);
+    static const int64_t groups[2] = {2, 6};
+    for (int gi = 0; gi < 2; gi++) {
+      const int64_t h = groups[gi];
+      tf_tensor *om = empty(SHAPE(B / h, T, h, d), dt);
+      tf_flash_args m = a;
+      m.o = tf_tensor_data(om), m.o_row_stride = h * d;
+      if (CHECK_OK(cctx->backend->flash_attention(cctx, &m))) {
+        bool eq = true;
+        for (int64_t b = 0; b < B; b++)
+          for (int64_t t = 0; t < T; t++) {
+            const char *plain = (const char *)tf_tensor_data(o) + (size_t)((b * T + t) * d) * es;
+            const char *merged = (const char *)tf_tensor_data(om) + (size_t)((((b / h) * T + t) * h + b % h) * d) * es;
+            eq = eq && memcmp(plain, merged, (size_t)d * es) == 0;
+          }
+        if (!CHECK(eq)) fprintf(stderr, "FAIL o_row_stride %lld (%s): O's rows differ\n", (long long)(h * d),
+                                tf_dtype_name(dt));
+      }
+      tf_tensor_release(om);
+    }
+    /* not a multiple of d, a group that does not divide the batch, the backward pass */
+    const int64_t bad[3] = {d + 1, 4 * d, d / 2};
+    for (int i = 0; i < 3; i++) {
+      tf_flash_args m = a;
+      m.o_row_stride = bad[i];
+      CHECK_INT(cctx->backend->flash_attention(cctx, &m), TF_ERR_ARG);
+      CHECK(strstr(tf_last_error(), "row stride") != NULL);
+    }
+    tf_flash_args back = a;
+    back.backward = true, back.o_row_stride = 2 * d;
+    CHECK_INT(cctx->backend->flash_attention(cctx, &back), TF_ERR_ARG);
+    tf_tensor *ts[] = {q, k, v, o, lse};
+    for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) tf_tensor_release(ts[i]);
+  }
+}
+
 int main(void) {
   tf_backends_init();
   test_seed();
   if (!CHECK_OK(tf_device_ctx_get(tf_cpu(), &cctx)) || !CHECK(cctx->backend->flash_attention)) return tf_check_done();
   test_reference_gradient();
   test_first_row();
+  test_o_row_stride();
   /* (batch, seq_q, seq_k, head_dim): block edges at 32 queries and 32 keys */
   static const int64_t shapes[][4] = {
       {1, 1, 1, 16},   {2, 1, 37, 32},  {2, 37, 1, 32},   {3, 37, 37, 24},  {2, 129, 129, 64}, {1, 37, 129, 128},

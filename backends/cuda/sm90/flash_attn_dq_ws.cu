@@ -172,7 +172,7 @@ __global__ void __launch_bounds__(384, 1) tf_flash_dq_ws_kernel(const __grid_con
   /* dQ times scale through the consumer's own (swizzled) Q rows, then 16-byte stores */
   const float scale[2] = {p.scale, p.scale};
   tf_wgmma_write_rows<DT, BR, HD>(static_cast<uint16_t *>(p.dq) + b * p.seq_q * p.head_dim, base_ptr + C::Q_AT, cw, dq,
-                                  scale, wq0, p.seq_q, p.head_dim, 3 + cw);
+                                  scale, wq0, p.seq_q, p.head_dim, p.head_dim, 3 + cw);
 }
 
 /* ---- launch ------------------------------------------------------------------------------- */

@@ -261,8 +261,8 @@ __global__ void __launch_bounds__(384, 1) tf_flash_fwd_ws_kernel(const __grid_co
   /* O / sum into the consumer's own (swizzled) Q rows, lse; then 16-byte stores */
   float inv[2];
   tf_wgmma_softmax_end(p, p.lse + b * p.seq_q, wq0, row_in, row_max, row_sum, inv);
-  tf_wgmma_write_rows<DT, BR, HD>(static_cast<uint16_t *>(p.o) + b * p.seq_q * p.head_dim, base_ptr + C::Q_AT, cw, o,
-                                  inv, wq0, p.seq_q, p.head_dim, 3 + cw);
+  tf_wgmma_write_rows<DT, BR, HD>(tf_flash_o_of<uint16_t>(p, b), base_ptr + C::Q_AT, cw, o, inv, wq0, p.seq_q, p.head_dim,
+                                  p.o_ld, 3 + cw);
 }
 
 /* ---- launch ------------------------------------------------------------------------------- */

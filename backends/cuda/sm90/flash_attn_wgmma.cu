@@ -217,8 +217,7 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) tf_flash_fwd_wgmma_
   /* O / sum into the warpgroup's own (swizzled) Q rows, lse; then 16-byte stores */
   float inv[2];
   tf_wgmma_softmax_end(p, p.lse + b * p.seq_q, wq0, row_in, row_max, row_sum, inv);
-  tf_wgmma_write_rows<DT, BR, HD>(static_cast<uint16_t *>(p.o) + b * p.seq_q * hd, sQ_ptr, wg, o, inv, wq0, p.seq_q, hd,
-                                  3 + wg);
+  tf_wgmma_write_rows<DT, BR, HD>(tf_flash_o_of<uint16_t>(p, b), sQ_ptr, wg, o, inv, wq0, p.seq_q, hd, p.o_ld, 3 + wg);
 }
 
 /* ---- launch -------------------------------------------------------------------------- */
@@ -550,7 +549,7 @@ __global__ void __launch_bounds__(256, 1) tf_flash_dq_wgmma_kernel(const tf_cuda
   /* dQ times scale through the warpgroup's own (swizzled) Q rows, then 16-byte stores */
   const float scale[2] = {p.scale, p.scale};
   tf_wgmma_write_rows<DT, BR, HD>(static_cast<uint16_t *>(p.dq) + b * p.seq_q * hd, base_ptr, wg, dq, scale, wq0,
-                                  p.seq_q, hd, 1 + wg);
+                                  p.seq_q, hd, hd, 1 + wg);
 }
 
 template <int DT, int HD> static tf_status tf_wgmma_dq_launch(tf_cuda_state *st, const tf_cuda_flash_params *p) {

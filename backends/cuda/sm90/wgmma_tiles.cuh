@@ -70,11 +70,12 @@ __device__ __forceinline__ void tf_wgmma_stage_rows(unsigned char *tile, int r0,
 }
 
 /* A warpgroup's 64 rows tile_row0.. of a swizzled tile of ROWS rows to
- * global rows row0.. of width hd (16-byte stores; rows past nrows and
- * columns past hd skipped), after named barrier `bar` over the warpgroup. */
+ * global rows row0.. of width hd, ld elements apart (16-byte stores; rows
+ * past nrows and columns past hd skipped), after named barrier `bar` over
+ * the warpgroup. */
 template <int ROWS, int HD>
 __device__ __forceinline__ void tf_wgmma_store_rows(uint16_t *dst, const unsigned char *tile, int tile_row0,
-                                                    int64_t row0, int64_t nrows, int hd, int bar) {
+                                                    int64_t row0, int64_t nrows, int hd, int64_t ld, int bar) {
   asm volatile("bar.sync %0, 128;\n" ::"r"(bar) : "memory"); /* the warpgroup's rows are written */
   constexpr int CH = HD / 8;
   const int tw = (int)threadIdx.x % 128;
@@ -82,7 +83,7 @@ __device__ __forceinline__ void tf_wgmma_store_rows(uint16_t *dst, const unsigne
   for (int i = 0; i < 64 * CH / 128; i++) {
     const int idx = tw + i * 128, r = idx / CH, c = idx % CH;
     if (row0 + r < nrows && c * 8 < hd)
-      *reinterpret_cast<uint4 *>(dst + (row0 + r) * hd + c * 8) =
+      *reinterpret_cast<uint4 *>(dst + (row0 + r) * ld + c * 8) =
           *reinterpret_cast<const uint4 *>(tile + tf_wgmma_chunk<ROWS>(tile_row0 + r, c));
   }
 }
@@ -90,13 +91,15 @@ __device__ __forceinline__ void tf_wgmma_store_rows(uint16_t *dst, const unsigne
 /* A warpgroup's 64-row accumulator (warpgroup w of a block whose tile has
  * ROWS rows) times scale[h], rounded to DT, staged through the
  * warpgroup's own rows of the tile (free once its products are waited
- * for), then stored to global rows row0.. of dst (width hd, rows past
- * nrows skipped) after named barrier bar over the warpgroup. */
+ * for), then stored to global rows row0.. of dst (width hd, ld elements
+ * apart, rows past nrows skipped) after named barrier bar over the
+ * warpgroup. */
 template <int DT, int ROWS, int HD>
 __device__ __forceinline__ void tf_wgmma_write_rows(uint16_t *dst, unsigned char *tile, int w, const float (&acc)[HD / 2],
-                                                    const float (&scale)[2], int64_t row0, int64_t nrows, int hd, int bar) {
+                                                    const float (&scale)[2], int64_t row0, int64_t nrows, int hd,
+                                                    int64_t ld, int bar) {
   tf_wgmma_stage_rows<DT, ROWS, HD>(tile, w * 64 + (((int)threadIdx.x / 32) % 4) * 16, acc, scale);
-  tf_wgmma_store_rows<ROWS, HD>(dst, tile, w * 64, row0, nrows, hd, bar);
+  tf_wgmma_store_rows<ROWS, HD>(dst, tile, w * 64, row0, nrows, hd, ld, bar);
 }
 
 /* The backward pass's end for a warpgroup's 64 keys, rows w * 64.. of a
@@ -113,9 +116,9 @@ __device__ __forceinline__ void tf_wgmma_bwd_store_dk_dv(const tf_cuda_flash_par
   tf_wgmma_stage_rows<DT, BC, HD>(k_tile, w * 64 + warp * 16, dk, dk_scale);
   tf_wgmma_stage_rows<DT, BC, HD>(v_tile, w * 64 + warp * 16, dv, one);
   const int64_t key0 = k0 + w * 64;
-  tf_wgmma_store_rows<BC, HD>(static_cast<uint16_t *>(p.dk) + b * p.seq_k * hd, k_tile, w * 64, key0, p.seq_k, hd,
+  tf_wgmma_store_rows<BC, HD>(static_cast<uint16_t *>(p.dk) + b * p.seq_k * hd, k_tile, w * 64, key0, p.seq_k, hd, hd,
                               bar);
-  tf_wgmma_store_rows<BC, HD>(static_cast<uint16_t *>(p.dv) + b * p.seq_k * hd, v_tile, w * 64, key0, p.seq_k, hd,
+  tf_wgmma_store_rows<BC, HD>(static_cast<uint16_t *>(p.dv) + b * p.seq_k * hd, v_tile, w * 64, key0, p.seq_k, hd, hd,
                               bar);
 }
 
