@@ -49,18 +49,14 @@ static void tf_cpu_flash_rows_t(const tf_cpu_flash *f, const void *src, int64_t 
     for (int64_t c = 0; c < f->hd; c++) dst[c * TF_CPU_FLASH_BC + r] = tf_elem_get(src, f->d, base + r * f->hd + c);
 }
 
+/* Rows [row0, row0 + n) of problem b's (seq, hd) output from src, times
+ * mul: rows ld elements apart, group problems side by side in a row (hd
+ * and 1 but for O under o_row_stride). */
 static void tf_cpu_flash_store(const tf_cpu_flash *f, void *dst, int64_t seq, int64_t b, int64_t row0, int64_t n,
-                               const double *src, double mul) {
-  const int64_t base = (b * seq + row0) * f->hd;
-  for (int64_t i = 0; i < n * f->hd; i++) tf_elem_set(dst, f->d, base + i, src[i] * mul);
-}
-
-/* Rows [row0, row0 + n) of problem b's O from src: rows o_ld apart,
- * o_group problems side by side in a row. */
-static void tf_cpu_flash_store_o(const tf_cpu_flash *f, int64_t b, int64_t row0, int64_t n, const double *src) {
-  const int64_t base = ((b / f->o_group) * f->sq + row0) * f->o_ld + (b % f->o_group) * f->hd;
+                               const double *src, double mul, int64_t ld, int64_t group) {
+  const int64_t base = ((b / group) * seq + row0) * ld + (b % group) * f->hd;
   for (int64_t r = 0; r < n; r++)
-    for (int64_t c = 0; c < f->hd; c++) tf_elem_set(f->a->o, f->d, base + r * f->o_ld + c, src[r * f->hd + c]);
+    for (int64_t c = 0; c < f->hd; c++) tf_elem_set(dst, f->d, base + r * ld + c, src[r * f->hd + c] * mul);
 }
 
 /* How many keys of the block starting at k0 (nk of them) query row sees:
@@ -127,7 +123,7 @@ static void tf_cpu_flash_forward_block(const tf_cpu_flash *f, int64_t b, int64_t
     for (int64_t c = 0; c < hd; c++) acc[i * hd + c] *= inv;
     tf_elem_set(a->lse, f->sd, b * f->sq + q0 + i, m[i] + log(l[i]));
   }
-  tf_cpu_flash_store_o(f, b, q0, nq, acc);
+  tf_cpu_flash_store(f, a->o, f->sq, b, q0, nq, acc, 1.0, f->o_ld, f->o_group);
 }
 
 /* ---- backward ------------------------------------------------------------------- */
@@ -182,8 +178,8 @@ static void tf_cpu_flash_dkdv_block(const tf_cpu_flash *f, int64_t b, int64_t kb
       }
     }
   }
-  tf_cpu_flash_store(f, a->dk, f->sk, b, k0, nk, dk, a->scale);
-  tf_cpu_flash_store(f, a->dv, f->sk, b, k0, nk, dv, 1.0);
+  tf_cpu_flash_store(f, a->dk, f->sk, b, k0, nk, dk, a->scale, f->hd, 1);
+  tf_cpu_flash_store(f, a->dv, f->sk, b, k0, nk, dv, 1.0, f->hd, 1);
 }
 
 /* One query block's dQ: every key block it sees. scratch holds q, dO, dq
@@ -219,7 +215,7 @@ static void tf_cpu_flash_dq_block(const tf_cpu_flash *f, int64_t b, int64_t qb, 
       }
     }
   }
-  tf_cpu_flash_store(f, a->dq, f->sq, b, q0, nq, dq, a->scale);
+  tf_cpu_flash_store(f, a->dq, f->sq, b, q0, nq, dq, a->scale, f->hd, 1);
 }
 
 /* ---- the passes --------------------------------------------------------------------- */
