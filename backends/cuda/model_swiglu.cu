@@ -1,8 +1,9 @@
 /* SwiGLU's gate on the GPU, the twin of cpu_model.c's swiglu: rows of
  * ab = [a | b] (2f wide) give y = silu(a) b (f wide), computed in f32;
  * backward da = dy b silu'(a), db = dy silu(a), with
- * silu'(a) = s (1 + a (1 - s)), s = sigmoid(a), and y again when asked. One thread per V columns of
- * a row (16-byte vectors when f and the buffers allow). */
+ * silu'(a) = s (1 + a (1 - s)), s = sigmoid(a), and y again when asked.
+ * One thread per V columns of a row (16-byte vectors when f and the
+ * buffers allow). */
 #include "cuda_common.cuh"
 
 #include "nn_common.cuh"
