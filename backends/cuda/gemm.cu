@@ -24,19 +24,18 @@
  * internal one, outside the caching allocator's accounting.
  *
  * Timed choice (a call with tune set, the engine's, when TF_GEMM_TUNE=1;
- * off by default, see below): the first eager call of a plan runs the heuristic's
- * first TF_GEMM_CANDIDATES algorithms on the call's own operands and keeps
- * the fastest, but only among those whose product has the same bits as
- * the first one's (a fingerprint of C after each). That makes a product's
- * bits the same on the operands it was timed on, not always: with the
- * choice on, the fused engine's step with AdamW beside the backward pass
- * gave other losses than the same step run serially in 7 of 12 runs of
- * tests/lua/test_model_long_run.lua (at step 14 to 169 of 200), and in
- * none of 12 with it off (some chosen algorithm gives other bits beside
- * the optimizer's kernels than alone); so it is off unless asked for.
- * Products added
- * into C, and calls made while the stream is captured into a graph, are
- * not timed (the next eager call is). */
+ * off by default, see below): the first eager call of a plan runs the
+ * heuristic's first TF_GEMM_CANDIDATES algorithms on the call's own
+ * operands and keeps the fastest, but only among those whose product has
+ * the same bits as the first one's (a fingerprint of C after each). That
+ * makes a product's bits the same on the operands it was timed on, not
+ * always: with the choice on, the fused engine's step with AdamW beside
+ * the backward pass gave other losses than the same step run serially in
+ * 7 of 12 runs of tests/lua/test_model_long_run.lua (at step 14 to 169 of
+ * 200), and in none of 12 with it off (some chosen algorithm gives other
+ * bits beside the optimizer's kernels than alone); so it is off unless
+ * asked for. Products added into C, and calls made while the stream is
+ * captured into a graph, are not timed (the next eager call is). */
 #include "cuda_common.cuh"
 
 #include <cublasLt.h>

@@ -44,9 +44,9 @@ typedef struct tf_gemm_args {
   bool accumulate;
   bool allow_tf32;
   /* The backend may time its algorithms for this shape on the first call
-   * and keep the fastest of those with the same bits (the CUDA backend's
-   * timed choice, gemm.cu): for a shape called many times, like the
-   * engine's. */
+   * and keep the fastest of those with the same bits on that call (the
+   * CUDA backend's timed choice, gemm.cu, when TF_GEMM_TUNE=1): for a
+   * shape called many times, like the engine's. */
   bool tune;
 } tf_gemm_args;
 
@@ -59,7 +59,7 @@ typedef struct tf_gemm_tuning {
   int refused;    /* of them, refused at launch */
   int other_bits; /* of them, whose product had other bits than the first's (never chosen) */
   double first_ms, chosen_ms; /* summed over the shapes: the first algorithm's time, the chosen one's */
-  bool enabled;               /* the choice is made (not turned off) */
+  bool enabled;               /* the choice is made (TF_GEMM_TUNE=1) */
 } tf_gemm_tuning;
 
 /* Token embedding. Forward: out[i] = wte[ids[i]]. Backward: dwte[ids[i]] +=
