@@ -5,17 +5,23 @@
  * power limit has lowered its clock). It answers two questions that
  * docs/performance.md reports: how much faster than the heuristic's first
  * choice the fastest of the first eight is, and whether the burst timing
- * picks the algorithm that is fastest under the power limit. Bits are not
- * compared here (the engine only keeps algorithms with the first one's
- * bits).
+ * picks the algorithm that is fastest under the power limit. The timing
+ * compares no bits (the engine only keeps algorithms with the first one's
+ * bits); --bits does.
  *
  *   cmake --build build --target gemm_algorithms
  *   build/gemm_algorithms [--tokens 4096] [--d-model 2560] [--d-ff 10240]
  *                         [--vocab 10000] [--layers 32] [--sustain-ms 120]
- *                         [--json out.json]
+ *                         [--bits N [--busy-mb 32]] [--json out.json]
  *
  * Prints a markdown table (ms per call) and writes the same rows, with the
- * device, driver, CUDA and cuBLASLt versions and the commit, as JSON. */
+ * device, driver, CUDA and cuBLASLt versions and the commit, as JSON.
+ *
+ * With --bits N it times nothing: it runs each algorithm once alone and N
+ * times beside a memory-bound kernel on a low-priority stream (as the
+ * engine's AdamW runs beside its backward pass), and prints, for each, its
+ * configuration and whether its result had the first algorithm's bits
+ * alone and the same bits in every run beside the other kernel. */
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -69,13 +75,50 @@ typedef struct {
   float sustain_ms;
 } bench;
 
-static float clock_calls(bench *B, cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb,
-                         cublasLtMatrixLayout_t lc, const cublasLtMatmulAlgo_t *algo, int calls) {
+
+/* x as cuBLASLt sees it, and the heuristic's first CANDIDATES algorithms for it. */
+typedef struct {
+  cublasLtMatmulDesc_t op;
+  cublasLtMatrixLayout_t la, lb, lc;
+  cublasLtMatmulHeuristicResult_t r[CANDIDATES];
+  int found;
+} plan;
+
+static void plan_make(const bench *B, const product *x, plan *P) {
+  CHECK(cublasLtMatmulDescCreate(&P->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  cublasOperation_t oa = x->ta ? CUBLAS_OP_T : CUBLAS_OP_N, ob = x->tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+  CHECK(cublasLtMatmulDescSetAttribute(P->op, CUBLASLT_MATMUL_DESC_TRANSA, &oa, sizeof oa));
+  CHECK(cublasLtMatmulDescSetAttribute(P->op, CUBLASLT_MATMUL_DESC_TRANSB, &ob, sizeof ob));
+  CHECK(cublasLtMatrixLayoutCreate(&P->la, CUDA_R_16BF, x->ta ? x->k : x->m, x->ta ? x->m : x->k,
+                                   x->ta ? x->k : x->m));
+  CHECK(cublasLtMatrixLayoutCreate(&P->lb, CUDA_R_16BF, x->tb ? x->n : x->k, x->tb ? x->k : x->n,
+                                   x->tb ? x->n : x->k));
+  CHECK(cublasLtMatrixLayoutCreate(&P->lc, x->f32_out ? CUDA_R_32F : CUDA_R_16BF, x->m, x->n, x->m));
+  cublasLtMatmulPreference_t pref;
+  CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &B->ws_bytes,
+                                             sizeof B->ws_bytes));
+  P->found = 0;
+  CHECK(cublasLtMatmulAlgoGetHeuristic(B->lt, P->op, P->la, P->lb, P->lc, P->lc, pref, CANDIDATES, P->r, &P->found));
+  cublasLtMatmulPreferenceDestroy(pref);
+}
+
+static void plan_free(plan *P) {
+  cublasLtMatrixLayoutDestroy(P->la), cublasLtMatrixLayoutDestroy(P->lb), cublasLtMatrixLayoutDestroy(P->lc);
+  cublasLtMatmulDescDestroy(P->op);
+}
+
+/* One call of algo on P's operands (queued on stream s). */
+static cublasStatus_t plan_run(const bench *B, const plan *P, const cublasLtMatmulAlgo_t *algo, cudaStream_t s) {
   const float alpha = 1, beta = 0;
+  return cublasLtMatmul(B->lt, P->op, &alpha, B->a, P->la, B->b, P->lb, &beta, B->c, P->lc, B->c, P->lc, algo, B->ws,
+                        B->ws_bytes, s);
+}
+
+/* Milliseconds a call takes on algo, the mean of calls calls. */
+static float clock_calls(bench *B, const plan *P, const cublasLtMatmulAlgo_t *algo, int calls) {
   CHECK(cudaEventRecord(B->e0));
-  for (int i = 0; i < calls; i++)
-    CHECK(cublasLtMatmul(B->lt, op, &alpha, B->a, la, B->b, lb, &beta, B->c, lc, B->c, lc, algo, B->ws,
-                         B->ws_bytes, 0));
+  for (int i = 0; i < calls; i++) CHECK(plan_run(B, P, algo, 0));
   CHECK(cudaEventRecord(B->e1));
   CHECK(cudaEventSynchronize(B->e1));
   float ms = 0;
@@ -86,46 +129,98 @@ static float clock_calls(bench *B, cublasLtMatmulDesc_t op, cublasLtMatrixLayout
 /* The first CANDIDATES algorithms the heuristic offers for x, each timed in
  * a burst and sustained; returns how many could run. */
 static int time_product(bench *B, const product *x, timing *t) {
-  cublasLtMatmulDesc_t op;
-  CHECK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  cublasOperation_t oa = x->ta ? CUBLAS_OP_T : CUBLAS_OP_N, ob = x->tb ? CUBLAS_OP_T : CUBLAS_OP_N;
-  CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &oa, sizeof oa));
-  CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &ob, sizeof ob));
-  cublasLtMatrixLayout_t la, lb, lc;
-  CHECK(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, x->ta ? x->k : x->m, x->ta ? x->m : x->k, x->ta ? x->k : x->m));
-  CHECK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, x->tb ? x->n : x->k, x->tb ? x->k : x->n, x->tb ? x->n : x->k));
-  CHECK(cublasLtMatrixLayoutCreate(&lc, x->f32_out ? CUDA_R_32F : CUDA_R_16BF, x->m, x->n, x->m));
-  cublasLtMatmulPreference_t pref;
-  CHECK(cublasLtMatmulPreferenceCreate(&pref));
-  CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &B->ws_bytes,
-                                             sizeof B->ws_bytes));
-  cublasLtMatmulHeuristicResult_t r[CANDIDATES];
-  int found = 0, n = 0;
-  CHECK(cublasLtMatmulAlgoGetHeuristic(B->lt, op, la, lb, lc, lc, pref, CANDIDATES, r, &found));
-  for (int i = 0; i < found; i++) {
-    if (r[i].state != CUBLAS_STATUS_SUCCESS) continue;
-    const float alpha = 1, beta = 0;
-    if (cublasLtMatmul(B->lt, op, &alpha, B->a, la, B->b, lb, &beta, B->c, lc, B->c, lc, &r[i].algo, B->ws,
-                       B->ws_bytes, 0) != CUBLAS_STATUS_SUCCESS)
-      continue;
+  plan P;
+  plan_make(B, x, &P);
+  int n = 0;
+  for (int i = 0; i < P.found; i++) {
+    if (P.r[i].state != CUBLAS_STATUS_SUCCESS) continue;
+    if (plan_run(B, &P, &P.r[i].algo, 0) != CUBLAS_STATUS_SUCCESS) continue;
     /* a burst after the device has rested, as after the engine's synchronisation */
     CHECK(cudaDeviceSynchronize());
     usleep(200000);
-    const float once = clock_calls(B, op, la, lb, lc, &r[i].algo, 1);
+    const float once = clock_calls(B, &P, &P.r[i].algo, 1);
     int calls = once > 0 ? (int)(2.0f / once) : 50;
     calls = calls < 3 ? 3 : calls > 50 ? 50 : calls;
-    t[n].burst = clock_calls(B, op, la, lb, lc, &r[i].algo, calls);
+    t[n].burst = clock_calls(B, &P, &P.r[i].algo, calls);
     /* sustained: sustain_ms of the same product, then some 40 ms timed */
     int heat = (int)(B->sustain_ms / t[n].burst), timed = (int)(40.0f / t[n].burst);
-    if (heat > 0) (void)clock_calls(B, op, la, lb, lc, &r[i].algo, heat);
-    t[n].sustained = clock_calls(B, op, la, lb, lc, &r[i].algo, timed < 10 ? 10 : timed);
+    if (heat > 0) (void)clock_calls(B, &P, &P.r[i].algo, heat);
+    t[n].sustained = clock_calls(B, &P, &P.r[i].algo, timed < 10 ? 10 : timed);
     t[n].index = i;
     n++;
   }
-  cublasLtMatmulPreferenceDestroy(pref);
-  cublasLtMatrixLayoutDestroy(la), cublasLtMatrixLayoutDestroy(lb), cublasLtMatrixLayoutDestroy(lc);
-  cublasLtMatmulDescDestroy(op);
+  plan_free(&P);
   return n;
+}
+
+/* What runs beside a product in --bits: --busy-mb MiB of f32 read and
+ * written, as an optimizer's update does. */
+__global__ void busy_kernel(float *p, size_t n) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+    p[i] = p[i] * 0.999f + 1e-3f;
+}
+
+/* A hash of C's bytes (read back to the host). */
+static unsigned long long print_of(const bench *B, size_t bytes, unsigned char *host) {
+  CHECK(cudaMemcpy(host, B->c, bytes, cudaMemcpyDeviceToHost));
+  unsigned long long h = 1469598103934665603ull;
+  for (size_t i = 0; i < bytes; i++) h = (h ^ host[i]) * 1099511628211ull;
+  return h;
+}
+
+/* --bits: each of the first CANDIDATES algorithms for x once alone and runs
+ * times beside busy_kernel, one row each. */
+static void bits_product(bench *B, const product *x, int runs, float *spare, size_t spare_n, FILE *js, int *rows) {
+  plan P;
+  plan_make(B, x, &P);
+  int lo = 0, hi = 0;
+  CHECK(cudaDeviceGetStreamPriorityRange(&lo, &hi));
+  cudaStream_t main_s, side_s;
+  CHECK(cudaStreamCreateWithPriority(&main_s, cudaStreamNonBlocking, hi));
+  CHECK(cudaStreamCreateWithPriority(&side_s, cudaStreamNonBlocking, lo));
+  const size_t bytes = (size_t)x->m * x->n * (x->f32_out ? 4 : 2);
+  unsigned char *host = (unsigned char *)malloc(bytes);
+  CHECK(host == NULL);
+  unsigned long long want = 0;
+  for (int i = 0; i < P.found; i++) {
+    if (P.r[i].state != CUBLAS_STATUS_SUCCESS) continue;
+    if (plan_run(B, &P, &P.r[i].algo, main_s) != CUBLAS_STATUS_SUCCESS) continue;
+    CHECK(cudaStreamSynchronize(main_s));
+    const unsigned long long alone = print_of(B, bytes, host);
+    if (i == 0) want = alone;
+    int differ = 0;
+    for (int run = 0; run < runs; run++) {
+      busy_kernel<<<264 + run % 7 * 64, 256, 0, side_s>>>(spare, spare_n);
+      CHECK(cudaGetLastError());
+      CHECK(plan_run(B, &P, &P.r[i].algo, main_s));
+      CHECK(cudaDeviceSynchronize());
+      if (print_of(B, bytes, host) != alone) differ++;
+    }
+    /* the configuration, each attribute read into a zeroed 64-bit word */
+    const cublasLtMatmulAlgoConfigAttributes_t attrs[8] = {
+        CUBLASLT_ALGO_CONFIG_ID,           CUBLASLT_ALGO_CONFIG_TILE_ID,       CUBLASLT_ALGO_CONFIG_SPLITK_NUM,
+        CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION,
+        CUBLASLT_ALGO_CONFIG_STAGES_ID,    CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID};
+    unsigned long long v[8];
+    for (int a = 0; a < 8; a++) {
+      size_t written = 0;
+      v[a] = 0;
+      size_t size = attrs[a] == CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID ? 2 : 4;
+      if (cublasLtMatmulAlgoConfigGetAttribute(&P.r[i].algo, attrs[a], &v[a], size, &written)) v[a] = ~0ull;
+    }
+    printf("| %s | %s | #%d | %llu | %llu | %llu | %llu | %llu | %llu | %llu | %llu | %s | %d of %d |\n", x->matrix,
+           x->pass, i, v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], alone == want ? "same" : "other", differ, runs);
+    if (js)
+      fprintf(js, "%s\n  {\"matrix\": \"%s\", \"product\": \"%s\", \"index\": %d, \"algo_id\": %llu, \"tile\": %llu, "
+                  "\"splitk\": %llu, \"reduction\": %llu, \"swizzle\": %llu, \"custom\": %llu, \"stages\": %llu, "
+                  "\"cluster\": %llu, \"bits_as_first\": %s, \"runs\": %d, \"runs_with_other_bits\": %d}",
+              (*rows)++ ? "," : "", x->matrix, x->pass, i, v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7],
+              alone == want ? "true" : "false", runs, differ);
+  }
+  free(host);
+  CHECK(cudaStreamDestroy(main_s));
+  CHECK(cudaStreamDestroy(side_s));
+  plan_free(&P);
 }
 
 static int int_arg(int argc, char **argv, int *i) {
@@ -145,6 +240,7 @@ static int int_arg(int argc, char **argv, int *i) {
 int main(int argc, char **argv) {
   int tokens = 4096, d = 2560, f = 10240, vocab = 10000, layers = 32;
   float sustain = 120;
+  int bits = 0, busy_mb = 32;
   const char *json = NULL;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--tokens")) tokens = int_arg(argc, argv, &i);
@@ -153,10 +249,12 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--vocab")) vocab = int_arg(argc, argv, &i);
     else if (!strcmp(argv[i], "--layers")) layers = int_arg(argc, argv, &i);
     else if (!strcmp(argv[i], "--sustain-ms")) sustain = (float)int_arg(argc, argv, &i);
+    else if (!strcmp(argv[i], "--bits")) bits = int_arg(argc, argv, &i);
+    else if (!strcmp(argv[i], "--busy-mb")) busy_mb = int_arg(argc, argv, &i);
     else if (!strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
     else {
       fprintf(stderr, "usage: %s [--tokens N] [--d-model N] [--d-ff N] [--vocab N] [--layers N] [--sustain-ms N] "
-                      "[--json PATH]\n", argv[0]);
+                      "[--bits N] [--busy-mb N] [--json PATH]\n", argv[0]);
       return 2;
     }
   }
@@ -203,6 +301,26 @@ int main(int argc, char **argv) {
   int driver = 0, runtime = 0;
   cudaDriverGetVersion(&driver);
   cudaRuntimeGetVersion(&runtime);
+  if (bits) {
+    const size_t spare_n = (size_t)busy_mb << 18; /* floats in busy_mb MiB */
+    float *spare = NULL;
+    CHECK(cudaMalloc(&spare, spare_n * sizeof *spare));
+    CHECK(cudaMemset(spare, 0, spare_n * sizeof *spare));
+    FILE *js = json ? fopen(json, "w") : NULL;
+    if (js)
+      fprintf(js, "{\"env\": {\"device\": \"%s\", \"driver\": %d, \"cuda_runtime\": %d, \"cublaslt\": %zu, "
+                  "\"commit\": \"%s\", \"options\": {\"tokens\": %d, \"d_model\": %d, \"d_ff\": %d, \"vocab\": %d, "
+                  "\"bits\": %d}},\n \"results\": [",
+              prop.name, driver, runtime, cublasLtGetVersion(), tf_commit, tokens, d, f, vocab, bits);
+    printf("# cuBLASLt's first %d algorithms, bf16, %s (commit %s): bits alone and beside a memory-bound kernel\n\n"
+           "| matrix | product | algorithm | id | tile | split-K | reduction | swizzle | custom | stages | cluster "
+           "| bits alone vs the first | runs beside with other bits |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+           CANDIDATES, prop.name, tf_commit);
+    int rows = 0;
+    for (int s = 0; s < 15; s++) bits_product(&B, &xs[s], bits, spare, spare_n, js, &rows);
+    if (js) fprintf(js, "]}\n"), fclose(js);
+    return 0;
+  }
   printf("# cuBLASLt's first %d algorithms, bf16, %s (commit %s)\n\n", CANDIDATES, prop.name, tf_commit);
   printf("| matrix | product | m | n | k | first, burst | first, sustained | fastest in bursts | its sustained "
          "| fastest sustained | its sustained | sustained / burst |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n");
