@@ -224,7 +224,10 @@ static void test_gemm_timed(void) {
 
 /* With ws, the GPU's backward gets the planned workspace (where the shape
  * allows, dx and the gain's gradient then come from one fused pass). */
-static void rmsnorm_case(tf_dtype d, int64_t rows, int64_t dim, bool delta, bool accumulate, int64_t off, bool ws) {
+/* One shape: the forward pass, then the backward pass from the CPU's
+ * statistics on both sides, on the GPU once with its workspace kernel and
+ * once without (the inputs made once: the CPU side is the slow one). */
+static void rmsnorm_case(tf_dtype d, int64_t rows, int64_t dim, bool delta, bool accumulate, int64_t off) {
   flat_pair x = flat_pair_randn(rows * dim, TF_F32, 1.5, off), dl = flat_pair_randn(rows * dim, d, 1.0, off);
   flat_pair g = flat_pair_randn(dim, TF_F32, 1.0, 0);
   flat_pair xo = flat_pair_zeros(rows * dim, TF_F32), h = flat_pair_zeros(rows * dim, d);
@@ -241,9 +244,11 @@ static void rmsnorm_case(tf_dtype d, int64_t rows, int64_t dim, bool delta, bool
   if (delta) same("rmsnorm x + delta", TF_F32, xo, 1e-7);
   same("rmsnorm h", d, h, tol_of(d));
   same("rmsnorm rstd", TF_F32, rstd, 1e-5);
-  /* backward, from the CPU's statistics on both sides */
-  flat_pair dh = flat_pair_randn(rows * dim, d, 1.0, off), dres = flat_pair_randn(rows * dim, TF_F32, 1.0, off);
-  flat_pair low = flat_pair_zeros(rows * dim, d), dg = flat_pair_randn(dim, TF_F32, 1.0, 0);
+  /* backward: dres and dg are added to (accumulate) or written, so each GPU run starts from copies of the same
+   * values, and its dres_low from zeros */
+  double *dres_v = random_values(rows * dim, TF_F32, 1.0), *dg_v = random_values(dim, TF_F32, 1.0);
+  flat_pair dh = flat_pair_randn(rows * dim, d, 1.0, off), dres = flat_pair_of(dres_v, rows * dim, TF_F32, off);
+  flat_pair low = flat_pair_zeros(rows * dim, d), dg = flat_pair_of(dg_v, dim, TF_F32, 0);
   tf_tensor *rc = NULL;
   CHECK_OK(tf_to(rstd.c, TF_F32, GPU, &rc));
   tf_rmsnorm_args b = {.backward = true, .rows = rows, .dim = dim, .eps = 1e-5, .dtype = d, .accumulate = accumulate};
@@ -253,20 +258,31 @@ static void rmsnorm_case(tf_dtype d, int64_t rows, int64_t dim, bool delta, bool
   CHECK_OK(KC->rmsnorm(cctx, &b));
   tf_tensor *xg = NULL;
   CHECK_OK(tf_to(xs->c, TF_F32, GPU, &xg)); /* the CPU's x_out, so both start alike */
-  b.x = (float *)tf_tensor_data(xg) + xs->off, b.g = GP(g), b.rstd = tf_tensor_data(rc), b.dh = GP(dh),
-  b.dres = GP(dres), b.dres_low = GP(low), b.dg = GP(dg);
-  tf_tensor *work = NULL;
-  const size_t work_bytes = ws ? KG->rmsnorm_workspace(gctx, &b) : 0;
-  if (work_bytes) {
-    const tf_shape ws_shape = {1, {(int64_t)work_bytes}};
-    CHECK_OK(tf_tensor_empty(&ws_shape, TF_BOOL, GPU, &work));
-    b.workspace = tf_tensor_data(work);
+  for (int ws = 0; ws < 2; ws++) {
+    /* the second run's GPU buffers, paired with the CPU's results */
+    flat_pair dres2 = dres, low2 = low, dg2 = dg, fresh[3] = {{0}};
+    if (ws) {
+      fresh[0] = flat_pair_of(dres_v, rows * dim, TF_F32, off), fresh[1] = flat_pair_zeros(rows * dim, d);
+      fresh[2] = flat_pair_of(dg_v, dim, TF_F32, 0);
+      dres2.g = fresh[0].g, low2.g = fresh[1].g, dg2.g = fresh[2].g;
+    }
+    b.x = (float *)tf_tensor_data(xg) + xs->off, b.g = GP(g), b.rstd = tf_tensor_data(rc), b.dh = GP(dh),
+    b.dres = GP(dres2), b.dres_low = GP(low2), b.dg = GP(dg2), b.workspace = NULL;
+    tf_tensor *work = NULL;
+    const size_t work_bytes = ws ? KG->rmsnorm_workspace(gctx, &b) : 0;
+    if (work_bytes) {
+      const tf_shape ws_shape = {1, {(int64_t)work_bytes}};
+      CHECK_OK(tf_tensor_empty(&ws_shape, TF_BOOL, GPU, &work));
+      b.workspace = tf_tensor_data(work);
+    }
+    CHECK_OK(KG->rmsnorm(gctx, &b));
+    tf_tensor_release(work);
+    same("rmsnorm backward dres", TF_F32, dres2, 1e-5);
+    same("rmsnorm backward dres_low", d, low2, tol_of(d));
+    same("rmsnorm backward dg", TF_F32, dg2, 2e-5);
+    for (int i = 0; i < 3; i++) flat_pair_free(&fresh[i]);
   }
-  CHECK_OK(KG->rmsnorm(gctx, &b));
-  tf_tensor_release(work);
-  same("rmsnorm backward dres", TF_F32, dres, 1e-5);
-  same("rmsnorm backward dres_low", d, low, tol_of(d));
-  same("rmsnorm backward dg", TF_F32, dg, 2e-5);
+  free(dres_v), free(dg_v);
   tf_tensor_release(rc), tf_tensor_release(xg);
   flat_pair_free(&x), flat_pair_free(&dl), flat_pair_free(&g);
   flat_pair_free(&xo), flat_pair_free(&h), flat_pair_free(&rstd);
@@ -279,12 +295,10 @@ static void test_rmsnorm(void) {
    * them (the row-group kernels; the backward's one-pass kernel takes up to 8192 columns) */
   const int64_t shapes[][2] = {{37, 768}, {5, 100}, {4096, 64}, {3, 5000}, {600, 1600}, {512, 768}, {300, 2560},
                                {2200, 3000}, {2200, 4000}, {300, 8192}, {3, 8200}, {2, 24576}, {2, 24584}};
-  for (int ws = 0; ws < 2; ws++) {
-    for (int di = 0; di < 3; di++)
-      for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
-        for (int v = 0; v < 4; v++) rmsnorm_case(DTYPES[di], shapes[s][0], shapes[s][1], v & 1, v & 2, 0, ws);
-    for (int di = 0; di < 3; di++) rmsnorm_case(DTYPES[di], 9, 64, true, true, 1, ws);
-  }
+  for (int di = 0; di < 3; di++)
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+      for (int v = 0; v < 4; v++) rmsnorm_case(DTYPES[di], shapes[s][0], shapes[s][1], v & 1, v & 2, 0);
+  for (int di = 0; di < 3; di++) rmsnorm_case(DTYPES[di], 9, 64, true, true, 1);
 }
 
 /* ---- swiglu ---------------------------------------------------------------------------------- */
@@ -675,6 +689,14 @@ static void bench_model(tf_dtype precision, int64_t B, int64_t T, bool lt) {
   KG->gemm_use_lt(gctx, true);
 }
 
+/* each part's wall time, so that a slow run says where its time went */
+#define TIMED(what, call)                                                   \
+  do {                                                                      \
+    double t0_ = now_ms();                                                  \
+    call;                                                                   \
+    fprintf(stderr, "time: %-36s %7.2f s\n", what, (now_ms() - t0_) * 1e-3); \
+  } while (0)
+
 int main(void) {
   setenv("TF_GEMM_TUNE", "1", 0); /* the timed choice (off by default) for test_gemm_timed, before the first GEMM */
   tf_backends_init();
@@ -683,21 +705,27 @@ int main(void) {
   KC = cctx->backend->model;
   KG = gctx->backend->model;
   if (!CHECK(KC && KG && KG->gemm_use_lt && KG->gemm_tuning)) return tf_check_done();
-  test_gemm();
-  test_gemm_timed();
-  test_rmsnorm();
-  test_swiglu();
-  test_attention_kernels();
-  test_loss_and_embedding();
+  TIMED("gemm", test_gemm());
+  TIMED("gemm, timed choice", test_gemm_timed());
+  TIMED("rmsnorm", test_rmsnorm());
+  TIMED("swiglu", test_swiglu());
+  TIMED("attention kernels", test_attention_kernels());
+  TIMED("loss and embedding", test_loss_and_embedding());
   /* tiny: every row a multiple of 8 (vector paths); mid: d_ff and vocab that are not (scalar paths) */
   const tf_model_config tiny = {64, 16, 32, 2, 4, 64, 10000.0}, mid = {1001, 128, 128, 3, 4, 350, 10000.0};
   for (int lt = 0; lt < 2; lt++) {
-    model_case(&tiny, TF_F32, 2, 8, lt);
-    model_case(&mid, TF_F32, 3, 64, lt);
-    model_case(&mid, TF_BF16, 3, 64, lt);
-    model_case(&mid, TF_F16, 2, 128, lt);
+    const char *lib = lt ? "cublasLt" : "cublas";
+    char what[64];
+    snprintf(what, sizeof what, "model tiny f32 (%s)", lib);
+    TIMED(what, model_case(&tiny, TF_F32, 2, 8, lt));
+    snprintf(what, sizeof what, "model mid f32 (%s)", lib);
+    TIMED(what, model_case(&mid, TF_F32, 3, 64, lt));
+    snprintf(what, sizeof what, "model mid bf16 (%s)", lib);
+    TIMED(what, model_case(&mid, TF_BF16, 3, 64, lt));
+    snprintf(what, sizeof what, "model mid f16 (%s)", lib);
+    TIMED(what, model_case(&mid, TF_F16, 2, 128, lt));
   }
-  test_model_behaviour(&mid);
+  TIMED("model behaviour", test_model_behaviour(&mid));
   CHECK_OK(tf_device_sync(GPU));
   print_table();
   CHECK_INT(gctx->alloc.stats.active_blocks, 0);
