@@ -27,15 +27,16 @@
  * off by default, see below): the first eager call of a plan runs the
  * heuristic's first TF_GEMM_CANDIDATES algorithms on the call's own
  * operands and keeps the fastest, but only among those whose product has
- * the same bits as the first one's (a fingerprint of C after each). That
- * makes a product's bits the same on the operands it was timed on, not
- * always: with the choice on, the fused engine's step with AdamW beside
- * the backward pass gave other losses than the same step run serially in
- * 7 of 12 runs of tests/lua/test_model_long_run.lua (at step 14 to 169 of
- * 200), and in none of 12 with it off (some chosen algorithm gives other
- * bits beside the optimizer's kernels than alone); so it is off unless
- * asked for. Products added into C, and calls made while the stream is
- * captured into a graph, are not timed (the next eager call is). */
+ * the same bits as the first one's (a fingerprint of C after each). It is
+ * off unless asked for because it gains nothing measurable in a step (the
+ * 2.7B step, docs/performance.md). With it on, the fused engine's step
+ * with AdamW beside the backward pass once gave other losses than the same
+ * step run serially in about half the runs of
+ * tests/lua/test_model_long_run.lua: not other bits from the algorithms
+ * (tests/gpu/gemm_algorithms.cu --bits finds none beside another kernel)
+ * but an ordering fault in the step's graph, mended in model_graph.cu
+ * (tf_cuda_order_kernel). Products added into C, and calls made while the
+ * stream is captured into a graph, are not timed (the next eager call is). */
 #include "cuda_common.cuh"
 
 #include <cublasLt.h>

@@ -242,7 +242,11 @@ typedef struct tf_model_kernels {
    * a second stream, after everything queued so far on the main one;
    * side_leave sends work to the main stream again; side_join makes the
    * main stream wait for everything queued on the side one. All three may
-   * be captured into a graph (the side stream joins the capture). */
+   * be captured into a graph (the side stream joins the capture). After
+   * side_join and main_wait, nothing the main stream queues next may start
+   * before the awaited work ends, in a graph too and for kernels that are
+   * launched to start early (the CUDA backend queues a kernel of its own
+   * after the wait). */
   tf_status (*adamw_constants)(tf_device_ctx *ctx, float *consts, const struct tf_adamw_update *u);
   tf_status (*adamw)(tf_device_ctx *ctx, const tf_model_adamw_args *a);
   tf_status (*side_enter)(tf_device_ctx *ctx);
