@@ -109,17 +109,42 @@ __global__ void __launch_bounds__(1024) tf_cuda_ce_mean_kernel(const C *row_loss
 /* The most vector steps a thread that the row kernel takes. */
 enum { TF_CUDA_CE_ROW_K = 4 };
 
+/* Element u of a 16-byte word of V values of storage type S, as the compute type. */
+template <int DT, int V>
+__device__ __forceinline__ typename tf_cuda_dtype<DT>::compute tf_cuda_ce_unpack(const uint4 &r, int u) {
+  typedef typename tf_cuda_dtype<DT>::storage S;
+  const uint32_t w[4] = {r.x, r.y, r.z, r.w};
+  S v;
+  if (sizeof(S) == 8) {
+    const uint64_t b = (uint64_t)w[2 * u + 1] << 32 | w[2 * u];
+    memcpy(&v, &b, sizeof v);
+  } else if (sizeof(S) == 4) {
+    memcpy(&v, &w[u], sizeof v);
+  } else {
+    const uint16_t b = (uint16_t)(w[u / 2] >> (16 * (u & 1)));
+    memcpy(&v, &b, sizeof v);
+  }
+  return tf_cuda_dtype<DT>::load(v);
+}
+
 /* The engine's loss with its gradient in place, the row in registers: one
- * block a row, each thread K vector steps of V logits (blockDim.x threads
- * apart), read once. The block's max first, then the sum of e = exp(x -
- * max), each thread's e kept; lse = max + log(sum), the row's loss lse -
+ * block a row, each thread K 16-byte words of V logits (blockDim.x threads
+ * apart), read once and kept as read. The block's max first, then the sum
+ * of e = exp(x - max); lse = max + log(sum), the row's loss lse -
  * x[target] (from the thread holding the target), and the row overwritten
- * with (e / sum - onehot) scale: one read and one write of the logits and
- * one exp each, where the row-group kernel's online max-and-sum (an exp
- * and a branch per logit, one after another) and its second read held the
- * 2.7B step's loss at 0.2 of the copy rate. */
+ * with (e / sum - onehot) scale, e computed again (the same bits): one
+ * read and one write of the logits. Keeping the words as read instead of
+ * each thread's e in f32 takes a thread from 52 registers to 32 (the 2.7B
+ * model's 10000 columns in bf16), so that four blocks a multiprocessor run
+ * instead of two (f16's conversion and f64 take more: three and one); at
+ * two the 2.7B step's loss moved its bytes at 0.30 of the copy rate (the
+ * row-group kernel's online max-and-sum with a second read, at 0.20). */
+template <int DT> struct tf_cuda_ce_row_blocks { /* blocks a multiprocessor holds, within which nothing spills */
+  enum { value = DT == TF_F64 ? 1 : DT == TF_F16 ? 3 : 4 };
+};
+
 template <int DT, int V, int K>
-__global__ void __launch_bounds__(1024) tf_cuda_ce_row_kernel(tf_cuda_ce_params p) {
+__global__ void __launch_bounds__(512, tf_cuda_ce_row_blocks<DT>::value) tf_cuda_ce_row_kernel(tf_cuda_ce_params p) {
   typedef tf_cuda_dtype<DT> D;
   typedef typename D::storage S;
   typedef typename D::compute C;
@@ -128,17 +153,21 @@ __global__ void __launch_bounds__(1024) tf_cuda_ce_row_kernel(tf_cuda_ce_params 
   S *x = (S *)p.dx + row * p.cols; /* in place: p.x == p.dx */
   int64_t target = p.targets[row];
   if (target < 0 || target >= p.cols) target = 0; /* checked before the pass (index_check) */
-  C e[K][V];
+  uint4 raw[K];
   C mx = (C)-INFINITY;
 #pragma unroll
   for (int k = 0; k < K; k++) {
     const int64_t c = (int64_t)k * blockDim.x + threadIdx.x;
-    if (c < chunks) {
-      tf_cuda_load_row<DT, V>(x + c * V, e[k]);
-#pragma unroll
-      for (int u = 0; u < V; u++) mx = e[k][u] > mx ? e[k][u] : mx;
-    }
+    if (c < chunks) raw[k] = *(const uint4 *)(x + c * V);
   }
+#pragma unroll
+  for (int k = 0; k < K; k++)
+    if ((int64_t)k * blockDim.x + threadIdx.x < chunks)
+#pragma unroll
+      for (int u = 0; u < V; u++) {
+        const C v = tf_cuda_ce_unpack<DT, V>(raw[k], u);
+        mx = v > mx ? v : mx;
+      }
   mx = tf_cuda_group_reduce(mx, (int)blockDim.x, tf_cuda_max(), scratch);
   C sum = 0, xt = 0;
   bool owner = false;
@@ -148,9 +177,9 @@ __global__ void __launch_bounds__(1024) tf_cuda_ce_row_kernel(tf_cuda_ce_params 
     if (c >= chunks) continue;
 #pragma unroll
     for (int u = 0; u < V; u++) {
-      if (c * V + u == target) xt = e[k][u], owner = true;
-      e[k][u] = tf_exp(e[k][u] - mx);
-      sum += e[k][u];
+      const C v = tf_cuda_ce_unpack<DT, V>(raw[k], u);
+      if (c * V + u == target) xt = v, owner = true;
+      sum += tf_exp(v - mx);
     }
   }
   sum = tf_cuda_group_reduce(sum, (int)blockDim.x, tf_cuda_add(), scratch);
@@ -160,9 +189,11 @@ __global__ void __launch_bounds__(1024) tf_cuda_ce_row_kernel(tf_cuda_ce_params 
   for (int k = 0; k < K; k++) {
     const int64_t c = (int64_t)k * blockDim.x + threadIdx.x;
     if (c >= chunks) continue;
+    C e[V];
 #pragma unroll
-    for (int u = 0; u < V; u++) e[k][u] = (e[k][u] * inv - (c * V + u == target ? (C)1 : (C)0)) * scale;
-    tf_cuda_store_row<DT, V>(x + c * V, e[k]);
+    for (int u = 0; u < V; u++)
+      e[u] = (tf_exp(tf_cuda_ce_unpack<DT, V>(raw[k], u) - mx) * inv - (c * V + u == target ? (C)1 : (C)0)) * scale;
+    tf_cuda_store_row<DT, V>(x + c * V, e);
   }
 }
 
