@@ -139,12 +139,34 @@ static int tf_mpi_check_tag(const tf_dist_call *c, int self) {
   return (int)(1 + (collective_seq++ % 16000));
 }
 
+/* A GPU tensor's send: NCCL carries the data, so the signature that the
+ * receiver's check waits for goes ahead of it here, through MPI (a few
+ * bytes: sent at once, whether or not the peer is receiving yet). */
+static tf_status tf_mpi_send_signature(const tf_dist_call *c, const int64_t sig[TF_DIST_SIG_LEN], int self,
+                                       double timeout) {
+  MPI_Request req;
+  int rc = MPI_Isend(sig, TF_DIST_SIG_LEN, MPI_INT64_T, c->peer, tf_mpi_check_tag(c, self), tf_mpi_check, &req);
+  bool timed_out = false;
+  if (rc == MPI_SUCCESS) rc = tf_mpi_poll(1, &req, timeout, &timed_out);
+  if (rc != MPI_SUCCESS) return tf_mpi_fail(rc, "the check before the send");
+  if (timed_out) {
+    MPI_Cancel(&req);
+    MPI_Request_free(&req);
+    return tf_fail(TF_ERR_STATE, "%s on rank %d: rank %d did not arrive within %.0f s (the check of the send)",
+                   c->fname, self, c->peer, timeout);
+  }
+  return TF_OK;
+}
+
 tf_status tf_dist_mpi_agree(const tf_dist_call *c, const int64_t sig[TF_DIST_SIG_LEN], double timeout) {
   int self = 0, size = 1;
   MPI_Comm_rank(tf_mpi_check, &self);
   MPI_Comm_size(tf_mpi_check, &size);
   const bool p2p = c->kind == TF_DIST_K_SEND || c->kind == TF_DIST_K_RECV;
-  if (c->kind == TF_DIST_K_SEND) return TF_OK; /* its signature goes with the data (tf_dist_mpi_start) */
+  if (c->kind == TF_DIST_K_SEND) {
+    if (c->device.type == TF_DEV_CPU) return TF_OK; /* its signature goes with the data (tf_dist_mpi_start) */
+    return tf_mpi_send_signature(c, sig, self, timeout);
+  }
   const int tag = tf_mpi_check_tag(c, self);
   int64_t *theirs = calloc((size_t)size * TF_DIST_SIG_LEN, sizeof(int64_t));
   MPI_Request *reqs = calloc((size_t)size * 2, sizeof(MPI_Request));

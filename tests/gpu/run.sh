@@ -57,6 +57,16 @@ for t in tests/lua/test_*.lua; do
   else record "$name" FAIL "rc=$rc"; grep -A6 FAIL "$out/$name.log" | head -40; fi
 done
 
+# tf.dist and data-parallel training as 2 GPU ranks (NCCL), where there are two GPUs
+for t in dist ddp; do
+  name=test_${t}_2_gpus
+  TF_DDP_DEVICE=default TF_DIST_TIMEOUT=60 tests/lua/on_gpus.sh "$bin" 2 "tests/lua/test_$t.lua" > "$out/$name.log" 2>&1
+  rc=$?
+  if [ $rc -eq 0 ]; then record "$name" ok "$(grep -v '^\[rank' "$out/$name.log" | tail -1)"
+  elif [ $rc -eq 77 ]; then record "$name" skip "$(grep SKIP "$out/$name.log")"
+  else record "$name" FAIL "rc=$rc"; grep -A6 FAIL "$out/$name.log" | head -40; fi
+done
+
 # the GPU machines have no chromium: the memory-plot rendering test runs in CI
 export TF_ALLOW_NO_CHROMIUM=1
 for t in tests/cli/test_*.py; do

@@ -1,8 +1,9 @@
 -- tf.dist's collectives, exactly: every rank computes locally what each
 -- collective must give (integer-valued floats, so any order of summation
 -- gives the same bits) and compares. Runs as a world of one (ctest's
--- lua_test_dist) and as 2 and 3 CPU ranks (dist_2_ranks, dist_3_ranks:
--- tfhost --nproc N), the same file.
+-- lua_test_dist), as 2 and 3 CPU ranks (dist_2_ranks, dist_3_ranks:
+-- tfhost --nproc N) and as 2 GPU ranks through NCCL (dist_2_gpus, where
+-- the machine has two GPUs), the same file.
 local T = require "harness"
 
 local rank, world = tf.dist.rank(), tf.dist.world_size()
