@@ -13,6 +13,7 @@ n=${2:-2}
 bin=$dir/tfhost
 out=${OUT:-gpu-out}
 mkdir -p "$out"
+: > "$out/dist_summary.txt"
 cd "$(dirname "$0")/../.."
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 # mpirun refuses root unless told; the GPU machines run commands as root
@@ -24,7 +25,7 @@ step() { # name, timeout in seconds, command...
   start=$(date +%s)
   timeout "$limit" "$@" > "$out/$name.log" 2>&1
   rc=$?
-  printf '%-14s rc=%-3s %4d s\n' "$name" "$rc" "$(( $(date +%s) - start ))" | tee -a "$out/dist_summary.txt"
+  printf '%-14s rc=%-3s %4d s\n' "$name" "$rc" "$(( $(date +%s) - start ))" | tee -a "$out/dist_summary.txt" >&2
   [ $rc -eq 0 ] || [ $rc -eq 77 ] || failed=1
 }
 
