@@ -12,7 +12,7 @@ dir=$(realpath "${1:?usage: tests/gpu/dist.sh path/to/bundle [nproc]}")
 n=${2:-2}
 bin=$dir/tfhost
 out=${OUT:-gpu-out}
-mkdir -p "$out"
+mkdir -p "$out" && out=$(realpath "$out")
 : > "$out/dist_summary.txt"
 cd "$(dirname "$0")/../.."
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
