@@ -205,7 +205,6 @@ static tf_status tf_dist_run(const tf_dist_call *c, tf_tensor *keep0, tf_tensor 
   tf_dist_work *w = calloc(1, sizeof *w);
   if (!w) return tf_fail(TF_ERR_OOM, "out of memory in %s", c->fname);
   w->call = *c;
-  w->call.check = !unchecked && !tf_dist.checks_off;
   tf_status st = tf_dist_mpi_start(&w->call, &w->req);
   if (st != TF_OK) {
     free(w);

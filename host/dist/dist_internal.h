@@ -34,7 +34,6 @@ typedef struct tf_dist_call {
   tf_device device;
   tf_dist_op op;
   int peer; /* the root of a broadcast, the other rank of send/recv */
-  bool check; /* send: the signature goes ahead of the data (the receiver compares) */
 } tf_dist_call;
 
 /* ---- dist_common.c ---- */

@@ -24,8 +24,6 @@ static char tf_mpi_lib[MPI_MAX_LIBRARY_VERSION_STRING];
 
 struct tf_dist_mpi_req {
   MPI_Request req;
-  MPI_Request sig_req; /* a send's signature, sent ahead (MPI_REQUEST_NULL: none) */
-  int64_t sig[TF_DIST_SIG_LEN];
 };
 
 static tf_status tf_mpi_fail(int rc, const char *what) {
@@ -139,9 +137,10 @@ static int tf_mpi_check_tag(const tf_dist_call *c, int self) {
   return (int)(1 + (collective_seq++ % 16000));
 }
 
-/* A GPU tensor's send: NCCL carries the data, so the signature that the
- * receiver's check waits for goes ahead of it here, through MPI (a few
- * bytes: sent at once, whether or not the peer is receiving yet). */
+/* A send's check: its signature goes ahead of the data, through MPI
+ * whichever carries the data (MPI, or NCCL for a GPU tensor), and the
+ * receiver's check compares it (a few bytes: sent at once, whether or not
+ * the peer is receiving yet). */
 static tf_status tf_mpi_send_signature(const tf_dist_call *c, const int64_t sig[TF_DIST_SIG_LEN], int self,
                                        double timeout) {
   MPI_Request req;
@@ -163,10 +162,7 @@ tf_status tf_dist_mpi_agree(const tf_dist_call *c, const int64_t sig[TF_DIST_SIG
   MPI_Comm_rank(tf_mpi_check, &self);
   MPI_Comm_size(tf_mpi_check, &size);
   const bool p2p = c->kind == TF_DIST_K_SEND || c->kind == TF_DIST_K_RECV;
-  if (c->kind == TF_DIST_K_SEND) {
-    if (c->device.type == TF_DEV_CPU) return TF_OK; /* its signature goes with the data (tf_dist_mpi_start) */
-    return tf_mpi_send_signature(c, sig, self, timeout);
-  }
+  if (c->kind == TF_DIST_K_SEND) return tf_mpi_send_signature(c, sig, self, timeout);
   const int tag = tf_mpi_check_tag(c, self);
   int64_t *theirs = calloc((size_t)size * TF_DIST_SIG_LEN, sizeof(int64_t));
   MPI_Request *reqs = calloc((size_t)size * 2, sizeof(MPI_Request));
@@ -248,18 +244,6 @@ tf_status tf_dist_mpi_start(const tf_dist_call *c, tf_dist_mpi_req **out) {
                    (long long)c->count);
   tf_dist_mpi_req *r = calloc(1, sizeof *r);
   if (!r) return tf_fail(TF_ERR_OOM, "out of memory in %s", c->fname);
-  r->sig_req = MPI_REQUEST_NULL;
-  if (c->kind == TF_DIST_K_SEND && c->check) {
-    int self = 0;
-    MPI_Comm_rank(tf_mpi_check, &self);
-    tf_dist_signature(c, r->sig);
-    int rc = MPI_Isend(r->sig, TF_DIST_SIG_LEN, MPI_INT64_T, c->peer, tf_mpi_check_tag(c, self), tf_mpi_check,
-                       &r->sig_req);
-    if (rc != MPI_SUCCESS) {
-      free(r);
-      return tf_mpi_fail(rc, c->fname);
-    }
-  }
   const int n = (int)c->count;
   MPI_Datatype t = tf_mpi_type(c->dtype);
   MPI_Op op = tf_mpi_op(c->op, c->dtype);
@@ -309,7 +293,6 @@ tf_status tf_dist_mpi_start(const tf_dist_call *c, tf_dist_mpi_req **out) {
     default: rc = MPI_ERR_OTHER;
   }
   if (rc != MPI_SUCCESS) {
-    if (r->sig_req != MPI_REQUEST_NULL) MPI_Request_free(&r->sig_req);
     free(r);
     return tf_mpi_fail(rc, c->fname);
   }
@@ -319,10 +302,7 @@ tf_status tf_dist_mpi_start(const tf_dist_call *c, tf_dist_mpi_req **out) {
 
 tf_status tf_dist_mpi_wait(tf_dist_mpi_req *r, double timeout) {
   bool timed_out;
-  MPI_Request reqs[2] = {r->req, r->sig_req};
-  int rc = tf_mpi_poll(2, reqs, timeout, &timed_out);
-  r->req = reqs[0];
-  r->sig_req = reqs[1];
+  int rc = tf_mpi_poll(1, &r->req, timeout, &timed_out);
   if (rc != MPI_SUCCESS) return tf_mpi_fail(rc, "waiting for a collective");
   if (timed_out)
     return tf_fail(TF_ERR_STATE, "tf.dist: a collective did not finish within %.0f s (a rank stopped?)", timeout);
@@ -331,10 +311,7 @@ tf_status tf_dist_mpi_wait(tf_dist_mpi_req *r, double timeout) {
 
 bool tf_dist_mpi_test(tf_dist_mpi_req *r) {
   int flag = 0;
-  MPI_Request reqs[2] = {r->req, r->sig_req};
-  MPI_Testall(2, reqs, &flag, MPI_STATUSES_IGNORE);
-  r->req = reqs[0];
-  r->sig_req = reqs[1];
+  MPI_Test(&r->req, &flag, MPI_STATUS_IGNORE);
   return flag != 0;
 }
 

@@ -27,9 +27,9 @@ end
 -- AdamW's eps at 1e-5, not the default 1e-8: an update is lr g / (|g| + eps), so
 -- a gradient element near eps turns the f32 rounding of the gradient's sum into a
 -- large share of its update. With 1e-8 one element of layers.0.ffn.w2's gradient
--- (1.3e-8 of a median 4e-3) made a GPU rank's rounding, of another order of
+-- (1.5e-8 of a median 4e-3) made a GPU rank's rounding, of another order of
 -- summation than the one process's, a relative error of 1.3e-5 in the parameters
--- while the gradients agreed to 1e-7. With 1e-5 an update moves by at most
+-- while the gradients agreed to 6e-7. With 1e-5 an update moves by at most
 -- lr / eps times the gradient's rounding, and the check is of the gradients the
 -- ranks share, not of that amplification.
 local ADAMW = { eps = 1e-5 }
