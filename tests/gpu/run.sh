@@ -19,6 +19,15 @@ record() { # name, status, detail
   if [ "$2" = "FAIL" ]; then failed=1; fi
   return 0
 }
+lua_test() { # name, command...: a Lua test file's run, its log and its line in the summary
+  local name=$1 rc
+  shift
+  "$@" > "$out/$name.log" 2>&1
+  rc=$?
+  if [ $rc -eq 0 ]; then record "$name" ok "$(grep -v '^\[rank' "$out/$name.log" | tail -1)"
+  elif [ $rc -eq 77 ]; then record "$name" skip "$(grep SKIP "$out/$name.log")"
+  else record "$name" FAIL "rc=$rc"; grep -A6 FAIL "$out/$name.log" | head -40; fi
+}
 
 echo "== device"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
@@ -49,22 +58,13 @@ for t in "$dir"/test_*; do
 done
 
 for t in tests/lua/test_*.lua; do
-  name=$(basename "$t" .lua)
-  "$bin" "$t" > "$out/$name.log" 2>&1
-  rc=$?
-  if [ $rc -eq 0 ]; then record "$name" ok "$(tail -1 "$out/$name.log")"
-  elif [ $rc -eq 77 ]; then record "$name" skip "$(grep SKIP "$out/$name.log")"
-  else record "$name" FAIL "rc=$rc"; grep -A6 FAIL "$out/$name.log" | head -40; fi
+  lua_test "$(basename "$t" .lua)" "$bin" "$t"
 done
 
 # tf.dist and data-parallel training as 2 GPU ranks (NCCL), where there are two GPUs
 for t in dist ddp; do
-  name=test_${t}_2_gpus
-  TF_DDP_DEVICE=default TF_DIST_TIMEOUT=60 tests/lua/on_gpus.sh "$bin" 2 "tests/lua/test_$t.lua" > "$out/$name.log" 2>&1
-  rc=$?
-  if [ $rc -eq 0 ]; then record "$name" ok "$(grep -v '^\[rank' "$out/$name.log" | tail -1)"
-  elif [ $rc -eq 77 ]; then record "$name" skip "$(grep SKIP "$out/$name.log")"
-  else record "$name" FAIL "rc=$rc"; grep -A6 FAIL "$out/$name.log" | head -40; fi
+  lua_test "test_${t}_2_gpus" env TF_DDP_DEVICE=default TF_DIST_TIMEOUT=60 tests/lua/on_gpus.sh "$bin" 2 \
+    "tests/lua/test_$t.lua"
 done
 
 # the GPU machines have no chromium: the memory-plot rendering test runs in CI
