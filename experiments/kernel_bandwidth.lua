@@ -73,7 +73,7 @@ local function byte_model(cfg, batch, seq, precision, attention)
   local backward = {
     calls = 2 * L + 1,
     bytes = (2 * L + 1) * (nd * (4 + e) + 4 * n) + 2 * L * nd * 8 + nd * 4 + lows * nd * e }
-  if os.getenv("TF_NORM_UNFUSED") or d % 8 ~= 0 or d > 8192 then
+  if os.getenv("TF_NORM_UNFUSED") or d % 8 ~= 0 or d > 4096 then
     m.tf_cuda_norm_backward_kernel = backward
     m.tf_cuda_norm_wgrad_kernel = { calls = 2 * L + 1, bytes = (2 * L + 1) * (nd * (4 + e) + 4 * n) }
   else

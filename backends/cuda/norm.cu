@@ -323,16 +323,24 @@ static tf_status tf_cuda_norm_launch(tf_device_ctx *ctx, tf_cuda_state *st, tf_c
  * dg = sum over rows of dy xhat in one pass over x and dy: one block a row
  * at a time (block b takes rows b, b + gridDim.x, ...), each thread one
  * vector step of 8 columns. A thread reads its part of x, dy (and of dx,
- * when added to) into registers before the row's sum, so its loads wait on
- * memory together, and keeps the column sums of the rows its block takes;
+ * when added to) into registers a row ahead: the next row's loads wait on
+ * memory while this row's sum is taken over the block (in the 2.7B step,
+ * one H200: 0.76 -> 0.80 of the copy rate). It keeps the column sums of
+ * the rows its block takes;
  * block b writes them as row b of the partial sums, which
  * tf_cuda_rms_partial_sum_kernel adds in a fixed order. Several blocks a
  * multiprocessor each at its own row hide one another's waits. dx is
  * computed as tf_cuda_norm_backward_kernel computes it, from the row's sum
  * over the block's threads; the rows each block takes depend on the shape
  * and the GPU only, so dg has the same bits every run. */
+/* Rows of up to 8 x 512 = 4096 columns, at most 64 registers a thread:
+ * three blocks of the 2.7B model's 320 threads a multiprocessor, with some
+ * 60 bytes of spills, took 3.32 ms a step where two blocks at the 100
+ * registers the compiler wants took 3.40 and four at 40 registers 6.51. */
+enum { TF_CUDA_RMS_FUSED_THREADS = 512 };
 template <int YT>
-__global__ void __launch_bounds__(1024) tf_cuda_rms_backward_fused_kernel(tf_cuda_norm_params p, float *partial) {
+__global__ void __launch_bounds__(TF_CUDA_RMS_FUSED_THREADS, 2)
+    tf_cuda_rms_backward_fused_kernel(tf_cuda_norm_params p, float *partial) {
   typedef typename tf_cuda_dtype<YT>::storage YS;
   __shared__ float scratch[32];
   const float inv_cols = 1.0f / (float)p.cols;
@@ -342,29 +350,46 @@ __global__ void __launch_bounds__(1024) tf_cuda_rms_backward_fused_kernel(tf_cud
 #pragma unroll
   for (int u = 0; u < 8; u++) acc[u] = 0.f;
   tf_cuda_norm_weights<float, 8>(mine ? p.w : NULL, c, 1.0f, w);
-  for (int64_t row = blockIdx.x; row < p.rows; row += gridDim.x) {
+  /* The next row's x, dy (as stored), dx and rstd, loaded while this row
+   * waits for the block's sum. */
+  float nx[8], ndx[8], nrstd = 0;
+  YS ndy[8];
+  auto load = [&](int64_t row) {
+    if (row >= p.rows) return;
+    nrstd = ((const float *)p.rstd)[row];
+    if (!mine) return;
     const int64_t off = row * p.cols + c;
-    const float rstd = ((const float *)p.rstd)[row];
-    float v[8], g[8], out[8], sum_gx = 0;
-    if (mine) {
-      tf_cuda_load_row<TF_F32, 8>((const float *)p.x + off, v);
-      tf_cuda_load_row<YT, 8>((const YS *)p.dy + off, g);
-      if (p.accumulate) {
-        tf_cuda_load_row<TF_F32, 8>((const float *)p.dx + off, out);
-      } else {
+    tf_cuda_load_row<TF_F32, 8>((const float *)p.x + off, nx);
+    tf_cuda_load_n<YS, 8>((const YS *)p.dy + off, ndy);
+    if (p.accumulate) {
+      tf_cuda_load_row<TF_F32, 8>((const float *)p.dx + off, ndx);
+    } else {
 #pragma unroll
-        for (int u = 0; u < 8; u++) out[u] = 0;
-      }
-#pragma unroll
-      for (int u = 0; u < 8; u++) sum_gx += g[u] * w[u] * (v[u] * rstd);
+      for (int u = 0; u < 8; u++) ndx[u] = 0;
     }
+  };
+  load(blockIdx.x);
+  for (int64_t row = blockIdx.x; row < p.rows; row += gridDim.x) {
+    /* what the row's dx needs after the sum: g w, xhat = x rstd and dx */
+    const float rstd = nrstd;
+    float gw[8], xhat[8], out[8], sum_gx = 0;
+    if (mine) {
+#pragma unroll
+      for (int u = 0; u < 8; u++) {
+        const float g = tf_cuda_dtype<YT>::load(ndy[u]);
+        gw[u] = g * w[u];
+        xhat[u] = nx[u] * rstd;
+        out[u] = ndx[u];
+        sum_gx += gw[u] * xhat[u];
+        acc[u] += g * xhat[u];
+      }
+    }
+    load(row + gridDim.x);
     const float mgx = tf_cuda_group_reduce(sum_gx, (int)blockDim.x, tf_cuda_add(), scratch) * inv_cols;
     if (!mine) continue;
 #pragma unroll
-    for (int u = 0; u < 8; u++) {
-      out[u] += rstd * (g[u] * w[u] - (v[u] * rstd) * mgx);
-      acc[u] += g[u] * (v[u] * rstd);
-    }
+    for (int u = 0; u < 8; u++) out[u] += rstd * (gw[u] - xhat[u] * mgx);
+    const int64_t off = row * p.cols + c;
     tf_cuda_store_row<TF_F32, 8>((float *)p.dx + off, out);
     if (p.dx_low) tf_cuda_store_row<YT, 8>((YS *)p.dx_low + off, out);
   }
@@ -410,8 +435,8 @@ __global__ void __launch_bounds__(32 * TF_CUDA_RMS_SUM_DOWN)
 /* The fused pass's launch: a thread for each 8 columns (rounded up to
  * whole warps), as many blocks as are resident at once (one wave; the
  * partial sums are one row a block). ok is false where the rows are not in
- * 16-byte vectors of 8 or are longer than 8192 columns: the two-kernel
- * path then runs. */
+ * 16-byte vectors of 8 or are longer than 8 TF_CUDA_RMS_FUSED_THREADS
+ * (4096) columns: the two-kernel path then runs. */
 typedef struct tf_cuda_rms_fused {
   bool ok;
   int threads;
@@ -431,7 +456,7 @@ static tf_cuda_rms_fused tf_cuda_rms_fused_geometry(const tf_cuda_state *st, tf_
                                                     int vec) {
   tf_cuda_rms_fused f = {};
   void *kernel = tf_cuda_rms_fused_kernel_for(dt);
-  if (vec != 8 || rows <= 0 || cols <= 0 || cols > 8 * 1024 || !kernel) return f;
+  if (vec != 8 || rows <= 0 || cols <= 0 || cols > 8 * TF_CUDA_RMS_FUSED_THREADS || !kernel) return f;
   f.threads = (int)((cols / 8 + 31) / 32 * 32);
   int resident = 0;
   if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, f.threads, 0) != cudaSuccess || resident < 1) {
@@ -462,20 +487,29 @@ enum { TF_CUDA_RMS_ROW_K = 3 };
 /* The engine's RMSNorm forward (f32 x, x_out; h of YT) with the row in
  * registers: one block a row, each thread K vector steps of 8 columns
  * (blockDim.x threads apart), x and delta read once each, x_out and h
- * written once: no second pass over the row. In the 2.7B model's step
- * (2560 columns, 320 threads; H200) it moves its bytes at 0.74 of the copy
- * rate where a row group of 128 threads and a second pass reached 0.69. */
+ * written once: no second pass over the row; the gains are read with the
+ * row. In the 2.7B model's step (2560 columns, 320 threads; H200) it
+ * moves its bytes at 0.79 of the copy rate (0.75 with the gains read after
+ * the row's sum, 0.69 for a row group of 128 threads and a second pass). */
 template <int YT, int K>
 __global__ void __launch_bounds__(1024) tf_cuda_rms_forward_row_kernel(tf_cuda_norm_params p) {
   typedef typename tf_cuda_dtype<YT>::storage YS;
   __shared__ float scratch[32];
   const int64_t off = (int64_t)blockIdx.x * p.cols;
   const int chunks = (int)(p.cols / 8);
-  float v[K][8];
+  float v[K][8], w[K][8];
 #pragma unroll
   for (int k = 0; k < K; k++) {
     const int c = k * (int)blockDim.x + (int)threadIdx.x;
     if (c < chunks) tf_cuda_load_row<TF_F32, 8>((const float *)p.x + off + 8 * c, v[k]);
+  }
+  /* the gains are loaded with the row, so that their wait does not follow
+   * the block's sum (the widest rows, K = 3, have no registers for them) */
+  constexpr bool early = K < TF_CUDA_RMS_ROW_K;
+#pragma unroll
+  for (int k = 0; k < K; k++) {
+    const int c = k * (int)blockDim.x + (int)threadIdx.x;
+    if (early && c < chunks) tf_cuda_norm_weights<float, 8>(p.w, 8 * c, 1.0f, w[k]);
   }
   if (p.delta) {
     float d[K][8];
@@ -505,10 +539,9 @@ __global__ void __launch_bounds__(1024) tf_cuda_rms_forward_row_kernel(tf_cuda_n
   for (int k = 0; k < K; k++) {
     const int c = k * (int)blockDim.x + (int)threadIdx.x;
     if (c >= chunks) continue;
-    float w[8];
-    tf_cuda_norm_weights<float, 8>(p.w, 8 * c, 1.0f, w);
+    if (!early) tf_cuda_norm_weights<float, 8>(p.w, 8 * c, 1.0f, w[k]);
 #pragma unroll
-    for (int u = 0; u < 8; u++) v[k][u] = (v[k][u] * rstd) * w[u];
+    for (int u = 0; u < 8; u++) v[k][u] = (v[k][u] * rstd) * w[k][u];
     tf_cuda_store_row<YT, 8>((YS *)p.y + off + 8 * c, v[k]);
   }
   if (threadIdx.x == 0 && p.rstd) ((float *)p.rstd)[blockIdx.x] = rstd;

@@ -313,31 +313,45 @@ __global__ void __launch_bounds__(TF_CUDA_THREADS)
   }
 }
 
-/* The same for the merged row (b, t) of blockIdx (z, y): a thread per word
- * of it (heads * words), dividing only by words (32-bit) to find its head. */
+/* The same for TF_CUDA_HEADS_ROWS merged rows (b, t), t = R blockIdx.y
+ * onwards, of blockIdx.z = b: a thread per word of a row (heads * words),
+ * dividing only by words (32-bit) to find its head, all its loads issued
+ * before its stores. The R rows are consecutive on both sides (a head's
+ * rows are consecutive in the heads layout). A row a block moved the 2.7B
+ * step's layouts at 0.78 of the copy rate, four rows at 0.81 (H200). */
+enum { TF_CUDA_HEADS_ROWS = 4 };
 template <typename W>
 __global__ void __launch_bounds__(1024)
     tf_cuda_heads_rows_kernel(const W *src, W *dst, int64_t seq, int heads, int words, bool split) {
+  enum { R = TF_CUDA_HEADS_ROWS };
   const int j = (int)blockIdx.x * (int)blockDim.x + (int)threadIdx.x;
   if (j >= heads * words) return;
   const int h = j / words, w = j - h * words;
-  const int64_t t = blockIdx.y, b = blockIdx.z;
-  const int64_t merged = ((b * seq + t) * heads + h) * words + w, split_at = ((b * heads + h) * seq + t) * words + w;
-  if (split)
-    dst[split_at] = src[merged];
-  else
-    dst[merged] = src[split_at];
+  const int64_t t0 = (int64_t)blockIdx.y * R, b = blockIdx.z;
+  const int n = seq - t0 < R ? (int)(seq - t0) : R;
+  const int64_t merged = ((b * seq + t0) * heads + h) * words + w, split_at = ((b * heads + h) * seq + t0) * words + w;
+  const int64_t merged_step = (int64_t)heads * words;
+  const W *from = src + (split ? merged : split_at);
+  W *to = dst + (split ? split_at : merged);
+  const int64_t from_step = split ? merged_step : words, to_step = split ? words : merged_step;
+  W v[R];
+#pragma unroll
+  for (int i = 0; i < R; i++)
+    if (i < n) v[i] = from[i * from_step];
+#pragma unroll
+  for (int i = 0; i < R; i++)
+    if (i < n) to[i * to_step] = v[i];
 }
 
 /* The kernel for word type W (row bytes divisible by its size). */
 template <typename W> static tf_status tf_cuda_heads_launch(tf_cuda_state *st, const tf_heads_args *a, size_t row) {
   const int64_t words = (int64_t)(row / sizeof(W)), total = a->batch * a->seq * a->heads * words;
   if (total == 0) return TF_OK;
-  const int64_t row_words = a->heads * words;
-  if (a->seq <= 65535 && a->batch <= 65535 && row_words <= INT32_MAX / 2) {
+  const int64_t row_words = a->heads * words, row_groups = (a->seq + TF_CUDA_HEADS_ROWS - 1) / TF_CUDA_HEADS_ROWS;
+  if (row_groups <= 65535 && a->batch <= 65535 && row_words <= INT32_MAX / 2) {
     const int threads = row_words < 1024 ? (int)((row_words + 31) / 32 * 32) : 1024;
     const unsigned blocks = (unsigned)((row_words + threads - 1) / threads);
-    tf_cuda_heads_rows_kernel<W><<<dim3(blocks, (unsigned)a->seq, (unsigned)a->batch), threads, 0, st->stream>>>(
+    tf_cuda_heads_rows_kernel<W><<<dim3(blocks, (unsigned)row_groups, (unsigned)a->batch), threads, 0, st->stream>>>(
         (const W *)a->src, (W *)a->dst, a->seq, (int)a->heads, (int)words, a->split);
   } else {
     tf_cuda_heads_kernel<W><<<tf_cuda_blocks(st, total), TF_CUDA_THREADS, 0, st->stream>>>(

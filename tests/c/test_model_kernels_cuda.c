@@ -292,7 +292,7 @@ static void rmsnorm_case(tf_dtype d, int64_t rows, int64_t dim, bool delta, bool
 static void test_rmsnorm(void) {
   /* the last two: 3 and 4 vector steps a thread in the register-held kernels (on a GPU of ~132 SMs) */
   /* then rows of 2 and 3 vector steps a thread in the forward's block-a-row kernel, and past
-   * them (the row-group kernels; the backward's one-pass kernel takes up to 8192 columns) */
+   * them (the row-group kernels; the backward's one-pass kernel takes up to 4096 columns) */
   const int64_t shapes[][2] = {{37, 768}, {5, 100}, {4096, 64}, {3, 5000}, {600, 1600}, {512, 768}, {300, 2560},
                                {2200, 3000}, {2200, 4000}, {300, 8192}, {3, 8200}, {2, 24576}, {2, 24584}};
   for (int di = 0; di < 3; di++)
