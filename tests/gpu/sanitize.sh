@@ -37,8 +37,15 @@ for t in "${tests[@]}"; do
     # kernels' small bf16 cases under the slower race and sync checks
     env=(TF_TEST_SMALL=1)
     [ "$t" = test_flash_cuda ] && [ "$tool" != memcheck ] && env+=(TF_FLASH_SANITIZE=1)
+    # cuBLASLt's Hopper GEMM kernels (nvjet_*) are left out of the race and
+    # sync checks (still run, not analysed): racecheck reports hundreds of
+    # shared-memory hazards inside them (their own pipelines, not code of
+    # ours; seen on an H200 with CUDA 13), which no change here could mend
+    # and which hid the checks of our kernels. memcheck still covers them.
+    filter=()
+    [ "$tool" != memcheck ] && filter=(--kernel-name-exclude kns=nvjet)
     start=$(date +%s)
-    env "${env[@]}" "$sanitizer" --tool "$tool" --error-exitcode 99 "$dir/$t" > "$log" 2>&1
+    env "${env[@]}" "$sanitizer" --tool "$tool" "${filter[@]}" --error-exitcode 99 "$dir/$t" > "$log" 2>&1
     rc=$?
     secs=$(( $(date +%s) - start ))
     report=$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$log" | tail -1)
