@@ -330,7 +330,9 @@ tf.results.write(arg[2], {timing = rows, halved = half, notes = {{text = "no num
         self.assertEqual(cmp["key"], ["context", "mode"], "impl (fused vs eager) is a setting of each file")
         diffs = {d["setting"]: d["values"] for d in cmp["differences"]}
         self.assertEqual(diffs["rows: impl"], {"A": ours[0]["impl"], "B": "eager"})
-        self.assertEqual(diffs["device"], {"A": "cpu", "B": "NVIDIA H100 (made up)"})
+        # the device tfhost ran on: the CPU here, cuda:0 (its name) on a GPU machine
+        self.assertEqual(diffs["device"], {"A": env["device"], "B": "NVIDIA H100 (made up)"})
+        self.assertRegex(env["device"], r"^(cpu|cuda:\d+ \(.+\))$")
         by_mode = {row["config"]["mode"]: row for row in cmp["rows"] if row["config"]["context"] == 32}
         for t in torch_rows[:3]:
             mine = next(o for o in ours if o["mode"] == t["mode"])
