@@ -14,7 +14,10 @@ usage="usage: tests/gpu/bandwidth_compare.sh OLD_BUNDLE NEW_BUNDLE [rounds] [ker
 old=$(realpath "${1:?$usage}")/tfhost
 new=$(realpath "${2:?$usage}")/tfhost
 rounds=${3:-2}
-[[ "$rounds" =~ ^[1-9][0-9]*$ ]] || { echo "bandwidth_compare: rounds must be a positive whole number, not '$rounds' ($usage)" >&2; exit 2; }
+if ! [[ "$rounds" =~ ^[1-9][0-9]*$ ]]; then
+  echo "bandwidth_compare: rounds must be a positive whole number, not '$rounds' ($usage)" >&2
+  exit 2
+fi
 shift $(( $# < 3 ? $# : 3 ))
 out=${OUT:-gpu-out}/bandwidth
 mkdir -p "$out"
