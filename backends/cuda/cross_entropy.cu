@@ -127,6 +127,22 @@ __device__ __forceinline__ typename tf_cuda_dtype<DT>::compute tf_cuda_ce_unpack
   return tf_cuda_dtype<DT>::load(v);
 }
 
+/* log2(e): the row kernel's exp(x) is exp2(x log2(e)) */
+#define TF_CUDA_LOG2E 1.4426950408889634
+
+/* exp(v - max) for the row kernel, given max and max log2(e): in f32 the
+ * hardware's exp2 of v log2(e) - max log2(e) (one FFMA and one MUFU.EX2
+ * where expf takes some ten instructions; the product's rounding makes a
+ * relative error of about |v| 2^-24), in f64 exp. */
+__device__ __forceinline__ float tf_cuda_ce_exp(float v, float mx, float mx_log2e) {
+  (void)mx;
+  return exp2f(fmaf(v, (float)TF_CUDA_LOG2E, -mx_log2e));
+}
+__device__ __forceinline__ double tf_cuda_ce_exp(double v, double mx, double mx_log2e) {
+  (void)mx_log2e;
+  return exp(v - mx);
+}
+
 /* The engine's loss with its gradient in place, the row in registers: one
  * block a row, each thread K 16-byte words of V logits (blockDim.x threads
  * apart), read once and kept as read. The block's max first, then the sum
@@ -144,19 +160,6 @@ __device__ __forceinline__ typename tf_cuda_dtype<DT>::compute tf_cuda_ce_unpack
  * instead of two (f16's conversion and f64 take more: three and one); at
  * two the 2.7B step's loss moved its bytes at 0.30 of the copy rate (the
  * row-group kernel's online max-and-sum with a second read, at 0.20). */
-/* exp(v - max) for the row kernel, given max and max log2(e): in f32 the
- * hardware's exp2 of v log2(e) - max log2(e) (one FFMA and one MUFU.EX2
- * where expf takes some ten instructions; the product's rounding makes a
- * relative error of about |v| 2^-24), in f64 exp. */
-__device__ __forceinline__ float tf_cuda_ce_exp(float v, float mx, float mx_log2e) {
-  (void)mx;
-  return exp2f(fmaf(v, 1.4426950408889634f, -mx_log2e));
-}
-__device__ __forceinline__ double tf_cuda_ce_exp(double v, double mx, double mx_log2e) {
-  (void)mx_log2e;
-  return exp(v - mx);
-}
-
 template <int DT> struct tf_cuda_ce_row_blocks { /* blocks a multiprocessor holds, within which nothing spills */
   enum { value = DT == TF_F64 ? 1 : DT == TF_F16 ? 3 : 4 };
 };
@@ -188,7 +191,7 @@ __global__ void __launch_bounds__(512, tf_cuda_ce_row_blocks<DT>::value) tf_cuda
         mx = v > mx ? v : mx;
       }
   mx = tf_cuda_group_reduce(mx, (int)blockDim.x, tf_cuda_max(), scratch);
-  const C mxl = mx * (C)1.4426950408889634;
+  const C mxl = mx * (C)TF_CUDA_LOG2E;
   C sum = 0;
 #pragma unroll
   for (int k = 0; k < K; k++)

@@ -176,9 +176,8 @@ static tf_status tf_cuda_embedding_sum(tf_cuda_state *st, const tf_cuda_scatter 
                                        const uint32_t *positions, const uint32_t *run_end) {
   typedef typename tf_cuda_dtype<DT>::storage S;
   constexpr int VW = (int)(16 / sizeof(S));
-  const bool wide = VW > 1 && a.dim % VW == 0 && (uintptr_t)a.dout % 16 == 0 &&
-                    (uintptr_t)a.dweight % (VW * sizeof(A) % 16 == 0 ? 16 : sizeof(A)) == 0;
-  if (wide)
+  const void *ptrs[2] = {a.dout, a.dweight};
+  if (VW > 1 && tf_cuda_row_vec(sizeof(S), a.dim, ptrs, 2) == VW)
     tf_cuda_embedding_sum_launch<DT, A, VW>(st, a, keys, positions, run_end);
   else
     tf_cuda_embedding_sum_launch<DT, A, 1>(st, a, keys, positions, run_end);
