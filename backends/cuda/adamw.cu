@@ -57,7 +57,7 @@ template <typename P> __device__ __forceinline__ void tf_cuda_adamw_load(tf_cuda
 
 /* An element of the low-precision copy, rounded as the conversion kernels round. */
 template <typename P> __device__ __forceinline__ uint16_t tf_cuda_adamw_low(const tf_cuda_adamw_params<P> &a, P p) {
-  return a.low_bf16 ? tf_f32_to_bf16((float)p) : tf_f32_to_f16((float)p);
+  return a.low_bf16 ? tf_cuda_dtype<TF_BF16>::store((float)p) : tf_cuda_dtype<TF_F16>::store((float)p);
 }
 
 /* The update of every element; the low-precision copy of p's prefix by
