@@ -1,6 +1,8 @@
-/* float <-> f16 / bf16 conversions, round to nearest even, identical on CPU
- * and GPU (the CUDA kernels include this header too). NaN stays NaN (quiet),
- * overflow goes to infinity, f16 subnormals are handled exactly. */
+/* float <-> f16 / bf16 conversions, round to nearest even. NaN stays NaN
+ * (quiet, its sign and top payload bits kept), overflow goes to infinity,
+ * f16 subnormals are handled exactly. The CUDA kernels convert with the
+ * hardware's instructions instead (cuda_common.cuh), which give the same
+ * bits for every number and the canonical NaN. */
 #ifndef TF_HALF_H
 #define TF_HALF_H
 
