@@ -191,8 +191,9 @@ __global__ void __launch_bounds__(512, tf_cuda_ce_row_blocks<DT>::value) tf_cuda
     if ((int64_t)k * blockDim.x + threadIdx.x < chunks)
 #pragma unroll
       for (int u = 0; u < V; u++) {
-        const C v = tf_cuda_ce_unpack<DT, V>(raw[k], u);
-        mx = v > mx ? v : mx;
+        /* fmax: one instruction where the comparison and a select took two;
+         * a NaN loses here too (the sum carries it) */
+        mx = fmax(mx, tf_cuda_ce_unpack<DT, V>(raw[k], u));
       }
   mx = tf_cuda_group_reduce(mx, (int)blockDim.x, tf_cuda_max(), scratch);
   const C mxl = mx * (C)TF_CUDA_LOG2E;
