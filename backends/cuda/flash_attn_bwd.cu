@@ -446,7 +446,7 @@ template <int DT> static tf_status tf_flash_dq_dt(tf_cuda_state *st, const tf_cu
 bool tf_flash_bwd_ws_on(const tf_cuda_state *st, int64_t hd, bool atomic_dq) {
 #ifdef TF_WITH_SM90A
   if (tf_flash_wgmma_dim(hd) <= 0 || !tf_flash_wgmma_here(st) || tf_env_is("TF_FLASH_BWD_WS", "0")) return false;
-  return !atomic_dq || tf_flash_wgmma_dim(hd) == 64 || tf_env_is("TF_FLASH_BWD_WS", "1");
+  return !atomic_dq || tf_flash_wgmma_dim(hd) <= 96 || tf_env_is("TF_FLASH_BWD_WS", "1");
 #else
   (void)st, (void)hd, (void)atomic_dq;
   return false;
@@ -455,7 +455,7 @@ bool tf_flash_bwd_ws_on(const tf_cuda_state *st, int64_t hd, bool atomic_dq) {
 
 bool tf_flash_bwd_dq_pass_here(const tf_cuda_state *st, int64_t hd) {
 #ifdef TF_WITH_SM90A
-  return tf_flash_wgmma_dim(hd) > 64 && tf_flash_wgmma_here(st) && !tf_env_is("TF_FLASH_BWD_WS", "0") &&
+  return tf_flash_wgmma_dim(hd) > 96 && tf_flash_wgmma_here(st) && !tf_env_is("TF_FLASH_BWD_WS", "0") &&
          !tf_env_is("TF_FLASH_BWD_WS", "1");
 #else
   (void)st, (void)hd;

@@ -29,7 +29,7 @@
  *     kernels they replaced stay checked, and a third time with
  *     TF_FLASH_BWD_WS=1 and TF_FLASH_FWD_WS flipped: the backward pass by
  *     the warp-specialised kernel (which every backward pass takes by
- *     default: dQ by reductions at head dim 64, else dQ by the dQ kernel
+ *     default: dQ by reductions at head dims 64-96, else dQ by the dQ kernel
  *     as in deterministic passes, so the default is covered by the first
  *     and third; a run without TF_FLASH_BWD_WS, as under
  *     TF_FLASH_SANITIZE, checks it as it is) and the
@@ -199,13 +199,13 @@ static const char *path_of(tf_dtype dt, int64_t d, int64_t off, bool forward) {
 
 /* Whether a backward pass adds dQ up by reductions into an f32
  * accumulator (flash_attn.cu's rule): tensor cores, not deterministic, and
- * not at the Hopper head dims 80-128, where dQ has a pass of its own
+ * not at the Hopper head dims above 96, where dQ has a pass of its own
  * unless TF_FLASH_BWD_WS is 0 or 1. */
 static bool dq_by_reductions(const tf_flash_args *a) {
   if (a->dtype == TF_F32 || a->head_dim % 8 != 0 || a->deterministic) return false;
   const char *ws = getenv("TF_FLASH_BWD_WS");
   const bool ws_set = ws && (strcmp(ws, "0") == 0 || strcmp(ws, "1") == 0);
-  return ws_set || !wgmma_on() || a->head_dim <= 64;
+  return ws_set || !wgmma_on() || a->head_dim <= 96;
 }
 
 static tf_flash_args args_of(const flash_shape *s, tf_dtype dt, bool causal, double scale) {
@@ -469,8 +469,8 @@ static void ws_pass(bool only_small, int first_dtype) {
 static void all_checks(void) {
   static const tf_dtype dts[3] = {TF_F32, TF_F16, TF_BF16};
   /* By default every Hopper backward pass takes the warp-specialised
-   * kernel (with dQ by reductions at head dim 64, then the dQ kernel at
-   * 80-128 and in deterministic passes): the first passes check the
+   * kernel (with dQ by reductions at head dims 64-96, then the dQ kernel at
+   * 128 and in deterministic passes): the first passes check the
    * earlier kernels (TF_FLASH_BWD_WS=0), ws_pass the warp-specialised one
    * both ways (=1), so the default is covered too. */
   const char *ws_env = getenv("TF_FLASH_BWD_WS");

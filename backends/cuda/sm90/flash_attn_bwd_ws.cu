@@ -2,9 +2,9 @@
  * dK and dV of 128 keys a block, and dQ added into the f32 workspace,
  * f16/bf16, head dims (padded to) 64, 80, 96 and 128. Selected over
  * flash_attn_wgmma.cu's dK/dV kernel unless TF_FLASH_BWD_WS=0: for
- * deterministic passes (and those at head dims 80-128, where dQ by its own
- * kernel was faster), and with dQ by reductions at head dim 64 or with
- * TF_FLASH_BWD_WS=1 (tf_flash_bwd_ws_on, flash_attn_bwd.cu).
+ * deterministic passes (and those at head dim 128, where dQ by its own
+ * kernel was faster), and with dQ by reductions at head dims 64 to 96 or
+ * with TF_FLASH_BWD_WS=1 (tf_flash_bwd_ws_on, flash_attn_bwd.cu).
  *
  * A block has three warpgroups and no block-wide barrier after its start:
  *   - warpgroup 0 gives its registers away (setmaxnreg) and loads: its
@@ -28,9 +28,12 @@
  *                                            per warpgroup; 64-row ones:
  *                                            the two halves of the head
  *                                            dim one per warpgroup)
- *     then release the Q/dO buffer to the loader and hand the dQ tile
- *     (f32, rows of the problem's head dim, as the workspace holds them)
- *     to the dQ warp. The two consumers meet at one named barrier per query
+ *     in the order dV's product (while dS^T goes to shared memory), dQ's,
+ *     dK's, so that the dQ tile (f32, rows of the problem's head dim, as
+ *     the workspace holds them) is written while dK's product runs, as
+ *     FlashAttention-3 orders them; then release the Q/dO buffer to the
+ *     loader and hand the dQ tile to the dQ warp. The two consumers meet at
+ *     one named barrier per query
  *     block (both dS^T tiles written); dS^T is double-buffered, and so is
  *     dQ where shared memory allows (64-row query blocks), so that
  *     nothing else waits.
@@ -202,18 +205,23 @@ __global__ void __launch_bounds__(384, 1) tf_flash_bwd_ws_kernel(const __grid_co
     const uint32_t q_st = sQ + (uint32_t)s * QO, do_st = sdO + (uint32_t)s * QO;
     const float *lse_s = sLse + s * BR, *D_s = sD + s * BR;
 
-    /* S^T = K Q^T, dP^T = V dO^T */
+    /* S^T = K Q^T, dP^T = V dO^T. With dQ they are two commit groups, P^T
+     * computed while dP^T is on the tensor cores (ptxas also spills less so:
+     * none at head dims 64-96, where one group spilled 8-76 bytes); without
+     * dQ one group, as two made the pass 8-11% slower at head dims 80-128
+     * (H200, (16, 16384, 128): 4.38 against 3.95 ms) */
+    constexpr bool SPLIT = ATOMIC_DQ;
     float sc[BR / 2], dp[BR / 2];
     turn_begin();
-    tf_wgmma_issue_s_dp<DT, HD, BC, BR>(sc, dp, k_w, v_w, q_st, do_st);
+    tf_wgmma_issue_s_dp<DT, HD, BC, BR, SPLIT>(sc, dp, k_w, v_w, q_st, do_st);
     turn_end();
-    tf_wgmma_wait<0>();
-    tf_wgmma_hold(sc);
-    tf_wgmma_hold(dp);
 
-    /* P^T and dS^T; masked where the key is after the query or past the keys
-     * (rows past the queries have lse = inf) */
+    /* P^T, masked where the key is after the query or past the keys (rows
+     * past the queries have lse = inf); then dS^T = P^T (dP^T - D) */
     const bool edge = (p.causal && q0 < k0 + BC) || k0 + BC > p.seq_k;
+    tf_wgmma_wait<SPLIT ? 1 : 0>();
+    tf_wgmma_hold(sc);
+    if constexpr (!SPLIT) tf_wgmma_hold(dp);
 #pragma unroll
     for (int nt = 0; nt < NT; nt++)
 #pragma unroll
@@ -224,15 +232,20 @@ __global__ void __launch_bounds__(384, 1) tf_flash_bwd_ws_kernel(const __grid_co
           const int64_t key = k0 + key_in + 8 * (e >> 1), query = q0 + c;
           if ((p.causal && key > query) || key >= p.seq_k) pv = 0.f;
         }
-        dp[i] = pv * (dp[i] - D_s[c]);
+        if constexpr (!SPLIT) dp[i] = pv * (dp[i] - D_s[c]);
         sc[i] = pv;
       }
     uint32_t pa[BR / 16][4], da[BR / 16][4];
     tf_wgmma_pack_p<DT, BR>(sc, pa);
+    if constexpr (SPLIT) {
+      tf_wgmma_wait<0>();
+      tf_wgmma_hold(dp);
+#pragma unroll
+      for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) dp[4 * nt + e] = sc[4 * nt + e] * (dp[4 * nt + e] - D_s[nt * 8 + t2 + (e & 1)]);
+    }
     tf_wgmma_pack_p<DT, BR>(dp, da);
-    turn_begin();
-    tf_wgmma_bwd_dv_dk<DT, BR>(dv, dk, pa, da, do_st, q_st);
-    turn_end();
     /* the Q/dO buffer back to the loader once dV and dK's products are done (they read it and P^T, dS^T) */
     auto release_stage = [&]() {
       tf_wgmma_hold(dv);
@@ -242,6 +255,9 @@ __global__ void __launch_bounds__(384, 1) tf_flash_bwd_ws_kernel(const __grid_co
       tf_mbar_arrive(bar_empty + 8 * s);
     };
     if constexpr (!ATOMIC_DQ) {
+      turn_begin();
+      tf_wgmma_bwd_dv_dk<DT, BR>(dv, dk, pa, da, do_st, q_st);
+      turn_end();
       tf_wgmma_wait<0>();
       release_stage();
     } else {
@@ -258,6 +274,8 @@ __global__ void __launch_bounds__(384, 1) tf_flash_bwd_ws_kernel(const __grid_co
             *reinterpret_cast<uint32_t *>(ds_w + (c >> 3) * 2 * C::DS + tf_wgmma_chunk<64>(warp * 16 + g + 8 * h, c & 7) +
                                           t2 * 2) = da[kk][2 * half + h];
           }
+      /* dV's product runs while both consumers' dS^T tiles are completed */
+      tf_wgmma_bwd_acc_rs<DT, BR>(dv, pa, do_st);
       tf_wgmma_fence_smem();
       asm volatile("bar.sync 1, 256;\n" ::: "memory"); /* both consumers' dS^T are written */
       const int buf = it % DQ_BUFS;
@@ -265,8 +283,9 @@ __global__ void __launch_bounds__(384, 1) tf_flash_bwd_ws_kernel(const __grid_co
       /* dQ (64 rows from row0, columns col0.. col0 + N - 1) = dS K over the
        * block's 128 keys: A reads the 64 rows' two dS^T tiles (16 keys a
        * step, 2048 bytes apart) M-major, B reads K N-major (never across a
-       * 64-column half); then into the dQ tile in dq_acc's layout
-       * (tf_flash_dq_col) */
+       * 64-column half). dK's product is issued behind it, so that dQ's
+       * tile is written (in dq_acc's layout, tf_flash_dq_col) while dK's
+       * product runs. */
       auto add_dq = [&](int row0, int col0, auto n_tag) {
         constexpr int N = decltype(n_tag)::value;
         const uint32_t ds_rows = ds_tiles + (uint32_t)(row0 / 64) * 2 * C::DS;
@@ -278,10 +297,11 @@ __global__ void __launch_bounds__(384, 1) tf_flash_bwd_ws_kernel(const __grid_co
           tf_wgmma_ss<DT, 1, 1>(dq, tf_wgmma_desc(ds_rows + kk * 2048, 64 * 128, 1024),
                                 tf_wgmma_desc(k_cols + kk * 2048, BC * 128, 1024), kk > 0);
         tf_wgmma_commit();
-        tf_wgmma_wait<1>();
-        release_stage();
-        tf_wgmma_wait<0>();
+        tf_wgmma_bwd_acc_rs<DT, BR>(dk, da, q_st);
+        tf_wgmma_wait<1>(); /* dV and dQ */
         tf_wgmma_hold(dq);
+        tf_wgmma_hold(dv);
+        tf_wgmma_hold_regs(pa);
         if (it >= DQ_BUFS) tf_mbar_wait(bar_dq_empty + 8 * buf, (uint32_t)((it / DQ_BUFS - 1) & 1));
 #pragma unroll
         for (int h = 0; h < 2; h++) {
@@ -303,6 +323,8 @@ __global__ void __launch_bounds__(384, 1) tf_flash_bwd_ws_kernel(const __grid_co
         add_dq(0, 0, tf_flash_int<DQ_N0>());
       else
         add_dq(0, DQ_N0, tf_flash_int<HD - DQ_N0>());
+      tf_wgmma_wait<0>(); /* dK */
+      release_stage();
     }
   }
 

@@ -115,8 +115,9 @@ __device__ __forceinline__ void tf_wgmma_issue_acc(float (&acc)[R], const uint32
  * rows a half), K-major, head dim HD in 128-byte swizzled halves, 16 a k
  * step; issued and committed, not waited for. The dK/dV kernels take
  * S^T = K Q^T and dP^T = V dO^T (A: the keys), the dQ kernel S = Q K^T
- * and dP = dO V^T (A: the queries). */
-template <int DT, int HD, int A_ROWS, int N>
+ * and dP = dO V^T (A: the queries). TWO_GROUPS commits S and dP as two
+ * groups, so that S can be used while dP is still on the tensor cores. */
+template <int DT, int HD, int A_ROWS, int N, bool TWO_GROUPS = false>
 __device__ __forceinline__ void tf_wgmma_issue_s_dp(float (&s)[N / 2], float (&dp)[N / 2], uint32_t a, uint32_t a2,
                                                     uint32_t b, uint32_t b2) {
   tf_wgmma_fence();
@@ -125,6 +126,7 @@ __device__ __forceinline__ void tf_wgmma_issue_s_dp(float (&s)[N / 2], float (&d
     const uint32_t oa = (uint32_t)((kk >> 2) * A_ROWS * 128 + (kk & 3) * 32), ob = (uint32_t)((kk >> 2) * N * 128 + (kk & 3) * 32);
     tf_wgmma_ss<DT, 0, 0>(s, tf_wgmma_desc(a + oa, 16, 1024), tf_wgmma_desc(b + ob, 16, 1024), kk > 0);
   }
+  if constexpr (TWO_GROUPS) tf_wgmma_commit(); /* S alone first: wait<1> waits for S, not dP */
 #pragma unroll
   for (int kk = 0; kk < HD / 16; kk++) {
     const uint32_t oa = (uint32_t)((kk >> 2) * A_ROWS * 128 + (kk & 3) * 32), ob = (uint32_t)((kk >> 2) * N * 128 + (kk & 3) * 32);
@@ -182,7 +184,18 @@ __device__ __forceinline__ void tf_wgmma_bwd_s_dp(float (&st)[BR / 2], float (&d
  * da, which the caller keeps until the products are waited for (wgmma
  * reads them as it runs); dO and Q N-major in shared memory from do_st and
  * q_st, 16 queries a k step, 8-row groups 1024 bytes apart. Committed, not
- * waited for. */
+ * waited for. tf_wgmma_bwd_acc_rs is one of the two products (acc += A B,
+ * its own commit group), tf_wgmma_bwd_dv_dk both in one group. */
+template <int DT, int BR, int R>
+__device__ __forceinline__ void tf_wgmma_bwd_acc_rs(float (&acc)[R], const uint32_t (&a)[BR / 16][4], uint32_t b_st) {
+  tf_wgmma_hold(acc);
+  tf_wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < BR / 16; kk++)
+    tf_wgmma_rs<DT, 1>(acc, a[kk], tf_wgmma_desc(b_st + kk * 2048, BR * 128, 1024), true);
+  tf_wgmma_commit();
+}
+
 template <int DT, int BR, int R>
 __device__ __forceinline__ void tf_wgmma_bwd_dv_dk(float (&dv)[R], float (&dk)[R], const uint32_t (&pa)[BR / 16][4],
                                                    const uint32_t (&da)[BR / 16][4], uint32_t do_st, uint32_t q_st) {
