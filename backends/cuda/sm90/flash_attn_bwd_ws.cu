@@ -275,7 +275,7 @@ __global__ void __launch_bounds__(384, 1) tf_flash_bwd_ws_kernel(const __grid_co
                                           t2 * 2) = da[kk][2 * half + h];
           }
       /* dV's product runs while both consumers' dS^T tiles are completed */
-      tf_wgmma_bwd_acc_rs<DT, BR>(dv, pa, do_st);
+      tf_wgmma_issue_acc<DT, BR>(dv, pa, do_st);
       tf_wgmma_fence_smem();
       asm volatile("bar.sync 1, 256;\n" ::: "memory"); /* both consumers' dS^T are written */
       const int buf = it % DQ_BUFS;
@@ -297,7 +297,7 @@ __global__ void __launch_bounds__(384, 1) tf_flash_bwd_ws_kernel(const __grid_co
           tf_wgmma_ss<DT, 1, 1>(dq, tf_wgmma_desc(ds_rows + kk * 2048, 64 * 128, 1024),
                                 tf_wgmma_desc(k_cols + kk * 2048, BC * 128, 1024), kk > 0);
         tf_wgmma_commit();
-        tf_wgmma_bwd_acc_rs<DT, BR>(dk, da, q_st);
+        tf_wgmma_issue_acc<DT, BR>(dk, da, q_st);
         tf_wgmma_wait<1>(); /* dV and dQ */
         tf_wgmma_hold(dq);
         tf_wgmma_hold(dv);

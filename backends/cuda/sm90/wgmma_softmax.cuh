@@ -97,7 +97,8 @@ __device__ __forceinline__ void tf_wgmma_pack_p(const float (&s)[BC / 2], uint32
 /* acc += A B over BC keys for a warpgroup: A (P, or dS) packed in
  * registers (tf_wgmma_pack_p, 16 keys a k step), B (V, or K) N-major from
  * b_st (8-key groups 1024 bytes apart, the head dim's halves BC rows
- * apart): the forward pass's O += P V, the dQ kernels' dQ += dS K.
+ * apart): the forward pass's O += P V, the dQ kernels' dQ += dS K, the
+ * dK/dV kernel's dV += P^T dO or dK += dS^T Q alone (BC: the queries).
  * Committed, not waited for; the caller keeps a until it is. */
 template <int DT, int BC, int R>
 __device__ __forceinline__ void tf_wgmma_issue_acc(float (&acc)[R], const uint32_t (&a)[BC / 16][4], uint32_t b_st) {
@@ -184,18 +185,8 @@ __device__ __forceinline__ void tf_wgmma_bwd_s_dp(float (&st)[BR / 2], float (&d
  * da, which the caller keeps until the products are waited for (wgmma
  * reads them as it runs); dO and Q N-major in shared memory from do_st and
  * q_st, 16 queries a k step, 8-row groups 1024 bytes apart. Committed, not
- * waited for. tf_wgmma_bwd_acc_rs is one of the two products (acc += A B,
- * its own commit group), tf_wgmma_bwd_dv_dk both in one group. */
-template <int DT, int BR, int R>
-__device__ __forceinline__ void tf_wgmma_bwd_acc_rs(float (&acc)[R], const uint32_t (&a)[BR / 16][4], uint32_t b_st) {
-  tf_wgmma_hold(acc);
-  tf_wgmma_fence();
-#pragma unroll
-  for (int kk = 0; kk < BR / 16; kk++)
-    tf_wgmma_rs<DT, 1>(acc, a[kk], tf_wgmma_desc(b_st + kk * 2048, BR * 128, 1024), true);
-  tf_wgmma_commit();
-}
-
+ * waited for (one commit group; tf_wgmma_issue_acc issues one of them
+ * alone). */
 template <int DT, int BR, int R>
 __device__ __forceinline__ void tf_wgmma_bwd_dv_dk(float (&dv)[R], float (&dk)[R], const uint32_t (&pa)[BR / 16][4],
                                                    const uint32_t (&da)[BR / 16][4], uint32_t do_st, uint32_t q_st) {
