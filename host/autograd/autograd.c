@@ -171,9 +171,11 @@ static tf_status tf_accumulate(tf_tensor **acc, tf_tensor *g) {
 }
 
 /* The first gradient a leaf keeps must own its memory: views of other
- * gradients would alias them. */
+ * gradients, or a tensor also held elsewhere (passed through to two
+ * leaves, or the caller's backward(g)), would alias them. */
 static tf_status tf_accumulate_leaf(tf_tensor *leaf, tf_tensor *g) {
-  if (!leaf->grad && (g->storage->refcount > 1 || !tf_tensor_is_contiguous(g) || g->offset != 0)) {
+  if (!leaf->grad &&
+      (g->refcount > 1 || g->storage->refcount > 1 || !tf_tensor_is_contiguous(g) || g->offset != 0)) {
     tf_tensor *own;
     tf_status st = tf_to(g, g->dtype, g->device, &own);
     tf_tensor_release(g);
@@ -307,6 +309,14 @@ static tf_status tf_root_gradient(tf_tensor *root, const tf_tensor *grad, tf_ten
   }
   if (!tf_device_eq(grad->device, root->device))
     return tf_fail(TF_ERR_DEVICE, "backward: the gradient is on another device than the tensor");
+  /* The caller's tensor itself where it already fits (dtype, contiguous),
+   * as PyTorch does: the pass reads gradients and never writes them in
+   * place, and a leaf keeps a copy of a gradient someone else holds
+   * (tf_accumulate_leaf). */
+  if (grad->dtype == root->dtype && tf_tensor_is_contiguous(grad)) {
+    *out = tf_tensor_retain((tf_tensor *)grad);
+    return TF_OK;
+  }
   return tf_to(grad, root->dtype, root->device, out);
 }
 

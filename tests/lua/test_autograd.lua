@@ -94,6 +94,33 @@ T.test("gradients accumulate; zero_grad and assigning grad", function()
   T.eq(a.grad:tolist(), { 15.0 })
 end)
 
+T.test("backward(g) reads the caller's gradient, and leaves keep their own copies of it", function()
+  local x = tf.tensor({ 1, 2, 3 }, { device = "cpu", dtype = "f64" }):requires_grad(true)
+  local g = tf.tensor({ 0.5, -1, 2 }, { device = "cpu", dtype = "f64" })
+  ;(x + 0):backward(g) -- add passes the gradient through to the leaf unchanged
+  T.eq(x.grad:tolist(), { 0.5, -1.0, 2.0 })
+  g:fill_(7)
+  T.eq(x.grad:tolist(), { 0.5, -1.0, 2.0 }, "the leaf's gradient is not the caller's tensor")
+  x:backward(g) -- a leaf as the root
+  T.eq(x.grad:tolist(), { 7.5, 6.0, 9.0 })
+  g:fill_(0)
+  T.eq(x.grad:tolist(), { 7.5, 6.0, 9.0 })
+  -- a gradient of another dtype or a strided view still works
+  local y = tf.tensor({ 1, 2 }, { device = "cpu", dtype = "f32" }):requires_grad(true)
+  ;(y * 2):backward(tf.tensor({ 1, 1 }, { device = "cpu", dtype = "f64" }))
+  T.eq(y.grad:tolist(), { 2.0, 2.0 })
+  local w = tf.zeros({ 2, 2 }, { device = "cpu", dtype = "f32" }):requires_grad(true)
+  local m = tf.tensor({ { 1, 2 }, { 3, 4 } }, { device = "cpu", dtype = "f32" })
+  ;(w * 1):backward(m:t())
+  T.eq(w.grad:tolist(), { { 1.0, 3.0 }, { 2.0, 4.0 } })
+  -- one gradient passed through to two leaves: each keeps its own
+  local a = tf.tensor({ 1, 2 }, { device = "cpu", dtype = "f64" }):requires_grad(true)
+  local b = tf.tensor({ 3, 4 }, { device = "cpu", dtype = "f64" }):requires_grad(true)
+  ;(a + b):backward(tf.tensor({ 1, -1 }, { device = "cpu", dtype = "f64" }))
+  a.grad:fill_(0)
+  T.eq(b.grad:tolist(), { 1.0, -1.0 })
+end)
+
 T.test("backward's on_grad: each leaf told after its gradient is added, errors stop the pass", function()
   local a, b = tf.randn(3):requires_grad(true), tf.randn(3):requires_grad(true)
   local told = {}
