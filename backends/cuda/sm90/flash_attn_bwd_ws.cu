@@ -303,6 +303,11 @@ __global__ void __launch_bounds__(384, 1) tf_flash_bwd_ws_kernel(const __grid_co
         tf_wgmma_hold(dv);
         tf_wgmma_hold_regs(pa);
         if (it >= DQ_BUFS) tf_mbar_wait(bar_dq_empty + 8 * buf, (uint32_t)((it / DQ_BUFS - 1) & 1));
+        /* the row's permutation from a register the compiler cannot see
+         * through, so that it does not keep the tile's N / 4 addresses live
+         * across the loop (at head dim 128 that spilled 144 bytes) */
+        int r7 = g;
+        asm volatile("" : "+r"(r7));
 #pragma unroll
         for (int h = 0; h < 2; h++) {
           const int r = row0 + warp * 16 + g + 8 * h;
@@ -310,7 +315,7 @@ __global__ void __launch_bounds__(384, 1) tf_flash_bwd_ws_kernel(const __grid_co
           for (int nt = 0; nt < N / 8; nt++) {
             const int col = col0 + nt * 8 + t2;
             if (col < hd)
-              *reinterpret_cast<float2 *>(dq_tile + r * hd + tf_flash_dq_col(col, g, hd)) =
+              *reinterpret_cast<float2 *>(dq_tile + r * hd + tf_flash_dq_col(col, r7, hd)) =
                   make_float2(dq[4 * nt + 2 * h], dq[4 * nt + 2 * h + 1]);
           }
         }
