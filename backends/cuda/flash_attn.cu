@@ -15,6 +15,7 @@
  * kernel), or, with deterministic, by a kernel of its own that loops over
  * the key blocks. The SIMT path is always deterministic. */
 #include "flash_attn_common.cuh"
+#include "nn_common.cuh"
 
 #include <math.h>
 #include <string.h>
@@ -84,20 +85,29 @@ __global__ void __launch_bounds__(TF_CUDA_THREADS) tf_flash_rowdot_kernel(const 
 }
 
 /* dq = scale * dq_acc, rounded to the dtype (dq_acc's columns permuted
- * by tf_flash_dq_col when dq_acc_swizzled). */
+ * by tf_flash_dq_col when dq_acc_swizzled), for the tensor-core path's
+ * 16-bit dtypes and head dims (multiples of 8, dq on a 16-byte boundary):
+ * 8 columns a thread step, two 16-byte loads (the permutation moves whole
+ * 4-column chunks) and one 16-byte store. */
 template <int DT>
 __global__ void __launch_bounds__(TF_CUDA_THREADS) tf_flash_dq_convert_kernel(const tf_cuda_flash_params p) {
   typedef tf_cuda_dtype<DT> D;
-  typename D::storage *dq = static_cast<typename D::storage *>(p.dq);
-  const int hd = p.head_dim;
-  const int64_t n = p.batch * p.seq_q * hd;
+  typedef typename D::storage S;
+  static_assert(sizeof(S) == 2, "the tensor-core path's dtypes");
+  S *dq = static_cast<S *>(p.dq);
+  const int hd = p.head_dim, per_row = hd / 8;
+  const int64_t n = p.batch * p.seq_q * per_row;
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-    int64_t at = i;
-    if (p.dq_acc_swizzled) { /* permuted by the row's index in its problem */
-      const int64_t row = i / hd;
-      at = row * hd + tf_flash_dq_col((int)(i - row * hd), (int)(row % p.seq_q & 7), hd);
-    }
-    dq[i] = D::store(p.dq_acc[at] * p.scale);
+    const int64_t row = i / per_row;
+    const int c = (int)(i - row * per_row) * 8, r7 = (int)(row % p.seq_q & 7); /* r7: the row in its problem */
+    auto at = [&](int col) { return row * hd + (p.dq_acc_swizzled ? tf_flash_dq_col(col, r7, hd) : col); };
+    const float4 a = *reinterpret_cast<const float4 *>(p.dq_acc + at(c));
+    const float4 b = *reinterpret_cast<const float4 *>(p.dq_acc + at(c + 4));
+    const float v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+    S raw[8];
+#pragma unroll
+    for (int u = 0; u < 8; u++) raw[u] = D::store(v[u] * p.scale);
+    tf_cuda_store_n<S, 8>(dq + row * hd + c, raw);
   }
 }
 
@@ -392,24 +402,24 @@ static bool tf_flash_tc_ok(const tf_flash_args *a) {
 }
 
 /* Whether the backward pass computes dQ in a pass of its own (no f32 dQ
- * accumulator): when deterministic, off the tensor-core path, and where
- * st's device does it faster so (tf_flash_bwd_dq_pass_here). */
-static bool tf_flash_dq_pass(const tf_cuda_state *st, const tf_flash_args *a) {
-  return a->deterministic || !tf_flash_tc_shape(a) || tf_flash_bwd_dq_pass_here(st, a->head_dim);
-}
+ * accumulator): when deterministic, and off the tensor-core path. (On
+ * Hopper that pass was faster than dQ by reductions at head dims 80-128
+ * until the warp-specialised kernel's dQ order of 2026-11-28.) */
+static bool tf_flash_dq_pass(const tf_flash_args *a) { return a->deterministic || !tf_flash_tc_shape(a); }
 
 /* D (f32 per query row), then, where dQ has no pass of its own, the f32
  * dQ accumulator. */
-static size_t tf_flash_workspace_bytes(const tf_cuda_state *st, const tf_flash_args *a) {
+static size_t tf_flash_workspace_bytes(const tf_flash_args *a) {
   if (!a->backward || a->batch <= 0 || a->seq_q <= 0 || a->head_dim <= 0) return 0;
   const size_t rows = (size_t)a->batch * (size_t)a->seq_q;
   size_t bytes = tf_flash_round256(rows * sizeof(float));
-  if (!tf_flash_dq_pass(st, a)) bytes += tf_flash_round256(rows * (size_t)a->head_dim * sizeof(float));
+  if (!tf_flash_dq_pass(a)) bytes += tf_flash_round256(rows * (size_t)a->head_dim * sizeof(float));
   return bytes;
 }
 
 size_t tf_cuda_flash_workspace(tf_device_ctx *ctx, const tf_flash_args *a) {
-  return tf_flash_workspace_bytes(tf_cuda_state_of(ctx), a);
+  (void)ctx;
+  return tf_flash_workspace_bytes(a);
 }
 
 template <int DT> static tf_status tf_flash_backward(tf_cuda_state *st, tf_cuda_flash_params *p, bool tc, bool det) {
@@ -430,11 +440,14 @@ template <int DT> static tf_status tf_flash_backward(tf_cuda_state *st, tf_cuda_
     return tf_cuda_flash_dq_tc(st, p, (tf_dtype)DT, hd_pad);
   }
   const int64_t n = rows * p->head_dim;
-  p->dq_acc_swizzled = tf_flash_bwd_ws_on(st, p->head_dim, true);
+  p->dq_acc_swizzled = tf_flash_bwd_ws_on(st, p->head_dim);
   TF_CUDA_CHECK(cudaMemsetAsync(p->dq_acc, 0, (size_t)n * sizeof(float), st->stream));
   if (p->seq_k > 0) TF_TRY(tf_cuda_flash_backward_tc(st, p, (tf_dtype)DT, hd_pad, true));
-  tf_flash_dq_convert_kernel<DT><<<tf_cuda_blocks(st, n), TF_CUDA_THREADS, 0, st->stream>>>(*p);
-  return tf_cuda_launched("flash_attention dq convert kernel");
+  if constexpr (DT == TF_F16 || DT == TF_BF16) { /* the tensor-core path: head dims of 8s, 16-byte aligned (tc_ok) */
+    tf_flash_dq_convert_kernel<DT><<<tf_cuda_blocks(st, n / 8), TF_CUDA_THREADS, 0, st->stream>>>(*p);
+    return tf_cuda_launched("flash_attention dq convert kernel");
+  }
+  return tf_fail(TF_ERR_STATE, "flash_attention: dQ by reductions on the tensor-core path only");
 }
 
 template <int DT> static tf_status tf_flash_typed(tf_cuda_state *st, const tf_flash_args *a) {
@@ -457,14 +470,14 @@ template <int DT> static tf_status tf_flash_typed(tf_cuda_state *st, const tf_fl
     if (tc) return tf_cuda_flash_forward_tc(st, &p, (tf_dtype)DT, tf_flash_tc_dim(a->head_dim));
     return tf_flash_simt_forward<DT>(st, &p);
   }
-  const size_t need = tf_flash_workspace_bytes(st, a);
+  const size_t need = tf_flash_workspace_bytes(a);
   if (!a->workspace && need > 0)
     return tf_fail(TF_ERR_ARG, "flash_attention backward: no workspace (%zu bytes needed)", need);
   const size_t rows = (size_t)a->batch * (size_t)a->seq_q;
   p.rowdot = static_cast<float *>(a->workspace);
   p.dq_acc = reinterpret_cast<float *>(static_cast<char *>(a->workspace) + tf_flash_round256(rows * sizeof(float)));
   /* the dQ accumulator is there only where flash_workspace counted it */
-  return tf_flash_backward<DT>(st, &p, tc, tf_flash_dq_pass(st, a));
+  return tf_flash_backward<DT>(st, &p, tc, tf_flash_dq_pass(a));
 }
 
 /* The backend entry: the dispatcher has checked shapes and devices. */

@@ -443,20 +443,9 @@ template <int DT> static tf_status tf_flash_dq_dt(tf_cuda_state *st, const tf_cu
   }
 }
 
-bool tf_flash_bwd_ws_on(const tf_cuda_state *st, int64_t hd, bool atomic_dq) {
+bool tf_flash_bwd_ws_on(const tf_cuda_state *st, int64_t hd) {
 #ifdef TF_WITH_SM90A
-  if (tf_flash_wgmma_dim(hd) <= 0 || !tf_flash_wgmma_here(st) || tf_env_is("TF_FLASH_BWD_WS", "0")) return false;
-  return !atomic_dq || tf_flash_wgmma_dim(hd) <= 96 || tf_env_is("TF_FLASH_BWD_WS", "1");
-#else
-  (void)st, (void)hd, (void)atomic_dq;
-  return false;
-#endif
-}
-
-bool tf_flash_bwd_dq_pass_here(const tf_cuda_state *st, int64_t hd) {
-#ifdef TF_WITH_SM90A
-  return tf_flash_wgmma_dim(hd) > 96 && tf_flash_wgmma_here(st) && !tf_env_is("TF_FLASH_BWD_WS", "0") &&
-         !tf_env_is("TF_FLASH_BWD_WS", "1");
+  return tf_flash_wgmma_dim(hd) > 0 && tf_flash_wgmma_here(st) && !tf_env_is("TF_FLASH_BWD_WS", "0");
 #else
   (void)st, (void)hd;
   return false;
@@ -467,7 +456,7 @@ tf_status tf_cuda_flash_backward_tc(tf_cuda_state *st, const tf_cuda_flash_param
                                     bool atomic_dq) {
 #ifdef TF_WITH_SM90A
   const int hd_w = tf_flash_wgmma_dim(p->head_dim);
-  if (hd_w > 0 && tf_flash_bwd_ws_on(st, p->head_dim, atomic_dq)) {
+  if (hd_w > 0 && tf_flash_bwd_ws_on(st, p->head_dim)) {
     if (atomic_dq && !p->dq_acc_swizzled)
       return tf_fail(TF_ERR_STATE, "flash_attention: the warp-specialised backward kernel wants a swizzled dQ workspace");
     return tf_cuda_flash_backward_ws(st, p, dt, hd_w, atomic_dq);
@@ -483,7 +472,7 @@ tf_status tf_cuda_flash_dq_tc(tf_cuda_state *st, const tf_cuda_flash_params *p, 
   const int hd_w = tf_flash_wgmma_dim(p->head_dim);
   if (hd_w > 0 && tf_flash_wgmma_here(st)) {
     /* the warp-specialised kernel where it takes the dK/dV pass (no keys: the other writes the zeros) */
-    if (p->seq_k > 0 && tf_flash_bwd_ws_on(st, p->head_dim, false)) return tf_cuda_flash_dq_ws(st, p, dt, hd_w);
+    if (p->seq_k > 0 && tf_flash_bwd_ws_on(st, p->head_dim)) return tf_cuda_flash_dq_ws(st, p, dt, hd_w);
     return tf_cuda_flash_dq_wgmma(st, p, dt, hd_w);
   }
 #endif

@@ -235,18 +235,11 @@ bool tf_flash_wgmma_here(const tf_cuda_state *st);
  * kernel where it takes a wgmma one (unless TF_FLASH_FWD_WS=0, read on every call). */
 bool tf_flash_fwd_ws_on(void);
 /* flash_attn_bwd.cu: whether the backward pass of head dim hd takes the
- * warp-specialised kernel on st's device: wgmma's devices and head dims,
- * for the deterministic pass (dQ by its own kernel) unless
- * TF_FLASH_BWD_WS=0, and for dQ by reductions (atomic_dq) at head dims
- * 64 to 96 (128-row query steps at 64) or with TF_FLASH_BWD_WS=1; read on
- * every call. */
-bool tf_flash_bwd_ws_on(const tf_cuda_state *st, int64_t hd, bool atomic_dq);
-/* flash_attn_bwd.cu: whether a backward pass of head dim hd that may add
- * dQ up by reductions computes it in a pass of its own on st's device
- * instead, as deterministic passes do: on wgmma's devices at head dim 128,
- * where the warp-specialised dK/dV kernel and the dQ kernel were faster
- * than dQ by reductions, unless TF_FLASH_BWD_WS is 0 or 1. */
-bool tf_flash_bwd_dq_pass_here(const tf_cuda_state *st, int64_t hd);
+ * warp-specialised kernels on st's device (dK/dV with dQ by reductions,
+ * or without dQ and the warp-specialised dQ kernel when deterministic):
+ * wgmma's devices and head dims, unless TF_FLASH_BWD_WS=0; read on every
+ * call. */
+bool tf_flash_bwd_ws_on(const tf_cuda_state *st, int64_t hd);
 /* flash_attn_bwd.cu: dK and dV, and dQ into dq_acc with float atomics when
  * atomic_dq (else tf_cuda_flash_dq_tc computes dq, with no atomics). */
 tf_status tf_cuda_flash_backward_tc(tf_cuda_state *st, const tf_cuda_flash_params *p, tf_dtype dt, int hd_pad,

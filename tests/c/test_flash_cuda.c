@@ -27,12 +27,11 @@
  *     this first pass (TF_FLASH_BWD_WS=0, unless the run sets it); those
  *     shapes then run a second time with TF_FLASH_WGMMA=0, so the mma.sync
  *     kernels they replaced stay checked, and a third time with
- *     TF_FLASH_BWD_WS=1 and TF_FLASH_FWD_WS flipped: the backward pass by
- *     the warp-specialised kernel (which every backward pass takes by
- *     default: dQ by reductions at head dims 64-96, else dQ by the dQ kernel
- *     as in deterministic passes, so the default is covered by the first
- *     and third; a run without TF_FLASH_BWD_WS, as under
- *     TF_FLASH_SANITIZE, checks it as it is) and the
+ *     TF_FLASH_BWD_WS=1 (the default) and TF_FLASH_FWD_WS flipped: the
+ *     backward pass by the warp-specialised kernels (dK/dV with dQ by
+ *     reductions, or without dQ and the warp-specialised dQ kernel when
+ *     deterministic; a run without TF_FLASH_BWD_WS, as under
+ *     TF_FLASH_SANITIZE, checks them as they are) and the
  *     forward pass by the other Hopper kernel than the run's, so both
  *     forward kernels are checked in every run (the op names say which
  *     kernel: "forward o [wgmma-ws]");
@@ -44,8 +43,8 @@
  * backward (float atomics and deterministic) and both, in ms and TFLOP/s
  * (forward 4 B S^2 d / 2 FLOPs under the causal mask, backward 2.5 times
  * that), then the forward pass with the mma.sync kernel in place of the
- * wgmma one, then the backward pass by the warp-specialised kernel
- * (TF_FLASH_BWD_WS=1) at (16, 16384, 64), (16, 16384, 128), (128, 4096,
+ * wgmma one, then the backward pass by the earlier wgmma kernels
+ * (TF_FLASH_BWD_WS=0) at (16, 16384, 64), (16, 16384, 128), (128, 4096,
  * 80) and (16, 16384, 96), then the forward pass by flash_attn_wgmma.cu's
  * kernel and by the warp-specialised one, one after the other, at (16,
  * 16384, 64), (16, 16384, 128), (16, 16384, 96), (128, 4096, 80) and
@@ -177,7 +176,7 @@ static bool fwd_ws_on(void) {
 }
 
 /* The shapes of the wgmma kernels (f16, bf16, causal or not) once more
- * with TF_FLASH_BWD_WS=1, the backward pass by the warp-specialised kernel,
+ * with TF_FLASH_BWD_WS=1, the backward pass by the warp-specialised kernels,
  * and the other forward kernel than the run's (TF_FLASH_FWD_WS flipped):
  * [wgmma-ws] where a pass ran on a warp-specialised kernel. Small shapes
  * only when only_small. */
@@ -198,14 +197,9 @@ static const char *path_of(tf_dtype dt, int64_t d, int64_t off, bool forward) {
 }
 
 /* Whether a backward pass adds dQ up by reductions into an f32
- * accumulator (flash_attn.cu's rule): tensor cores, not deterministic, and
- * not at the Hopper head dims above 96, where dQ has a pass of its own
- * unless TF_FLASH_BWD_WS is 0 or 1. */
+ * accumulator (flash_attn.cu's rule): tensor cores and not deterministic. */
 static bool dq_by_reductions(const tf_flash_args *a) {
-  if (a->dtype == TF_F32 || a->head_dim % 8 != 0 || a->deterministic) return false;
-  const char *ws = getenv("TF_FLASH_BWD_WS");
-  const bool ws_set = ws && (strcmp(ws, "0") == 0 || strcmp(ws, "1") == 0);
-  return ws_set || !wgmma_on() || a->head_dim <= 96;
+  return a->dtype != TF_F32 && a->head_dim % 8 == 0 && !a->deterministic;
 }
 
 static tf_flash_args args_of(const flash_shape *s, tf_dtype dt, bool causal, double scale) {
@@ -469,10 +463,9 @@ static void ws_pass(bool only_small, int first_dtype) {
 static void all_checks(void) {
   static const tf_dtype dts[3] = {TF_F32, TF_F16, TF_BF16};
   /* By default every Hopper backward pass takes the warp-specialised
-   * kernel (with dQ by reductions at head dims 64-96, then the dQ kernel at
-   * 128 and in deterministic passes): the first passes check the
-   * earlier kernels (TF_FLASH_BWD_WS=0), ws_pass the warp-specialised one
-   * both ways (=1), so the default is covered too. */
+   * kernels (dQ by reductions, or by the dQ kernel in deterministic
+   * passes): the first passes check the earlier kernels
+   * (TF_FLASH_BWD_WS=0), ws_pass the warp-specialised ones both ways. */
   const char *ws_env = getenv("TF_FLASH_BWD_WS");
   if (!ws_env) setenv("TF_FLASH_BWD_WS", "0", 1);
   for (int di = 0; di < 3; di++)
@@ -548,8 +541,8 @@ int main(void) {
       printf("\nhead dim 80, the mma.sync kernels (TF_FLASH_WGMMA=0; padded to 96 there)\n");
       bench_shape(128, 4096, 80);
       unsetenv("TF_FLASH_WGMMA");
-      printf("\nthe backward pass by the warp-specialised kernel (TF_FLASH_BWD_WS=1)\n");
-      setenv("TF_FLASH_BWD_WS", "1", 1);
+      printf("\nthe backward pass by the earlier wgmma kernels (TF_FLASH_BWD_WS=0)\n");
+      setenv("TF_FLASH_BWD_WS", "0", 1);
       bench_shape(16, 16384, 64);
       bench_shape(16, 16384, 128);
       bench_shape(128, 4096, 80);

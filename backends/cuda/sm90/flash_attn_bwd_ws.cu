@@ -1,10 +1,9 @@
 /* FlashAttention's backward pass on Hopper, warp-specialised (sm_90a):
  * dK and dV of 128 keys a block, and dQ added into the f32 workspace,
  * f16/bf16, head dims (padded to) 64, 80, 96 and 128. Selected over
- * flash_attn_wgmma.cu's dK/dV kernel unless TF_FLASH_BWD_WS=0: for
- * deterministic passes (and those at head dim 128, where dQ by its own
- * kernel was faster), and with dQ by reductions at head dims 64 to 96 or
- * with TF_FLASH_BWD_WS=1 (tf_flash_bwd_ws_on, flash_attn_bwd.cu).
+ * flash_attn_wgmma.cu's dK/dV kernel unless TF_FLASH_BWD_WS=0: without
+ * dQ for deterministic passes, with dQ by reductions for the others
+ * (tf_flash_bwd_ws_on, flash_attn_bwd.cu).
  *
  * A block has three warpgroups and no block-wide barrier after its start:
  *   - warpgroup 0 gives its registers away (setmaxnreg) and loads: its
@@ -305,9 +304,12 @@ __global__ void __launch_bounds__(384, 1) tf_flash_bwd_ws_kernel(const __grid_co
         if (it >= DQ_BUFS) tf_mbar_wait(bar_dq_empty + 8 * buf, (uint32_t)((it / DQ_BUFS - 1) & 1));
         /* the row's permutation from a register the compiler cannot see
          * through, so that it does not keep the tile's N / 4 addresses live
-         * across the loop (at head dim 128 that spilled 144 bytes) */
+         * across the loop: at head dim 128 that spilled 144 bytes (H200,
+         * (16, 16384, 128): 6.45 -> 5.71 ms), and the kernel is faster so
+         * at 64 and 96 too (3.32 -> 3.19, 4.54 -> 4.31 ms), not at 80
+         * ((128, 4096, 80): 2.13 -> 2.21 ms) */
         int r7 = g;
-        asm volatile("" : "+r"(r7));
+        if constexpr (HD != 80) asm volatile("" : "+r"(r7));
 #pragma unroll
         for (int h = 0; h < 2; h++) {
           const int r = row0 + warp * 16 + g + 8 * h;
