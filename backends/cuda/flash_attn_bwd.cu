@@ -461,6 +461,12 @@ tf_status tf_cuda_flash_backward_tc(tf_cuda_state *st, const tf_cuda_flash_param
       return tf_fail(TF_ERR_STATE, "flash_attention: the warp-specialised backward kernel wants a swizzled dQ workspace");
     return tf_cuda_flash_backward_ws(st, p, dt, hd_w, atomic_dq);
   }
+#endif
+  /* the other kernels add dQ up in the workspace's plain layout (the choice
+   * above is read from the environment on every call: never mix the two) */
+  if (atomic_dq && p->dq_acc_swizzled)
+    return tf_fail(TF_ERR_STATE, "flash_attention: a swizzled dQ workspace for a kernel that adds dQ up unswizzled");
+#ifdef TF_WITH_SM90A
   if (hd_w > 0 && tf_flash_wgmma_here(st)) return tf_cuda_flash_backward_wgmma(st, p, dt, hd_w, atomic_dq);
 #endif
   return dt == TF_BF16 ? tf_flash_bwd_dt<TF_BF16>(st, p, hd_pad, atomic_dq)

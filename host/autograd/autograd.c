@@ -263,6 +263,11 @@ static tf_status tf_run_node(tf_node *x, bool retain, tf_node_list *ready, const
   tf_mem_scope outer = tf_mem_scope_enter(TF_TAG_TEMPORARY, x->name);
   tf_status st = x->backward(x, x->gsum, gin);
   tf_mem_scope_leave(outer);
+  /* The node's gradient is released before its inputs' are handed on, so
+   * that one it passed through unchanged is held by that input alone and a
+   * leaf can keep it without a copy (tf_accumulate_leaf). */
+  tf_tensor_release(x->gsum);
+  x->gsum = NULL;
   for (int i = 0; i < x->ninputs; i++) {
     tf_tensor *g = gin[i];
     gin[i] = NULL;
@@ -284,8 +289,6 @@ static tf_status tf_run_node(tf_node *x, bool retain, tf_node_list *ready, const
       tf_tensor_release(g);
     }
   }
-  tf_tensor_release(x->gsum);
-  x->gsum = NULL;
   if (!retain && st == TF_OK) {
     tf_node_free_saved(x);
     x->freed = true;
