@@ -4,7 +4,11 @@
 # test_nnops_cuda may be copied beside tfhost), refreshes the PyTorch oracle
 # of the mixed-precision experiment when torch is there, and runs the
 # experiments. Logs go to $OUT (or ./gpu-out); a summary is printed last.
+# The whole run takes longer than some machines lend for one command:
+# TF_GPU_PARTS picks parts (a comma list of oracles, c, lua, cli, sanitize,
+# experiments; default all of them), so that it can run as several calls.
 #   tests/gpu/run.sh build/bundle
+#   TF_GPU_PARTS=c,lua tests/gpu/run.sh build/bundle; TF_GPU_PARTS=cli,sanitize,experiments tests/gpu/run.sh ...
 set -uo pipefail
 dir=$(realpath "${1:?usage: tests/gpu/run.sh path/to/bundle}")
 bin=$dir/tfhost
@@ -13,6 +17,14 @@ mkdir -p "$out"
 cd "$(dirname "$0")/../.."
 summary=()
 failed=0
+parts=${TF_GPU_PARTS:-oracles,c,lua,cli,sanitize,experiments}
+for part in ${parts//,/ }; do
+  case $part in
+    oracles | c | lua | cli | sanitize | experiments) ;;
+    *) echo "run.sh: unknown part '$part' in TF_GPU_PARTS (oracles, c, lua, cli, sanitize, experiments)" >&2; exit 2 ;;
+  esac
+done
+want() { [[ ",$parts," == *",$1,"* ]]; }
 record() { # name, status, detail
   summary+=("$(printf '%-28s %-5s %s' "$1" "$2" "$3")")
   echo "${summary[-1]}" >> "$out/progress.txt" # read this when a run is cut off
@@ -33,7 +45,7 @@ echo "== device"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 "$bin" -v
 
-if python3 -c "import torch" 2>/dev/null; then
+if want oracles && python3 -c "import torch" 2>/dev/null; then
   mkdir -p tests/reference/oracles
   if python3 tests/reference/torch_mixed_precision.py "$out/mixed_precision_torch.json" > "$out/torch_oracle.log" 2>&1; then
     cp "$out/mixed_precision_torch.json" tests/reference/oracles/mixed_precision.json
@@ -49,7 +61,7 @@ if python3 -c "import torch" 2>/dev/null; then
   fi
 fi
 
-for t in "$dir"/test_*; do
+want c && for t in "$dir"/test_*; do
   [ -x "$t" ] || continue
   name=$(basename "$t")
   "$t" > "$out/$name.log" 2>&1
@@ -57,19 +69,19 @@ for t in "$dir"/test_*; do
   [ $rc -eq 0 ] && record "$name" ok "$(tail -1 "$out/$name.log")" || record "$name" FAIL "rc=$rc, see $name.log"
 done
 
-for t in tests/lua/test_*.lua; do
+want lua && for t in tests/lua/test_*.lua; do
   lua_test "$(basename "$t" .lua)" "$bin" "$t"
 done
 
 # tf.dist and data-parallel training as 2 GPU ranks (NCCL), where there are two GPUs
-for t in dist ddp; do
+want lua && for t in dist ddp; do
   lua_test "test_${t}_2_gpus" env TF_DDP_DEVICE=default TF_DIST_TIMEOUT=60 tests/lua/on_gpus.sh "$bin" 2 \
     "tests/lua/test_$t.lua"
 done
 
 # the GPU machines have no chromium: the memory-plot rendering test runs in CI
 export TF_ALLOW_NO_CHROMIUM=1
-for t in tests/cli/test_*.py; do
+want cli && for t in tests/cli/test_*.py; do
   name=$(basename "$t" .py)
   python3 "$t" "$bin" > "$out/$name.log" 2>&1
   rc=$?
@@ -79,18 +91,22 @@ for t in tests/cli/test_*.py; do
 done
 
 # memcheck, racecheck and synccheck over the flash, fused-model and ops kernels
-OUT="$out" tests/gpu/sanitize.sh "$dir" > "$out/sanitize.log" 2>&1
-rc=$?
-while read -r tool test status detail; do
-  record "$tool $test" "$status" "$detail"
-done < <(cat "$out/sanitize/summary.txt" 2>/dev/null)
-[ $rc -eq 77 ] && record "compute-sanitizer" skip "$(grep SKIPPED "$out/sanitize.log")"
-[ $rc -ne 0 ] && [ $rc -ne 77 ] && record "compute-sanitizer" FAIL "rc=$rc, see sanitize.log"
+if want sanitize; then
+  OUT="$out" tests/gpu/sanitize.sh "$dir" > "$out/sanitize.log" 2>&1
+  rc=$?
+  while read -r tool test status detail; do
+    record "$tool $test" "$status" "$detail"
+  done < <(cat "$out/sanitize/summary.txt" 2>/dev/null)
+  [ $rc -eq 77 ] && record "compute-sanitizer" skip "$(grep SKIPPED "$out/sanitize.log")"
+  [ $rc -ne 0 ] && [ $rc -ne 77 ] && record "compute-sanitizer" FAIL "rc=$rc, see sanitize.log"
+fi
 
-echo "== experiments"
-"$bin" experiments/mixed_precision.lua --json "$out/mixed_precision.json" > "$out/mixed_precision.log" 2>&1 \
-  && record "mixed_precision.lua" ok "$(grep -A4 '## 4' "$out/mixed_precision.log" | tail -1)" \
-  || record "mixed_precision.lua" FAIL "see mixed_precision.log"
+if want experiments; then
+  echo "== experiments"
+  "$bin" experiments/mixed_precision.lua --json "$out/mixed_precision.json" > "$out/mixed_precision.log" 2>&1 \
+    && record "mixed_precision.lua" ok "$(grep -A4 '## 4' "$out/mixed_precision.log" | tail -1)" \
+    || record "mixed_precision.lua" FAIL "see mixed_precision.log"
+fi
 
 echo "== summary"
 printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
