@@ -15,6 +15,13 @@
 --   tfhost experiments/flash_benchmark.lua                        (the full CS336 sweep)
 --   tfhost experiments/flash_benchmark.lua --seq 1024,16384 --d 64 --dtype bf16 --json out.json
 --   tfhost experiments/flash_benchmark.lua --quick                (a CPU smoke run in seconds)
+--   tfhost experiments/flash_benchmark.lua --seq 16384 --d 128 --dtype bf16 --impl flash --heads 16 --profile 10
+--                                          (and where a forward + backward call's time goes, kernel by kernel)
+--
+-- --profile N runs N more forward + backward calls of each configuration
+-- under tf.prof and prints its kernels (on the CPU: its ops) per call:
+-- calls, ms and share of the call's kernel time; the row's kernel_ms is
+-- their sum, beside fwdbwd_ms (wall time) in the JSON.
 local opt = tf.options{
   description = "FlashAttention-2 vs naive attention: forward, backward and forward+backward latency and TFLOP/s.",
   { "seq", "sequence lengths", default = "128,256,512,1024,2048,4096,8192,16384,32768,65536", type = "list:int" },
@@ -29,6 +36,7 @@ local opt = tf.options{
   { "memory_limit", "cap the device memory tfhost may reserve, in GiB (0: none); shows OOM rows cheaply",
     default = 0.0 },
   { "quick", "tiny sizes for a smoke run (seq 64,128; d 16,32; 2 timed calls after 1 warm-up)", type = "bool" },
+  { "profile", "forward + backward calls profiled kernel by kernel after the timing (0: none)", default = 0 },
   { "json", "write the rows and the environment to this file", type = "string" },
   { "plot", "draw latency and TFLOP/s against sequence length into this file (.svg or .html)", type = "string" },
 }
@@ -39,6 +47,7 @@ for _, name in ipairs({ "batch", "heads", "iters" }) do
   if opt[name] < 1 then tf.exit(2, "flash_benchmark.lua: --" .. name .. " must be >= 1\n") end
 end
 if opt.warmup < 0 then tf.exit(2, "flash_benchmark.lua: --warmup must be >= 0\n") end
+if opt.profile < 0 then tf.exit(2, "flash_benchmark.lua: --profile must be >= 0\n") end
 for _, list in ipairs({ "d", "seq" }) do
   for _, n in ipairs(opt[list]) do
     if n < 1 then tf.exit(2, "flash_benchmark.lua: --" .. list .. " values must be >= 1\n") end
@@ -49,6 +58,34 @@ if opt.memory_limit > 0 then tf.mem.set_limit(math.floor(opt.memory_limit * 2 ^ 
 
 local progress = tf.report.progress
 
+
+-- One forward + backward call, its output and gradients dropped.
+local function fwdbwd(q, k, v, dout, attn)
+  local out = tf.attention(q, k, v, attn)
+  out:backward(dout)
+  out:free()
+  q:zero_grad()
+  k:zero_grad()
+  v:zero_grad()
+end
+
+-- opt.profile forward + backward calls under tf.prof: each kernel's calls
+-- and ms per call, heaviest first (the rows of tf.prof's kernels table).
+local function profile(q, k, v, dout, attn)
+  local function call() fwdbwd(q, k, v, dout, attn) end
+  call() -- a warm call outside the profile
+  tf.sync()
+  local p <close> = tf.prof.start()
+  for _ = 1, opt.profile do call() end
+  tf.sync()
+  p:stop()
+  local rows = {}
+  for _, r in ipairs(p:kernels{}) do
+    rows[#rows + 1] = { name = r.name, calls = r.instances / opt.profile, ms = r.total_ms / opt.profile }
+  end
+  table.sort(rows, function(a, b) return a.ms > b.ms end)
+  return rows
+end
 
 local function measure(dtype, d, seq, impl)
   local row = { dtype = dtype, d = d, seq = seq, impl = impl, batch = opt.batch, heads = opt.heads,
@@ -70,14 +107,7 @@ local function measure(dtype, d, seq, impl)
         return tf.bench.backward(function() return tf.attention(q, k, v, attn) end, dout, { q, k, v }, opt)
       end },
       { "fwdbwd", 3.5, function()
-        return tf.bench(function()
-          local out = tf.attention(q, k, v, attn)
-          out:backward(dout)
-          out:free()
-          q:zero_grad()
-          k:zero_grad()
-          v:zero_grad()
-        end, { warmup = opt.warmup, iters = opt.iters })
+        return tf.bench(function() fwdbwd(q, k, v, dout, attn) end, { warmup = opt.warmup, iters = opt.iters })
       end },
     }
     for _, r in ipairs(runs) do
@@ -86,6 +116,7 @@ local function measure(dtype, d, seq, impl)
       row[name .. "_ms"] = s.median
       row[name .. "_tflops"] = factor * flops / (s.median * 1e-3) / 1e12
     end
+    if opt.profile > 0 then row.kernels = profile(q, k, v, dout, attn) end
   end)
   if not ok then
     if not tf.mem.is_oom(err) then error(err, 0) end
@@ -129,6 +160,18 @@ for i, c in ipairs(configs) do
   progress(" %s (%.1f s)\n", row.oom and "OOM" or "done", (tf.now() - t0) / 1e3)
 end
 
+-- the profiles: a table per configuration, its kernel time in the row (kernel_ms)
+local profiled = {}
+for _, row in ipairs(rows) do
+  if row.kernels then
+    local sum = 0
+    for _, r in ipairs(row.kernels) do sum = sum + r.ms end
+    for _, r in ipairs(row.kernels) do r.share = sum > 0 and 100 * r.ms / sum or 0 end
+    profiled[#profiled + 1] = { row = row, sum = sum }
+    row.kernel_ms = sum
+  end
+end
+
 local function num(fmt) return function(v) return type(v) == "number" and string.format(fmt, v) or tostring(v) end end
 tf.report.table(rows, {
   title = string.format("Attention latency, batch %d, heads %d, %s", opt.batch, opt.heads,
@@ -139,6 +182,16 @@ tf.report.table(rows, {
     { "fwd_tflops", "fwd TFLOP/s", num("%.3g") }, { "bwd_tflops", "bwd TFLOP/s", num("%.3g") },
     { "fwdbwd_tflops", "fwd+bwd TFLOP/s", num("%.3g") }, { "speedup", "fwd+bwd speedup vs naive", num("%.2fx") } },
 })
+for _, pr in ipairs(profiled) do
+  local row = pr.row
+  tf.report.table(row.kernels, {
+    title = string.format("Kernels of one forward + backward call, %s d %d seq %d %s (mean of %d calls): %.3f ms, "
+      .. "wall time %s ms", row.dtype, row.d, row.seq, row.impl, opt.profile, pr.sum,
+      type(row.fwdbwd_ms) == "number" and string.format("%.3f", row.fwdbwd_ms) or tostring(row.fwdbwd_ms)),
+    columns = { "name", { "calls", "calls", "%g" }, { "ms", "ms", "%.3f" }, { "share", "share", "%.1f%%" } },
+  })
+end
+for _, pr in ipairs(profiled) do pr.row.kernels = nil end -- the results file keeps flat rows; kernel_ms stays
 if opt.json then
   tf.results.write(opt.json, rows, { key = { "dtype", "d", "seq", "impl", "batch", "heads", "causal" },
     metrics = { "fwd_ms", "bwd_ms", "fwdbwd_ms", "fwdbwd_tflops" } })

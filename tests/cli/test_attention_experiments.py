@@ -106,6 +106,23 @@ class FlashBenchmark(unittest.TestCase):
                 self.assertTrue(is_number(row["speedup"]) and row["speedup"] > 0)
         self.assertTrue(doc["env"]["options"]["quick"])
 
+    def test_profile(self):
+        r, doc = run_json(self, "flash_benchmark.lua", "--quick", "--dtype", "f32", "--profile", "2")
+        rows = doc["results"]
+        self.assertEqual(len(rows), 8)
+        for row in rows:
+            self.assertTrue(is_number(row["kernel_ms"]) and row["kernel_ms"] > 0, row)
+            title = ("### Kernels of one forward + backward call, f32 d %d seq %d %s (mean of 2 calls): %.3f ms"
+                     % (row["d"], row["seq"], row["impl"], row["kernel_ms"]))
+            self.assertIn(title, r.stdout)
+        # on the CPU the profile's rows are the ops: the flash calls are the two flash ops, once each
+        flash = r.stdout.split("f32 d 32 seq 128 flash (mean of 2 calls)")[1]
+        self.assertIn("| flash_attention_backward | 1 |", flash)
+        self.assertIn("| flash_attention | 1 |", flash)
+        r = run("flash_benchmark.lua", "--quick", "--profile", "-1")
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("--profile must be >= 0", r.stderr)
+
     def test_out_of_memory_rows(self):
         r, doc = run_json(self, "flash_benchmark.lua", "--seq", "64,1024", "--d", "16", "--dtype", "f32", "--iters",
                           "1", "--warmup", "0", "--memory_limit", "0.004")
