@@ -127,9 +127,6 @@ __device__ __forceinline__ typename tf_cuda_dtype<DT>::compute tf_cuda_ce_unpack
   return tf_cuda_dtype<DT>::load(v);
 }
 
-/* log2(e): the row kernel's exp(x) is exp2(x log2(e)) */
-#define TF_CUDA_LOG2E 1.4426950408889634
-
 /* exp(v - max) for the row kernel, given max and max log2(e): in f32 the
  * hardware's exp2 of v log2(e) - max log2(e), one FFMA and one MUFU.EX2
  * where expf takes some ten instructions (the product's rounding makes a
@@ -138,9 +135,7 @@ __device__ __forceinline__ typename tf_cuda_dtype<DT>::compute tf_cuda_ce_unpack
  * moves neither the sum nor any gradient by more than 1e-38); in f64 exp. */
 __device__ __forceinline__ float tf_cuda_ce_exp(float v, float mx, float mx_log2e) {
   (void)mx;
-  float e;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(fmaf(v, (float)TF_CUDA_LOG2E, -mx_log2e)));
-  return e;
+  return tf_cuda_exp2(fmaf(v, (float)TF_CUDA_LOG2E, -mx_log2e));
 }
 __device__ __forceinline__ double tf_cuda_ce_exp(double v, double mx, double mx_log2e) {
   (void)mx_log2e;

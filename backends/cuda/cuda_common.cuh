@@ -84,6 +84,17 @@ void tf_cuda_report(cudaError_t err, const char *call);
  * fault shows up here, named after the kernel. */
 tf_status tf_cuda_launched(const char *kernel);
 
+/* log2(e): exp(x) = exp2(x log2(e)) */
+#define TF_CUDA_LOG2E 1.4426950408889634
+
+/* 2^x on the special-function unit, ex2.approx.ftz (exp2(-inf) = 0; a
+ * result under 2^-126 flushes to 0, where exp2f takes care of it). */
+__device__ __forceinline__ float tf_cuda_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
 /* Makes ctx's GPU current for this host thread (cudaSetDevice only when it
  * differs from the one this thread last made current). */
 tf_status tf_cuda_use_device(tf_device_ctx *ctx);

@@ -461,8 +461,8 @@ template <int DT> static tf_status tf_flash_typed(tf_cuda_state *st, const tf_fl
   p.head_dim = (int)a->head_dim;
   p.causal = a->causal;
   p.scale = (float)a->scale;
-  p.scale_log2 = (float)(a->scale * 1.4426950408889634);
-  p.fwd_scale_log2 = (float)(fabs(a->scale) * 1.4426950408889634);
+  p.scale_log2 = (float)(a->scale * TF_CUDA_LOG2E);
+  p.fwd_scale_log2 = (float)(fabs(a->scale) * TF_CUDA_LOG2E);
   p.q_sign = a->scale < 0 ? 0x80008000u : 0u;
   TF_TRY(tf_flash_o_layout(a, &p.o_ld, &p.o_group));
   const bool tc = (DT == TF_F16 || DT == TF_BF16) && tf_flash_tc_ok(a);

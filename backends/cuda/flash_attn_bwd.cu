@@ -143,7 +143,7 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) tf_flash_bwd_tc_ker
 #pragma unroll
         for (int e = 0; e < 4; e++) {
           const int c = nt * 8 + t2 + (e & 1);
-          float pv = tf_flash_exp2(fmaf(s[nt][e], sl2, -TF_FLASH_LOG2E * lse_s[c]));
+          float pv = tf_cuda_exp2(fmaf(s[nt][e], sl2, -TF_FLASH_LOG2E * lse_s[c]));
           if (MASK && (e & 2) * 4 - (nt * 8 + (e & 1)) > diag) pv = 0.f;
           dp[nt][e] = pv * (dp[nt][e] - D_s[c]);
           s[nt][e] = pv;
@@ -351,7 +351,7 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) tf_flash_dq_tc_kern
 #pragma unroll
       for (int e = 0; e < 4; e++) {
         const int r = (lane >> 2) + (e & 2) * 4, c = nt * 8 + (lane & 3) * 2 + (e & 1);
-        float pv = tf_flash_exp2(fmaf(s[nt][e], sl2, -lse2[e >> 1]));
+        float pv = tf_cuda_exp2(fmaf(s[nt][e], sl2, -lse2[e >> 1]));
         if (mask && (c >= key_lim || c > diag + r)) pv = 0.f;
         dp[nt][e] = pv * (dp[nt][e] - dd[e >> 1]);
       }

@@ -39,7 +39,7 @@ typedef struct tf_cuda_flash_params {
   uint32_t q_sign;    /* 0x80008000 when scale < 0: the forward pass flips the signs of its copy of q */
 } tf_cuda_flash_params;
 
-#define TF_FLASH_LOG2E 1.4426950408889634f
+#define TF_FLASH_LOG2E ((float)TF_CUDA_LOG2E)
 
 /* A compile-time flag for generic lambdas (key blocks with or without the mask). */
 template <bool V> struct tf_flash_bool {

@@ -156,13 +156,13 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) tf_flash_fwd_tc_ker
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
         const float base = mx == -INFINITY ? 0.f : mx * sl2;
-        alpha[mt][h] = tf_flash_exp2(row_max[mt][h] * sl2 - base);
+        alpha[mt][h] = tf_cuda_exp2(row_max[mt][h] * sl2 - base);
         row_max[mt][h] = mx;
         float sum = 0.f;
 #pragma unroll
         for (int nt = 0; nt < NT; nt++) {
-          s[mt][nt][2 * h] = tf_flash_exp2(fmaf(s[mt][nt][2 * h], sl2, -base));
-          s[mt][nt][2 * h + 1] = tf_flash_exp2(fmaf(s[mt][nt][2 * h + 1], sl2, -base));
+          s[mt][nt][2 * h] = tf_cuda_exp2(fmaf(s[mt][nt][2 * h], sl2, -base));
+          s[mt][nt][2 * h + 1] = tf_cuda_exp2(fmaf(s[mt][nt][2 * h + 1], sl2, -base));
           sum += s[mt][nt][2 * h] + s[mt][nt][2 * h + 1];
         }
         row_sum[mt][h] = row_sum[mt][h] * alpha[mt][h] + sum;

@@ -1,6 +1,6 @@
 /* The PTX the FlashAttention-2 kernels are built from, one wrapper per
  * instruction (cp.async, ldmatrix, mma.sync m16n8k16 with f32
- * accumulators, cvt to 16-bit pairs, ex2), plus the shared-memory address
+ * accumulators, cvt to 16-bit pairs; ex2 is cuda_common.cuh's), plus the shared-memory address
  * helpers. Included by flash_attn_common.cuh, after cuda_common.cuh (for
  * the dtype enum). */
 #ifndef TF_FLASH_ATTN_PTX_CUH
@@ -86,13 +86,6 @@ template <int DT> __device__ __forceinline__ uint32_t tf_flash_pack(float lo, fl
   else
     asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
   return r;
-}
-
-/* 2^x on the special-function unit (exp2(-inf) = 0). */
-__device__ __forceinline__ float tf_flash_exp2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
 }
 
 #endif

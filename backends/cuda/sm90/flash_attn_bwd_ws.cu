@@ -226,7 +226,7 @@ __global__ void __launch_bounds__(384, 1) tf_flash_bwd_ws_kernel(const __grid_co
 #pragma unroll
       for (int e = 0; e < 4; e++) {
         const int c = nt * 8 + t2 + (e & 1), i = 4 * nt + e;
-        float pv = tf_flash_exp2(fmaf(sc[i], sl2, -lse_s[c]));
+        float pv = tf_cuda_exp2(fmaf(sc[i], sl2, -lse_s[c]));
         if (edge) {
           const int64_t key = k0 + key_in + 8 * (e >> 1), query = q0 + c;
           if ((p.causal && key > query) || key >= p.seq_k) pv = 0.f;

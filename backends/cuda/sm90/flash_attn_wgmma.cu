@@ -394,7 +394,7 @@ __global__ void __launch_bounds__(256, 1) tf_flash_bwd_wgmma_kernel(const tf_cud
 #pragma unroll
       for (int e = 0; e < 4; e++) {
         const int c = nt * 8 + t2 + (e & 1), i = 4 * nt + e;
-        float pv = tf_flash_exp2(fmaf(s[i], sl2, -TF_FLASH_LOG2E * lse_s[c]));
+        float pv = tf_cuda_exp2(fmaf(s[i], sl2, -TF_FLASH_LOG2E * lse_s[c]));
         if (edge) {
           const int64_t key = k0 + key_in + 8 * (e >> 1), query = q0 + c;
           if ((p.causal && key > query) || query >= p.seq_q || key >= p.seq_k) pv = 0.f;

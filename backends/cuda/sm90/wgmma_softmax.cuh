@@ -58,13 +58,13 @@ __device__ __forceinline__ void tf_wgmma_softmax_step(float (&s)[BC / 2], float 
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
     const float bias = mx == -INFINITY ? 0.f : mx * sl2;
-    alpha[h] = tf_flash_exp2(row_max[h] * sl2 - bias);
+    alpha[h] = tf_cuda_exp2(row_max[h] * sl2 - bias);
     row_max[h] = mx;
     float sum = 0.f;
 #pragma unroll
     for (int nt = 0; nt < NT; nt++) {
-      s[4 * nt + 2 * h] = tf_flash_exp2(fmaf(s[4 * nt + 2 * h], sl2, -bias));
-      s[4 * nt + 2 * h + 1] = tf_flash_exp2(fmaf(s[4 * nt + 2 * h + 1], sl2, -bias));
+      s[4 * nt + 2 * h] = tf_cuda_exp2(fmaf(s[4 * nt + 2 * h], sl2, -bias));
+      s[4 * nt + 2 * h + 1] = tf_cuda_exp2(fmaf(s[4 * nt + 2 * h + 1], sl2, -bias));
       sum += s[4 * nt + 2 * h] + s[4 * nt + 2 * h + 1];
     }
     row_sum[h] = row_sum[h] * alpha[h] + sum;
@@ -161,7 +161,7 @@ __device__ __forceinline__ void tf_wgmma_dq_grads(const float (&s)[BC / 2], floa
 #pragma unroll
     for (int e = 0; e < 4; e++) {
       const int i = 4 * nt + e, h = e >> 1;
-      float pv = tf_flash_exp2(fmaf(s[i], sl2, -lse_l2[h]));
+      float pv = tf_cuda_exp2(fmaf(s[i], sl2, -lse_l2[h]));
       if (MASK && m.hidden(nt, e)) pv = 0.f;
       dp[i] = pv * (dp[i] - dd[h]);
     }
