@@ -69,8 +69,9 @@ local function fwdbwd(q, k, v, dout, attn)
   v:zero_grad()
 end
 
--- opt.profile forward + backward calls under tf.prof: each kernel's calls
--- and ms per call, heaviest first (the rows of tf.prof's kernels table).
+-- opt.profile forward + backward calls under tf.prof: each kernel's calls,
+-- ms per call and share of the call's kernel time, heaviest first, and
+-- that kernel time.
 local function profile(q, k, v, dout, attn)
   local function call() fwdbwd(q, k, v, dout, attn) end
   call() -- a warm call outside the profile
@@ -84,8 +85,14 @@ local function profile(q, k, v, dout, attn)
     rows[#rows + 1] = { name = r.name, calls = r.instances / opt.profile, ms = r.total_ms / opt.profile }
   end
   table.sort(rows, function(a, b) return a.ms > b.ms end)
-  return rows
+  local sum = 0
+  for _, r in ipairs(rows) do sum = sum + r.ms end
+  for _, r in ipairs(rows) do r.share = sum > 0 and 100 * r.ms / sum or 0 end
+  return rows, sum
 end
+
+-- the profiles' tables by row (the results file keeps flat rows: kernel_ms)
+local kernels_of = {}
 
 local function measure(dtype, d, seq, impl)
   local row = { dtype = dtype, d = d, seq = seq, impl = impl, batch = opt.batch, heads = opt.heads,
@@ -116,7 +123,7 @@ local function measure(dtype, d, seq, impl)
       row[name .. "_ms"] = s.median
       row[name .. "_tflops"] = factor * flops / (s.median * 1e-3) / 1e12
     end
-    if opt.profile > 0 then row.kernels = profile(q, k, v, dout, attn) end
+    if opt.profile > 0 then kernels_of[row], row.kernel_ms = profile(q, k, v, dout, attn) end
   end)
   if not ok then
     if not tf.mem.is_oom(err) then error(err, 0) end
@@ -160,18 +167,6 @@ for i, c in ipairs(configs) do
   progress(" %s (%.1f s)\n", row.oom and "OOM" or "done", (tf.now() - t0) / 1e3)
 end
 
--- the profiles: a table per configuration, its kernel time in the row (kernel_ms)
-local profiled = {}
-for _, row in ipairs(rows) do
-  if row.kernels then
-    local sum = 0
-    for _, r in ipairs(row.kernels) do sum = sum + r.ms end
-    for _, r in ipairs(row.kernels) do r.share = sum > 0 and 100 * r.ms / sum or 0 end
-    profiled[#profiled + 1] = { row = row, sum = sum }
-    row.kernel_ms = sum
-  end
-end
-
 local function num(fmt) return function(v) return type(v) == "number" and string.format(fmt, v) or tostring(v) end end
 tf.report.table(rows, {
   title = string.format("Attention latency, batch %d, heads %d, %s", opt.batch, opt.heads,
@@ -182,16 +177,16 @@ tf.report.table(rows, {
     { "fwd_tflops", "fwd TFLOP/s", num("%.3g") }, { "bwd_tflops", "bwd TFLOP/s", num("%.3g") },
     { "fwdbwd_tflops", "fwd+bwd TFLOP/s", num("%.3g") }, { "speedup", "fwd+bwd speedup vs naive", num("%.2fx") } },
 })
-for _, pr in ipairs(profiled) do
-  local row = pr.row
-  tf.report.table(row.kernels, {
-    title = string.format("Kernels of one forward + backward call, %s d %d seq %d %s (mean of %d calls): %.3f ms, "
-      .. "wall time %s ms", row.dtype, row.d, row.seq, row.impl, opt.profile, pr.sum,
-      type(row.fwdbwd_ms) == "number" and string.format("%.3f", row.fwdbwd_ms) or tostring(row.fwdbwd_ms)),
-    columns = { "name", { "calls", "calls", "%g" }, { "ms", "ms", "%.3f" }, { "share", "share", "%.1f%%" } },
-  })
+for _, row in ipairs(rows) do
+  if kernels_of[row] then
+    tf.report.table(kernels_of[row], {
+      title = string.format("Kernels of one forward + backward call, %s d %d seq %d %s (mean of %d calls): %.3f ms, "
+        .. "wall time %s ms", row.dtype, row.d, row.seq, row.impl, opt.profile, row.kernel_ms,
+        num("%.3f")(row.fwdbwd_ms)),
+      columns = { "name", { "calls", "calls", "%g" }, { "ms", "ms", "%.3f" }, { "share", "share", "%.1f%%" } },
+    })
+  end
 end
-for _, pr in ipairs(profiled) do pr.row.kernels = nil end -- the results file keeps flat rows; kernel_ms stays
 if opt.json then
   tf.results.write(opt.json, rows, { key = { "dtype", "d", "seq", "impl", "batch", "heads", "causal" },
     metrics = { "fwd_ms", "bwd_ms", "fwdbwd_ms", "fwdbwd_tflops" } })
