@@ -115,10 +115,15 @@ class FlashBenchmark(unittest.TestCase):
             title = ("### Kernels of one forward + backward call, f32 d %d seq %d %s (mean of 2 calls): %.3f ms"
                      % (row["d"], row["seq"], row["impl"], row["kernel_ms"]))
             self.assertIn(title, r.stdout)
-        # on the CPU the profile's rows are the ops: the flash calls are the two flash ops, once each
         flash = r.stdout.split("f32 d 32 seq 128 flash (mean of 2 calls)")[1]
-        self.assertIn("| flash_attention_backward | 1 |", flash)
-        self.assertIn("| flash_attention | 1 |", flash)
+        if doc["env"]["device"] == "cpu":
+            # on the CPU the profile's rows are the ops: the flash calls are the two flash ops, once each
+            self.assertIn("| flash_attention_backward | 1 |", flash)
+            self.assertIn("| flash_attention | 1 |", flash)
+        else:
+            # on a GPU the kernels: f32 runs the SIMT flash kernels, forward, dK/dV and dQ, once a call each
+            for kernel in ("tf_flash_fwd_simt_kernel", "tf_flash_dkdv_simt_kernel", "tf_flash_dq_simt_kernel"):
+                self.assertRegex(flash, r"\| %s[^|]* \| 1 \|" % kernel)
         r = run("flash_benchmark.lua", "--quick", "--profile", "-1")
         self.assertEqual(r.returncode, 2)
         self.assertIn("--profile must be >= 0", r.stderr)
