@@ -30,8 +30,9 @@ local opt = tf.options{
   { "target", "the fraction of the copy rate a kernel should reach", default = 0.8 },
   { "json", "write the rows and the environment to this file", type = "string" },
 }
-if not tf.cuda.is_available() then
-  tf.exit(2, "kernel_bandwidth.lua: needs a CUDA device (it measures the fused engine's GPU kernels); none is present\n")
+if tf.default_device() == "cpu" then
+  tf.exit(2, "kernel_bandwidth.lua: needs a CUDA device (it measures the fused engine's GPU kernels); "
+    .. (tf.cuda.is_available() and "--device cpu was given" or "none is present") .. "\n")
 end
 if not tf.model.presets[opt.size] then tf.exit(2, "kernel_bandwidth.lua: unknown size '" .. opt.size .. "'\n") end
 if opt.steps < 1 then tf.exit(2, "kernel_bandwidth.lua: --steps must be >= 1\n") end

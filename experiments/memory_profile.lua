@@ -8,12 +8,13 @@
 --
 --   tfhost experiments/memory_profile.lua                        (2.7B, ctx 128,256,512, f32+bf16; tiny on a CPU)
 --   tfhost experiments/memory_profile.lua --size tiny --context 32 --out /tmp/mem   (a quick CPU run)
+local gpu = tf.default_device() ~= "cpu" -- what runs here (--device cpu on a GPU machine too)
 local opt = tf.options{
   description = "Peak memory, snapshots and timelines of the Transformer LM's forward pass and training step.",
   { "size", "model size (small, medium, large, xl, 2.7B; tiny for a quick CPU run; on a CPU the default is tiny)",
-    default = tf.cuda.is_available() and "2.7B" or "tiny" },
+    default = gpu and "2.7B" or "tiny" },
   { "context", "context lengths (on a CPU the default is 32,64)",
-    default = tf.cuda.is_available() and "128,256,512" or "32,64", type = "list:int" },
+    default = gpu and "128,256,512" or "32,64", type = "list:int" },
   { "precision", "precisions", default = "f32,bf16", type = "list", choices = { "f32", "bf16", "f16" } },
   { "mode", "what to profile", default = "forward,step", type = "list", choices = { "forward", "step" } },
   { "batch", "batch size", default = 4 },

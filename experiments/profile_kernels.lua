@@ -15,7 +15,7 @@
 --   tfhost experiments/profile_kernels.lua --size small,2.7B --context 128,512
 --   tfhost experiments/profile_kernels.lua --size tiny --context 32 --trace /tmp/traces   (CPU: host-timed ops)
 -- On the CPU the defaults are the sizes a CPU finishes in seconds.
-local gpu = tf.cuda.is_available()
+local gpu = tf.default_device() ~= "cpu" -- what runs here (--device cpu on a GPU machine too)
 local opt = tf.options{
   description = "Which kernels a Transformer LM forward pass and training step spend their time in.",
   { "size", "model sizes (small, medium, large, xl, 2.7B, or all; tiny for a quick CPU run; on a CPU the "
