@@ -88,12 +88,13 @@ local function byte_model(cfg, batch, seq, precision, attention)
   m.tf_cuda_rope_heads_vec_kernel = { calls = 2 * L, bytes = 2 * L * 6 * nd * e }
   m.tf_cuda_rope_heads_kernel = m.tf_cuda_rope_heads_vec_kernel
   m.tf_cuda_rope_heads_rows_kernel = m.tf_cuda_rope_heads_vec_kernel
-  -- (B, H, T, hd) <-> (B, T, H hd): one tensor of n d read and written;
-  -- the output's gradient split, and the output merged (naive attention;
-  -- the flash kernels write it merged) or, under flash attention, split
-  -- again for the backward kernels.
-  m.tf_cuda_heads_kernel = { calls = 2 * L, bytes = 2 * L * 2 * nd * e }
-  m.tf_cuda_heads_rows_kernel = m.tf_cuda_heads_kernel
+  -- (B, H, T, hd) <-> (B, T, H hd), naive attention only: one tensor of
+  -- n d read and written; the output merged and its gradient split (the
+  -- flash kernels write the output merged and read it and its gradient so).
+  if attention ~= "flash" then
+    m.tf_cuda_heads_kernel = { calls = 2 * L, bytes = 2 * L * 2 * nd * e }
+    m.tf_cuda_heads_rows_kernel = m.tf_cuda_heads_kernel
+  end
   -- Naive attention's causal softmax over the (T, T) scores of each head,
   -- in place: the visible scores (t + 1 in row t) read, the whole row
   -- written (zeros past t); forward and its recomputation (2L), backward

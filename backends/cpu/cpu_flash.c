@@ -29,7 +29,7 @@ typedef struct tf_cpu_flash {
   tf_dtype d, sd;             /* element dtype, statistics dtype (lse) */
   int64_t sq, sk, hd;         /* seq_q, seq_k, head_dim */
   int64_t q_blocks, k_blocks; /* per problem */
-  int64_t o_ld, o_group;      /* forward: O's row stride, problems sharing a row (tf_flash_o_layout) */
+  int64_t o_ld, o_group;      /* O's and dout's row stride, problems sharing a row (tf_flash_o_layout) */
   double *rowdot;             /* backward: D = rowsum(dout * o), (batch, seq_q) */
 } tf_cpu_flash;
 
@@ -40,6 +40,19 @@ static void tf_cpu_flash_rows(const tf_cpu_flash *f, const void *src, int64_t se
                               int64_t n, double *dst) {
   const int64_t base = (b * seq + row0) * f->hd;
   for (int64_t i = 0; i < n * f->hd; i++) dst[i] = tf_elem_get(src, f->d, base + i);
+}
+
+/* Element c of row t of problem b in O's layout (rows o_ld apart, o_group
+ * problems side by side in a row): O, and dout in the backward pass. */
+static int64_t tf_cpu_flash_o_at(const tf_cpu_flash *f, int64_t b, int64_t t, int64_t c) {
+  return ((b / f->o_group) * f->sq + t) * f->o_ld + (b % f->o_group) * f->hd + c;
+}
+
+/* Rows [row0, row0 + n) of problem b's dout, in O's layout. */
+static void tf_cpu_flash_dout_rows(const tf_cpu_flash *f, int64_t b, int64_t row0, int64_t n, double *dst) {
+  for (int64_t r = 0; r < n; r++)
+    for (int64_t c = 0; c < f->hd; c++)
+      dst[r * f->hd + c] = tf_elem_get(f->a->dout, f->d, tf_cpu_flash_o_at(f, b, row0 + r, c));
 }
 
 static void tf_cpu_flash_rows_t(const tf_cpu_flash *f, const void *src, int64_t seq, int64_t b, int64_t row0,
@@ -159,7 +172,7 @@ static void tf_cpu_flash_dkdv_block(const tf_cpu_flash *f, int64_t b, int64_t kb
   for (int64_t q0 = first; q0 < f->sq; q0 += TF_CPU_FLASH_BR) {
     const int64_t nq = f->sq - q0 < TF_CPU_FLASH_BR ? f->sq - q0 : TF_CPU_FLASH_BR;
     tf_cpu_flash_rows(f, a->q, f->sq, b, q0, nq, q);
-    tf_cpu_flash_rows(f, a->dout, f->sq, b, q0, nq, dO);
+    tf_cpu_flash_dout_rows(f, b, q0, nq, dO);
     for (int64_t i = 0; i < nq; i++) {
       lse[i] = tf_elem_get(a->lse, f->sd, b * f->sq + q0 + i);
       dd[i] = f->rowdot[b * f->sq + q0 + i];
@@ -192,7 +205,7 @@ static void tf_cpu_flash_dq_block(const tf_cpu_flash *f, int64_t b, int64_t qb, 
   double *k = dq + TF_CPU_FLASH_BR * hd, *v = k + TF_CPU_FLASH_BC * hd, *lse = v + TF_CPU_FLASH_BC * hd;
   double *dd = lse + TF_CPU_FLASH_BR;
   tf_cpu_flash_rows(f, a->q, f->sq, b, q0, nq, q);
-  tf_cpu_flash_rows(f, a->dout, f->sq, b, q0, nq, dO);
+  tf_cpu_flash_dout_rows(f, b, q0, nq, dO);
   memset(dq, 0, sizeof(double) * (size_t)(nq * hd));
   for (int64_t i = 0; i < nq; i++) {
     lse[i] = tf_elem_get(a->lse, f->sd, b * f->sq + q0 + i);
@@ -260,7 +273,10 @@ static tf_status tf_cpu_flash_backward(tf_cpu_flash *f) {
 #pragma omp parallel for schedule(static) if (rows * hd > TF_CPU_FLASH_PARALLEL_MIN)
   for (int64_t r = 0; r < rows; r++) {
     double sum = 0;
-    for (int64_t c = 0; c < hd; c++) sum += tf_elem_get(a->dout, f->d, r * hd + c) * tf_elem_get(a->o, f->d, r * hd + c);
+    for (int64_t c = 0; c < hd; c++) {
+      const int64_t at = tf_cpu_flash_o_at(f, r / f->sq, r % f->sq, c);
+      sum += tf_elem_get(a->dout, f->d, at) * tf_elem_get(a->o, f->d, at);
+    }
     f->rowdot[r] = sum;
   }
   const size_t per = 2 * TF_CPU_FLASH_BR * hd + 4 * TF_CPU_FLASH_BC * hd + 2 * TF_CPU_FLASH_BR;

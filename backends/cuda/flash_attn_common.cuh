@@ -33,7 +33,7 @@ typedef struct tf_cuda_flash_params {
   int causal;
   float scale;        /* as given (any sign) */
   float scale_log2;   /* scale * log2(e): P = exp2(s scale_log2 - lse log2(e)) */
-  int64_t o_ld;       /* forward: O's row stride (elements) ... */
+  int64_t o_ld;       /* O's (and in the backward pass dout's) row stride (elements) ... */
   int64_t o_group;    /* ... and the problems side by side in a row (tf_flash_o_layout) */
   float fwd_scale_log2; /* |scale| log2(e): the forward pass's running max is of q.k times sign(scale) */
   uint32_t q_sign;    /* 0x80008000 when scale < 0: the forward pass flips the signs of its copy of q */
@@ -85,24 +85,31 @@ __device__ __forceinline__ void tf_flash_block_of(int64_t blocks, bool last_firs
   *blk = last_first ? blocks - 1 - i : i;
 }
 
+/* Element 0 of problem b's rows in O's layout (rows p.o_ld elements apart). */
+__device__ __forceinline__ int64_t tf_flash_o_offset(const tf_cuda_flash_params &p, int64_t b) {
+  return (b / p.o_group) * p.seq_q * p.o_ld + (b % p.o_group) * p.head_dim;
+}
+
 /* Row 0 of problem b's O, of S elements (its rows p.o_ld elements apart). */
 template <typename S> __device__ __forceinline__ S *tf_flash_o_of(const tf_cuda_flash_params &p, int64_t b) {
-  return static_cast<S *>(p.o) + (b / p.o_group) * p.seq_q * p.o_ld + (b % p.o_group) * p.head_dim;
+  return static_cast<S *>(p.o) + tf_flash_o_offset(p, b);
 }
 
 /* Problem b's tensors: q, k, v and dout (16-bit elements; dout null in the
- * forward pass), lse and rowdot (null where not given). */
+ * forward pass, its rows dout_ld apart: O's layout), lse and rowdot (null
+ * where not given). */
 struct tf_flash_problem {
   const uint16_t *q, *k, *v, *dout;
   const float *lse, *rowdot;
+  int64_t dout_ld;
 };
 
 __device__ __forceinline__ tf_flash_problem tf_flash_problem_of(const tf_cuda_flash_params &p, int64_t b) {
   const int64_t hd = p.head_dim, qs = b * p.seq_q, ks = b * p.seq_k;
   return {static_cast<const uint16_t *>(p.q) + qs * hd, static_cast<const uint16_t *>(p.k) + ks * hd,
           static_cast<const uint16_t *>(p.v) + ks * hd,
-          p.dout ? static_cast<const uint16_t *>(p.dout) + qs * hd : nullptr, p.lse ? p.lse + qs : nullptr,
-          p.rowdot ? p.rowdot + qs : nullptr};
+          p.dout ? static_cast<const uint16_t *>(p.dout) + tf_flash_o_offset(p, b) : nullptr,
+          p.lse ? p.lse + qs : nullptr, p.rowdot ? p.rowdot + qs : nullptr, p.o_ld};
 }
 
 /* What a kernel over query blocks of BR rows starts from: its problem b
@@ -138,27 +145,28 @@ static inline tf_status tf_flash_grid(int64_t batch, int64_t blocks, unsigned *g
 
 /* ---- tiles ------------------------------------------------------------------------------- */
 
-/* Rows [row0, row0 + ROWS) of a (nrows, hd) matrix of 16-bit elements into
- * shared memory rows of LD elements, HD (>= hd) columns, by the block's
- * THREADS threads: 16-byte cp.async per 8 columns, rows past nrows and
- * columns past hd zero-filled (hd is a multiple of 8). Each thread keeps
- * one column chunk and steps down the rows, so its addresses are one base
- * plus constants. Not committed. */
+/* Rows [row0, row0 + ROWS) of a (nrows, hd) matrix of 16-bit elements
+ * (rows ld elements apart; 0: hd) into shared memory rows of LD elements,
+ * HD (>= hd) columns, by the block's THREADS threads: 16-byte cp.async per
+ * 8 columns, rows past nrows and columns past hd zero-filled (hd is a
+ * multiple of 8). Each thread keeps one column chunk and steps down the
+ * rows, so its addresses are one base plus constants. Not committed. */
 template <int ROWS, int HD, int LD, int THREADS>
 __device__ __forceinline__ void tf_flash_load_rows(uint16_t *dst, const uint16_t *src, int64_t row0, int64_t nrows,
-                                                   int hd) {
+                                                   int hd, int64_t ld = 0) {
+  const int64_t stride = ld ? ld : hd;
   constexpr int CH = HD / 8, STEP = THREADS / CH; /* STEP rows per pass */
   static_assert(STEP >= 1, "a pass covers at least one row");
   const int r0 = (int)threadIdx.x / CH, ch = (int)threadIdx.x % CH;
   if (THREADS % CH != 0 && r0 >= STEP) return;
   const bool col_ok = ch * 8 < hd;
-  const uint16_t *g = src + (row0 + r0) * hd + ch * 8;
+  const uint16_t *g = src + (row0 + r0) * stride + ch * 8;
   const uint32_t s = tf_flash_smem_addr(dst + r0 * LD + ch * 8);
 #pragma unroll
   for (int i = 0; i < (ROWS + STEP - 1) / STEP; i++) {
     if (ROWS % STEP == 0 || r0 + i * STEP < ROWS) {
       const bool ok = col_ok && row0 + r0 + i * STEP < nrows;
-      tf_flash_cp16(s + (uint32_t)(i * STEP * LD * 2), ok ? g + (int64_t)i * STEP * hd : src, ok);
+      tf_flash_cp16(s + (uint32_t)(i * STEP * LD * 2), ok ? g + (int64_t)i * STEP * stride : src, ok);
     }
   }
 }

@@ -1,8 +1,9 @@
 /* Causal self-attention of one layer. Heads are split out of the fused
  * q/k/v projection with RoPE in one kernel, so the attention itself sees
  * (batch * heads) contiguous (seq, hd) matrices; FlashAttention writes its
- * output with the heads merged (o_row_stride), the naive path merges them
- * in a kernel of its own.
+ * output with the heads merged (o_row_stride) and its backward pass reads
+ * that output and its gradient so, the naive path merges and splits them
+ * in kernels of their own.
  *
  * Flash (the default): the backend's FlashAttention-2 kernels; per layer
  * only the log-sum-exp of each row is kept beside q, k, v, and the
@@ -89,32 +90,26 @@ tf_status tf_model_attention_forward(tf_model *m, tf_model_layer_acts *a, const 
   return m->k->heads(m->ctx, &merge);
 }
 
-/* The forward in reverse: P recomputed, dO split into heads, dP and dV, dS
- * in place of dP, dQ and dK, then back through RoPE into dqkv. */
+/* The forward in reverse: P recomputed, dO split into heads (flash reads
+ * O and dO merged), dP and dV, dS in place of dP, dQ and dK, then back
+ * through RoPE into dqkv. */
 tf_status tf_model_attention_backward(tf_model *m, const tf_model_layer_acts *a, const void *datty, void *dqkv) {
   const tf_model_plan *p = &m->plan;
   const int64_t B = p->batch, T = p->seq, H = m->cfg.num_heads, hd = m->cfg.d_model / H, n = B * T;
-  void *dout = p->heads;
   void *dq = p->dqkv_heads, *dk = tf_model_at(m, p->dqkv_heads, n * m->cfg.d_model),
        *dv = tf_model_at(m, p->dqkv_heads, 2 * n * m->cfg.d_model);
-  tf_heads_args split = {.split = true, .batch = B, .seq = T, .heads = H, .head_dim = hd, .dtype = m->dtype,
-                         .src = datty, .dst = dout};
-  TF_TRY(m->k->heads(m->ctx, &split));
   tf_rope_heads_args rope = {.backward = true, .batch = B, .seq = T, .heads = H, .head_dim = hd, .dtype = m->dtype,
                              .cos = p->rope_cos, .sin = p->rope_sin, .qkv = dqkv, .q = dq, .k = dk, .v = dv};
   if (m->flash) {
-    tf_heads_args o_split = split;
-    o_split.src = a->atty;
-    o_split.dst = p->o_heads;
-    TF_TRY(m->k->heads(m->ctx, &o_split));
     tf_flash_args fa = tf_model_flash_args(m, B, T);
     fa.backward = true;
     fa.q = a->q;
     fa.k = a->k;
     fa.v = a->v;
-    fa.o = p->o_heads;
+    fa.o = a->atty;
+    fa.dout = datty;
+    fa.o_row_stride = H * hd;
     fa.lse = a->lse;
-    fa.dout = dout;
     fa.dq = dq;
     fa.dk = dk;
     fa.dv = dv;
@@ -122,6 +117,10 @@ tf_status tf_model_attention_backward(tf_model *m, const tf_model_layer_acts *a,
     TF_RANGED("flash attention", tf_model_flash(m, &fa));
     return m->k->rope_heads(m->ctx, &rope);
   }
+  void *dout = p->heads;
+  tf_heads_args split = {.split = true, .batch = B, .seq = T, .heads = H, .head_dim = hd, .dtype = m->dtype,
+                         .src = datty, .dst = dout};
+  TF_TRY(m->k->heads(m->ctx, &split));
   TF_TRY(tf_model_attention_probs(m, a));
   /* dP = dO V^T; dV = P^T dO */
   TF_TRY(tf_model_heads_gemm(m, dout, false, hd, T * hd, a->v, true, hd, T * hd, p->dp, T, T * T, T, T, hd));

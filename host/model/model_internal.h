@@ -84,14 +84,13 @@ typedef struct tf_model_plan {
   float *loss;                 /* training: the mean loss, where a replayed graph finds it */
   /* scratch, shared by the layers */
   void *qkv;   /* (n, 3d): projections; backward: their gradient */
-  void *heads; /* (n, d) in heads layout: attention output; backward: its gradient */
+  void *heads; /* (n, d) in heads layout, naive attention: its output; backward: its gradient (flash: NULL) */
   void *proj;  /* (n, d): output_proj's or w2's output; backward: a norm output's gradient */
   /* backward (training plans) */
   float *dres;       /* (n, d): gradient of the residual stream */
   void *dres_low;    /* (n, d) dtype (dres itself under f32) */
   void *dqkv_heads;  /* 3 (n, d): dq, dk, dv in heads layout */
   void *dp;          /* (B, H, T, T) (naive attention) */
-  void *o_heads;     /* (n, d) heads layout: the attention output again (flash backward) */
   void *flash_ws;    /* the flash backward's workspace */
   void *backward_ws; /* the encoder's and the norms' backward workspace (one at a time) */
   void *dgate;       /* (n, d_ff) */

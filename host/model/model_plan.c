@@ -103,8 +103,9 @@ static void tf_model_plan_carve(const tf_model *m, tf_model_plan *p, tf_carver *
     if (m->flash) {
       tf_flash_args fa = tf_model_flash_args(m, p->batch, p->seq);
       fa.backward = true;
+      fa.o_row_stride = m->cfg.d_model; /* O and dO merged, as the backward pass gives them */
       flash_ws = m->ctx->backend->flash_workspace ? m->ctx->backend->flash_workspace(m->ctx, &fa) : 0;
-      attn_ws = tf_plan_round(3 * act) + tf_plan_round(act) + flash_ws;
+      attn_ws = tf_plan_round(3 * act) + flash_ws;
     }
   }
   const size_t gate_bytes = n * f * es;
@@ -132,7 +133,7 @@ static void tf_model_plan_carve(const tf_model *m, tf_model_plan *p, tf_carver *
   p->hf = tf_carve(c, act, TF_ACT, "final norm out", 0);
   p->rstdf = tf_carve(c, n * fs, TF_ACT, "final norm rstd", 0);
   p->qkv = tf_carve(c, 3 * act, TF_WS, "qkv scratch", 0);
-  p->heads = tf_carve(c, act, TF_WS, "heads scratch", 0);
+  p->heads = m->flash ? NULL : tf_carve(c, act, TF_WS, "heads scratch", 0); /* the naive path's P V and dO */
   p->proj = tf_carve(c, act, TF_WS, "projection scratch", 0);
   if (!p->training) return;
   p->logits = tf_carve(c, n * V * es, TF_ACT, "logits", 0);
@@ -145,8 +146,7 @@ static void tf_model_plan_carve(const tf_model *m, tf_model_plan *p, tf_carver *
   p->dgate = gate;
   p->dqkv_heads = gate;
   if (m->flash) {
-    p->o_heads = gate ? gate + tf_plan_round(3 * act) : NULL;
-    p->flash_ws = gate && flash_ws ? gate + tf_plan_round(3 * act) + tf_plan_round(act) : NULL;
+    p->flash_ws = gate && flash_ws ? gate + tf_plan_round(3 * act) : NULL;
   } else {
     p->dp = tf_carve(c, probs, TF_WS, "d attention probs", 0);
   }

@@ -129,11 +129,12 @@ typedef struct tf_adamw_update {
  * dP = dO V^T, dS = P (dP - D), dQ = scale dS K, dK = scale dS^T Q.
  * workspace holds flash_workspace(ctx, args) bytes of device memory (may be 0).
  * deterministic asks for the same bits on every run (no float atomics).
- * o_row_stride (forward only; 0: head_dim) spaces O's rows further apart:
- * a multiple h * head_dim, h dividing batch, writes O in the merged layout
- * (batch / h, seq_q, h, head_dim), problem b's rows at head b % h of
- * problem group b / h (the fused engine's attention output, heads merged
- * without a pass of their own). */
+ * o_row_stride (0: head_dim) spaces O's rows further apart: a multiple
+ * h * head_dim, h dividing batch, writes O in the merged layout (batch / h,
+ * seq_q, h, head_dim), problem b's rows at head b % h of problem group
+ * b / h; the backward pass reads O and dout in that layout (the fused
+ * engine's attention output and its gradient, heads merged without a pass
+ * of their own). */
 typedef struct tf_flash_args {
   bool backward;
   bool causal;
@@ -150,17 +151,18 @@ typedef struct tf_flash_args {
   int64_t o_row_stride;
 } tf_flash_args;
 
-/* O's row stride and the problems that share one of its rows (1 for the
- * plain layout), or an error for an o_row_stride the layout cannot have. */
+/* O's (and in the backward pass dout's) row stride and the problems that
+ * share one of its rows (1 for the plain layout), or an error for an
+ * o_row_stride the layout cannot have. */
 static inline tf_status tf_flash_o_layout(const tf_flash_args *a, int64_t *ld, int64_t *group) {
   *ld = a->o_row_stride ? a->o_row_stride : a->head_dim;
   *group = 1;
   if (!a->o_row_stride) return TF_OK;
-  if (a->backward || a->head_dim <= 0 || a->o_row_stride < a->head_dim || a->o_row_stride % a->head_dim != 0 ||
+  if (a->head_dim <= 0 || a->o_row_stride < a->head_dim || a->o_row_stride % a->head_dim != 0 ||
       a->batch % (a->o_row_stride / a->head_dim) != 0)
     return tf_fail(TF_ERR_ARG,
-                   "flash_attention: O's row stride %lld does not fit: the forward pass takes a multiple h of head "
-                   "dim %lld with h dividing batch %lld",
+                   "flash_attention: O's row stride %lld does not fit: it takes a multiple h of head dim %lld with h "
+                   "dividing batch %lld",
                    (long long)a->o_row_stride, (long long)a->head_dim, (long long)a->batch);
   *group = a->o_row_stride / a->head_dim;
   return TF_OK;

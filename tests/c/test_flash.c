@@ -225,9 +225,50 @@ static void test_first_row(void) {
   free(qv), free(kv), free(vv);
 }
 
+/* A copy of the plain (B, T, d) tensor x in the merged layout (B / h, T,
+ * h, d): problem b's row t at ((b / h) T + t) h + b % h. */
+static tf_tensor *merged_copy(const tf_tensor *x, int64_t B, int64_t T, int64_t d, int64_t h) {
+  const tf_dtype dt = x->dtype;
+  const size_t es = tf_dtype_size(dt);
+  tf_tensor *m = empty(SHAPE(B / h, T, h, d), dt);
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t t = 0; t < T; t++)
+      memcpy((char *)tf_tensor_data(m) + (size_t)((((b / h) * T + t) * h + b % h) * d) * es,
+             (const char *)tf_tensor_data(x) + (size_t)((b * T + t) * d) * es, (size_t)d * es);
+  return m;
+}
+
+/* The backward pass with O and dout in the merged layout (o_row_stride h d)
+ * gives the plain layout's dq, dk and dv, bit for bit. */
+static void backward_merged(const tf_flash_args *fwd, tf_tensor *o, int64_t h) {
+  const int64_t B = fwd->batch, T = fwd->seq_q, d = fwd->head_dim;
+  const tf_dtype dt = fwd->dtype;
+  tf_tensor *dout = tensor_randn(SHAPE(B, T, d), dt, 1.0, NULL);
+  tf_tensor *om = merged_copy(o, B, T, d, h), *dm = merged_copy(dout, B, T, d, h);
+  tf_tensor *g[2][3];
+  for (int run = 0; run < 2; run++)
+    for (int i = 0; i < 3; i++) g[run][i] = empty(SHAPE(B, T, d), dt);
+  bool ok = true;
+  for (int run = 0; run < 2; run++) {
+    tf_flash_args b = *fwd;
+    b.backward = true;
+    b.o = tf_tensor_data(run ? om : o), b.dout = tf_tensor_data(run ? dm : dout), b.o_row_stride = run ? h * d : 0;
+    b.dq = tf_tensor_data(g[run][0]), b.dk = tf_tensor_data(g[run][1]), b.dv = tf_tensor_data(g[run][2]);
+    ok = CHECK_OK(cctx->backend->flash_attention(cctx, &b)) && ok;
+  }
+  for (int i = 0; i < 3 && ok; i++)
+    if (!CHECK(memcmp(tf_tensor_data(g[0][i]), tf_tensor_data(g[1][i]), tf_tensor_nbytes(g[0][i])) == 0))
+      fprintf(stderr, "FAIL backward with O and dout merged (%lld heads a row, %s): %s differs\n", (long long)h,
+              tf_dtype_name(dt), (const char *[]){"dq", "dk", "dv"}[i]);
+  for (int run = 0; run < 2; run++)
+    for (int i = 0; i < 3; i++) tf_tensor_release(g[run][i]);
+  tf_tensor_release(dout), tf_tensor_release(om), tf_tensor_release(dm);
+}
+
 /* o_row_stride: O written with 2 and then 6 problems side by side in each
- * row (the merged (batch / h, seq, h, head_dim) layout) has O's bits, moved;
- * strides the layout cannot have, and the backward pass, are errors. */
+ * row (the merged (batch / h, seq, h, head_dim) layout) has O's bits, moved,
+ * and the backward pass reading O and dout so gives the plain layout's
+ * gradients; strides the layout cannot have are errors. */
 static void test_o_row_stride(void) {
   const int64_t B = 6, T = 37, d = 24;
   for (int di = 0; di < N_FLOAT_DTYPES; di++) {
@@ -258,18 +299,18 @@ static void test_o_row_stride(void) {
                                 tf_dtype_name(dt));
       }
       tf_tensor_release(om);
+      backward_merged(&a, o, h);
     }
-    /* not a multiple of d, a group that does not divide the batch, the backward pass */
+    /* not a multiple of d, a group that does not divide the batch; forward and backward */
     const int64_t bad[3] = {d + 1, 4 * d, d / 2};
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 6; i++) {
       tf_flash_args m = a;
-      m.o_row_stride = bad[i];
+      m.o_row_stride = bad[i % 3];
+      m.backward = i >= 3;
+      m.dout = m.dq = m.dk = m.dv = tf_tensor_data(o); /* never reached */
       CHECK_INT(cctx->backend->flash_attention(cctx, &m), TF_ERR_ARG);
       CHECK(strstr(tf_last_error(), "row stride") != NULL);
     }
-    tf_flash_args back = a;
-    back.backward = true, back.o_row_stride = 2 * d;
-    CHECK_INT(cctx->backend->flash_attention(cctx, &back), TF_ERR_ARG);
     tf_tensor *ts[] = {q, k, v, o, lse};
     for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) tf_tensor_release(ts[i]);
   }

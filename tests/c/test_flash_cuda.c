@@ -267,6 +267,45 @@ static void merged_case(const char *note, const char *fpath, tf_dtype dt, tf_fla
   flat_pair_free(&om), flat_pair_free(&lm);
 }
 
+/* x's values, a (G, T, d) tensor, on both devices in the merged layout
+ * (1, T, G, d) (o_row_stride = G d): problem b's row t at t G + b. */
+static flat_pair pair_merged(flat_pair x, int64_t G, int64_t T, int64_t d) {
+  double *v = tensor_values(x.c), *m = values_alloc(x.n);
+  for (int64_t b = 0; b < G; b++)
+    for (int64_t t = 0; t < T; t++)
+      memcpy(m + (t * G + b) * d, v + x.off + (b * T + t) * d, sizeof(double) * (size_t)d);
+  flat_pair p = flat_pair_of(m, x.n, x.d, x.off);
+  free(v), free(m);
+  return p;
+}
+
+/* The backward pass again with O and dO in the merged layout on the GPU:
+ * deterministic, the bits of the plain layout's deterministic pass (det);
+ * with dQ by reductions, near the CPU's plain result (cpu). */
+static void merged_backward_case(const char *note, const char *path, tf_dtype dt, tf_flash_args bg, flat_pair oin,
+                                 flat_pair dout, flat_pair det[3], flat_pair cpu[3], const double zero[3]) {
+  static const char *names[3] = {"dq", "dk", "dv"};
+  const int64_t G = bg.batch, T = bg.seq_q, d = bg.head_dim;
+  flat_pair om = pair_merged(oin, G, T, d), dm = pair_merged(dout, G, T, d), g[2][3];
+  for (int r = 0; r < 2; r++)
+    for (int i = 0; i < 3; i++) g[r][i] = pair_nan(det[i].n, dt, det[i].off);
+  bg.o = GP(om), bg.dout = GP(dm), bg.o_row_stride = G * d;
+  char op[64];
+  for (int r = 0; r < 2; r++) {
+    tf_flash_args b = bg;
+    b.deterministic = r == 1;
+    if (!CHECK_OK(gpu_backward(b, g[r][0], g[r][1], g[r][2]))) break;
+    for (int i = 0; i < 3; i++) {
+      snprintf(op, sizeof op, "backward o, do merged %s%s [%s]", names[i], r ? " deterministic" : "", path);
+      if (r) identical(op, note, dt, g[r][i], det[i]);
+      else same_as(op, note, dt, g[r][i], cpu[i], tol_of(dt), zero[i] > 0 ? zero[i] : 1.0);
+    }
+  }
+  for (int r = 0; r < 2; r++)
+    for (int i = 0; i < 3; i++) flat_pair_free(&g[r][i]);
+  flat_pair_free(&om), flat_pair_free(&dm);
+}
+
 static void flash_case(const flash_shape *s, tf_dtype dt, bool causal, int64_t off) {
   const char *fpath = path_of(dt, s->d, off, true), *path = path_of(dt, s->d, off, false);
   char note[160], op[48];
@@ -336,6 +375,7 @@ static void flash_case(const flash_shape *s, tf_dtype dt, bool causal, int64_t o
       snprintf(op, sizeof op, "deterministic twice %s [%s]", names[i], path);
       identical(op, note, dt, g[1][i], g[2][i]);
     }
+    if (s->batch > 1) merged_backward_case(note, path, dt, bg, oin, dout, g[1], g[0], zero);
   }
 
   for (int r = 0; r < 3; r++)

@@ -151,7 +151,8 @@ __global__ void __launch_bounds__(384, 1) tf_flash_bwd_ws_kernel(const __grid_co
         const uint32_t full = bar_full + 8 * s;
         if (lane == 0) {
           tf_mbar_arrive_expect_tx(full, 2 * QO);
-          tf_tma_load_pair<HALVES, BR>(sQ + (uint32_t)s * QO, &a.q, sdO + (uint32_t)s * QO, &a.dout, (int)q0, (int)b, full);
+          tf_tma_load_q_do<HALVES, BR>(sQ + (uint32_t)s * QO, &a.q, sdO + (uint32_t)s * QO, &a.dout, (int)q0, (int)b,
+                                       (int)p.o_group, full);
         } else {
           tf_mbar_arrive(full);
         }

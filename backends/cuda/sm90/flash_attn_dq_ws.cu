@@ -85,7 +85,7 @@ __global__ void __launch_bounds__(384, 1) tf_flash_dq_ws_kernel(const __grid_con
       tf_tma_prefetch_map(&a.k);
       tf_tma_prefetch_map(&a.v);
       tf_mbar_arrive_expect_tx(bar_q, 2 * C::ROWS);
-      tf_tma_load_pair<HALVES, BR>(sQ, &a.q, sdO, &a.dout, (int)q0, (int)b, bar_q);
+      tf_tma_load_q_do<HALVES, BR>(sQ, &a.q, sdO, &a.dout, (int)q0, (int)b, (int)p.o_group, bar_q);
       for (int j = 0; j < n_tiles; j++) {
         const int s = j % STAGES;
         const uint32_t at = (uint32_t)s * KV, full = bar_full + 8 * s;

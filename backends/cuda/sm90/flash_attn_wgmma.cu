@@ -65,11 +65,13 @@ struct tf_wgmma_fwd_cfg {
   static_assert(BC == 64 || BC == 128, "S is one m64nBC product");
 };
 
-/* Rows [row0, row0 + ROWS) of a (nrows, hd) matrix into a swizzled tile at
- * shared address dst, by THREADS threads; rows past nrows and columns past
- * hd zero-filled. Not committed. */
+/* Rows [row0, row0 + ROWS) of a (nrows, hd) matrix (rows ld elements
+ * apart; 0: hd) into a swizzled tile at shared address dst, by THREADS
+ * threads; rows past nrows and columns past hd zero-filled. Not committed. */
 template <int ROWS, int HD, int THREADS>
-__device__ __forceinline__ void tf_wgmma_load(uint32_t dst, const uint16_t *src, int64_t row0, int64_t nrows, int hd) {
+__device__ __forceinline__ void tf_wgmma_load(uint32_t dst, const uint16_t *src, int64_t row0, int64_t nrows, int hd,
+                                              int64_t ld = 0) {
+  const int64_t stride = ld ? ld : hd;
   constexpr int CH = HD / 8, TOTAL = ROWS * CH;
 #pragma unroll
   for (int i = 0; i < (TOTAL + THREADS - 1) / THREADS; i++) {
@@ -77,7 +79,7 @@ __device__ __forceinline__ void tf_wgmma_load(uint32_t dst, const uint16_t *src,
     if (TOTAL % THREADS != 0 && idx >= TOTAL) break;
     const int r = idx / CH, c = idx % CH;
     const bool ok = row0 + r < nrows && c * 8 < hd;
-    tf_flash_cp16(dst + tf_wgmma_chunk<ROWS>(r, c), ok ? src + (row0 + r) * hd + c * 8 : src, ok);
+    tf_flash_cp16(dst + tf_wgmma_chunk<ROWS>(r, c), ok ? src + (row0 + r) * stride + c * 8 : src, ok);
   }
 }
 
@@ -318,7 +320,7 @@ __global__ void __launch_bounds__(256, 1) tf_flash_bwd_wgmma_kernel(const tf_cud
     const int stage = it & 1;
     const int64_t q0 = (first + it) * BR;
     tf_wgmma_load<BR, HD, 256>(sQ + (uint32_t)stage * QO, Q, q0, p.seq_q, hd);
-    tf_wgmma_load<BR, HD, 256>(sdO + (uint32_t)stage * QO, dO, q0, p.seq_q, hd);
+    tf_wgmma_load<BR, HD, 256>(sdO + (uint32_t)stage * QO, dO, q0, p.seq_q, hd, pr.dout_ld);
     tf_flash_load_stat<BR, 256>(sLse + stage * BR, lse, q0, p.seq_q);
     tf_flash_load_stat<BR, 256>(sD + stage * BR, D, q0, p.seq_q);
     tf_flash_cp_commit();
@@ -503,7 +505,7 @@ __global__ void __launch_bounds__(256, 1) tf_flash_dq_wgmma_kernel(const tf_cuda
     tf_wgmma_load<BC, HD, 256>(sV + stage, V, (int64_t)j * BC, p.seq_k, hd);
   };
   tf_wgmma_load<BR, HD, 256>(sQ, Q, q0, p.seq_q, hd);
-  tf_wgmma_load<BR, HD, 256>(sdO, dO, q0, p.seq_q, hd);
+  tf_wgmma_load<BR, HD, 256>(sdO, dO, q0, p.seq_q, hd, pr.dout_ld);
   if (n_tiles > 0) load_block(0);
   tf_flash_cp_commit();
 

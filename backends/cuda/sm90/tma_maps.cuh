@@ -49,12 +49,35 @@ static tf_status tf_tma_map_rows(CUtensorMap *map, const void *ptr, int64_t seq,
   return TF_OK;
 }
 
-/* The tensor maps of the backward kernels: Q and dO in boxes of br rows,
- * K and V in boxes of bc rows. */
+/* A tensor map of `batch` problems of (seq, hd) 16-bit elements at ptr in
+ * O's layout (rows ld elements apart, group problems side by side in a
+ * row; tf_flash_o_layout), as four dimensions (column, problem in its
+ * group, row, group): boxes of 64 columns by `rows` rows of one problem,
+ * laid out in shared memory as tf_tma_map_rows's. */
+static tf_status tf_tma_map_o_rows(CUtensorMap *map, const void *ptr, int64_t seq, int64_t batch, int hd, int rows,
+                                   int64_t ld, int64_t group) {
+  tf_status st = TF_OK;
+  const PFN_cuTensorMapEncodeTiled_v12000 encode = tf_tma_encoder(&st);
+  if (!encode) return st;
+  const cuuint64_t dims[4] = {(cuuint64_t)hd, (cuuint64_t)group, (cuuint64_t)seq, (cuuint64_t)(batch / group)};
+  const cuuint64_t strides[3] = {(cuuint64_t)hd * 2, (cuuint64_t)ld * 2, (cuuint64_t)(seq * ld * 2)}; /* bytes */
+  const cuuint32_t box[4] = {64, 1, (cuuint32_t)rows, 1}, elem_strides[4] = {1, 1, 1, 1};
+  const CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT16, 4, const_cast<void *>(ptr), dims, strides, box,
+                            elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                            CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS)
+    return tf_fail(TF_ERR_BACKEND,
+                   "flash_attention: cuTensorMapEncodeTiled failed (CUresult %d) for (%lld, %lld, %d), rows %lld apart",
+                   (int)r, (long long)batch, (long long)seq, hd, (long long)ld);
+  return TF_OK;
+}
+
+/* The tensor maps of the backward kernels: Q and dO (in O's layout) in
+ * boxes of br rows, K and V in boxes of bc rows. */
 static tf_status tf_tma_map_bwd(CUtensorMap *q, CUtensorMap *dout, CUtensorMap *k, CUtensorMap *v,
                                 const tf_cuda_flash_params *p, int br, int bc) {
   TF_TRY(tf_tma_map_rows(q, p->q, p->seq_q, p->batch, p->head_dim, br));
-  TF_TRY(tf_tma_map_rows(dout, p->dout, p->seq_q, p->batch, p->head_dim, br));
+  TF_TRY(tf_tma_map_o_rows(dout, p->dout, p->seq_q, p->batch, p->head_dim, br, p->o_ld, p->o_group));
   TF_TRY(tf_tma_map_rows(k, p->k, p->seq_k, p->batch, p->head_dim, bc));
   return tf_tma_map_rows(v, p->v, p->seq_k, p->batch, p->head_dim, bc);
 }

@@ -82,6 +82,16 @@ __device__ __forceinline__ void tf_tma_load_3d(uint32_t dst, const CUtensorMap *
       : "memory");
 }
 
+/* ... and the box at (c0, c1, c2, c3) of a 4-D one. */
+__device__ __forceinline__ void tf_tma_load_4d(uint32_t dst, const CUtensorMap *map, int c0, int c1, int c2, int c3,
+                                               uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], "
+      "[%6];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
+      : "memory");
+}
+
 __device__ __forceinline__ void tf_tma_prefetch_map(const CUtensorMap *map) {
   asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
 }
@@ -126,6 +136,21 @@ __device__ __forceinline__ void tf_tma_load_pair(uint32_t dst_a, const CUtensorM
   for (int h = 0; h < HALVES; h++) {
     tf_tma_load_3d(dst_a + (uint32_t)(h * ROWS * 128), map_a, h * 64, row, prob, bar);
     tf_tma_load_3d(dst_b + (uint32_t)(h * ROWS * 128), map_b, h * 64, row, prob, bar);
+  }
+}
+
+/* Rows row.. of problem prob of Q (a 3-D map) and of dO (a 4-D map in O's
+ * layout, tf_tma_map_o_rows: problem prob at (prob % group, prob / group))
+ * into dst_q and dst_do, as tf_tma_load_pair. */
+template <int HALVES, int ROWS>
+__device__ __forceinline__ void tf_tma_load_q_do(uint32_t dst_q, const CUtensorMap *map_q, uint32_t dst_do,
+                                                 const CUtensorMap *map_do, int row, int prob, int group,
+                                                 uint32_t bar) {
+  const int head = prob % group, outer = prob / group;
+#pragma unroll
+  for (int h = 0; h < HALVES; h++) {
+    tf_tma_load_3d(dst_q + (uint32_t)(h * ROWS * 128), map_q, h * 64, row, prob, bar);
+    tf_tma_load_4d(dst_do + (uint32_t)(h * ROWS * 128), map_do, h * 64, head, row, outer, bar);
   }
 }
 
