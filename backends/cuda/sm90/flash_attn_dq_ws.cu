@@ -140,6 +140,10 @@ __global__ void __launch_bounds__(384, 1) tf_flash_dq_ws_kernel(const __grid_con
       tf_wgmma_dq_grads<BC, true>(s, dp, lse_l2, dd, sl2, tf_wgmma_mask_of<BC>(p, wq0, row_in, (int64_t)j * BC));
     tf_wgmma_pack_p<DT, BC>(dp, da);
   };
+  /* Q and dO landed (their own barrier: key block 0's may complete first;
+   * until 2026-11-28 nothing waited here, and block 0's products could read
+   * tiles still arriving, a rare change of dQ's last bits) */
+  tf_mbar_wait(bar_q, 0);
   if (n_tiles > 0) {
     full(0);
     turn_begin();
