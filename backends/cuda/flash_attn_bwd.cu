@@ -66,7 +66,7 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) tf_flash_bwd_tc_ker
     const int stage = it & 1;
     const int64_t q0 = (first + it) * BR;
     tf_flash_load_rows<BR, HD, LD, C::THREADS>(sQ + stage * BR * LD, Q, q0, p.seq_q, hd);
-    tf_flash_load_rows<BR, HD, LD, C::THREADS>(sdO + stage * BR * LD, dO, q0, p.seq_q, hd, pr.dout_ld);
+    tf_flash_load_rows<BR, HD, LD, C::THREADS>(sdO + stage * BR * LD, dO, q0, p.seq_q, hd, p.o_ld);
     tf_flash_load_stat<BR, C::THREADS>(sLse + stage * BR, lse, q0, p.seq_q);
     tf_flash_load_stat<BR, C::THREADS>(sD + stage * BR, D, q0, p.seq_q);
     tf_flash_cp_commit();
@@ -279,7 +279,7 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) tf_flash_dq_tc_kern
   const tf_flash_problem pr = tf_flash_problem_of(p, b);
   const uint16_t *Q = pr.q, *K = pr.k, *V = pr.v, *dO = pr.dout;
   tf_flash_load_rows<BR, HD, LD, C::THREADS>(sQ, Q, q0, p.seq_q, hd);
-  tf_flash_load_rows<BR, HD, LD, C::THREADS>(sdO, dO, q0, p.seq_q, hd, pr.dout_ld);
+  tf_flash_load_rows<BR, HD, LD, C::THREADS>(sdO, dO, q0, p.seq_q, hd, p.o_ld);
   if (n_tiles > 0) {
     tf_flash_load_rows<BC, HD, LD, C::THREADS>(sK, K, 0, p.seq_k, hd);
     tf_flash_load_rows<BC, HD, LD, C::THREADS>(sV, V, 0, p.seq_k, hd);

@@ -96,12 +96,11 @@ template <typename S> __device__ __forceinline__ S *tf_flash_o_of(const tf_cuda_
 }
 
 /* Problem b's tensors: q, k, v and dout (16-bit elements; dout null in the
- * forward pass, its rows dout_ld apart: O's layout), lse and rowdot (null
+ * forward pass, in O's layout: rows p.o_ld apart), lse and rowdot (null
  * where not given). */
 struct tf_flash_problem {
   const uint16_t *q, *k, *v, *dout;
   const float *lse, *rowdot;
-  int64_t dout_ld;
 };
 
 __device__ __forceinline__ tf_flash_problem tf_flash_problem_of(const tf_cuda_flash_params &p, int64_t b) {
@@ -109,7 +108,7 @@ __device__ __forceinline__ tf_flash_problem tf_flash_problem_of(const tf_cuda_fl
   return {static_cast<const uint16_t *>(p.q) + qs * hd, static_cast<const uint16_t *>(p.k) + ks * hd,
           static_cast<const uint16_t *>(p.v) + ks * hd,
           p.dout ? static_cast<const uint16_t *>(p.dout) + tf_flash_o_offset(p, b) : nullptr,
-          p.lse ? p.lse + qs : nullptr, p.rowdot ? p.rowdot + qs : nullptr, p.o_ld};
+          p.lse ? p.lse + qs : nullptr, p.rowdot ? p.rowdot + qs : nullptr};
 }
 
 /* What a kernel over query blocks of BR rows starts from: its problem b

@@ -52,7 +52,7 @@ tf_flash_args tf_model_flash_args(const tf_model *m, int64_t batch, int64_t seq)
   const int64_t H = m->cfg.num_heads;
   return (tf_flash_args){.causal = true, .deterministic = true, .dtype = m->dtype, .batch = batch * H,
                          .seq_q = seq, .seq_k = seq, .head_dim = m->cfg.d_model / H,
-                         .scale = tf_model_attention_scale(m)};
+                         .scale = tf_model_attention_scale(m), .o_row_stride = m->cfg.d_model};
 }
 
 static tf_status tf_model_flash(tf_model *m, tf_flash_args *fa) {
@@ -76,7 +76,6 @@ tf_status tf_model_attention_forward(tf_model *m, tf_model_layer_acts *a, const 
     fa.k = a->k;
     fa.v = a->v;
     fa.o = a->atty;
-    fa.o_row_stride = H * hd;
     fa.lse = a->lse;
     TF_RANGED("flash attention", tf_model_flash(m, &fa));
     return TF_OK;
@@ -108,7 +107,6 @@ tf_status tf_model_attention_backward(tf_model *m, const tf_model_layer_acts *a,
     fa.v = a->v;
     fa.o = a->atty;
     fa.dout = datty;
-    fa.o_row_stride = H * hd;
     fa.lse = a->lse;
     fa.dq = dq;
     fa.dk = dk;

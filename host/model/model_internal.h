@@ -230,7 +230,8 @@ tf_status tf_model_swiglu(tf_model *m, const tf_model_layer_acts *a);
 /* model_attention.c: causal self-attention of one layer. Forward: qkv (n,
  * 3d) -> acts->atty (n, d), saving q, k, v (and lse with flash attention)
  * in acts. Backward: datty (n, d) -> dqkv (n, 3d). */
-/* The flash arguments of the plan's shape (pointers left for the caller). */
+/* The flash arguments of the plan's shape, O and dO with the heads merged
+ * (o_row_stride d_model; pointers left for the caller). */
 tf_flash_args tf_model_flash_args(const tf_model *m, int64_t batch, int64_t seq);
 tf_status tf_model_attention_forward(tf_model *m, tf_model_layer_acts *acts, const void *qkv);
 tf_status tf_model_attention_backward(tf_model *m, const tf_model_layer_acts *acts, const void *datty, void *dqkv);

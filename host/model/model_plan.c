@@ -103,7 +103,6 @@ static void tf_model_plan_carve(const tf_model *m, tf_model_plan *p, tf_carver *
     if (m->flash) {
       tf_flash_args fa = tf_model_flash_args(m, p->batch, p->seq);
       fa.backward = true;
-      fa.o_row_stride = m->cfg.d_model; /* O and dO merged, as the backward pass gives them */
       flash_ws = m->ctx->backend->flash_workspace ? m->ctx->backend->flash_workspace(m->ctx, &fa) : 0;
       attn_ws = tf_plan_round(3 * act) + flash_ws;
     }

@@ -267,6 +267,9 @@ static void merged_case(const char *note, const char *fpath, tf_dtype dt, tf_fla
   flat_pair_free(&om), flat_pair_free(&lm);
 }
 
+/* The backward pass's outputs, in the order the cases keep them. */
+static const char *const GRAD_NAMES[3] = {"dq", "dk", "dv"};
+
 /* x's values, a (G, T, d) tensor, on both devices in the merged layout
  * (1, T, G, d) (o_row_stride = G d): problem b's row t at t G + b. */
 static flat_pair pair_merged(flat_pair x, int64_t G, int64_t T, int64_t d) {
@@ -284,7 +287,6 @@ static flat_pair pair_merged(flat_pair x, int64_t G, int64_t T, int64_t d) {
  * with dQ by reductions, near the CPU's plain result (cpu). */
 static void merged_backward_case(const char *note, const char *path, tf_dtype dt, tf_flash_args bg, flat_pair oin,
                                  flat_pair dout, flat_pair det[3], flat_pair cpu[3], const double zero[3]) {
-  static const char *names[3] = {"dq", "dk", "dv"};
   const int64_t G = bg.batch, T = bg.seq_q, d = bg.head_dim;
   flat_pair om = pair_merged(oin, G, T, d), dm = pair_merged(dout, G, T, d), g[2][3];
   for (int r = 0; r < 2; r++)
@@ -296,7 +298,7 @@ static void merged_backward_case(const char *note, const char *path, tf_dtype dt
     b.deterministic = r == 1;
     if (!CHECK_OK(gpu_backward(b, g[r][0], g[r][1], g[r][2]))) break;
     for (int i = 0; i < 3; i++) {
-      snprintf(op, sizeof op, "backward o, do merged %s%s [%s]", names[i], r ? " deterministic" : "", path);
+      snprintf(op, sizeof op, "backward o, do merged %s%s [%s]", GRAD_NAMES[i], r ? " deterministic" : "", path);
       if (r) identical(op, note, dt, g[r][i], det[i]);
       else same_as(op, note, dt, g[r][i], cpu[i], tol_of(dt), zero[i] > 0 ? zero[i] : 1.0);
     }
@@ -362,17 +364,16 @@ static void flash_case(const flash_shape *s, tf_dtype dt, bool causal, int64_t o
     ok = CHECK_OK(gpu_backward(b, g[r][0], g[r][1], g[r][2]));
   }
   if (ok) {
-    static const char *names[3] = {"dq", "dk", "dv"};
     /* the size of one term of dq = scale dS K, dk = scale dS^T Q, dv = P^T dO */
     const double dp = max_abs(dout) * max_abs(v), zero[3] = {fabs(scale) * dp * max_abs(k), fabs(scale) * dp * max_abs(q),
                                                             max_abs(dout)};
     for (int r = 0; r < 2; r++)
       for (int i = 0; i < 3; i++) { /* the CPU's result is run 0's CPU side */
-        snprintf(op, sizeof op, "backward %s%s [%s]", names[i], r ? " deterministic" : "", path);
+        snprintf(op, sizeof op, "backward %s%s [%s]", GRAD_NAMES[i], r ? " deterministic" : "", path);
         same_as(op, note, dt, g[r][i], g[0][i], tol, zero[i] > 0 ? zero[i] : 1.0);
       }
     for (int i = 0; i < 3; i++) {
-      snprintf(op, sizeof op, "deterministic twice %s [%s]", names[i], path);
+      snprintf(op, sizeof op, "deterministic twice %s [%s]", GRAD_NAMES[i], path);
       identical(op, note, dt, g[1][i], g[2][i]);
     }
     if (s->batch > 1) merged_backward_case(note, path, dt, bg, oin, dout, g[1], g[0], zero);

@@ -320,7 +320,7 @@ __global__ void __launch_bounds__(256, 1) tf_flash_bwd_wgmma_kernel(const tf_cud
     const int stage = it & 1;
     const int64_t q0 = (first + it) * BR;
     tf_wgmma_load<BR, HD, 256>(sQ + (uint32_t)stage * QO, Q, q0, p.seq_q, hd);
-    tf_wgmma_load<BR, HD, 256>(sdO + (uint32_t)stage * QO, dO, q0, p.seq_q, hd, pr.dout_ld);
+    tf_wgmma_load<BR, HD, 256>(sdO + (uint32_t)stage * QO, dO, q0, p.seq_q, hd, p.o_ld);
     tf_flash_load_stat<BR, 256>(sLse + stage * BR, lse, q0, p.seq_q);
     tf_flash_load_stat<BR, 256>(sD + stage * BR, D, q0, p.seq_q);
     tf_flash_cp_commit();
@@ -505,7 +505,7 @@ __global__ void __launch_bounds__(256, 1) tf_flash_dq_wgmma_kernel(const tf_cuda
     tf_wgmma_load<BC, HD, 256>(sV + stage, V, (int64_t)j * BC, p.seq_k, hd);
   };
   tf_wgmma_load<BR, HD, 256>(sQ, Q, q0, p.seq_q, hd);
-  tf_wgmma_load<BR, HD, 256>(sdO, dO, q0, p.seq_q, hd, pr.dout_ld);
+  tf_wgmma_load<BR, HD, 256>(sdO, dO, q0, p.seq_q, hd, p.o_ld);
   if (n_tiles > 0) load_block(0);
   tf_flash_cp_commit();
 

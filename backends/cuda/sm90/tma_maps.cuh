@@ -29,24 +29,36 @@ static PFN_cuTensorMapEncodeTiled_v12000 tf_tma_encoder(tf_status *st) {
   return encode;
 }
 
-/* A tensor map of `batch` problems of (seq, hd) 16-bit elements at ptr,
- * boxes of 64 columns by `rows` rows (128-byte swizzle: the layout of
- * wgmma_tiles.cuh's tiles); reads past seq (or hd) land as zeros, so a
- * box never reads the next problem's rows. */
-static tf_status tf_tma_map_rows(CUtensorMap *map, const void *ptr, int64_t seq, int64_t batch, int hd, int rows) {
+/* A tensor map of 16-bit elements at ptr, rank 3 or 4 (dims[0] the
+ * columns, strides in bytes for dims 1..), boxes of box (64 columns: the
+ * 128-byte swizzle of wgmma_tiles.cuh's tiles); reads past a dimension
+ * land as zeros. */
+static tf_status tf_tma_encode(CUtensorMap *map, const void *ptr, cuuint32_t rank, const cuuint64_t *dims,
+                               const cuuint64_t *strides, const cuuint32_t *box) {
   tf_status st = TF_OK;
   const PFN_cuTensorMapEncodeTiled_v12000 encode = tf_tma_encoder(&st);
   if (!encode) return st;
-  const cuuint64_t dims[3] = {(cuuint64_t)hd, (cuuint64_t)seq, (cuuint64_t)batch};
-  const cuuint64_t strides[2] = {(cuuint64_t)hd * 2, (cuuint64_t)(seq * hd * 2)}; /* bytes, dims 1 and 2 */
-  const cuuint32_t box[3] = {64, (cuuint32_t)rows, 1}, elem_strides[3] = {1, 1, 1};
-  const CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT16, 3, const_cast<void *>(ptr), dims, strides, box,
+  const cuuint32_t elem_strides[4] = {1, 1, 1, 1};
+  const CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT16, rank, const_cast<void *>(ptr), dims, strides, box,
                             elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                             CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS)
-    return tf_fail(TF_ERR_BACKEND, "flash_attention: cuTensorMapEncodeTiled failed (CUresult %d) for (%lld, %lld, %d)",
-                   (int)r, (long long)batch, (long long)seq, hd);
+    return tf_fail(TF_ERR_BACKEND,
+                   "flash_attention: cuTensorMapEncodeTiled failed (CUresult %d) for dims (%llu, %llu, %llu, %llu), "
+                   "row stride %llu bytes",
+                   (int)r, (unsigned long long)dims[0], (unsigned long long)dims[1], (unsigned long long)dims[2],
+                   rank > 3 ? (unsigned long long)dims[3] : 1ull, (unsigned long long)strides[rank > 3 ? 1 : 0]);
   return TF_OK;
+}
+
+/* A tensor map of `batch` problems of (seq, hd) 16-bit elements at ptr,
+ * boxes of 64 columns by `rows` rows; reads past seq (or hd) land as
+ * zeros, so a box never reads the next problem's rows. */
+static tf_status tf_tma_map_rows(CUtensorMap *map, const void *ptr, int64_t seq, int64_t batch, int hd, int rows) {
+  const cuuint64_t dims[3] = {(cuuint64_t)hd, (cuuint64_t)seq, (cuuint64_t)batch};
+  const cuuint64_t strides[2] = {(cuuint64_t)hd * 2, (cuuint64_t)(seq * hd * 2)}; /* bytes, dims 1 and 2 */
+  const cuuint32_t box[3] = {64, (cuuint32_t)rows, 1};
+  return tf_tma_encode(map, ptr, 3, dims, strides, box);
 }
 
 /* A tensor map of `batch` problems of (seq, hd) 16-bit elements at ptr in
@@ -56,20 +68,10 @@ static tf_status tf_tma_map_rows(CUtensorMap *map, const void *ptr, int64_t seq,
  * laid out in shared memory as tf_tma_map_rows's. */
 static tf_status tf_tma_map_o_rows(CUtensorMap *map, const void *ptr, int64_t seq, int64_t batch, int hd, int rows,
                                    int64_t ld, int64_t group) {
-  tf_status st = TF_OK;
-  const PFN_cuTensorMapEncodeTiled_v12000 encode = tf_tma_encoder(&st);
-  if (!encode) return st;
   const cuuint64_t dims[4] = {(cuuint64_t)hd, (cuuint64_t)group, (cuuint64_t)seq, (cuuint64_t)(batch / group)};
   const cuuint64_t strides[3] = {(cuuint64_t)hd * 2, (cuuint64_t)ld * 2, (cuuint64_t)(seq * ld * 2)}; /* bytes */
-  const cuuint32_t box[4] = {64, 1, (cuuint32_t)rows, 1}, elem_strides[4] = {1, 1, 1, 1};
-  const CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT16, 4, const_cast<void *>(ptr), dims, strides, box,
-                            elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                            CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (r != CUDA_SUCCESS)
-    return tf_fail(TF_ERR_BACKEND,
-                   "flash_attention: cuTensorMapEncodeTiled failed (CUresult %d) for (%lld, %lld, %d), rows %lld apart",
-                   (int)r, (long long)batch, (long long)seq, hd, (long long)ld);
-  return TF_OK;
+  const cuuint32_t box[4] = {64, 1, (cuuint32_t)rows, 1};
+  return tf_tma_encode(map, ptr, 4, dims, strides, box);
 }
 
 /* The tensor maps of the backward kernels: Q and dO (in O's layout) in
