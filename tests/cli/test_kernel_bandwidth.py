@@ -69,6 +69,12 @@ class KernelBandwidth(unittest.TestCase):
                 # the loss: a block a row for bf16 rows of 10000 (1250 vectors), the row groups for f32 (2500)
                 self.assertIn("tf_cuda_ce_row_kernel" if precision == "bf16" else "tf_cuda_ce_kernel", names)
                 self.assertTrue(any(n.startswith("tf_cuda_adamw") for n in names))
+                # the heads layout runs under naive attention only (flash reads and writes O and dO merged)
+                heads = {"tf_cuda_heads_kernel", "tf_cuda_heads_rows_kernel"} & names
+                if attention == "flash":
+                    self.assertEqual(heads, set(), "flash attention's backward pass splits no heads")
+                else:
+                    self.assertTrue(heads, "naive attention merges and splits the heads")
 
     def test_without_gpu_says_why(self):
         if GPU:
