@@ -10,10 +10,12 @@
  *     row (lanes over the keys of a block, then over the head dim), slow
  *     but exact to f32 rounding and deterministic.
  * The backward pass first computes D = rowsum(dO * O) (f32) into the
- * workspace. On the tensor-core path dQ is then summed by the dK/dV kernel
- * with float atomics into an f32 workspace (scaled and rounded by a last
- * kernel), or, with deterministic, by a kernel of its own that loops over
- * the key blocks. The SIMT path is always deterministic. */
+ * workspace (deterministic on a 9.0 device, the warp-specialised dQ kernel
+ * does, and runs before the dK/dV kernel). On the tensor-core path dQ is
+ * then summed by the dK/dV kernel with float atomics into an f32 workspace
+ * (scaled and rounded by a last kernel), or, with deterministic, by a
+ * kernel of its own that loops over the key blocks. The SIMT path is
+ * always deterministic. */
 #include "flash_attn_common.cuh"
 #include "nn_common.cuh"
 
@@ -24,70 +26,23 @@ static size_t tf_flash_round256(size_t n) { return (n + 255) / 256 * 256; }
 
 /* ---- D = rowsum(dO * O) and the dQ conversion ---------------------------------------- */
 
-/* TF_FLASH_ROWDOT_TPR threads per row, each over 16-byte words of the row
- * when VEC (head dims of whole words, aligned rows), else
- * over single elements; its partial sum, then the row's by shuffles, in a
- * fixed order. A thread loads its first TF_FLASH_ROWDOT_WORDS words of
- * each operand before adding any (head dims up to 128 in bf16: every word
- * waits on memory together), the rest one by one; the sum's order is the
- * same either way. A warp per row with 2-byte loads, a third of the lanes
- * idle at head dim 80, ran at a third of the copy rate; one word at a time,
- * at 0.74 of it (2.7B step, H200). Rows go to threads in the order O's
- * layout stores them: with the heads merged (o_group > 1), in the order of
- * the problems' own rows the 2.7B step's 32 calls took 0.63 ms instead of
- * 0.37 (rows 5120 bytes apart). */
-enum { TF_FLASH_ROWDOT_TPR = 4, TF_FLASH_ROWDOT_WORDS = 4 };
+/* D a row at a time, the rows' lanes as tf_flash_rowdot_part has them. A
+ * warp per row with 2-byte loads, a third of the lanes idle at head dim
+ * 80, ran at a third of the copy rate; one word at a time, at 0.74 of it
+ * (2.7B step, H200). Rows go to threads in the order O's layout stores
+ * them: with the heads merged (o_group > 1), in the order of the problems'
+ * own rows the 2.7B step's 32 calls took 0.63 ms instead of 0.37 (rows 5120
+ * bytes apart). Where the warp-specialised dQ kernel runs (deterministic,
+ * on 9.0 devices) it sums D itself and this kernel does not run. */
 template <int DT, bool VEC>
 __global__ void __launch_bounds__(TF_CUDA_THREADS) tf_flash_rowdot_kernel(const tf_cuda_flash_params p) {
-  typedef tf_cuda_dtype<DT> D;
-  typedef typename D::storage S;
-  constexpr int W = VEC ? (int)(16 / sizeof(S)) : 1, TPR = TF_FLASH_ROWDOT_TPR, N = VEC ? TF_FLASH_ROWDOT_WORDS : 0;
-  const S *o = static_cast<const S *>(p.o), *dout = static_cast<const S *>(p.dout);
-  const int hd = p.head_dim;
   const int64_t rows = p.batch * p.seq_q, t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-  const int64_t m = t / TPR; /* the m-th row in memory (O's layout, dout's too) */
-  const int part = (int)(t % TPR);
+  const int64_t m = t / TF_FLASH_ROWDOT_TPR; /* the m-th row in memory (O's layout, dout's too) */
+  const int part = (int)(t % TF_FLASH_ROWDOT_TPR);
   const int64_t group_rows = p.seq_q * p.o_group, in = m % group_rows, row = in / p.o_group;
-  const int64_t b = m / group_rows * p.o_group + in % p.o_group, r = b * p.seq_q + row; /* its problem and row */
-  float acc = 0.f;
-  if (m < rows) {
-    const int64_t at = tf_flash_o_offset(p, b) + row * p.o_ld;
-    const S *da = dout + at, *ob = o + at;
-    if constexpr (VEC) {
-      uint4 wa[N], wb[N];
-#pragma unroll
-      for (int i = 0; i < N; i++) {
-        const int c = (part + i * TPR) * W;
-        if (c < hd) wa[i] = *reinterpret_cast<const uint4 *>(da + c), wb[i] = *reinterpret_cast<const uint4 *>(ob + c);
-      }
-#pragma unroll
-      for (int i = 0; i < N; i++) {
-        if ((part + i * TPR) * W >= hd) continue;
-        S a[W], b[W];
-        memcpy(a, &wa[i], 16);
-        memcpy(b, &wb[i], 16);
-#pragma unroll
-        for (int u = 0; u < W; u++) acc = fmaf(D::load(a[u]), D::load(b[u]), acc);
-      }
-    }
-    for (int c = (part + N * TPR) * W; c < hd; c += TPR * W) {
-      S a[W], b[W];
-      if constexpr (VEC) {
-        const uint4 wa = *reinterpret_cast<const uint4 *>(da + c);
-        const uint4 wb = *reinterpret_cast<const uint4 *>(ob + c);
-        memcpy(a, &wa, 16);
-        memcpy(b, &wb, 16);
-      } else {
-        a[0] = da[c];
-        b[0] = ob[c];
-      }
-#pragma unroll
-      for (int u = 0; u < W; u++) acc = fmaf(D::load(a[u]), D::load(b[u]), acc);
-    }
-  }
-#pragma unroll
-  for (int off = TPR / 2; off > 0; off /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, off);
-  if (m < rows && part == 0) p.rowdot[r] = acc;
+  const int64_t b = m / group_rows * p.o_group + in % p.o_group; /* its problem and row */
+  const float acc = tf_flash_rowdot_sum(m < rows ? tf_flash_rowdot_part<DT, VEC>(p, b, row, part) : 0.f);
+  if (m < rows && part == 0) p.rowdot[b * p.seq_q + row] = acc;
 }
 
 /* dq = scale * dq_acc, rounded to the dtype (dq_acc's columns permuted
@@ -434,6 +389,15 @@ size_t tf_cuda_flash_workspace(tf_device_ctx *ctx, const tf_flash_args *a) {
 
 template <int DT> static tf_status tf_flash_backward(tf_cuda_state *st, tf_cuda_flash_params *p, bool tc, bool det) {
   const int64_t rows = p->batch * p->seq_q;
+  const int hd_pad = tf_flash_tc_dim(p->head_dim);
+#ifdef TF_WITH_SM90A
+  if (tc && det && p->seq_k > 0 && tf_flash_bwd_ws_on(st, p->head_dim)) {
+    /* the warp-specialised dQ kernel sums D itself and writes it for the
+     * dK/dV kernel, which therefore runs second: no row-sum kernel */
+    TF_TRY(tf_cuda_flash_dq_ws(st, p, (tf_dtype)DT, tf_flash_wgmma_dim(p->head_dim)));
+    return tf_cuda_flash_backward_tc(st, p, (tf_dtype)DT, hd_pad, false);
+  }
+#endif
   const unsigned row_blocks =
       (unsigned)((rows * TF_FLASH_ROWDOT_TPR + TF_CUDA_THREADS - 1) / TF_CUDA_THREADS); /* short blocks */
   const bool vec = p->head_dim % (int)(16 / sizeof(typename tf_cuda_dtype<DT>::storage)) == 0 &&
@@ -444,7 +408,6 @@ template <int DT> static tf_status tf_flash_backward(tf_cuda_state *st, tf_cuda_
     tf_flash_rowdot_kernel<DT, false><<<row_blocks, TF_CUDA_THREADS, 0, st->stream>>>(*p);
   TF_TRY(tf_cuda_launched("flash_attention rowdot kernel"));
   if (!tc) return tf_flash_simt_backward<DT>(st, p);
-  const int hd_pad = tf_flash_tc_dim(p->head_dim);
   if (det) {
     if (p->seq_k > 0) TF_TRY(tf_cuda_flash_backward_tc(st, p, (tf_dtype)DT, hd_pad, false));
     return tf_cuda_flash_dq_tc(st, p, (tf_dtype)DT, hd_pad);

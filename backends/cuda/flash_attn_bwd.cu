@@ -1,5 +1,6 @@
 /* FlashAttention-2's backward pass on tensor cores (f16/bf16), after
- * flash_attn.cu has put D = rowsum(dO * O) in the workspace.
+ * flash_attn.cu (or the warp-specialised dQ kernel) has put D =
+ * rowsum(dO * O) in the workspace.
  *
  * dK/dV kernel: one block of WARPS warps owns BC = 16 WARPS keys of one
  * problem (each warp 16 keys) with their K and V rows in shared memory, and
@@ -476,11 +477,7 @@ tf_status tf_cuda_flash_backward_tc(tf_cuda_state *st, const tf_cuda_flash_param
 tf_status tf_cuda_flash_dq_tc(tf_cuda_state *st, const tf_cuda_flash_params *p, tf_dtype dt, int hd_pad) {
 #ifdef TF_WITH_SM90A
   const int hd_w = tf_flash_wgmma_dim(p->head_dim);
-  if (hd_w > 0 && tf_flash_wgmma_here(st)) {
-    /* the warp-specialised kernel where it takes the dK/dV pass (no keys: the other writes the zeros) */
-    if (p->seq_k > 0 && tf_flash_bwd_ws_on(st, p->head_dim)) return tf_cuda_flash_dq_ws(st, p, dt, hd_w);
-    return tf_cuda_flash_dq_wgmma(st, p, dt, hd_w);
-  }
+  if (hd_w > 0 && tf_flash_wgmma_here(st)) return tf_cuda_flash_dq_wgmma(st, p, dt, hd_w);
 #endif
   return dt == TF_BF16 ? tf_flash_dq_dt<TF_BF16>(st, p, hd_pad) : tf_flash_dq_dt<TF_F16>(st, p, hd_pad);
 }

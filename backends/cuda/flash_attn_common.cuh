@@ -16,6 +16,8 @@
 
 #include "cuda_common.cuh"
 
+#include <string.h>
+
 #include "flash_attn_ptx.cuh"
 
 /* Everything a flash kernel reads, by value. Element pointers are of the
@@ -109,6 +111,69 @@ __device__ __forceinline__ tf_flash_problem tf_flash_problem_of(const tf_cuda_fl
           static_cast<const uint16_t *>(p.v) + ks * hd,
           p.dout ? static_cast<const uint16_t *>(p.dout) + tf_flash_o_offset(p, b) : nullptr,
           p.lse ? p.lse + qs : nullptr, p.rowdot ? p.rowdot + qs : nullptr};
+}
+
+/* ---- D = rowsum(dO * O), a row at a time ---------------------------------------------- */
+
+/* TF_FLASH_ROWDOT_TPR consecutive lanes sum a row: lane `part` takes the
+ * row's 16-byte words part, part + TPR, ... when VEC (head dims of whole
+ * words, aligned rows), else its single elements so. It loads its first
+ * TF_FLASH_ROWDOT_WORDS words of each operand before adding any (head dims
+ * up to 128 in bf16: every word waits on memory together), the rest one by
+ * one; the order of the sum is the same either way. The row-sum kernel
+ * (flash_attn.cu) and the warp-specialised dQ kernel (sm90/flash_attn_dq_ws.cu)
+ * both sum so, and so get the same bits. */
+enum { TF_FLASH_ROWDOT_TPR = 4, TF_FLASH_ROWDOT_WORDS = 4 };
+
+/* Lane `part`'s share of D for row `row` of problem b. */
+template <int DT, bool VEC>
+__device__ __forceinline__ float tf_flash_rowdot_part(const tf_cuda_flash_params &p, int64_t b, int64_t row, int part) {
+  typedef tf_cuda_dtype<DT> D;
+  typedef typename D::storage S;
+  constexpr int W = VEC ? (int)(16 / sizeof(S)) : 1, TPR = TF_FLASH_ROWDOT_TPR, N = VEC ? TF_FLASH_ROWDOT_WORDS : 0;
+  const int hd = p.head_dim;
+  const int64_t at = tf_flash_o_offset(p, b) + row * p.o_ld;
+  const S *da = static_cast<const S *>(p.dout) + at, *ob = static_cast<const S *>(p.o) + at;
+  float acc = 0.f;
+  if constexpr (VEC) {
+    uint4 wa[N], wb[N];
+#pragma unroll
+    for (int i = 0; i < N; i++) {
+      const int c = (part + i * TPR) * W;
+      if (c < hd) wa[i] = *reinterpret_cast<const uint4 *>(da + c), wb[i] = *reinterpret_cast<const uint4 *>(ob + c);
+    }
+#pragma unroll
+    for (int i = 0; i < N; i++) {
+      if ((part + i * TPR) * W >= hd) continue;
+      S a[W], o[W];
+      memcpy(a, &wa[i], 16);
+      memcpy(o, &wb[i], 16);
+#pragma unroll
+      for (int u = 0; u < W; u++) acc = fmaf(D::load(a[u]), D::load(o[u]), acc);
+    }
+  }
+  for (int c = (part + N * TPR) * W; c < hd; c += TPR * W) {
+    S a[W], o[W];
+    if constexpr (VEC) {
+      const uint4 wa = *reinterpret_cast<const uint4 *>(da + c);
+      const uint4 wb = *reinterpret_cast<const uint4 *>(ob + c);
+      memcpy(a, &wa, 16);
+      memcpy(o, &wb, 16);
+    } else {
+      a[0] = da[c];
+      o[0] = ob[c];
+    }
+#pragma unroll
+    for (int u = 0; u < W; u++) acc = fmaf(D::load(a[u]), D::load(o[u]), acc);
+  }
+  return acc;
+}
+
+/* The row's D from its lanes' shares (every lane of the warp takes part), in a fixed order. */
+__device__ __forceinline__ float tf_flash_rowdot_sum(float acc) {
+#pragma unroll
+  for (int off = TF_FLASH_ROWDOT_TPR / 2; off > 0; off /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+  return acc;
 }
 
 /* What a kernel over query blocks of BR rows starts from: its problem b
@@ -233,7 +298,8 @@ tf_status tf_cuda_flash_backward_ws(tf_cuda_state *st, const tf_cuda_flash_param
 /* ... and the deterministic dQ. */
 tf_status tf_cuda_flash_dq_wgmma(tf_cuda_state *st, const tf_cuda_flash_params *p, tf_dtype dt, int hd_w);
 /* sm90/flash_attn_dq_ws.cu: the same dQ by the warp-specialised kernel
- * (TMA loads, the consumers' products and exponentials overlapped); seq_k > 0. */
+ * (TMA loads, the consumers' products and exponentials overlapped); seq_k > 0.
+ * It sums D itself (tf_flash_rowdot_part) and writes it to rowdot. */
 tf_status tf_cuda_flash_dq_ws(tf_cuda_state *st, const tf_cuda_flash_params *p, tf_dtype dt, int hd_w);
 /* flash_attn_fwd.cu: whether st's device takes those (compute capability
  * 9.0, and TF_FLASH_WGMMA is not 0). */

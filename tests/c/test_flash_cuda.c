@@ -19,7 +19,10 @@
  *     under compute-sanitizer);
  *   - outputs are filled with NaN first, so an element a kernel forgets to
  *     write fails the comparison; deterministic backward passes run twice
- *     give the same bits, and so do forward passes;
+ *     give the same bits, and so do forward passes; D = rowsum(dO * O)
+ *     (the workspace's first rows) has the same bits in every backward run
+ *     (summed by the warp-specialised dQ kernel when it runs, else by the
+ *     row-sum kernel);
  *   - on a 9.0 device (H100/H200) with sm_90a code built in, head dims
  *     40..128 (multiples of 8) take the Hopper kernels: the forward pass
  *     the warp-specialised one ([wgmma-ws]; flash_attn_wgmma.cu's [wgmma]
@@ -220,8 +223,9 @@ static tf_flash_args args_of(const flash_shape *s, tf_dtype dt, bool causal, dou
                          .head_dim = s->d, .scale = scale};
 }
 
-/* The backward pass on the GPU into dq/dk/dv with its own workspace. */
-static tf_status gpu_backward(tf_flash_args a, flat_pair dq, flat_pair dk, flat_pair dv) {
+/* The backward pass on the GPU into dq/dk/dv with its own workspace; D
+ * (the workspace's first batch * seq_q floats) into d when not NULL. */
+static tf_status gpu_backward(tf_flash_args a, flat_pair dq, flat_pair dk, flat_pair dv, float *d) {
   a.dq = GP(dq), a.dk = GP(dk), a.dv = GP(dv);
   const size_t bytes = gctx->backend->flash_workspace(gctx, &a);
   const size_t rows = (size_t)(a.batch * a.seq_q);
@@ -235,6 +239,7 @@ static tf_status gpu_backward(tf_flash_args a, flat_pair dq, flat_pair dk, flat_
   a.workspace = ws ? ws->ptr : NULL;
   st = gctx->backend->flash_attention(gctx, &a);
   if (st == TF_OK) st = tf_device_sync(GPU);
+  if (st == TF_OK && d) st = gctx->backend->copy(gctx, d, ws->ptr, rows * sizeof(float), TF_COPY_D2H);
   if (ws) tf_alloc_free(&gctx->alloc, ws);
   return st;
 }
@@ -296,7 +301,7 @@ static void merged_backward_case(const char *note, const char *path, tf_dtype dt
   for (int r = 0; r < 2; r++) {
     tf_flash_args b = bg;
     b.deterministic = r == 1;
-    if (!CHECK_OK(gpu_backward(b, g[r][0], g[r][1], g[r][2]))) break;
+    if (!CHECK_OK(gpu_backward(b, g[r][0], g[r][1], g[r][2], NULL))) break;
     for (int i = 0; i < 3; i++) {
       snprintf(op, sizeof op, "backward o, do merged %s%s [%s]", GRAD_NAMES[i], r ? " deterministic" : "", path);
       if (r) identical(op, note, dt, g[r][i], det[i]);
@@ -358,11 +363,22 @@ static void flash_case(const flash_shape *s, tf_dtype dt, bool causal, int64_t o
   bc.dq = CP(g[0][0]), bc.dk = CP(g[0][1]), bc.dv = CP(g[0][2]);
   CHECK_INT(cctx->backend->flash_workspace(cctx, &bc), 0);
   ok = ok && CHECK_OK(cctx->backend->flash_attention(cctx, &bc));
+  /* D of each run: deterministic on a 9.0 device the dQ kernel sums it, else the row-sum kernel */
+  float *dsum[3];
+  for (int r = 0; r < 3; r++) dsum[r] = calloc((size_t)rows, sizeof(float));
   for (int r = 0; r < 3 && ok; r++) {
     tf_flash_args b = bg;
     b.deterministic = r > 0;
-    ok = CHECK_OK(gpu_backward(b, g[r][0], g[r][1], g[r][2]));
+    ok = CHECK_OK(gpu_backward(b, g[r][0], g[r][1], g[r][2], dsum[r]));
   }
+  for (int r = 1; r < 3 && ok; r++) {
+    snprintf(op, sizeof op, "backward D deterministic [%s]", path);
+    const bool eq = memcmp(dsum[r], dsum[0], (size_t)rows * sizeof(float)) == 0;
+    record(op, dt, eq ? 0.0 : INFINITY, 0.0);
+    if (!eq) fprintf(stderr, "FAIL %s %s: run %d's D differs in its bits from the pass with reductions\n", op, note, r);
+    CHECK(eq);
+  }
+  for (int r = 0; r < 3; r++) free(dsum[r]);
   if (ok) {
     /* the size of one term of dq = scale dS K, dk = scale dS^T Q, dv = P^T dO */
     const double dp = max_abs(dout) * max_abs(v), zero[3] = {fabs(scale) * dp * max_abs(k), fabs(scale) * dp * max_abs(q),

@@ -245,7 +245,7 @@ T.test("deterministic flash on a GPU at the 2.7B model's attention shape: dq, dk
     local again = run(q, k, v, w, { impl = "flash", causal = true, deterministic = true })
     for _, key in ipairs({ "dq", "dk", "dv" }) do
       local diff = (again[key]:to("f32") - first[key]:to("f32")):abs():max():item()
-      T.eq(diff, 0, string.format("run %d: %s differs from run 1's by up to %g", i, key, diff))
+      T.eq(diff, 0.0, string.format("run %d: %s differs from run 1's by up to %g", i, key, diff))
     end
   end
 end)

@@ -2,7 +2,10 @@
  * the same dQ as flash_attn_wgmma.cu's dQ kernel (same products, masks,
  * rounding: wgmma_softmax.cuh), f16/bf16, head dims (padded to) 64, 80,
  * 96 and 128. The dQ pass on a 9.0 device unless TF_FLASH_BWD_WS=0
- * (tf_cuda_flash_dq_tc, flash_attn_bwd.cu).
+ * (tf_flash_backward, flash_attn.cu). It also sums D = rowsum(dO * O) of
+ * its rows, with the row-sum kernel's arithmetic, and writes it for the
+ * dK/dV kernel, which runs after it: the backward pass has no row-sum
+ * kernel then.
  *
  * A block owns BR = 128 query rows of one problem and has three
  * warpgroups, with no block-wide barrier after its start, as the forward
@@ -103,8 +106,19 @@ __global__ void __launch_bounds__(384, 1) tf_flash_dq_ws_kernel(const __grid_con
   const int row_in = warp * 16 + g; /* the thread's rows: row_in and row_in + 8 of the consumer */
   const int64_t wq0 = q0 + cw * 64; /* the consumer's first row */
   const uint32_t q_w = sQ + (uint32_t)(cw * 64 * 128), do_w = sdO + (uint32_t)(cw * 64 * 128);
+  /* lse of the thread's rows, and D summed here as the row-sum kernel sums
+   * it (the four lanes of a row, lane & 3, the same words in the same
+   * order: the same bits), from memory while the loader's copies are on
+   * their way; the row's first lane writes it for the dK/dV kernel */
   float lse_l2[2], dd[2];
-  tf_wgmma_dq_row_stats(p, b, wq0, row_in, lse_l2, dd);
+#pragma unroll
+  for (int h = 0; h < 2; h++) {
+    const int64_t row = wq0 + row_in + 8 * h;
+    const bool live = row < p.seq_q;
+    lse_l2[h] = live ? p.lse[b * p.seq_q + row] * TF_FLASH_LOG2E : INFINITY;
+    dd[h] = tf_flash_rowdot_sum(live ? tf_flash_rowdot_part<DT, true>(p, b, row, lane & 3) : 0.f);
+    if (live && (lane & 3) == 0) p.rowdot[b * p.seq_q + row] = dd[h];
+  }
   const float sl2 = p.scale_log2;
   float dq[HD / 2];
 #pragma unroll
