@@ -104,7 +104,8 @@ local function byte_model(cfg, batch, seq, precision, attention)
   m.tf_cuda_softmax_forward_kernel = { calls = 2 * L, bytes = 2 * L * (tri + full) * e }
   m.tf_cuda_softmax_backward_kernel = { calls = L, bytes = L * (2 * tri + full) * e }
   -- FlashAttention's backward starts with D = rowsum(dO * O): both read, one
-  -- f32 per row of each head written.
+  -- f32 per row of each head written. On a 9.0 device (H100, H200) the
+  -- engine's deterministic dQ kernel sums D itself and this kernel does not run.
   if attention == "flash" then
     m.tf_flash_rowdot_kernel = { calls = L, bytes = L * (2 * nd * e + 4 * bh * seq) }
   end
