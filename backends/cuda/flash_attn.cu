@@ -10,12 +10,13 @@
  *     row (lanes over the keys of a block, then over the head dim), slow
  *     but exact to f32 rounding and deterministic.
  * The backward pass first computes D = rowsum(dO * O) (f32) into the
- * workspace (deterministic on a 9.0 device, the warp-specialised dQ kernel
- * does, and runs before the dK/dV kernel). On the tensor-core path dQ is
- * then summed by the dK/dV kernel with float atomics into an f32 workspace
- * (scaled and rounded by a last kernel), or, with deterministic, by a
- * kernel of its own that loops over the key blocks. The SIMT path is
- * always deterministic. */
+ * workspace. On the tensor-core path dQ is then summed by the dK/dV kernel
+ * with float atomics into an f32 workspace (scaled and rounded by a last
+ * kernel), or, with deterministic, by a kernel of its own that loops over
+ * the key blocks. Where that kernel is the warp-specialised one (a 9.0
+ * device, a head dim the Hopper kernels take, seq_k > 0, TF_FLASH_BWD_WS
+ * not 0) it runs first and sums D itself, and the dK/dV kernel follows: no
+ * row-sum kernel. The SIMT path is always deterministic. */
 #include "flash_attn_common.cuh"
 #include "nn_common.cuh"
 

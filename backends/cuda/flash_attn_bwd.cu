@@ -18,7 +18,8 @@
  * block is enough), then split the block's dQ = dS K over (row tile, column
  * half) and add it to an f32 workspace with float2 atomics; a small kernel
  * scales and rounds it. With deterministic, the dK/dV kernel skips dQ and
- * tf_cuda_flash_dq_tc computes it: one block per query block looping over
+ * tf_cuda_flash_dq_tc computes it (on a 9.0 device the warp-specialised
+ * kernels do, the dQ kernel first: flash_attn.cu's tf_flash_backward): one block per query block looping over
  * the key blocks (S, dP, dS in registers, dQ += dS K with dS straight from
  * the registers), the same bits every run. Shared rows are padded by 16
  * bytes against bank conflicts, as in the forward kernel; the query (key)

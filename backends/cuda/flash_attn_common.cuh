@@ -314,7 +314,9 @@ bool tf_flash_fwd_ws_on(void);
  * call. */
 bool tf_flash_bwd_ws_on(const tf_cuda_state *st, int64_t hd);
 /* flash_attn_bwd.cu: dK and dV, and dQ into dq_acc with float atomics when
- * atomic_dq (else tf_cuda_flash_dq_tc computes dq, with no atomics). */
+ * atomic_dq (else dq is computed with no atomics: before, by
+ * tf_cuda_flash_dq_ws, which also sums D, where the warp-specialised
+ * kernels run; after, by tf_cuda_flash_dq_tc, elsewhere). */
 tf_status tf_cuda_flash_backward_tc(tf_cuda_state *st, const tf_cuda_flash_params *p, tf_dtype dt, int hd_pad,
                                     bool atomic_dq);
 tf_status tf_cuda_flash_dq_tc(tf_cuda_state *st, const tf_cuda_flash_params *p, tf_dtype dt, int hd_pad);

@@ -237,9 +237,15 @@ static tf_status gpu_backward(tf_flash_args a, flat_pair dq, flat_pair dk, flat_
   tf_status st = bytes ? tf_alloc(&gctx->alloc, bytes, &ws) : TF_OK;
   if (st != TF_OK) return st;
   a.workspace = ws ? ws->ptr : NULL;
-  st = gctx->backend->flash_attention(gctx, &a);
+  if (ws) { /* NaN bits everywhere first: a row of D that no kernel writes fails the check of D */
+    void *nan_bits = malloc(bytes);
+    st = nan_bits ? TF_OK : tf_fail(TF_ERR_OOM, "no host memory");
+    if (nan_bits) memset(nan_bits, 0xff, bytes), st = gctx->backend->copy(gctx, ws->ptr, nan_bits, bytes, TF_COPY_H2D);
+    free(nan_bits);
+  }
+  if (st == TF_OK) st = gctx->backend->flash_attention(gctx, &a);
   if (st == TF_OK) st = tf_device_sync(GPU);
-  if (st == TF_OK && d) st = gctx->backend->copy(gctx, d, ws->ptr, rows * sizeof(float), TF_COPY_D2H);
+  if (st == TF_OK && d && ws) st = gctx->backend->copy(gctx, d, ws->ptr, rows * sizeof(float), TF_COPY_D2H);
   if (ws) tf_alloc_free(&gctx->alloc, ws);
   return st;
 }

@@ -1,8 +1,9 @@
 /* FlashAttention's deterministic dQ on Hopper, warp-specialised (sm_90a):
  * the same dQ as flash_attn_wgmma.cu's dQ kernel (same products, masks,
  * rounding: wgmma_softmax.cuh), f16/bf16, head dims (padded to) 64, 80,
- * 96 and 128. The dQ pass on a 9.0 device unless TF_FLASH_BWD_WS=0
- * (tf_flash_backward, flash_attn.cu). It also sums D = rowsum(dO * O) of
+ * 96 and 128. The dQ pass on a 9.0 device when there are keys, unless
+ * TF_FLASH_BWD_WS=0 (tf_flash_backward, flash_attn.cu; 16-byte aligned
+ * buffers and head dims of whole 16-byte words, as the Hopper kernels take). It also sums D = rowsum(dO * O) of
  * its rows, with the row-sum kernel's arithmetic, and writes it for the
  * dK/dV kernel, which runs after it: the backward pass has no row-sum
  * kernel then.
@@ -56,6 +57,9 @@ struct tf_dq_ws_params {
   CUtensorMap q, dout, k, v;
   tf_cuda_flash_params p;
 };
+
+/* a row's four lanes in the products' fragments (lane & 3) are the lanes that sum its D */
+static_assert(TF_FLASH_ROWDOT_TPR == 4, "D is summed by the four lanes that hold a row");
 
 template <int DT, class C>
 __global__ void __launch_bounds__(384, 1) tf_flash_dq_ws_kernel(const __grid_constant__ tf_dq_ws_params a) {
