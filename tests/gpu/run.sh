@@ -6,7 +6,8 @@
 # experiments. Logs go to $OUT (or ./gpu-out); a summary is printed last.
 # The whole run takes longer than some machines lend for one command:
 # TF_GPU_PARTS picks parts (a comma list of oracles, c, lua, cli, sanitize,
-# experiments; default all of them), so that it can run as several calls.
+# experiments; default all of them), so that it can run as several calls;
+# TF_SANITIZE_TESTS and TF_SANITIZE_TOOLS narrow the sanitize part (sanitize.sh).
 #   tests/gpu/run.sh build/bundle
 #   TF_GPU_PARTS=c,lua tests/gpu/run.sh build/bundle; TF_GPU_PARTS=cli,sanitize,experiments tests/gpu/run.sh ...
 set -uo pipefail

@@ -6,11 +6,26 @@
 # reporting 0 errors (0 hazards for racecheck); the exit code is 0 then,
 # 1 when any run fails, 77 when there is no GPU or no compute-sanitizer.
 # Logs and a summary go to $OUT/sanitize (OUT defaults to ./gpu-out).
+# The whole set takes longer than some machines lend for one command:
+# TF_SANITIZE_TESTS and TF_SANITIZE_TOOLS (comma lists) pick a part.
 #   tests/gpu/sanitize.sh build/bundle      (or a build folder: the test binaries beside tfhost)
+#   TF_SANITIZE_TESTS=test_flash_cuda TF_SANITIZE_TOOLS=racecheck tests/gpu/sanitize.sh build/bundle
 set -uo pipefail
 dir=$(realpath "${1:?usage: tests/gpu/sanitize.sh path/to/folder-with-test_flash_cuda}")
 out=${OUT:-gpu-out}/sanitize
 mkdir -p "$out"
+all_tests="test_flash_cuda test_model_kernels_cuda test_nnops_cuda"
+all_tools="memcheck racecheck synccheck"
+read -ra tests <<< "${TF_SANITIZE_TESTS:-$all_tests}"
+read -ra tools <<< "${TF_SANITIZE_TOOLS:-$all_tools}"
+tests=(${tests[@]//,/ })
+tools=(${tools[@]//,/ })
+for t in "${tests[@]}"; do
+  [[ " $all_tests " == *" $t "* ]] || { echo "sanitize.sh: unknown test '$t' in TF_SANITIZE_TESTS ($all_tests)" >&2; exit 2; }
+done
+for tool in "${tools[@]}"; do
+  [[ " $all_tools " == *" $tool "* ]] || { echo "sanitize.sh: unknown tool '$tool' in TF_SANITIZE_TOOLS ($all_tools)" >&2; exit 2; }
+done
 sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
 if [ -z "$sanitizer" ]; then
   echo "sanitize: SKIPPED: compute-sanitizer not found (CUDA Toolkit, on PATH or in /usr/local/cuda/bin)"
@@ -21,7 +36,6 @@ if ! nvidia-smi -L >/dev/null 2>&1; then
   exit 77
 fi
 
-tests=(test_flash_cuda test_model_kernels_cuda test_nnops_cuda)
 failed=0
 ran=0
 summary=()
@@ -31,7 +45,7 @@ for t in "${tests[@]}"; do
     failed=1
     continue
   fi
-  for tool in memcheck racecheck synccheck; do
+  for tool in "${tools[@]}"; do
     log="$out/${tool}_$t.log"
     # small shapes (TF_TEST_SMALL); the flash test keeps to the tensor-core
     # kernels' small bf16 cases under the slower race and sync checks
