@@ -7,6 +7,7 @@
 --   tfhost experiments/benchmark.lua --size small,medium --context 128,256 --precision f32,bf16
 --   tfhost experiments/benchmark.lua --size small --warmup 0,1,2,5      (the warm-up effect)
 --   tfhost experiments/benchmark.lua --size small --no-graphs           (the fused engine without CUDA graphs)
+--   tfhost experiments/benchmark.lua --size 2.7B --context 1024 --precision f32 --tf32   (f32 with TF32 products)
 local opt = tf.options{
   description = "Time forward, forward+backward and training steps of the Transformer LM.",
   { "size", "model sizes (small, medium, large, xl, 2.7B, or all; tiny for a quick CPU run)", default = "small",
@@ -23,12 +24,22 @@ local opt = tf.options{
     default = true },
   { "recompute_residual", "fused engine: keep the residual stream before each layer only and recompute the one "
     .. "after attention in the backward pass (less memory, one more GEMM a layer)", default = false },
+  { "tf32", "f32 runs: let the matmuls use TF32 tensor cores (tf.allow_tf32; CUDA devices); their rows say "
+    .. "f32+tf32", default = false },
   { "memory_limit", "cap the device memory tfhost may reserve, in GiB (0: none); shows OOM rows cheaply", default = 0.0 },
   { "json", "write the rows and the environment to this file", type = "string" },
   { "plot", "draw time, tokens/s, TFLOP/s and peak memory against context length into this file (.svg or .html)",
     type = "string" },
 }
 if opt.memory_limit > 0 then tf.mem.set_limit(math.floor(opt.memory_limit * 2 ^ 30)) end
+if opt.tf32 then
+  if tf.device() == "cpu" then
+    tf.exit(2, "benchmark.lua: --tf32 is a mode of CUDA's tensor cores; the device is the CPU\n")
+  end
+  tf.allow_tf32(true)
+end
+-- a row's precision: f32 runs with TF32 products are told apart from exact f32
+local function label(precision) return (precision == "f32" and opt.tf32) and "f32+tf32" or precision end
 
 local sizes = opt.size
 if #sizes == 1 and sizes[1] == "all" then sizes = tf.model.preset_names end
@@ -71,7 +82,7 @@ for _, size in ipairs(sizes) do
     for _, precision in ipairs(opt.precision) do
       for _, warmup in ipairs(opt.warmup) do
         done = done + 1
-        progress("[%d/%d] %s ctx %d %s warmup %d ...", done, total, size, ctx, precision, warmup)
+        progress("[%d/%d] %s ctx %d %s warmup %d ...", done, total, size, ctx, label(precision), warmup)
         local t0 = tf.now()
         local m
         local timed = {} -- the modes that ran before an out-of-memory error
@@ -90,7 +101,7 @@ for _, size in ipairs(sizes) do
             local s = time_mode(m, mode, ids, targets, warmup)
             local mode_flops = mode == "fwd" and flops / 3 or flops
             rows[#rows + 1] = {
-              size = size, context = ctx, precision = precision, impl = m.impl, graphs = m.graphs, mode = mode,
+              size = size, context = ctx, precision = label(precision), impl = m.impl, graphs = m.graphs, mode = mode,
               recompute_residual = opt.recompute_residual,
               warmup = warmup,
               batch = opt.batch, mean_ms = s.mean, std_ms = s.std, median_ms = s.median,
@@ -107,7 +118,7 @@ for _, size in ipairs(sizes) do
           if not oom then error(err, 0) end
           for _, mode in ipairs(opt.mode) do
             if not timed[mode] then
-              rows[#rows + 1] = { size = size, context = ctx, precision = precision, mode = mode, warmup = warmup,
+              rows[#rows + 1] = { size = size, context = ctx, precision = label(precision), mode = mode, warmup = warmup,
                 batch = opt.batch, oom = true, mean_ms = "OOM",
                 impl = m and m.impl or opt.impl or (tf._model and "fused" or "eager") }
             end

@@ -12,6 +12,7 @@ import unittest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TFHOST = None
+GPU = False
 
 
 def run(*args):
@@ -64,6 +65,26 @@ class Benchmark(unittest.TestCase):
         self.assertIsInstance(by_mode["fwd"]["mean_ms"], float)
         self.assertEqual((by_mode["step"].get("oom"), by_mode["step"]["mean_ms"]), (True, "OOM"))
 
+    def test_tf32_is_refused_on_the_cpu(self):
+        r = subprocess.run([TFHOST, "--device", "cpu", "experiments/benchmark.lua", "--size", "tiny", "--tf32"], cwd=ROOT,
+                           capture_output=True, text=True, timeout=600)
+        self.assertEqual(r.returncode, 2, r.stdout)
+        self.assertIn("--tf32 is a mode of CUDA's tensor cores", r.stderr)
+
+    def test_tf32_rows_say_so(self):
+        if not GPU:
+            self.skipTest("no CUDA device")
+        with tempfile.TemporaryDirectory() as tmp:
+            out = os.path.join(tmp, "b.json")
+            r = run("--size", "tiny", "--context", "16", "--steps", "1", "--warmup", "0", "--mode", "fwd",
+                    "--precision", "f32,bf16", "--tf32", "--json", out)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertIn("| tiny | 16 | f32+tf32 |", r.stdout)
+            with open(out) as f:
+                doc = json.load(f)
+        self.assertEqual([x["precision"] for x in doc["results"]], ["f32+tf32", "bf16"])  # bf16 runs keep their name
+        self.assertIs(doc["env"]["options"]["tf32"], True)
+
     def test_bad_options(self):
         r = run("--size", "huge")
         self.assertEqual(r.returncode, 2)
@@ -75,4 +96,6 @@ class Benchmark(unittest.TestCase):
 
 if __name__ == "__main__":
     TFHOST = os.path.abspath(sys.argv.pop(1))
+    GPU = subprocess.run([TFHOST, "-e", "io.write(tostring(tf.cuda.is_available()))"], capture_output=True, text=True,
+                         timeout=60).stdout.strip() == "true"
     unittest.main()

@@ -125,27 +125,32 @@ def main():
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--impl", default="eager", help="eager (CS336's reference), compiled (torch.compile + SDPA + "
                    "fused AdamW), or both: eager,compiled")
+    p.add_argument("--tf32", action="store_true", help="f32 runs with TF32 matmuls (rows say f32+tf32)")
     p.add_argument("--json")
     p.add_argument("--compare")
     a = p.parse_args()
-    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = a.tf32
+    torch.backends.cudnn.allow_tf32 = a.tf32
     rows = []
     for size in a.size.split(","):
         for ctx in map(int, a.context.split(",")):
             for precision in a.precision.split(","):
+                label = "f32+tf32" if precision == "f32" and a.tf32 else precision
                 for impl in a.impl.split(","):
                     try:
-                        rows += bench(size, ctx, precision, a.mode.split(","), a.batch, a.vocab, a.warmup, a.steps,
-                                      impl)
+                        new = bench(size, ctx, precision, a.mode.split(","), a.batch, a.vocab, a.warmup, a.steps, impl)
                     except torch.cuda.OutOfMemoryError:
-                        rows += results_file.benchmark_oom_rows(size, ctx, precision, a.mode.split(","), impl, a.warmup,
-                                                                a.batch)
+                        new = results_file.benchmark_oom_rows(size, ctx, precision, a.mode.split(","), impl, a.warmup,
+                                                              a.batch)
                         torch.cuda.empty_cache()
+                    for r in new:
+                        r["precision"] = label
+                    rows += new
                     # each configuration's figures as soon as they exist: a run cut short keeps them
                     done = [f"{r['mode']} {r['mean_ms']:.2f} ms {r['peak_gib']:.2f} GiB"
                             for r in rows if (r["size"], r["context"], r["precision"], r.get("impl")) ==
-                            (size, ctx, precision, impl) and not r.get("oom")]
-                    print(f"torch {size} ctx {ctx} {precision} {impl} done: {', '.join(done) or 'out of memory'}",
+                            (size, ctx, label, impl) and not r.get("oom")]
+                    print(f"torch {size} ctx {ctx} {label} {impl} done: {', '.join(done) or 'out of memory'}",
                           file=sys.stderr)
     if a.json:
         env = results_file.env(device=torch.cuda.get_device_name(), torch=torch.__version__, cuda=torch.version.cuda,
