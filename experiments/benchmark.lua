@@ -33,7 +33,7 @@ local opt = tf.options{
 }
 if opt.memory_limit > 0 then tf.mem.set_limit(math.floor(opt.memory_limit * 2 ^ 30)) end
 if opt.tf32 then
-  if tf.device() == "cpu" then
+  if tf.default_device() == "cpu" then
     tf.exit(2, "benchmark.lua: --tf32 is a mode of CUDA's tensor cores; the device is the CPU\n")
   end
   tf.allow_tf32(true)
