@@ -10,6 +10,9 @@ import sys
 import tempfile
 import unittest
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cuda_present import cuda_present  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TFHOST = None
 GPU = False
@@ -96,6 +99,5 @@ class Benchmark(unittest.TestCase):
 
 if __name__ == "__main__":
     TFHOST = os.path.abspath(sys.argv.pop(1))
-    GPU = subprocess.run([TFHOST, "-e", "io.write(tostring(tf.cuda.is_available()))"], capture_output=True, text=True,
-                         timeout=60).stdout.strip() == "true"
+    GPU = cuda_present(TFHOST)
     unittest.main()

@@ -17,6 +17,9 @@ import sys
 import tempfile
 import unittest
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cuda_present import cuda_present  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DOCS = ["README.md"] + sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "docs", "*.md")))
 TFHOST = None
@@ -44,14 +47,9 @@ def blocks():
             yield name, line, m.group(1), setup, needs_cuda
 
 
-def cuda_present():
-    r = subprocess.run([TFHOST, "-e", "io.write(tostring(tf.cuda.is_available()))"], capture_output=True, text=True)
-    return r.stdout == "true"
-
-
 class DocExamples(unittest.TestCase):
     def test_every_example_runs(self):
-        gpu = cuda_present()
+        gpu = cuda_present(TFHOST)
         found = list(blocks())
         self.assertGreater(len(found), 20, "the docs' Lua examples were not found")
         ran = skipped = 0

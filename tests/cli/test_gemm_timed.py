@@ -13,6 +13,9 @@ import subprocess
 import sys
 import unittest
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cuda_present import cuda_present  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TFHOST = None
 
@@ -36,11 +39,6 @@ print(tf.json.encode{ losses = losses, tuning = tf.cuda.gemm_tuning() })
 def run(script, *args, env=None):
     return subprocess.run([TFHOST, "-e", script, *args], cwd=ROOT, capture_output=True, text=True, timeout=300,
                           env=env)
-
-
-def has_gpu():
-    r = run("io.write(tostring(tf.cuda.is_available()))")
-    return r.stdout.strip() == "true"
 
 
 def steps(precision, tune):
@@ -87,5 +85,5 @@ class GemmTimed(unittest.TestCase):
 
 if __name__ == "__main__":
     TFHOST = os.path.abspath(sys.argv.pop(1))
-    GPU = has_gpu()
+    GPU = cuda_present(TFHOST)
     unittest.main()

@@ -13,6 +13,9 @@ import sys
 import tempfile
 import unittest
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cuda_present import cuda_present  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TFHOST = None
 
@@ -20,12 +23,6 @@ TFHOST = None
 def run(*args):
     return subprocess.run([TFHOST, "experiments/kernel_bandwidth.lua", *args], cwd=ROOT, capture_output=True,
                           text=True, timeout=600)
-
-
-def has_gpu():
-    r = subprocess.run([TFHOST, "-e", "io.write(tostring(tf.cuda.is_available()))"], capture_output=True, text=True,
-                       timeout=60)
-    return r.stdout.strip() == "true"
 
 
 class KernelBandwidth(unittest.TestCase):
@@ -91,5 +88,5 @@ class KernelBandwidth(unittest.TestCase):
 
 if __name__ == "__main__":
     TFHOST = os.path.abspath(sys.argv.pop(1))
-    GPU = has_gpu()
+    GPU = cuda_present(TFHOST)
     unittest.main()
