@@ -20,12 +20,15 @@ read -ra tests <<< "${TF_SANITIZE_TESTS:-$all_tests}"
 read -ra tools <<< "${TF_SANITIZE_TOOLS:-$all_tools}"
 tests=(${tests[@]//,/ })
 tools=(${tools[@]//,/ })
-for t in "${tests[@]}"; do
-  [[ " $all_tests " == *" $t "* ]] || { echo "sanitize.sh: unknown test '$t' in TF_SANITIZE_TESTS ($all_tests)" >&2; exit 2; }
-done
-for tool in "${tools[@]}"; do
-  [[ " $all_tools " == *" $tool "* ]] || { echo "sanitize.sh: unknown tool '$tool' in TF_SANITIZE_TOOLS ($all_tools)" >&2; exit 2; }
-done
+check() { # the variable's name, the items it may name, the items it names
+  local name=$1 allowed=$2 item
+  shift 2
+  for item in "$@"; do
+    [[ " $allowed " == *" $item "* ]] || { echo "sanitize.sh: unknown '$item' in $name ($allowed)" >&2; exit 2; }
+  done
+}
+check TF_SANITIZE_TESTS "$all_tests" "${tests[@]}"
+check TF_SANITIZE_TOOLS "$all_tools" "${tools[@]}"
 sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
 if [ -z "$sanitizer" ]; then
   echo "sanitize: SKIPPED: compute-sanitizer not found (CUDA Toolkit, on PATH or in /usr/local/cuda/bin)"
