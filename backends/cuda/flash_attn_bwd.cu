@@ -19,14 +19,14 @@
  * half) and add it to an f32 workspace with float2 atomics; a small kernel
  * scales and rounds it. With deterministic, the dK/dV kernel skips dQ and
  * tf_cuda_flash_dq_tc computes it (on a 9.0 device the warp-specialised
- * kernels do, the dQ kernel first: flash_attn.cu's tf_flash_backward): one block per query block looping over
- * the key blocks (S, dP, dS in registers, dQ += dS K with dS straight from
- * the registers), the same bits every run. Shared rows are padded by 16
- * bytes against bank conflicts, as in the forward kernel; the query (key)
- * blocks that cross the causal diagonal run a masked variant of the loop,
- * the others one without mask code; one block per (problem, key block),
- * problem by problem, key block 0 (the longest under the causal mask)
- * first. */
+ * kernels do, the dQ kernel first: flash_attn.cu's tf_flash_backward):
+ * one block per query block looping over the key blocks (S, dP, dS in
+ * registers, dQ += dS K with dS straight from the registers), the same
+ * bits every run. Shared rows are padded by 16 bytes against bank
+ * conflicts, as in the forward kernel; the query (key) blocks that cross
+ * the causal diagonal run a masked variant of the loop, the others one
+ * without mask code; one block per (problem, key block), problem by
+ * problem, key block 0 (the longest under the causal mask) first. */
 #include "flash_attn_common.cuh"
 
 /* The dK/dV configuration: head dim HD (padded), WARPS warps (16 keys

@@ -1,8 +1,8 @@
 /* The PTX the FlashAttention-2 kernels are built from, one wrapper per
  * instruction (cp.async, ldmatrix, mma.sync m16n8k16 with f32
- * accumulators, cvt to 16-bit pairs; ex2 is cuda_common.cuh's), plus the shared-memory address
- * helpers. Included by flash_attn_common.cuh, after cuda_common.cuh (for
- * the dtype enum). */
+ * accumulators, cvt to 16-bit pairs; ex2 is cuda_common.cuh's), plus the
+ * shared-memory address helpers. Included by flash_attn_common.cuh, after
+ * cuda_common.cuh (for the dtype enum). */
 #ifndef TF_FLASH_ATTN_PTX_CUH
 #define TF_FLASH_ATTN_PTX_CUH
 

@@ -38,9 +38,10 @@
  *     nothing else waits.
  *     Without dQ the consumers take turns issuing their products instead
  *     (two named barriers, as in the forward kernel).
- * Without ATOMIC_DQ (deterministic) dS^T and dQ are skipped: flash_attn_dq_ws.cu's
- * dQ kernel computes dQ, and D, before this kernel runs. The grid is flash_attn_wgmma.cu's backward one: a
- * block per (problem, 128 keys), problem by problem. */
+ * Without ATOMIC_DQ (deterministic) dS^T and dQ are skipped:
+ * flash_attn_dq_ws.cu's dQ kernel computes dQ, and D, before this kernel
+ * runs. The grid is flash_attn_wgmma.cu's backward one: a block per
+ * (problem, 128 keys), problem by problem. */
 #include "../flash_attn_common.cuh"
 
 #include <string.h>

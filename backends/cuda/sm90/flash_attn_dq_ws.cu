@@ -3,10 +3,10 @@
  * rounding: wgmma_softmax.cuh), f16/bf16, head dims (padded to) 64, 80,
  * 96 and 128. The dQ pass on a 9.0 device when there are keys, unless
  * TF_FLASH_BWD_WS=0 (tf_flash_backward, flash_attn.cu; 16-byte aligned
- * buffers and head dims of whole 16-byte words, as the Hopper kernels take). It also sums D = rowsum(dO * O) of
- * its rows, with the row-sum kernel's arithmetic, and writes it for the
- * dK/dV kernel, which runs after it: the backward pass has no row-sum
- * kernel then.
+ * buffers and head dims of whole 16-byte words, as the Hopper kernels
+ * take). It also sums D = rowsum(dO * O) of its rows, with the row-sum
+ * kernel's arithmetic, and writes it for the dK/dV kernel, which runs
+ * after it: the backward pass has no row-sum kernel then.
  *
  * A block owns BR = 128 query rows of one problem and has three
  * warpgroups, with no block-wide barrier after its start, as the forward
@@ -115,11 +115,11 @@ __global__ void __launch_bounds__(384, 1) tf_flash_dq_ws_kernel(const __grid_con
    * order: the same bits), from memory while the loader's copies are on
    * their way; the row's first lane writes it for the dK/dV kernel */
   float lse_l2[2], dd[2];
+  tf_wgmma_dq_lse(p, b, wq0, row_in, lse_l2);
 #pragma unroll
   for (int h = 0; h < 2; h++) {
     const int64_t row = wq0 + row_in + 8 * h;
     const bool live = row < p.seq_q;
-    lse_l2[h] = live ? p.lse[b * p.seq_q + row] * TF_FLASH_LOG2E : INFINITY;
     dd[h] = tf_flash_rowdot_sum(live ? tf_flash_rowdot_part<DT, true>(p, b, row, lane & 3) : 0.f);
     if (live && (lane & 3) == 0) p.rowdot[b * p.seq_q + row] = dd[h];
   }

@@ -136,15 +136,25 @@ __device__ __forceinline__ void tf_wgmma_issue_s_dp(float (&s)[N / 2], float (&d
   tf_wgmma_commit();
 }
 
-/* The dQ kernels' statistics of the thread's rows row_in and row_in + 8
- * of a warpgroup's 64 from wq0 in problem b: lse log2(e) (inf past the last
- * row, so that P is 0 there) and D. */
-__device__ __forceinline__ void tf_wgmma_dq_row_stats(const tf_cuda_flash_params &p, int64_t b, int64_t wq0, int row_in,
-                                                      float (&lse_l2)[2], float (&dd)[2]) {
+/* The dQ kernels' lse log2(e) of the thread's rows row_in and row_in + 8
+ * of a warpgroup's 64 from wq0 in problem b (inf past the last row, so
+ * that P is 0 there). */
+__device__ __forceinline__ void tf_wgmma_dq_lse(const tf_cuda_flash_params &p, int64_t b, int64_t wq0, int row_in,
+                                                float (&lse_l2)[2]) {
 #pragma unroll
   for (int h = 0; h < 2; h++) {
     const int64_t row = wq0 + row_in + 8 * h;
     lse_l2[h] = row < p.seq_q ? p.lse[b * p.seq_q + row] * TF_FLASH_LOG2E : INFINITY;
+  }
+}
+
+/* ... and D, from the workspace (0 past the last row). */
+__device__ __forceinline__ void tf_wgmma_dq_row_stats(const tf_cuda_flash_params &p, int64_t b, int64_t wq0, int row_in,
+                                                      float (&lse_l2)[2], float (&dd)[2]) {
+  tf_wgmma_dq_lse(p, b, wq0, row_in, lse_l2);
+#pragma unroll
+  for (int h = 0; h < 2; h++) {
+    const int64_t row = wq0 + row_in + 8 * h;
     dd[h] = row < p.seq_q ? p.rowdot[b * p.seq_q + row] : 0.f;
   }
 }
