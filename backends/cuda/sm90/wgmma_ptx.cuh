@@ -28,7 +28,6 @@ template <int M, int R> __device__ __forceinline__ void tf_wgmma_hold_regs(uint3
     for (int j = 0; j < R; j++) asm volatile("" : "+r"(a[i][j])::"memory");
 }
 
-/* Shared memory written by ordinary stores or cp.async, read next by wgmma. */
 /* Four 8x8 matrices of 16-bit elements from a warp's registers to shared
  * memory: register j of lane 4 r + c holds row r, columns 2c and 2c + 1 of
  * matrix j (the mma fragments' layout), and lane 8 j + r gives the
@@ -39,6 +38,7 @@ __device__ __forceinline__ void tf_stmatrix_x4(uint32_t addr, const uint32_t (&v
                : "memory");
 }
 
+/* Shared memory written by ordinary stores, stmatrix or cp.async, read next by wgmma. */
 __device__ __forceinline__ void tf_wgmma_fence_smem() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
 /* A 128-byte-swizzled matrix descriptor: start address, leading and stride
