@@ -262,19 +262,19 @@ __global__ void __launch_bounds__(384, 1) tf_flash_bwd_ws_kernel(const __grid_co
       tf_wgmma_wait<0>();
       release_stage();
     } else {
-      /* dS^T (keys x queries) into this consumer's tiles of buffer it & 1: 64 queries a tile */
+      /* dS^T (keys x queries) into this consumer's tiles of buffer it & 1: 64 queries a tile. One
+       * stmatrix a 16-query step: da[kk][j] is the 8 x 8 matrix of the warp's keys 8 (j & 1) .. + 7
+       * and the step's queries 8 (j >> 1) .. + 7 (chunk c of the query block), whose row r lane
+       * 8 j + r addresses (with 32-bit stores, four a step and an address each, the integer pipe
+       * was the kernel's busiest) */
       const uint32_t ds_tiles = sdS + (uint32_t)(it & 1) * (BR / 64) * 2 * C::DS;
-      unsigned char *const ds_w = base_ptr + (ds_tiles - base) + cw * C::DS;
+      const int mj = lane >> 3, key_row = warp * 16 + (lane & 7) + 8 * (mj & 1);
 #pragma unroll
-      for (int h = 0; h < 2; h++)
-#pragma unroll
-        for (int kk = 0; kk < BR / 16; kk++)
-#pragma unroll
-          for (int half = 0; half < 2; half++) { /* queries 16 kk + 8 half .. + 7: chunk c of the query block */
-            const int c = 2 * kk + half;
-            *reinterpret_cast<uint32_t *>(ds_w + (c >> 3) * 2 * C::DS + tf_wgmma_chunk<64>(warp * 16 + g + 8 * h, c & 7) +
-                                          t2 * 2) = da[kk][2 * half + h];
-          }
+      for (int kk = 0; kk < BR / 16; kk++) {
+        const int c = 2 * kk + (mj >> 1);
+        tf_stmatrix_x4(ds_tiles + cw * C::DS + (uint32_t)((c >> 3) * 2 * C::DS) + tf_wgmma_chunk<64>(key_row, c & 7),
+                       da[kk]);
+      }
       /* dV's product runs while both consumers' dS^T tiles are completed */
       tf_wgmma_issue_acc<DT, BR>(dv, pa, do_st);
       tf_wgmma_fence_smem();

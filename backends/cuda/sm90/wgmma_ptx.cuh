@@ -28,7 +28,17 @@ template <int M, int R> __device__ __forceinline__ void tf_wgmma_hold_regs(uint3
     for (int j = 0; j < R; j++) asm volatile("" : "+r"(a[i][j])::"memory");
 }
 
-/* Shared memory written by ordinary stores or cp.async, read next by wgmma. */
+/* Four 8x8 matrices of 16-bit elements from a warp's registers to shared
+ * memory: register j of lane 4 r + c holds row r, columns 2c and 2c + 1 of
+ * matrix j (the mma fragments' layout), and lane 8 j + r gives the
+ * address of row r of matrix j (16 bytes). */
+__device__ __forceinline__ void tf_stmatrix_x4(uint32_t addr, const uint32_t (&v)[4]) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(v[0]), "r"(v[1]),
+               "r"(v[2]), "r"(v[3])
+               : "memory");
+}
+
+/* Shared memory written by ordinary stores, stmatrix or cp.async, read next by wgmma. */
 __device__ __forceinline__ void tf_wgmma_fence_smem() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
 /* A 128-byte-swizzled matrix descriptor: start address, leading and stride
