@@ -140,6 +140,12 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) tf_flash_bwd_tc_ker
        * r - c <= q0 - kw0 (r - c is a constant plus g - 2t) */
       const int t2 = (lane & 3) * 2, g = lane >> 2;
       const int diag = (int)(q0 - kw0) - (g - t2);
+      /* keys past seq_k (zero rows of K and V) get P = 0, not exp(0 - lse):
+       * with every score far below zero that overflowed dS^T in f16, and
+       * dQ = dS K turned NaN through the zero rows. The lane's keys are g
+       * and g + 8: key g + 8h is there iff 8h < key_lim. */
+      const bool key_tail = kw0 + 16 > p.seq_k;
+      const int key_lim = (int)(p.seq_k - kw0) - g;
 #pragma unroll
       for (int nt = 0; nt < NT; nt++)
 #pragma unroll
@@ -147,6 +153,7 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) tf_flash_bwd_tc_ker
           const int c = nt * 8 + t2 + (e & 1);
           float pv = tf_cuda_exp2(fmaf(s[nt][e], sl2, -TF_FLASH_LOG2E * lse_s[c]));
           if (MASK && (e & 2) * 4 - (nt * 8 + (e & 1)) > diag) pv = 0.f;
+          if (key_tail && (e & 2) * 4 >= key_lim) pv = 0.f;
           dp[nt][e] = pv * (dp[nt][e] - D_s[c]);
           s[nt][e] = pv;
         }
