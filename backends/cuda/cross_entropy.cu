@@ -155,8 +155,9 @@ __device__ __forceinline__ double tf_cuda_ce_exp(double v, double mx, double mx_
  * (0.34 to 0.49 of the copy rate, one H200), the arithmetic per logit, not
  * the memory, being what held it back. Keeping the words as read instead of
  * each thread's e in f32 takes a thread from 52 registers to 32 (the 2.7B
- * model's 10000 columns in bf16), so that four blocks a multiprocessor run
- * instead of two (f16's conversion and f64 take more: three and one); at
+ * model's 10000 columns in bf16), so that four blocks of 448 threads a
+ * multiprocessor run instead of two (f16's conversion and f64 take more:
+ * three and one; tf_cuda_ce_rows now makes the blocks smaller); at
  * two the 2.7B step's loss moved its bytes at 0.30 of the copy rate (the
  * row-group kernel's online max-and-sum with a second read, at 0.20). */
 template <int DT> struct tf_cuda_ce_row_blocks { /* blocks a multiprocessor holds, within which nothing spills */
@@ -216,15 +217,22 @@ __global__ void __launch_bounds__(512, tf_cuda_ce_row_blocks<DT>::value) tf_cuda
 
 /* The row kernel for the engine's fused loss, or false (the row-group
  * kernel runs) when the rows are not in 16-byte vectors or need more than
- * TF_CUDA_CE_ROW_K steps of 512 threads. */
+ * TF_CUDA_CE_ROW_K steps of 512 threads. A thread takes as many steps as
+ * leave the row at least 256 threads (up to TF_CUDA_CE_ROW_K): smaller
+ * blocks, more of them on a multiprocessor, more rows' loads in flight
+ * while other rows sum. The 2.7B model's 10000 columns in bf16: 4 steps of
+ * 320 threads, six blocks a multiprocessor, 0.048 ms and 0.82 of the copy
+ * rate, where 3 steps of 448 threads (four blocks) took 0.057 ms, 0.68
+ * (H200, three kernel_bandwidth runs each). */
 template <int DT> static bool tf_cuda_ce_rows(tf_cuda_state *st, const tf_cuda_ce_params &p) {
   typedef typename tf_cuda_dtype<DT>::storage S;
   constexpr int VW = (int)(16 / sizeof(S));
   const void *ptrs[1] = {p.dx};
   if (p.x != p.dx || p.rows > INT_MAX || tf_cuda_row_vec(sizeof(S), p.cols, ptrs, 1) != VW) return false;
   const int64_t chunks = p.cols / VW;
-  const int64_t k = (chunks + 511) / 512;
+  int64_t k = (chunks + 511) / 512;
   if (k > TF_CUDA_CE_ROW_K) return false;
+  while (k < TF_CUDA_CE_ROW_K && chunks / (k + 1) >= 256) k++;
   const int threads = (int)(((chunks + k - 1) / k + 31) / 32 * 32);
   switch (k) {
 #define TF_CUDA_CE_ROW_CASE(K)                                                                             \
