@@ -221,9 +221,10 @@ __global__ void __launch_bounds__(512, tf_cuda_ce_row_blocks<DT>::value) tf_cuda
  * leave the row at least 256 threads (up to TF_CUDA_CE_ROW_K): smaller
  * blocks, more of them on a multiprocessor, more rows' loads in flight
  * while other rows sum. The 2.7B model's 10000 columns in bf16: 4 steps of
- * 320 threads, six blocks a multiprocessor, 0.048 ms and 0.82 of the copy
- * rate, where 3 steps of 448 threads (four blocks) took 0.057 ms, 0.68
- * (H200, three kernel_bandwidth runs each). */
+ * 320 threads, six blocks a multiprocessor, 0.048-0.049 ms at 0.79-0.83
+ * of the copy rate, where 3 steps of 448 threads (four blocks) took
+ * 0.057-0.058 ms at 0.68-0.70 (H200, nine and thirteen kernel_bandwidth
+ * runs). */
 template <int DT> static bool tf_cuda_ce_rows(tf_cuda_state *st, const tf_cuda_ce_params &p) {
   typedef typename tf_cuda_dtype<DT>::storage S;
   constexpr int VW = (int)(16 / sizeof(S));
@@ -232,7 +233,7 @@ template <int DT> static bool tf_cuda_ce_rows(tf_cuda_state *st, const tf_cuda_c
   const int64_t chunks = p.cols / VW;
   int64_t k = (chunks + 511) / 512;
   if (k > TF_CUDA_CE_ROW_K) return false;
-  while (k < TF_CUDA_CE_ROW_K && chunks / (k + 1) >= 256) k++;
+  while (k < TF_CUDA_CE_ROW_K && (chunks + k) / (k + 1) >= 256) k++;
   const int threads = (int)(((chunks + k - 1) / k + 31) / 32 * 32);
   switch (k) {
 #define TF_CUDA_CE_ROW_CASE(K)                                                                             \

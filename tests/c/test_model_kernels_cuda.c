@@ -456,9 +456,10 @@ static void test_loss_and_embedding(void) {
     lm_loss_case(DTYPES[di], 512, 10000, true);
     lm_loss_case(DTYPES[di], 7, 13, true);
     lm_loss_case(DTYPES[di], 33, 100, false);
-    /* the block-a-row kernel's 1 to 4 vector steps a thread (f16, bf16: 8 logits a step; f32: 4),
-     * past them (the row-group kernel), and a vocabulary of no whole vectors */
-    const int64_t vocabs[] = {64, 4096, 4104, 12288, 16384, 16392, 50257};
+    /* the block-a-row kernel's 1 to 4 vector steps a thread (f16, bf16: 8 logits a step, 1 to 4 steps
+     * at 64, 4096, 6144 and 12288; f32: 4 a step, at 64, 2048, 3072 and 4096), past them (the
+     * row-group kernel), and a vocabulary of no whole vectors */
+    const int64_t vocabs[] = {64, 2048, 3072, 4096, 4104, 6144, 12288, 16384, 16392, 50257};
     for (size_t v = 0; v < sizeof vocabs / sizeof vocabs[0]; v++) lm_loss_case(DTYPES[di], 19, vocabs[v], true);
   }
   /* embedding: rows copied exactly; gradients added in position order: the same bits */
