@@ -459,16 +459,22 @@ static void flash_case(const flash_shape *s, tf_dtype dt, bool causal, int64_t o
   flash_case_with(s, dt, causal, off, false);
 }
 
-/* LOW_SHAPES in f16 and bf16, causal or not, on the kernels the run picks.
- * Not f32: its tolerance (1e-5) is for inputs of ordinary size, and with
- * scores near -4 d the rounding of the scores alone moves P by about that
- * much (the H200 measured 1.1e-5 to 1.6e-5 on the SIMT kernels, which mask
- * keys past seq_k as the CPU does). */
+/* LOW_SHAPES in f16, causal or not, on the kernels the run picks. f16 is
+ * the dtype whose range exp(-lse) overflows; bf16 has f32's range, and its
+ * 8-bit mantissa, with the sharper softmax of these inputs (the scores of
+ * a row spread about twice as wide as randn's), puts the kernels' rounding
+ * of P and dS past the 1e-2 tolerance on dK in some draws: an H200 run
+ * measured 0.0108 (seed 1795873131603811, d = 96), and an emulation of that
+ * rounding in numpy (P and dS rounded to bf16, f32 sums) over 3000 draws
+ * put 1.7 % of them past 1e-2 at d = 96 and 3.9 % at d = 32, against none
+ * for randn inputs and none in f16 (worst 0.006). Not f32: its tolerance
+ * (1e-5) is for inputs of ordinary size, and with scores near -4 d the
+ * rounding of the scores alone moves P by about that much (the H200
+ * measured 1.1e-5 to 1.6e-5 on the SIMT kernels, which mask keys past
+ * seq_k as the CPU does). */
 static void low_checks(void) {
-  static const tf_dtype dts[2] = {TF_F16, TF_BF16};
-  for (int di = 0; di < 2; di++)
-    for (int i = 0; i < (int)(sizeof LOW_SHAPES / sizeof LOW_SHAPES[0]); i++)
-      for (int causal = 0; causal < 2; causal++) flash_case_with(&LOW_SHAPES[i], dts[di], causal, 0, true);
+  for (int i = 0; i < (int)(sizeof LOW_SHAPES / sizeof LOW_SHAPES[0]); i++)
+    for (int causal = 0; causal < 2; causal++) flash_case_with(&LOW_SHAPES[i], TF_F16, causal, 0, true);
 }
 
 /* ---- timings ------------------------------------------------------------------------------------ */
