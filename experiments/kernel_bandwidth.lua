@@ -54,11 +54,17 @@ local function byte_model(cfg, batch, seq, precision, attention)
   local m = {}
   -- RMSNorm forward: with the residual add in front (x, delta read; x_out, h
   -- written) after each attention and SwiGLU half (2L), without it for the
-  -- first ln1 and the two recomputed in each layer's backward (1 + 2L).
-  -- Rows of a multiple of 8 up to 24576 run on the block-a-row kernel.
+  -- first ln1 (1). Rows of a multiple of 8 up to 24576 run on the
+  -- block-a-row kernel. The two norms each layer's backward recomputes
+  -- apply the kept rstd (rstd read): ln1 from x (x read, h written; L) and
+  -- ln2 from the residual stream after attention, kept in f32 (as ln1), in
+  -- bf16 and f16 rebuilt from x and the kept projection (as the forward's
+  -- ln2, with x_out written again; L).
   local forward = {
-    calls = 4 * L + 1,
-    bytes = 2 * L * (nd * (4 + e + 4 + e) + 4 * n) + (2 * L + 1) * (nd * (4 + e) + 4 * n) }
+    calls = 2 * L + 1,
+    bytes = 2 * L * (nd * (4 + e + 4 + e) + 4 * n) + (nd * (4 + e) + 4 * n) }
+  local ln2 = low and (nd * (4 + e + 4 + e) + 4 * n) or (nd * (4 + e) + 4 * n)
+  m.tf_cuda_rms_apply_kernel = { calls = 2 * L, bytes = L * (nd * (4 + e) + 4 * n) + L * ln2 }
   if d % 8 == 0 and d <= 24576 then
     m.tf_cuda_rms_forward_row_kernel = forward
   else

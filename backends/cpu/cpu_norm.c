@@ -27,6 +27,8 @@ typedef struct tf_cpu_norm_rows {
   const void *w, *b;        /* (cols,) or NULL */
   void *y;                  /* forward */
   void *mean, *rstd;        /* written forward unless NULL, read backward */
+  bool rstd_given;          /* forward (RMSNorm): rstd read, not computed */
+  bool round_rstd;          /* forward: y from rstd rounded to f32 (the engine's statistics) */
   const void *dy;           /* backward */
   void *dx, *dx_low;        /* backward: either may be NULL */
   bool accumulate;          /* dx += (else dx =) */
@@ -63,7 +65,10 @@ TF_CPU_INLINE double tf_cpu_weight(const void *w, tf_dtype d, int64_t c, double 
 
 /* layer_norm: y = (x - mean) rstd w + b with the biased variance;
  * RMSNorm: y = (x rstd) w with rstd = 1 / sqrt(mean(x^2) + eps), x being
- * x + delta rounded to x's dtype when there is a delta. Row r. */
+ * x + delta rounded to x's dtype when there is a delta. With round_rstd
+ * (the engine's f32 statistics) y takes rstd rounded to f32, as stored and
+ * as the GPU computes it, so that a pass given it (rstd_given) repeats y's
+ * bits; the eager ops keep it in double. Row r. */
 TF_CPU_INLINE void tf_cpu_norm_row_forward(tf_dtype xd, tf_dtype yd, tf_dtype wd, tf_dtype sd,
                                            const tf_cpu_norm_rows *a, int64_t r) {
   const int64_t cols = a->cols, base = r * cols;
@@ -73,16 +78,21 @@ TF_CPU_INLINE void tf_cpu_norm_row_forward(tf_dtype xd, tf_dtype yd, tf_dtype wd
       tf_elem_set(a->x_out, xd, base + c, tf_elem_get(x, xd, base + c) + tf_elem_get(a->delta, yd, base + c));
     x = a->x_out;
   }
-  double mean = 0, sq = 0;
-  if (a->layer) {
-    for (int64_t c = 0; c < cols; c++) mean += tf_elem_get(x, xd, base + c);
-    mean /= (double)cols;
+  double mean = 0, sq = 0, rstd;
+  if (a->rstd_given) {
+    rstd = tf_elem_get(a->rstd, sd, r);
+  } else {
+    if (a->layer) {
+      for (int64_t c = 0; c < cols; c++) mean += tf_elem_get(x, xd, base + c);
+      mean /= (double)cols;
+    }
+    for (int64_t c = 0; c < cols; c++) {
+      double v = tf_elem_get(x, xd, base + c) - mean;
+      sq += v * v;
+    }
+    rstd = 1.0 / sqrt(sq / (double)cols + a->eps);
+    if (a->round_rstd) rstd = (float)rstd;
   }
-  for (int64_t c = 0; c < cols; c++) {
-    double v = tf_elem_get(x, xd, base + c) - mean;
-    sq += v * v;
-  }
-  double rstd = 1.0 / sqrt(sq / (double)cols + a->eps);
   for (int64_t c = 0; c < cols; c++) {
     double v = tf_elem_get(x, xd, base + c);
     double out = a->layer ? (v - mean) * rstd * tf_cpu_weight(a->w, wd, c, 1.0) + tf_cpu_weight(a->b, wd, c, 0.0)
@@ -90,7 +100,7 @@ TF_CPU_INLINE void tf_cpu_norm_row_forward(tf_dtype xd, tf_dtype yd, tf_dtype wd
     tf_elem_set(a->y, yd, base + c, out);
   }
   if (a->mean) tf_elem_set(a->mean, sd, r, mean);
-  if (a->rstd) tf_elem_set(a->rstd, sd, r, rstd);
+  if (a->rstd && !a->rstd_given) tf_elem_set(a->rstd, sd, r, rstd);
 }
 
 static void tf_cpu_norm_rows_forward(const tf_cpu_norm_rows *a) {
@@ -201,12 +211,16 @@ tf_status tf_cpu_rmsnorm(tf_device_ctx *ctx, const tf_rmsnorm_args *a) {
   tf_cpu_norm_rows n = {.rows = a->rows, .cols = a->dim, .eps = a->eps, .xd = TF_F32, .yd = a->dtype,
                         .wd = TF_F32, .sd = TF_F32, .x = a->x, .w = a->g, .rstd = a->rstd};
   if (!a->backward) {
+    if (a->rstd_given && !a->rstd) return tf_fail(TF_ERR_ARG, "rmsnorm: rstd_given without rstd");
     n.delta = a->delta;
     n.x_out = a->x_out;
     n.y = a->h;
+    n.rstd_given = a->rstd_given;
+    n.round_rstd = a->rstd != NULL;
     tf_cpu_norm_rows_forward(&n);
     return TF_OK;
   }
+  if (a->rstd_given) return tf_fail(TF_ERR_ARG, "rmsnorm: rstd_given is for the forward pass");
   n.dy = a->dh;
   n.dx = a->dres;
   n.dx_low = a->dres_low;

@@ -110,6 +110,18 @@ static inline unsigned tf_cuda_blocks(const tf_cuda_state *st, int64_t n) {
   return want < 1 ? 1u : (unsigned)want;
 }
 
+/* The grid of an elementwise pass over rows, each row `per_row` threads'
+ * work: enough blocks across a row (x) for them, and over rows (y, which
+ * the kernel strides) up to the blocks the GPU keeps busy. */
+static inline dim3 tf_cuda_rows_grid(const tf_cuda_state *st, int64_t rows, int64_t per_row) {
+  const int64_t across = (per_row + TF_CUDA_THREADS - 1) / TF_CUDA_THREADS;
+  int64_t over = (int64_t)tf_cuda_blocks(st, rows * TF_CUDA_THREADS * across) / across;
+  if (over < 1) over = 1;
+  if (over > rows) over = rows;
+  if (over > 65535) over = 65535;
+  return dim3((unsigned)across, (unsigned)over);
+}
+
 /* Storage and compute types of a dtype. f16 and bf16 convert with the
  * hardware's instructions (cvt.rn: round to nearest even, subnormals kept),
  * which give half.h's bits, so the CPU's, for every number; a NaN comes out

@@ -58,16 +58,10 @@ __global__ void __launch_bounds__(TF_CUDA_THREADS) tf_cuda_swiglu_kernel(tf_cuda
   }
 }
 
-/* The grid of one pass at vector width V: enough blocks across a row for
- * its f / V threads, and over rows up to the blocks the GPU keeps busy. */
+/* One pass at vector width V: f / V threads a row. */
 template <int DT, int V>
 static void tf_cuda_swiglu_launch(tf_cuda_state *st, const tf_cuda_swiglu_params &p, bool backward) {
-  const int64_t across = (p.f / V + TF_CUDA_THREADS - 1) / TF_CUDA_THREADS;
-  int64_t over = (int64_t)tf_cuda_blocks(st, p.rows * TF_CUDA_THREADS * across) / across;
-  if (over < 1) over = 1;
-  if (over > p.rows) over = p.rows;
-  if (over > 65535) over = 65535;
-  tf_cuda_swiglu_kernel<DT, V><<<dim3((unsigned)across, (unsigned)over), TF_CUDA_THREADS, 0, st->stream>>>(p, backward);
+  tf_cuda_swiglu_kernel<DT, V><<<tf_cuda_rows_grid(st, p.rows, p.f / V), TF_CUDA_THREADS, 0, st->stream>>>(p, backward);
 }
 
 /* 16-byte vectors when d_ff and every buffer allow, else one element per step. */

@@ -568,6 +568,42 @@ template <int YT> static bool tf_cuda_rms_forward_rows(tf_cuda_state *st, const 
   return true;
 }
 
+/* The engine's RMSNorm forward again from the rows' kept rstd (rstd_given,
+ * the norms the backward pass recomputes): x_out = x + delta when delta is
+ * given, then h = (x rstd) g, the forward kernels' arithmetic without their
+ * sum, so the same bits. An elementwise pass, V columns a thread, blocks
+ * across a row (x) and over rows (y, grid-stride) as in the SwiGLU
+ * kernel: no barrier and no division, where the row kernel's sum over the
+ * block held each such call of the 2.7B step under 0.8 of the copy rate. */
+template <int YT, int V>
+__global__ void __launch_bounds__(TF_CUDA_THREADS) tf_cuda_rms_apply_kernel(tf_cuda_norm_params p) {
+  typedef typename tf_cuda_dtype<YT>::storage YS;
+  const int64_t c = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * V;
+  if (c >= p.cols) return;
+  float w[V];
+  tf_cuda_norm_weights<float, V>(p.w, c, 1.0f, w);
+  for (int64_t r = blockIdx.y; r < p.rows; r += gridDim.y) {
+    float v[V];
+    tf_cuda_load_row<TF_F32, V>((const float *)p.x + r * p.cols + c, v);
+    if (p.delta) {
+      float d[V];
+      tf_cuda_load_row<YT, V>((const YS *)p.delta + r * p.cols + c, d);
+#pragma unroll
+      for (int u = 0; u < V; u++) v[u] += d[u];
+      tf_cuda_store_row<TF_F32, V>((float *)p.x_out + r * p.cols + c, v);
+    }
+    const float rstd = ((const float *)p.rstd)[r];
+#pragma unroll
+    for (int u = 0; u < V; u++) v[u] = (v[u] * rstd) * w[u];
+    tf_cuda_store_row<YT, V>((YS *)p.y + r * p.cols + c, v);
+  }
+}
+
+/* The apply kernel at vector width V: cols / V threads a row. */
+template <int YT, int V> static void tf_cuda_rms_apply_launch(tf_cuda_state *st, const tf_cuda_norm_params &p) {
+  tf_cuda_rms_apply_kernel<YT, V><<<tf_cuda_rows_grid(st, p.rows, p.cols / V), TF_CUDA_THREADS, 0, st->stream>>>(p);
+}
+
 /* ---- the eager ops (backend.h): x and y of one dtype ------------------------------------ */
 
 /* 16 bytes per vector step when every row of every operand is aligned for it. */
@@ -661,6 +697,16 @@ static tf_status tf_cuda_rmsnorm_typed(tf_device_ctx *ctx, tf_cuda_state *st, co
   p.accumulate = a->accumulate;
   const void *ptrs[8] = {a->x, a->delta, a->x_out, a->h, a->dh, a->dres_low, a->dres, a->g};
   const int vec = tf_cuda_rms_vec(a->dim, ptrs, 8);
+  if (a->rstd_given && a->backward) return tf_fail(TF_ERR_ARG, "rmsnorm: rstd_given is for the forward pass");
+  if (a->rstd_given) {
+    if (!a->rstd) return tf_fail(TF_ERR_ARG, "rmsnorm: rstd_given without rstd");
+    if (a->rows <= 0 || a->dim <= 0) return TF_OK;
+    if (vec == 8)
+      tf_cuda_rms_apply_launch<DT, 8>(st, p);
+    else
+      tf_cuda_rms_apply_launch<DT, 1>(st, p);
+    return tf_cuda_launched("norm kernel (the kept rstd applied)");
+  }
   if (!a->backward && a->rows > 0 && tf_cuda_rms_forward_rows<DT>(st, p, vec))
     return tf_cuda_launched("norm kernel (a block a row)");
   if (a->backward && a->dres && a->dg && a->workspace && !getenv("TF_NORM_UNFUSED")) {

@@ -56,9 +56,9 @@ static tf_status tf_model_layer_backward(tf_model *m, int64_t l) {
       proj = p->proj;
       TF_TRY(tf_model_linear(m, a->atty, n, d, d, tf_model_mw(m, w->out), proj));
     }
-    TF_TRY(tf_model_norm(m, p->resid[2 * l], proj, p->resid[2 * l + 1], w->ln2, a->h2, a->rstd2));
+    TF_TRY(tf_model_norm_again(m, p->resid[2 * l], proj, p->resid[2 * l + 1], w->ln2, a->h2, a->rstd2));
   } else {
-    TF_TRY(tf_model_norm(m, p->resid[2 * l + 1], NULL, NULL, w->ln2, a->h2, a->rstd2));
+    TF_TRY(tf_model_norm_again(m, p->resid[2 * l + 1], NULL, NULL, w->ln2, a->h2, a->rstd2));
   }
   /* The gate's gradient first, into the gate's buffer (p->dgate is a->gate);
    * then one pass over [a | b] and it writes d[a | b] in place of [a | b]
@@ -82,7 +82,7 @@ static tf_status tf_model_layer_backward(tf_model *m, int64_t l) {
                                   p->proj));
   TF_TRY(tf_model_matrix_end(m, l, TF_MAT_OUT));
   TF_RANGED("scaled dot product attention", tf_model_attention_backward(m, a, p->proj, p->qkv));
-  TF_TRY(tf_model_norm(m, p->resid[2 * l], NULL, NULL, w->ln1, a->h1, a->rstd1)); /* h1 recomputed */
+  TF_TRY(tf_model_norm_again(m, p->resid[2 * l], NULL, NULL, w->ln1, a->h1, a->rstd1)); /* h1 recomputed */
   TF_TRY(tf_model_matrix_begin(m, l, TF_MAT_QKV));
   TF_TRY(tf_model_linear_backward(m, p->qkv, a->h1, n, d, 3 * d, tf_model_mw(m, w->qkv), tf_model_gw(m, w->qkv),
                                   p->proj));

@@ -90,6 +90,18 @@ tf_status tf_model_norm(tf_model *m, const float *x, const void *delta, float *x
   return m->k->rmsnorm(m->ctx, &a);
 }
 
+/* tf_model_norm again, from the rstd it kept: the same x_out (when delta is
+ * given) and h bits, without the rows' sums (the backward pass's
+ * recomputed norms). */
+tf_status tf_model_norm_again(tf_model *m, const float *x, const void *delta, float *x_out, int64_t gain, void *h,
+                              float *rstd) {
+  const tf_model_plan *p = &m->plan;
+  tf_rmsnorm_args a = {.rows = p->batch * p->seq, .dim = m->cfg.d_model, .eps = TF_MODEL_NORM_EPS,
+                       .dtype = m->dtype, .x = x, .delta = delta, .x_out = x_out, .g = tf_model_pw(m, gain),
+                       .h = h, .rstd = rstd, .rstd_given = true};
+  return m->k->rmsnorm(m->ctx, &a);
+}
+
 /* The SwiGLU gate silu(a) * b of one layer from its w1|w3 output. */
 tf_status tf_model_swiglu(tf_model *m, const tf_model_layer_acts *a) {
   const tf_model_plan *p = &m->plan;

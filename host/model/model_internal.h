@@ -224,6 +224,9 @@ tf_status tf_model_plan_view(const tf_model *m, void *ptr, tf_dtype dtype, const
 /* RMSNorm of x into h and rstd (delta added into x_out first, when given). */
 tf_status tf_model_norm(tf_model *m, const float *x, const void *delta, float *x_out, int64_t gain, void *h,
                         float *rstd);
+/* tf_model_norm again from the rstd it kept (the same bits, no sums). */
+tf_status tf_model_norm_again(tf_model *m, const float *x, const void *delta, float *x_out, int64_t gain, void *h,
+                              float *rstd);
 /* The SwiGLU gate of one layer from its w1|w3 output (a->ab into a->gate). */
 tf_status tf_model_swiglu(tf_model *m, const tf_model_layer_acts *a);
 

@@ -79,7 +79,10 @@ typedef struct tf_encoder_args {
 /* RMSNorm over rows of dim (CS336: h = x rstd g, rstd = 1 / sqrt(mean(x^2)
  * + eps), computed in f32) with the residual add fused in front of it.
  * Forward: when delta is given, x_out = x + delta (f32; may be x itself)
- * and x_out is normalised, else x is; h (dtype) and rstd written.
+ * and x_out is normalised, else x is; h (dtype) and rstd written. With
+ * rstd_given, rstd is read instead (x_out still written when delta is
+ * given): h = x rstd g again from the rows' kept statistics, the bits of
+ * the pass that wrote them, with no sum.
  * Backward, x being the normalised input and xhat = x rstd:
  *   dx = rstd (dh g - xhat mean(dh g xhat)),
  *   dres = dx (+ dres when accumulate), dres_low = dres in dtype (optional),
@@ -94,7 +97,8 @@ typedef struct tf_rmsnorm_args {
   float *x_out;      /* forward: with delta */
   const float *g;    /* (dim,) */
   void *h;           /* forward */
-  float *rstd;       /* (rows,): written forward, read backward */
+  float *rstd;       /* (rows,): written forward (read with rstd_given), read backward */
+  bool rstd_given;   /* forward: rstd as kept, not computed */
   const void *dh;    /* backward */
   float *dres;       /* backward: (rows, dim) */
   bool accumulate;

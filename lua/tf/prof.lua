@@ -67,6 +67,7 @@ M.op_classes = {
   rmsnorm = "norm", rmsnorm_backward = "norm", norm_forward = "norm", norm_backward = "norm",
   norm_wgrad = "norm", norm_wgrad_finish = "norm", rms_forward = "norm", rms_backward = "norm",
   rms_wgrad = "norm", rms_wgrad_finish = "norm", rms_backward_fused = "norm", rms_partial_sum = "norm",
+  rms_apply = "norm",
   adamw = "optimizer",
   reduce = "reduction", cross_entropy = "reduction", cross_entropy_backward = "reduction",
   ce_forward = "reduction", ce_backward = "reduction", ce_mean = "reduction", lm_loss = "reduction",

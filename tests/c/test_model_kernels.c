@@ -105,6 +105,24 @@ static void test_rmsnorm(void) {
       if (with_delta) near_ref("rmsnorm x + delta", d, xo, xin, 1e-7);
       near_ref("rmsnorm h", d, h, href, tol_of(d));
       near_ref("rmsnorm rstd", d, rstd, rref, 1e-6);
+      /* again from the kept rstd (the backward pass's recomputed norms), with the same delta: x_out's
+       * and h's bits, rstd unchanged; a given rstd is refused without rstd and in the backward pass */
+      {
+        buf h2 = buf_zeros(rows * dim, d), r2 = buf_zeros(rows, TF_F32), xo2 = buf_zeros(rows * dim, TF_F32);
+        memcpy(P(r2), P(rstd), (size_t)rows * sizeof(float));
+        tf_rmsnorm_args again = fa;
+        again.x_out = with_delta ? P(xo2) : NULL, again.h = P(h2), again.rstd = P(r2), again.rstd_given = true;
+        CHECK_OK(K->rmsnorm(ctx, &again));
+        CHECK(memcmp(P(h2), P(h), (size_t)(rows * dim) * tf_dtype_size(d)) == 0);
+        CHECK(memcmp(P(r2), P(rstd), (size_t)rows * sizeof(float)) == 0);
+        if (with_delta) CHECK(memcmp(P(xo2), P(xo), (size_t)(rows * dim) * sizeof(float)) == 0);
+        again.rstd = NULL;
+        CHECK(K->rmsnorm(ctx, &again) == TF_ERR_ARG);
+        tf_rmsnorm_args back = {.backward = true, .rows = rows, .dim = dim, .eps = eps, .dtype = d, .x = P(x),
+                                .g = P(g), .rstd = P(r2), .rstd_given = true};
+        CHECK(K->rmsnorm(ctx, &back) == TF_ERR_ARG);
+        buf_free(&h2), buf_free(&r2), buf_free(&xo2);
+      }
       /* backward from the saved rstd, accumulating or not */
       for (int accumulate = 0; accumulate < 2; accumulate++) {
         buf dh = buf_randn(rows * dim, d, 1.0), dres = buf_randn(rows * dim, TF_F32, 1.0);

@@ -244,6 +244,28 @@ static void rmsnorm_case(tf_dtype d, int64_t rows, int64_t dim, bool delta, bool
   if (delta) same("rmsnorm x + delta", TF_F32, xo, 1e-7);
   same("rmsnorm h", d, h, tol_of(d));
   same("rmsnorm rstd", TF_F32, rstd, 1e-5);
+  /* again from each side's kept rstd with the same delta (the backward pass's recomputed norms,
+   * rstd_given): each side's x_out and h bits, and h near the other side's */
+  {
+    flat_pair h2 = flat_pair_zeros(rows * dim, d), xo2 = flat_pair_zeros(rows * dim, TF_F32);
+    tf_rmsnorm_args again = {.rows = rows, .dim = dim, .eps = 1e-5, .dtype = d, .rstd_given = true};
+#define RMS_AGAIN(P)                                                                                 \
+  again.x = P(x), again.delta = delta ? P(dl) : NULL, again.x_out = delta ? P(xo2) : NULL, again.g = P(g), \
+  again.h = P(h2), again.rstd = P(rstd)
+    RMS_AGAIN(CP);
+    CHECK_OK(KC->rmsnorm(cctx, &again));
+    RMS_AGAIN(GP);
+    CHECK_OK(KG->rmsnorm(gctx, &again));
+#undef RMS_AGAIN
+    same("rmsnorm h from the kept rstd", d, h2, tol_of(d));
+    same_bits("rmsnorm h from the kept rstd (GPU)", h2.g, h2.off, h.g, h.off, h.n);
+    same_bits("rmsnorm h from the kept rstd (CPU)", h2.c, h2.off, h.c, h.off, h.n);
+    if (delta) {
+      same_bits("rmsnorm x + delta from the kept rstd (GPU)", xo2.g, xo2.off, xo.g, xo.off, xo.n);
+      same_bits("rmsnorm x + delta from the kept rstd (CPU)", xo2.c, xo2.off, xo.c, xo.off, xo.n);
+    }
+    flat_pair_free(&h2), flat_pair_free(&xo2);
+  }
   /* backward: dres and dg are added to (accumulate) or written, so each GPU run starts from copies of the same
    * values, and its dres_low from zeros */
   double *dres_v = random_values(rows * dim, TF_F32, 1.0), *dg_v = random_values(dim, TF_F32, 1.0);

@@ -61,7 +61,7 @@ class KernelBandwidth(unittest.TestCase):
                     # no kernel can move its least bytes much faster than a plain copy
                     self.assertLess(x["fraction"], 1.3, x["kernel"])
                 names = {x["kernel"] for x in rows}
-                for k in ("tf_cuda_rms_forward_row_kernel", "tf_cuda_swiglu_kernel"):
+                for k in ("tf_cuda_rms_forward_row_kernel", "tf_cuda_rms_apply_kernel", "tf_cuda_swiglu_kernel"):
                     self.assertIn(k, names)
                 # the loss: a block a row for bf16 rows of 10000 (1250 vectors), the row groups for f32 (2500)
                 self.assertIn("tf_cuda_ce_row_kernel" if precision == "bf16" else "tf_cuda_ce_kernel", names)
