@@ -9,7 +9,10 @@
 -- engine's shapes (the byte model below: every operand read once and every
 -- result written once, the least any kernel could move), its measured time,
 -- the rate that makes, and that rate as a fraction of the device's copy rate
--- (a device-to-device copy of 1 GiB, timed in the same run). GEMMs and
+-- (a device-to-device copy of 1 GiB, timed in the same run). The model is
+-- checked against the engine's own count of one more step (tf.cuda.traffic:
+-- each launch's calls and the bytes its arguments give); the script stops
+-- with an error, after the table, where they disagree. GEMMs and
 -- attention are bound by arithmetic and are left to benchmark.lua and
 -- flash_benchmark.lua; the table says how much of the step they take.
 --
@@ -198,6 +201,13 @@ local p <close> = tf.prof.start{}
 for _ = 1, opt.steps do tf.range("training step", function() m:step(ids, targets):free() end) end
 tf.sync()
 p:stop()
+-- The engine's own count of one more step (tf.cuda.traffic), graphs off so
+-- that every launch is made, and counted, again: each memory-bound
+-- kernel's calls and the bytes its arguments give. The byte model must
+-- agree with it; where it does not, the model has missed a pass or an
+-- operand (as it once missed the recomputed ln2's residual add).
+m:set_graphs(false)
+local counted = tf.cuda.traffic(function() m:step(ids, targets):free() end)
 progress(" done\n")
 
 local model = byte_model(m.config, opt.batch, opt.context, opt.precision, m.attention)
@@ -220,10 +230,44 @@ for _, r in ipairs(p:kernels{ range = "training step" }) do
       row.fraction = row.gbps / rate
       row.meets = row.fraction >= opt.target
     end
+    local c = counted[r.name]
+    if c then row.counted_calls, row.counted_bytes = c.calls, c.bytes end
     rows[#rows + 1] = row
   end
 end
 table.sort(rows, function(a, b) return a.ms > b.ms end)
+
+--- Where the byte model and the engine's count disagree, one line each.
+local function disagreements()
+  local out, seen = {}, {}
+  local function gb(v) return string.format("%.6f GB", v / 1e9) end
+  for _, row in ipairs(rows) do
+    seen[row.kernel] = true
+    local modelled = row.bytes
+    if row.counted_bytes and modelled then
+      if math.abs(row.counted_bytes - modelled) > 1e-9 * modelled then
+        out[#out + 1] = row.kernel .. ": the byte model says " .. gb(modelled) .. ", the engine counted "
+          .. gb(row.counted_bytes)
+      end
+    elseif row.counted_bytes then
+      out[#out + 1] = row.kernel .. ": the engine counted " .. gb(row.counted_bytes) .. ", the byte model has none"
+    elseif modelled then
+      out[#out + 1] = row.kernel .. ": the byte model says " .. gb(modelled) .. ", the engine counted none"
+    end
+    if row.counted_calls and row.counted_calls ~= row.calls then
+      out[#out + 1] = string.format("%s: %d calls counted, %g a step profiled", row.kernel, row.counted_calls, row.calls)
+    end
+  end
+  for name, c in pairs(counted) do
+    if not seen[name] then
+      out[#out + 1] = string.format("%s: the engine counted %d calls (%s) that the profile did not see", name, c.calls,
+        gb(c.bytes))
+    end
+  end
+  table.sort(out)
+  return out
+end
+local disagree = disagreements()
 
 local function fmt(f) return function(v) return v == nil and "?" or string.format(f, v) end end
 print(string.format("# Memory-bound kernels of one training step: %s, context %d, batch %d, %s, %s attention, %s\n",
@@ -240,9 +284,19 @@ print(string.format("\nBytes are what the step must move through each kernel (ev
   .. "written once); a kernel under %.0f %% of the copy rate moves them slower than a copy would, or moves more. "
   .. "Kernels marked latency do a small, fixed amount of work: their time is launch and latency. Kernels marked ? "
   .. "have no byte model: their time still counts in the total above.", 100 * opt.target))
+if #disagree == 0 then
+  print("\nThe byte model agrees with the engine's own count of each kernel's calls and bytes (tf.cuda.traffic).")
+else
+  print("\nThe byte model and the engine's own count (tf.cuda.traffic) disagree:")
+  for _, line in ipairs(disagree) do print("  " .. line) end
+end
 if opt.json then
   tf.results.write(opt.json, rows, { options = opt, key = { "kernel", "class" }, copy_gbps = rate, step_ms = step_ms, serial_step_ms = serial_ms,
     kernel_ms = kernel_ms,
-    compute_bound_ms = compute_ms, memory_bound_ms = bound_ms })
+    compute_bound_ms = compute_ms, memory_bound_ms = bound_ms, model_disagreements = disagree })
   print("wrote " .. opt.json)
+end
+if #disagree > 0 then
+  tf.exit(1, "kernel_bandwidth.lua: the byte model disagrees with the engine's count (above); its fractions are not "
+    .. "to be trusted until it is mended\n")
 end

@@ -219,10 +219,16 @@ tf_status tf_cuda_model_adamw(tf_device_ctx *ctx, const tf_model_adamw_args *m) 
   a.low_bf16 = m->low_dtype == TF_BF16;
   a.consts = m->consts;
   a.zero_g = m->zero_g;
+  /* p, g, m and v read; p, m and v written; the low copy written; g zeroed where asked */
+  const double bytes = 28.0 * (double)a.n + (a.zero_g ? 4.0 * (double)a.n : 0) +
+                       (double)a.n_low * (double)tf_dtype_size(m->low_dtype);
   if (tf_cuda_adamw_aligned(a.p, 16) && tf_cuda_adamw_aligned(a.m, 16) && tf_cuda_adamw_aligned(a.v, 16) &&
-      tf_cuda_adamw_aligned(a.g, 16) && (!a.low || tf_cuda_adamw_aligned(a.low, 8)))
+      tf_cuda_adamw_aligned(a.g, 16) && (!a.low || tf_cuda_adamw_aligned(a.low, 8))) {
     tf_cuda_adamw4_kernel<<<tf_cuda_adamw4_blocks(a.n), TF_CUDA_THREADS, 0, st->stream>>>(a);
-  else
+    tf_cuda_traffic("tf_cuda_adamw4_kernel", bytes);
+  } else {
     tf_cuda_adamw_kernel<float, TF_F32><<<tf_cuda_blocks(st, a.n), TF_CUDA_THREADS, 0, st->stream>>>(a);
+    tf_cuda_traffic("tf_cuda_adamw_kernel", bytes);
+  }
   return tf_cuda_launched("adamw kernel");
 }

@@ -250,15 +250,19 @@ template <int DT> static bool tf_cuda_ce_rows(tf_cuda_state *st, const tf_cuda_c
 
 /* The row kernel (the engine's fused form: a block a row where the rows
  * allow; else row groups at the widest vector the rows allow), then
- * (forward and fused forms) the mean of the row losses into loss, stored as LOSS_DT. */
+ * (forward and fused forms) the mean of the row losses into loss, stored as
+ * LOSS_DT. traffic: the bytes the traffic count gets for the row kernel
+ * (the engine's calls), or < 0 for none (the eager op's). */
 template <int DT, int MODE, int LOSS_DT>
-static tf_status tf_cuda_ce_launch(tf_cuda_state *st, tf_cuda_ce_params p, void *loss) {
+static tf_status tf_cuda_ce_launch(tf_cuda_state *st, tf_cuda_ce_params p, void *loss, double traffic = -1) {
   typedef typename tf_cuda_dtype<DT>::storage S;
   typedef typename tf_cuda_dtype<DT>::compute C;
   constexpr int VW = (int)(16 / sizeof(S));
   if (MODE == TF_CE_FUSED && tf_cuda_ce_rows<DT>(st, p)) {
+    if (traffic >= 0) tf_cuda_traffic("tf_cuda_ce_row_kernel", traffic);
     TF_TRY(tf_cuda_launched("cross_entropy kernel (a block a row)"));
   } else {
+    if (traffic >= 0) tf_cuda_traffic("tf_cuda_ce_kernel", traffic);
     const void *ptrs[2] = {p.x, p.dx};
     const int vec = tf_cuda_row_vec(sizeof(S), p.cols, ptrs, 2);
     const tf_cuda_row_launch g = tf_cuda_row_geometry(st, p.rows, p.cols, vec);
@@ -342,8 +346,11 @@ template <int DT> static tf_status tf_cuda_lm_loss_typed(tf_cuda_state *st, cons
   p.rows = a->rows;
   p.cols = a->vocab;
   p.scale = (double)(1.0f / (float)a->rows);
-  if (a->grad) return tf_cuda_ce_launch<DT, TF_CE_FUSED, TF_F32>(st, p, a->loss);
-  return tf_cuda_ce_launch<DT, TF_CE_FORWARD, TF_F32>(st, p, a->loss);
+  /* the logits read (and their gradient written over them), the targets and the row losses */
+  const double bytes = (double)a->rows * ((double)a->vocab * (double)sizeof(typename tf_cuda_dtype<DT>::storage) *
+                                              (a->grad ? 2 : 1) + sizeof(int64_t) + sizeof(float));
+  if (a->grad) return tf_cuda_ce_launch<DT, TF_CE_FUSED, TF_F32>(st, p, a->loss, bytes);
+  return tf_cuda_ce_launch<DT, TF_CE_FORWARD, TF_F32>(st, p, a->loss, bytes);
 }
 
 /* The backend entry: the row kernel, then the mean. */

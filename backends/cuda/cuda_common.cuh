@@ -6,6 +6,7 @@
 #ifndef TF_CUDA_COMMON_CUH
 #define TF_CUDA_COMMON_CUH
 
+#include <atomic>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -83,6 +84,16 @@ void tf_cuda_report(cudaError_t err, const char *call);
 /* After a <<<>>> launch: a bad configuration or an earlier asynchronous
  * fault shows up here, named after the kernel. */
 tf_status tf_cuda_launched(const char *kernel);
+
+/* The traffic count (model_kernels.h): the engine's memory-bound launches
+ * call tf_cuda_traffic with their kernel's name and the bytes their
+ * arguments give; a load of one flag while the count is off. */
+extern std::atomic<bool> tf_cuda_traffic_on;
+void tf_cuda_traffic_add(const char *kernel, double bytes);
+static inline void tf_cuda_traffic(const char *kernel, double bytes) {
+  if (tf_cuda_traffic_on.load(std::memory_order_relaxed)) tf_cuda_traffic_add(kernel, bytes);
+}
+void tf_cuda_traffic_count(tf_device_ctx *ctx, bool start, tf_traffic *out);
 
 /* log2(e): exp(x) = exp2(x log2(e)) */
 #define TF_CUDA_LOG2E 1.4426950408889634

@@ -6,6 +6,7 @@
 #include "cuda_common.cuh"
 #include "cuda_backend.h"
 
+#include <mutex>
 #include <stdio.h>
 #include <string.h>
 
@@ -49,6 +50,38 @@ tf_status tf_cuda_launched(const char *kernel) {
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) return tf_cuda_error(err, kernel);
   return TF_OK;
+}
+
+/* The traffic count: one for the process, under a lock (launches may come
+ * from several host threads); kernels past TF_TRAFFIC_KERNELS names are
+ * not counted, which the count's n then shows. */
+std::atomic<bool> tf_cuda_traffic_on{false};
+static tf_traffic tf_cuda_traffic_state;
+static std::mutex tf_cuda_traffic_lock;
+
+void tf_cuda_traffic_add(const char *kernel, double bytes) {
+  std::lock_guard<std::mutex> hold(tf_cuda_traffic_lock);
+  tf_traffic *t = &tf_cuda_traffic_state;
+  if (!t->on) return;
+  int i = 0;
+  while (i < t->n && strcmp(t->kernels[i].kernel, kernel) != 0) i++;
+  if (i == TF_TRAFFIC_KERNELS) return;
+  if (i == t->n) {
+    t->kernels[i].kernel = kernel, t->kernels[i].calls = 0, t->kernels[i].bytes = 0;
+    t->n++;
+  }
+  t->kernels[i].calls++;
+  t->kernels[i].bytes += bytes;
+}
+
+void tf_cuda_traffic_count(tf_device_ctx *ctx, bool start, tf_traffic *out) {
+  (void)ctx;
+  std::lock_guard<std::mutex> hold(tf_cuda_traffic_lock);
+  tf_traffic *t = &tf_cuda_traffic_state;
+  if (out) *out = *t;
+  if (start) memset(t, 0, sizeof *t);
+  t->on = start;
+  tf_cuda_traffic_on = start;
 }
 
 /* The device this host thread made current last; -1 before the first. */

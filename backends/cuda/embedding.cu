@@ -334,7 +334,15 @@ tf_status tf_cuda_encoder(tf_device_ctx *ctx, const tf_encoder_args *a) {
   if (a->n == 0) return TF_OK;
   TF_TRY(tf_cuda_use_device(ctx));
   tf_cuda_state *st = tf_cuda_state_of(ctx);
-  if (a->backward) return tf_cuda_embedding_backward(ctx, st, tf_cuda_encoder_scatter(a));
+  /* Forward: the ids read, a row read and one written for each. Backward:
+   * dout read, and a row of dwte read and written for each position (an
+   * id's rows summed first where it repeats: at most this much). */
+  const double nd = (double)a->n * (double)a->dim;
+  if (a->backward) {
+    if (a->dim > 0) tf_cuda_traffic("tf_cuda_embedding_sum_kernel", 12 * nd);
+    return tf_cuda_embedding_backward(ctx, st, tf_cuda_encoder_scatter(a));
+  }
+  tf_cuda_traffic("tf_cuda_embedding_kernel", 8 * nd + 8.0 * (double)a->n);
   tf_cuda_gather g = {a->ids, a->wte, a->out, a->n, a->vocab, (size_t)a->dim * sizeof(float), NULL};
   return tf_cuda_embedding_forward(st, g);
 }

@@ -407,6 +407,9 @@ template <int DT> static tf_status tf_flash_backward(tf_cuda_state *st, tf_cuda_
     tf_flash_rowdot_kernel<DT, true><<<row_blocks, TF_CUDA_THREADS, 0, st->stream>>>(*p);
   else
     tf_flash_rowdot_kernel<DT, false><<<row_blocks, TF_CUDA_THREADS, 0, st->stream>>>(*p);
+  /* O and dO read, D written (one f32 a row of a problem) */
+  tf_cuda_traffic("tf_flash_rowdot_kernel",
+                  (double)rows * (2.0 * p->head_dim * sizeof(typename tf_cuda_dtype<DT>::storage) + 4));
   TF_TRY(tf_cuda_launched("flash_attention rowdot kernel"));
   if (!tc) return tf_flash_simt_backward<DT>(st, p);
   if (det) {

@@ -17,6 +17,7 @@ static tf_model_kernels tf_cuda_make_model_table(void) {
   k.lm_loss = tf_cuda_lm_loss;
   k.gemm_use_lt = tf_cuda_gemm_use_lt;
   k.gemm_tuning = tf_cuda_gemm_tuning;
+  k.traffic = tf_cuda_traffic_count;
   k.encoder_workspace = tf_cuda_encoder_workspace;
   k.rmsnorm_workspace = tf_cuda_rmsnorm_workspace;
   k.capture_begin = tf_cuda_capture_begin;

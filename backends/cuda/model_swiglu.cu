@@ -82,6 +82,9 @@ template <int DT> static tf_status tf_cuda_swiglu_typed(tf_cuda_state *st, const
     tf_cuda_swiglu_launch<DT, VW>(st, p, a->backward);
   else
     tf_cuda_swiglu_launch<DT, 1>(st, p, a->backward);
+  /* forward: [a | b] read, y written; backward: [a | b] and dy read, d[a | b] (and y again) written */
+  const double rf = (double)p.rows * (double)p.f * (double)sizeof(S);
+  tf_cuda_traffic("tf_cuda_swiglu_kernel", a->backward ? rf * (5 + (p.y ? 1 : 0)) : 3 * rf);
   return tf_cuda_launched(a->backward ? "swiglu backward kernel" : "swiglu kernel");
 }
 

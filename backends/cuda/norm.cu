@@ -676,6 +676,18 @@ size_t tf_cuda_rmsnorm_workspace(tf_device_ctx *ctx, const tf_rmsnorm_args *a) {
   return fused > split ? fused : split;
 }
 
+/* The traffic count's bytes of an engine RMSNorm call (x and the residual
+ * f32, the rest in a->dtype). Forward: x (and delta) read, h (and x_out)
+ * written, rstd written or, kept, read. Backward: x, dh and rstd read, the
+ * residual's gradient written (read too when added to), its low copy
+ * written; the gain's gradient sum: x, dh and rstd read. */
+static double tf_cuda_rms_bytes(const tf_rmsnorm_args *a, bool wgrad) {
+  const double e = (double)tf_dtype_size(a->dtype), nd = (double)a->rows * (double)a->dim, row = 4.0 * (double)a->rows;
+  if (wgrad) return nd * (4 + e) + row;
+  if (!a->backward) return nd * (4 + e + (a->delta ? e : 0) + (a->x_out ? 4 : 0)) + (a->rstd ? row : 0);
+  return nd * (4 + e + (a->dres ? (a->accumulate ? 8 : 4) : 0) + (a->dres_low ? e : 0)) + row;
+}
+
 /* Forward: one row kernel. Backward: the dx row kernel (added into the
  * residual's gradient, with its low-precision copy), then dg added to. */
 template <int DT>
@@ -705,13 +717,24 @@ static tf_status tf_cuda_rmsnorm_typed(tf_device_ctx *ctx, tf_cuda_state *st, co
       tf_cuda_rms_apply_launch<DT, 8>(st, p);
     else
       tf_cuda_rms_apply_launch<DT, 1>(st, p);
+    tf_cuda_traffic("tf_cuda_rms_apply_kernel", tf_cuda_rms_bytes(a, false));
     return tf_cuda_launched("norm kernel (the kept rstd applied)");
   }
-  if (!a->backward && a->rows > 0 && tf_cuda_rms_forward_rows<DT>(st, p, vec))
+  if (!a->backward && a->rows > 0 && tf_cuda_rms_forward_rows<DT>(st, p, vec)) {
+    tf_cuda_traffic("tf_cuda_rms_forward_row_kernel", tf_cuda_rms_bytes(a, false));
     return tf_cuda_launched("norm kernel (a block a row)");
+  }
   if (a->backward && a->dres && a->dg && a->workspace && !getenv("TF_NORM_UNFUSED")) {
     const tf_cuda_rms_fused f = tf_cuda_rms_fused_geometry(st, (tf_dtype)DT, a->rows, a->dim, vec);
-    if (f.ok) return tf_cuda_rms_backward_fused<DT>(st, p, f, a->dg, (float *)a->workspace);
+    if (f.ok) {
+      tf_cuda_traffic("tf_cuda_rms_backward_fused_kernel", tf_cuda_rms_bytes(a, false));
+      return tf_cuda_rms_backward_fused<DT>(st, p, f, a->dg, (float *)a->workspace);
+    }
+  }
+  if (a->rows > 0) {
+    if (!a->backward) tf_cuda_traffic("tf_cuda_norm_forward_kernel", tf_cuda_rms_bytes(a, false));
+    if (a->backward && a->dres) tf_cuda_traffic("tf_cuda_norm_backward_kernel", tf_cuda_rms_bytes(a, false));
+    if (a->backward && a->dg) tf_cuda_traffic("tf_cuda_norm_wgrad_kernel", tf_cuda_rms_bytes(a, true));
   }
   return tf_cuda_norm_launch<TF_F32, DT, false, 8>(ctx, st, p, vec, a->backward, a->backward ? a->dg : NULL, NULL,
                                                    true, a->workspace);

@@ -258,6 +258,8 @@ template <int DT> static tf_status tf_cuda_rope_heads_typed(tf_cuda_state *st, c
   const int64_t total = a->batch * a->seq * 3 * a->heads * (a->head_dim / 2);
   if (total == 0) return TF_OK;
   enum { VEC = (int)(sizeof(uint4) / sizeof(typename tf_cuda_dtype<DT>::storage)) };
+  /* q, k and v (total pairs) read and written, one way or the other (cos and sin not counted) */
+  const double moved = 4.0 * (double)total * (double)sizeof(typename tf_cuda_dtype<DT>::storage);
   if (a->head_dim % VEC == 0 && tf_cuda_aligned16(a->qkv) && tf_cuda_aligned16(a->q) && tf_cuda_aligned16(a->k) &&
       tf_cuda_aligned16(a->v)) {
     const int64_t words = total * 2 / VEC, dw = a->heads * a->head_dim / VEC;
@@ -268,13 +270,18 @@ template <int DT> static tf_status tf_cuda_rope_heads_typed(tf_cuda_state *st, c
           <<<dim3(3 * (unsigned)part_blocks, (unsigned)((a->seq + TF_CUDA_ROPE_ROWS - 1) / TF_CUDA_ROPE_ROWS),
                   (unsigned)a->batch),
               threads, 0, st->stream>>>(p, part_blocks);
-    } else if (words * VEC < INT32_MAX)
-      tf_cuda_rope_heads_vec_kernel<DT, VEC, int32_t><<<tf_cuda_blocks(st, words), TF_CUDA_THREADS, 0, st->stream>>>(p);
-    else
-      tf_cuda_rope_heads_vec_kernel<DT, VEC, int64_t><<<tf_cuda_blocks(st, words), TF_CUDA_THREADS, 0, st->stream>>>(p);
+      tf_cuda_traffic("tf_cuda_rope_heads_rows_kernel", moved);
+    } else {
+      if (words * VEC < INT32_MAX)
+        tf_cuda_rope_heads_vec_kernel<DT, VEC, int32_t><<<tf_cuda_blocks(st, words), TF_CUDA_THREADS, 0, st->stream>>>(p);
+      else
+        tf_cuda_rope_heads_vec_kernel<DT, VEC, int64_t><<<tf_cuda_blocks(st, words), TF_CUDA_THREADS, 0, st->stream>>>(p);
+      tf_cuda_traffic("tf_cuda_rope_heads_vec_kernel", moved);
+    }
     return tf_cuda_launched("rope_heads kernel");
   }
   tf_cuda_rope_heads_kernel<DT><<<tf_cuda_blocks(st, total), TF_CUDA_THREADS, 0, st->stream>>>(p);
+  tf_cuda_traffic("tf_cuda_rope_heads_kernel", moved);
   return tf_cuda_launched("rope_heads kernel");
 }
 
@@ -353,9 +360,11 @@ template <typename W> static tf_status tf_cuda_heads_launch(tf_cuda_state *st, c
     const unsigned blocks = (unsigned)((row_words + threads - 1) / threads);
     tf_cuda_heads_rows_kernel<W><<<dim3(blocks, (unsigned)row_groups, (unsigned)a->batch), threads, 0, st->stream>>>(
         (const W *)a->src, (W *)a->dst, a->seq, (int)a->heads, (int)words, a->split);
+    tf_cuda_traffic("tf_cuda_heads_rows_kernel", 2.0 * (double)total * sizeof(W)); /* read once, written once */
   } else {
     tf_cuda_heads_kernel<W><<<tf_cuda_blocks(st, total), TF_CUDA_THREADS, 0, st->stream>>>(
         (const W *)a->src, (W *)a->dst, a->batch, a->seq, a->heads, words, a->split);
+    tf_cuda_traffic("tf_cuda_heads_kernel", 2.0 * (double)total * sizeof(W));
   }
   return tf_cuda_launched("heads kernel");
 }

@@ -183,6 +183,13 @@ template <int DT> static tf_status tf_cuda_causal_typed(tf_cuda_state *st, const
   p.rows = a->batch * a->seq;
   p.cols = a->seq;
   p.scale = (double)(float)a->scale;
+  /* The visible scores (t + 1 of row t) read, the whole row written (zeros
+   * past t); backward reads dp and p where visible. */
+  const double e = (double)sizeof(typename tf_cuda_dtype<DT>::storage), rows = (double)p.rows;
+  const double tri = rows * (double)(a->seq + 1) / 2, full = rows * (double)a->seq;
+  if (p.rows > 0)
+    tf_cuda_traffic(a->backward ? "tf_cuda_softmax_backward_kernel" : "tf_cuda_softmax_forward_kernel",
+                    (a->backward ? 2 * tri + full : tri + full) * e);
   /* Rows average half their length visible: size groups for that. */
   return tf_cuda_softmax_launch<DT, true>(st, p, a->backward, (a->seq + 1) / 2);
 }

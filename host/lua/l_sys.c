@@ -109,6 +109,40 @@ static int tf_l_cuda_gemm_tuning(lua_State *L) {
   return 1;
 }
 
+/* tf.cuda.traffic(fn [, device]): calls fn with the traffic count of the
+ * engine's memory-bound kernels on (model_kernels.h) and returns what it
+ * counted, { [kernel name] = { calls = n, bytes = b } }. An error in fn
+ * turns the count off and goes on up. Not nested (one count a process). */
+static int tf_l_cuda_traffic(lua_State *L) {
+  static bool counting = false;
+  luaL_checktype(L, 1, LUA_TFUNCTION);
+  const tf_device d = lua_isnoneornil(L, 2) ? (tf_device){TF_DEV_CUDA, 0} : tf_lua_checkdevice(L, 2);
+  if (d.type != TF_DEV_CUDA) return luaL_error(L, "tf.cuda.traffic: %s is not a CUDA device", lua_tostring(L, 2));
+  tf_device_ctx *ctx;
+  TF_LUA_CHECK(L, tf_device_ctx_get(d, &ctx), "tf.cuda.traffic");
+  const tf_model_kernels *k = ctx->backend->model;
+  if (!k || !k->traffic) return luaL_error(L, "tf.cuda.traffic: this build's CUDA backend does not count traffic");
+  if (counting) return luaL_error(L, "tf.cuda.traffic: already counting (calls do not nest)");
+  counting = true;
+  k->traffic(ctx, true, NULL);
+  lua_pushvalue(L, 1);
+  const int rc = lua_pcall(L, 0, 0, 0);
+  tf_traffic t;
+  k->traffic(ctx, false, &t);
+  counting = false;
+  if (rc != LUA_OK) return lua_error(L);
+  lua_createtable(L, 0, t.n);
+  for (int i = 0; i < t.n; i++) {
+    lua_createtable(L, 0, 2);
+    lua_pushinteger(L, (lua_Integer)t.kernels[i].calls);
+    lua_setfield(L, -2, "calls");
+    lua_pushnumber(L, t.kernels[i].bytes);
+    lua_setfield(L, -2, "bytes");
+    lua_setfield(L, -2, t.kernels[i].kernel);
+  }
+  return 1;
+}
+
 /* tf.seed(n): reseeds every device's generator. */
 static int tf_l_seed(lua_State *L) {
   lua_Integer seed = luaL_checkinteger(L, 1);
@@ -217,6 +251,7 @@ static const luaL_Reg tf_sys_functions[] = {
     {"cuda_device_count", tf_l_cuda_device_count},
     {"cuda_compiled", tf_l_cuda_compiled},
     {"cuda_gemm_tuning", tf_l_cuda_gemm_tuning},
+    {"cuda_traffic", tf_l_cuda_traffic},
     {"seed", tf_l_seed},
     {"initial_seed", tf_l_initial_seed},
     {"allow_tf32", tf_l_allow_tf32},

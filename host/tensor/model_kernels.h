@@ -62,6 +62,27 @@ typedef struct tf_gemm_tuning {
   bool enabled;               /* the choice is made (TF_GEMM_TUNE=1) */
 } tf_gemm_tuning;
 
+/* The traffic count of the memory-bound kernels: while it is on, each
+ * launch of one adds a call and the bytes its operands take under the
+ * kernel's name, every operand read once and every result written once,
+ * as the launch's arguments give them (which operands a call has, their
+ * dtypes and sizes). Per-row statistics (rstd, a row's loss) and token
+ * ids count; vectors of one row's width (norm gains) and RoPE's tables
+ * do not. A launch queued into a CUDA graph counts once, at capture, and
+ * its replays do not; kernels the engine launches are counted, not the
+ * eager ops' (tf.nn, tf.optim). */
+enum { TF_TRAFFIC_KERNELS = 48 };
+typedef struct tf_traffic_entry {
+  const char *kernel; /* a static string */
+  int64_t calls;
+  double bytes;
+} tf_traffic_entry;
+typedef struct tf_traffic {
+  bool on;
+  int n;
+  tf_traffic_entry kernels[TF_TRAFFIC_KERNELS];
+} tf_traffic;
+
 /* Token embedding. Forward: out[i] = wte[ids[i]]. Backward: dwte[ids[i]] +=
  * dout[i], each id's rows added in position order (the same bits on every
  * backend). */
@@ -215,6 +236,10 @@ typedef struct tf_model_kernels {
   /* The timed choice's counts so far on ctx's device (zeros before its
    * first GEMM); NULL where a backend does not time its GEMMs. */
   void (*gemm_tuning)(tf_device_ctx *ctx, tf_gemm_tuning *out);
+  /* The traffic count (tf_traffic above), one for the process: start true
+   * clears it and turns it on, false turns it off; out, when not NULL,
+   * gets the count as it stands. NULL where a backend does not count. */
+  void (*traffic)(tf_device_ctx *ctx, bool start, tf_traffic *out);
 
   /* Workspaces: the device scratch bytes the backward passes of encoder
    * and rmsnorm need for args' sizes. The engine plans them, so a step

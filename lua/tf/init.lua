@@ -27,6 +27,7 @@ tf.cuda = {
   device_count = C.cuda_device_count,
   compiled = C.cuda_compiled,
   gemm_tuning = C.cuda_gemm_tuning,
+  traffic = C.cuda_traffic,
 }
 
 local json = C.json
