@@ -46,7 +46,7 @@ if opt.steps < 1 then tf.exit(2, "kernel_bandwidth.lua: --steps must be >= 1\n")
 -- compute dtype; the residual stream, its gradient, the parameters, their
 -- gradients and AdamW's moments are f32. Per-row statistics (4 bytes a
 -- row) are counted; vectors of d (norm gains) are not.
-local function byte_model(cfg, batch, seq, precision, attention)
+local function byte_model(cfg, batch, seq, precision, attention, recompute_residual)
   local L, d, f, V = cfg.num_layers, cfg.d_model, cfg.d_ff, cfg.vocab_size
   local n = batch * seq
   local e = precision == "f32" and 4 or 2
@@ -66,7 +66,8 @@ local function byte_model(cfg, batch, seq, precision, attention)
   local forward = {
     calls = 2 * L + 1,
     bytes = 2 * L * (nd * (4 + e + 4 + e) + 4 * n) + (nd * (4 + e) + 4 * n) }
-  local ln2 = low and (nd * (4 + e + 4 + e) + 4 * n) or (nd * (4 + e) + 4 * n)
+  -- (also in f32 when the residual stream is recomputed, m:set_recompute_residual)
+  local ln2 = (low or recompute_residual) and (nd * (4 + e + 4 + e) + 4 * n) or (nd * (4 + e) + 4 * n)
   m.tf_cuda_rms_apply_kernel = { calls = 2 * L, bytes = L * (nd * (4 + e) + 4 * n) + L * ln2 }
   if d % 8 == 0 and d <= 24576 then
     m.tf_cuda_rms_forward_row_kernel = forward
@@ -133,7 +134,8 @@ local function byte_model(cfg, batch, seq, precision, attention)
   -- back (the residual gradient read, the rows read and written).
   m.tf_cuda_embedding_kernel = { calls = 1, bytes = nd * 8 + 8 * n }
   m.tf_cuda_embedding_sum_kernel = { calls = 1, bytes = nd * 12 }
-  -- AdamW: parameter, gradient and both moments read; parameter and moments
+  -- AdamW (exact where d is a multiple of 64, as in every preset: the engine
+  -- pads each tensor to 64 elements): parameter, gradient and both moments read; parameter and moments
   -- written; the matmul weights' low copy written; the gradients the next
   -- step adds to (embedding, norm gains) zeroed (the matmul weights' are
   -- written whole by their GEMMs).
@@ -210,7 +212,8 @@ m:set_graphs(false)
 local counted = tf.cuda.traffic(function() m:step(ids, targets):free() end)
 progress(" done\n")
 
-local model = byte_model(m.config, opt.batch, opt.context, opt.precision, m.attention)
+local model = byte_model(m.config, opt.batch, opt.context, opt.precision, m.attention,
+  m.engine:info().recompute_residual)
 local rows, bound_ms, compute_ms, kernel_ms = {}, 0, 0, 0
 for _, r in ipairs(p:kernels{ range = "training step" }) do
   local ms = r.total_ms / opt.steps

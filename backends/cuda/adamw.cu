@@ -116,6 +116,10 @@ static tf_status tf_cuda_adamw_typed(tf_cuda_state *st, const tf_adamw_update *u
       return tf_fail(TF_ERR_ARG, "adamw_step: the CUDA backend has no kernel for a %s gradient",
                      tf_dtype_name(u->g->dtype));
   }
+  /* the engine's separate step (and tf.optim's) comes here: p, m, v read and
+   * written, g read, the low copy written */
+  tf_cuda_traffic("tf_cuda_adamw_kernel", (double)a.n * (6.0 * sizeof(P) + (double)tf_dtype_size(u->g->dtype)) +
+                                              (double)a.n_low * (u->low ? (double)tf_dtype_size(u->low->dtype) : 0));
   return tf_cuda_launched("adamw kernel");
 }
 

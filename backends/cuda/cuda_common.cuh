@@ -94,6 +94,9 @@ static inline void tf_cuda_traffic(const char *kernel, double bytes) {
   if (tf_cuda_traffic_on.load(std::memory_order_relaxed)) tf_cuda_traffic_add(kernel, bytes);
 }
 void tf_cuda_traffic_count(tf_device_ctx *ctx, bool start, tf_traffic *out);
+/* capture_begin holds the count; a capture that yields no graph puts it back */
+void tf_cuda_traffic_hold(void);
+void tf_cuda_traffic_restore(void);
 
 /* log2(e): exp(x) = exp2(x log2(e)) */
 #define TF_CUDA_LOG2E 1.4426950408889634

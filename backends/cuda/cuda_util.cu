@@ -74,11 +74,26 @@ void tf_cuda_traffic_add(const char *kernel, double bytes) {
   t->kernels[i].bytes += bytes;
 }
 
+/* A capture that fails is run again eagerly, and its launches would count
+ * twice: the count as it stood at the capture's start is held and put back
+ * when the capture yields no graph. */
+static tf_traffic tf_cuda_traffic_held;
+
+void tf_cuda_traffic_hold(void) {
+  std::lock_guard<std::mutex> hold(tf_cuda_traffic_lock);
+  tf_cuda_traffic_held = tf_cuda_traffic_state;
+}
+
+void tf_cuda_traffic_restore(void) {
+  std::lock_guard<std::mutex> hold(tf_cuda_traffic_lock);
+  if (tf_cuda_traffic_state.on && tf_cuda_traffic_held.on) tf_cuda_traffic_state = tf_cuda_traffic_held;
+}
+
 void tf_cuda_traffic_count(tf_device_ctx *ctx, bool start, tf_traffic *out) {
   (void)ctx;
   std::lock_guard<std::mutex> hold(tf_cuda_traffic_lock);
   tf_traffic *t = &tf_cuda_traffic_state;
-  if (out) *out = *t;
+  if (out) *out = *t, out->on = start;
   if (start) memset(t, 0, sizeof *t);
   t->on = start;
   tf_cuda_traffic_on = start;

@@ -18,6 +18,7 @@ struct tf_graph {
 tf_status tf_cuda_capture_begin(tf_device_ctx *ctx) {
   TF_TRY(tf_cuda_use_device(ctx));
   TF_CUDA_CHECK(cudaStreamBeginCapture(tf_cuda_state_of(ctx)->stream, cudaStreamCaptureModeThreadLocal));
+  tf_cuda_traffic_hold();
   return TF_OK;
 }
 
@@ -32,6 +33,7 @@ tf_status tf_cuda_capture_end(tf_device_ctx *ctx, tf_graph **out) {
   cudaError_t err = cudaStreamEndCapture(tf_cuda_state_of(ctx)->stream, &graph);
   if (err != cudaSuccess) {
     if (graph) tf_cuda_report(cudaGraphDestroy(graph), "cudaGraphDestroy");
+    tf_cuda_traffic_restore();
     return tf_cuda_error(err, "cudaStreamEndCapture");
   }
   cudaGraphExec_t exec = NULL;
@@ -44,10 +46,14 @@ tf_status tf_cuda_capture_end(tf_device_ctx *ctx, tf_graph **out) {
    * 127 of 137 ms, and the step fell from 196 to 191 ms). */
   err = cudaGraphInstantiate(&exec, graph, cudaGraphInstantiateFlagUseNodePriority);
   tf_cuda_report(cudaGraphDestroy(graph), "cudaGraphDestroy"); /* the instance keeps what it needs */
-  if (err != cudaSuccess) return tf_cuda_error(err, "cudaGraphInstantiate");
+  if (err != cudaSuccess) {
+    tf_cuda_traffic_restore();
+    return tf_cuda_error(err, "cudaGraphInstantiate");
+  }
   tf_graph *g = (tf_graph *)malloc(sizeof *g);
   if (!g) {
     tf_cuda_report(cudaGraphExecDestroy(exec), "cudaGraphExecDestroy");
+    tf_cuda_traffic_restore();
     return tf_fail(TF_ERR_OOM, "out of memory: no host memory for a CUDA graph");
   }
   g->exec = exec;

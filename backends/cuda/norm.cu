@@ -677,14 +677,14 @@ size_t tf_cuda_rmsnorm_workspace(tf_device_ctx *ctx, const tf_rmsnorm_args *a) {
 }
 
 /* The traffic count's bytes of an engine RMSNorm call (x and the residual
- * f32, the rest in a->dtype). Forward: x (and delta) read, h (and x_out)
- * written, rstd written or, kept, read. Backward: x, dh and rstd read, the
+ * f32, the rest in a->dtype). Forward: x (and delta) read, h (and, with
+ * delta, x_out) written, rstd written or, kept, read. Backward: x, dh and rstd read, the
  * residual's gradient written (read too when added to), its low copy
  * written; the gain's gradient sum: x, dh and rstd read. */
 static double tf_cuda_rms_bytes(const tf_rmsnorm_args *a, bool wgrad) {
   const double e = (double)tf_dtype_size(a->dtype), nd = (double)a->rows * (double)a->dim, row = 4.0 * (double)a->rows;
   if (wgrad) return nd * (4 + e) + row;
-  if (!a->backward) return nd * (4 + e + (a->delta ? e : 0) + (a->x_out ? 4 : 0)) + (a->rstd ? row : 0);
+  if (!a->backward) return nd * (4 + e + (a->delta ? e + 4 : 0)) + (a->rstd ? row : 0); /* x_out with delta only */
   return nd * (4 + e + (a->dres ? (a->accumulate ? 8 : 4) : 0) + (a->dres_low ? e : 0)) + row;
 }
 

@@ -68,9 +68,11 @@ typedef struct tf_gemm_tuning {
  * as the launch's arguments give them (which operands a call has, their
  * dtypes and sizes). Per-row statistics (rstd, a row's loss) and token
  * ids count; vectors of one row's width (norm gains) and RoPE's tables
- * do not. A launch queued into a CUDA graph counts once, at capture, and
- * its replays do not; kernels the engine launches are counted, not the
- * eager ops' (tf.nn, tf.optim). */
+ * do not. A launch queued into a CUDA graph counts once, at capture (a
+ * capture that fails, and runs again eagerly, once too), and its replays
+ * do not. The engine's kernels are counted, and of the eager ops' only
+ * AdamW's (the engine's separate step runs it) and FlashAttention's row
+ * sums. */
 enum { TF_TRAFFIC_KERNELS = 48 };
 typedef struct tf_traffic_entry {
   const char *kernel; /* a static string */

@@ -4,9 +4,9 @@
 -- step counts, for each kernel, the calls made and the bytes their
 -- arguments give (checked here from the shapes, apart from the engine's
 -- code: SwiGLU, the norms the backward pass recomputes, the loss, the
--- embedding and AdamW); an error in the function turns the count off and
--- goes on up; calls do not nest; a step replayed from a CUDA graph counts
--- nothing.
+-- embedding and AdamW, in the step and in the separate optimizer step); an
+-- error in the function goes on up; calls do not nest; a step replayed from
+-- a CUDA graph counts nothing.
 local T = require "harness"
 tf.seed(T.fresh_seed())
 
@@ -75,15 +75,38 @@ cuda_test("a training step counts the calls and bytes each kernel's arguments gi
       if name:find("^tf_cuda_adamw") then adamw = adamw + k.bytes end
     end
     T.eq(adamw, fl(28 * (matmul + other) + 4 * other + (precision == "f32" and 0 or e * matmul)), what .. "AdamW")
-    -- only memory-bound kernels are counted: no GEMM, no attention product
+    -- the step's other memory-bound kernels are there too (their bytes are
+    -- checked against kernel_bandwidth.lua's model in its test), and nothing else
+    for _, name in ipairs{ "tf_cuda_rms_forward_row_kernel", "tf_cuda_rms_backward_fused_kernel" } do
+      T.ok(c[name] and c[name].calls == 2 * L + 1, what .. name .. ": 2L + 1 calls")
+    end
     for name, k in pairs(c) do
-      T.ok(not name:find("gemm") and not name:find("flash_fwd") and k.calls > 0 and k.bytes > 0, what .. name)
+      T.ok((name:find("^tf_cuda_") or name == "tf_flash_rowdot_kernel") and k.calls > 0 and k.bytes > 0, what .. name)
     end
     m.engine:free()
   end
 end)
 
-cuda_test("an error inside turns the count off and goes on up; calls do not nest", function()
+cuda_test("the engine's separate AdamW step is counted too", function()
+  local m = tiny("bf16", false)
+  local x, y = batch()
+  m:loss(x, y)
+  m:backward()
+  local c = tf.cuda.traffic(function() m.engine:adamw_step({ step = 1, lr = 1e-3 }) end)
+  local L, d, f = CFG.num_layers, CFG.d_model, CFG.d_ff
+  local matmul = L * (4 * d * d + 3 * d * f) + V * d
+  local other = V * d + (2 * L + 1) * d
+  local bytes = 0.0
+  for name, k in pairs(c) do
+    T.ok(name:find("^tf_cuda_adamw"), name)
+    bytes = bytes + k.bytes
+  end
+  -- p, m, v read and written, the f32 gradient read, the bf16 copy of the matmul weights written
+  T.eq(bytes, fl(28 * (matmul + other) + 2 * matmul))
+  m.engine:free()
+end)
+
+cuda_test("an error inside goes on up and the next count starts clean; calls do not nest", function()
   T.raises(function() tf.cuda.traffic(function() error("inside the count") end) end, "inside the count")
   local c = tf.cuda.traffic(function()
     T.raises(function() tf.cuda.traffic(function() end) end, "calls do not nest")
