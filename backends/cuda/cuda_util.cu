@@ -53,8 +53,9 @@ tf_status tf_cuda_launched(const char *kernel) {
 }
 
 /* The traffic count: one for the process, under a lock (launches may come
- * from several host threads); kernels past TF_TRAFFIC_KERNELS names are
- * not counted, which the count's n then shows. */
+ * from several host threads; tf_cuda_traffic_on changes under it too);
+ * kernels past TF_TRAFFIC_KERNELS names are not counted, which the count's
+ * n then shows. */
 std::atomic<bool> tf_cuda_traffic_on{false};
 static tf_traffic tf_cuda_traffic_state;
 static std::mutex tf_cuda_traffic_lock;
@@ -62,7 +63,7 @@ static std::mutex tf_cuda_traffic_lock;
 void tf_cuda_traffic_add(const char *kernel, double bytes) {
   std::lock_guard<std::mutex> hold(tf_cuda_traffic_lock);
   tf_traffic *t = &tf_cuda_traffic_state;
-  if (!t->on) return;
+  if (!tf_cuda_traffic_on) return;
   int i = 0;
   while (i < t->n && strcmp(t->kernels[i].kernel, kernel) != 0) i++;
   if (i == TF_TRAFFIC_KERNELS) return;
@@ -76,26 +77,26 @@ void tf_cuda_traffic_add(const char *kernel, double bytes) {
 
 /* A capture that fails is run again eagerly, and its launches would count
  * twice: the count as it stood at the capture's start is held and put back
- * when the capture yields no graph. */
+ * when the capture yields no graph (if it was counting then and still is). */
 static tf_traffic tf_cuda_traffic_held;
+static bool tf_cuda_traffic_held_on;
 
 void tf_cuda_traffic_hold(void) {
   std::lock_guard<std::mutex> hold(tf_cuda_traffic_lock);
   tf_cuda_traffic_held = tf_cuda_traffic_state;
+  tf_cuda_traffic_held_on = tf_cuda_traffic_on;
 }
 
 void tf_cuda_traffic_restore(void) {
   std::lock_guard<std::mutex> hold(tf_cuda_traffic_lock);
-  if (tf_cuda_traffic_state.on && tf_cuda_traffic_held.on) tf_cuda_traffic_state = tf_cuda_traffic_held;
+  if (tf_cuda_traffic_on && tf_cuda_traffic_held_on) tf_cuda_traffic_state = tf_cuda_traffic_held;
 }
 
 void tf_cuda_traffic_count(tf_device_ctx *ctx, bool start, tf_traffic *out) {
   (void)ctx;
   std::lock_guard<std::mutex> hold(tf_cuda_traffic_lock);
-  tf_traffic *t = &tf_cuda_traffic_state;
-  if (out) *out = *t, out->on = start;
-  if (start) memset(t, 0, sizeof *t);
-  t->on = start;
+  if (out) *out = tf_cuda_traffic_state;
+  if (start) memset(&tf_cuda_traffic_state, 0, sizeof tf_cuda_traffic_state);
   tf_cuda_traffic_on = start;
 }
 

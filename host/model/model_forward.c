@@ -80,14 +80,20 @@ static tf_status tf_model_take_inputs(tf_model *m, const char *op, const tf_tens
 
 /* ---- the pass ------------------------------------------------------------------------- */
 
-/* RMSNorm of x (after adding delta into x_out, when delta is given). */
-tf_status tf_model_norm(tf_model *m, const float *x, const void *delta, float *x_out, int64_t gain, void *h,
-                        float *rstd) {
+/* One engine RMSNorm call: rstd written, or (given) read as kept. */
+static tf_status tf_model_norm_call(tf_model *m, const float *x, const void *delta, float *x_out, int64_t gain,
+                                    void *h, float *rstd, bool given) {
   const tf_model_plan *p = &m->plan;
   tf_rmsnorm_args a = {.rows = p->batch * p->seq, .dim = m->cfg.d_model, .eps = TF_MODEL_NORM_EPS,
                        .dtype = m->dtype, .x = x, .delta = delta, .x_out = x_out, .g = tf_model_pw(m, gain),
-                       .h = h, .rstd = rstd};
+                       .h = h, .rstd = rstd, .rstd_given = given};
   return m->k->rmsnorm(m->ctx, &a);
+}
+
+/* RMSNorm of x (after adding delta into x_out, when delta is given). */
+tf_status tf_model_norm(tf_model *m, const float *x, const void *delta, float *x_out, int64_t gain, void *h,
+                        float *rstd) {
+  return tf_model_norm_call(m, x, delta, x_out, gain, h, rstd, false);
 }
 
 /* tf_model_norm again, from the rstd it kept: the same x_out (when delta is
@@ -95,11 +101,7 @@ tf_status tf_model_norm(tf_model *m, const float *x, const void *delta, float *x
  * recomputed norms). */
 tf_status tf_model_norm_again(tf_model *m, const float *x, const void *delta, float *x_out, int64_t gain, void *h,
                               float *rstd) {
-  const tf_model_plan *p = &m->plan;
-  tf_rmsnorm_args a = {.rows = p->batch * p->seq, .dim = m->cfg.d_model, .eps = TF_MODEL_NORM_EPS,
-                       .dtype = m->dtype, .x = x, .delta = delta, .x_out = x_out, .g = tf_model_pw(m, gain),
-                       .h = h, .rstd = rstd, .rstd_given = true};
-  return m->k->rmsnorm(m->ctx, &a);
+  return tf_model_norm_call(m, x, delta, x_out, gain, h, rstd, true);
 }
 
 /* The SwiGLU gate silu(a) * b of one layer from its w1|w3 output. */

@@ -80,7 +80,6 @@ typedef struct tf_traffic_entry {
   double bytes;
 } tf_traffic_entry;
 typedef struct tf_traffic {
-  bool on;
   int n;
   tf_traffic_entry kernels[TF_TRAFFIC_KERNELS];
 } tf_traffic;
