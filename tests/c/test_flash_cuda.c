@@ -175,6 +175,8 @@ static const flash_shape SHAPES[] = {
     /* head dims 72..104: the wgmma kernels at 80 and 96 (and padded to them) */
     {1, 77, 301, 72, false},  {2, 150, 150, 88, false},  {1, 70, 70, 104, false},   {1, 1000, 1000, 80, true},
     {2, 2048, 2048, 96, true}, {1, 500, 1300, 80, true}, {1, 1300, 500, 96, true},
+    /* 4096 keys and more: the forward kernel's blocks of 192 keys at 80 and 96 (lengths off 192) */
+    {1, 130, 4500, 80, false}, {2, 200, 4100, 96, false}, {1, 300, 4300, 88, false},
 };
 enum { N_SHAPES = sizeof SHAPES / sizeof SHAPES[0] };
 
@@ -184,14 +186,16 @@ enum { N_SHAPES = sizeof SHAPES / sizeof SHAPES[0] };
 static const flash_shape LOW_SHAPES[] = {{2, 37, 5, 32, false}, {2, 37, 5, 64, false}, {1, 70, 21, 96, false}};
 
 /* TF_FLASH_SANITIZE=tiny: one shape at each Hopper head dim, 64, 72 (80),
- * 88 (96) and 128, with several blocks and lengths off the tiles, for
+ * 88 (96) and 128, and one of 4500 keys at 80 (the forward kernel's
+ * blocks of 192 keys), with several blocks and lengths off the tiles, for
  * racecheck of every kernel (which did not get through the small shapes
  * of TF_FLASH_SANITIZE=1 in 200 s on an H200; with only the
  * warp-specialised backward kernel instrumented they take 8-9 s). */
 static bool tiny_run;
 static bool tiny_shape(const flash_shape *s) {
-  static const int64_t pick[4][4] = {{2, 129, 129, 64}, {1, 37, 129, 128}, {1, 77, 301, 72}, {2, 150, 150, 88}};
-  for (int i = 0; i < 4; i++)
+  static const int64_t pick[5][4] = {
+      {2, 129, 129, 64}, {1, 37, 129, 128}, {1, 77, 301, 72}, {2, 150, 150, 88}, {1, 130, 4500, 80}};
+  for (int i = 0; i < 5; i++)
     if (s->batch == pick[i][0] && s->sq == pick[i][1] && s->sk == pick[i][2] && s->d == pick[i][3]) return true;
   return false;
 }

@@ -8,7 +8,8 @@
  * warpgroups, with no block-wide barrier after its start:
  *   - warpgroup 0 gives its registers away (setmaxnreg) and loads: one
  *     thread brings the block's Q rows once, then each key block's K and V
- *     (BC = 192 keys at head dim 64, 128 above) by TMA (tiled copies from
+ *     (BC = 192 keys at head dim 64, and at 80 and 96 from 4096 keys on;
+ *     128 otherwise) by TMA (tiled copies from
  *     3-D tensor maps (head dim, seq, problem): rows past a problem's end
  *     land as zeros, in the 128-byte swizzled layout of wgmma_tiles.cuh)
  *     into a ring of STAGES buffers; K and V each have a full and an empty barrier per buffer,
@@ -39,8 +40,9 @@
  * without the overlap within a consumer the kernel is 8% slower at head
  * dim 64, 16% at 96 and 28% at 128; without the turns 9-10% slower at 64
  * and 1-9% at 128; 192 keys a block beat 128 at head dim 64 by 8-10%
- * (half the waits and turns per key; above 64, S of 192 keys beside O
- * and P would not fit the registers); a third K/V buffer at head dim 128
+ * (half the waits and turns per key; at 128, S of 192 keys beside O
+ * and P would not fit the registers; at 80 and 96 they fit, see
+ * tf_fwd_ws_hd); a third K/V buffer at head dim 128
  * costs 8-10% (not investigated further), and
  * changes nothing clear of the noise at 64, 80 and 96. */
 #include "../flash_attn_common.cuh"
@@ -280,12 +282,23 @@ template <int DT, class C> static tf_status tf_fwd_ws_launch(tf_cuda_state *st, 
 }
 
 /* The configuration of head dim HD: at 64, 192 keys a block and three
- * buffers; above, 128 keys and two buffers (the O accumulator takes 40 to
- * 64 registers a thread more). Chosen on an H200: docs/performance.md. */
+ * buffers; above, two buffers (the O accumulator takes 40 to 64 registers
+ * a thread more), of 192 keys at 80 and 96 from TF_FWD_WS_LONG keys on
+ * (no spills; 224 KiB of shared memory) and of 128 keys below that and at
+ * 128. On an H200, bf16 causal, two runs each: 192 keys took the forward
+ * pass at (1, 16, 16384, 80) from 1.416-1.430 ms to 1.318-1.321, at
+ * (1, 16, 16384, 96) from 1.438 to 1.383-1.400, at (4, 32, 4096, 80) from
+ * 0.833-0.837 to 0.812-0.815, and made (4, 32, 1024, 80) slower, 0.103-0.110
+ * against 0.099 (1024 keys are five blocks of 192 and one of 64):
+ * docs/performance.md. */
+enum { TF_FWD_WS_LONG = 4096 };
 template <int DT, int HD> static tf_status tf_fwd_ws_hd(tf_cuda_state *st, const tf_cuda_flash_params *p) {
   if constexpr (HD == 64)
     return tf_fwd_ws_launch<DT, tf_fwd_ws_cfg<64, 3, 192>>(st, p);
-  else
+  else if constexpr (HD == 80 || HD == 96) {
+    if (p->seq_k >= TF_FWD_WS_LONG) return tf_fwd_ws_launch<DT, tf_fwd_ws_cfg<HD, 2, 192>>(st, p);
+    return tf_fwd_ws_launch<DT, tf_fwd_ws_cfg<HD, 2>>(st, p);
+  } else
     return tf_fwd_ws_launch<DT, tf_fwd_ws_cfg<HD, 2>>(st, p);
 }
 
