@@ -3,7 +3,11 @@
 # in one run on one GPU, then the ratio table: PyTorch as CS336's eager
 # reference (naive attention) and at its best (torch.compile, SDPA with its
 # default backend, fused AdamW); TORCH_IMPL=eager (or compiled) runs one.
+# CONTEXTS (default 128,256,512,1024), PRECISIONS (default f32,bf16) and
+# STEPS (timed steps, default 5) narrow or lengthen the grid; compiling takes
+# PyTorch 70-130 s a configuration, so a grid of many runs as several calls.
 #   tests/gpu/compare_torch.sh build/bundle small,medium [extra benchmark options]
+#   PRECISIONS=bf16 TORCH_IMPL=compiled CONTEXTS=1024,512 STEPS=20 tests/gpu/compare_torch.sh build/bundle 2.7B
 set -uo pipefail
 bin=$(realpath "${1:?usage: tests/gpu/compare_torch.sh path/to/bundle sizes [options]}")/tfhost
 sizes=${2:?sizes}
@@ -13,12 +17,14 @@ mkdir -p "$out"
 cd "$(dirname "$0")/../.."
 tag=${sizes//,/-}
 contexts=${CONTEXTS:-128,256,512,1024}
-common=(--size "$sizes" --context "$contexts" --precision f32,bf16 --mode step --warmup 2 --steps 5)
+precisions=${PRECISIONS:-f32,bf16}
+steps=${STEPS:-5}
+common=(--size "$sizes" --context "$contexts" --precision "$precisions" --mode step --warmup 3 --steps "$steps")
 "$bin" experiments/benchmark.lua "${common[@]}" "$@" --json "$out/tf_$tag.json" > "$out/tf_$tag.md" 2> "$out/tf_$tag.err"
 "$bin" experiments/benchmark.lua --size small --context 128 --precision bf16 --mode fwd --warmup 5 --steps 10 \
   --json "$out/tf_fwd.json" > /dev/null 2>&1
-python3 tests/reference/torch_benchmark.py --size "$sizes" --context "$contexts" --precision f32,bf16 \
-  --impl "${TORCH_IMPL:-eager,compiled}" --mode step --warmup 3 --steps 5 --json "$out/torch_$tag.json" --compare "$out/tf_$tag.json" 2> "$out/torch_$tag.err" \
+python3 tests/reference/torch_benchmark.py --size "$sizes" --context "$contexts" --precision "$precisions" \
+  --impl "${TORCH_IMPL:-eager,compiled}" --mode step --warmup 3 --steps "$steps" --json "$out/torch_$tag.json" --compare "$out/tf_$tag.json" 2> "$out/torch_$tag.err" \
   | tee "$out/compare_$tag.md" | grep "^|"
 python3 tests/reference/torch_benchmark.py --size small --context 128 --precision bf16 --mode fwd --warmup 5 --steps 10 \
   --impl "${TORCH_IMPL:-eager,compiled}" --compare "$out/tf_fwd.json" 2>/dev/null | grep "^|"
