@@ -312,20 +312,16 @@ static int tf_l_mem_scope(lua_State *L) {
                       "workspace, temporary or auto)", tagname);
   const char *what = NULL;
   if (!lua_isnoneornil(L, 2)) what = tf_intern_string(tf_intern_id(luaL_checkstring(L, 2)));
-  if (lua_isnoneornil(L, 3)) {
-    tf_l_scope *s = lua_newuserdatauv(L, sizeof *s, 0);
-    luaL_setmetatable(L, TF_MEM_SCOPE_TYPE);
-    s->previous = tf_mem_scope_enter(tag, what);
-    s->open = true;
-    return 1;
-  }
-  luaL_checktype(L, 3, LUA_TFUNCTION);
-  int nargs = lua_gettop(L) - 3;
-  tf_mem_scope previous = tf_mem_scope_enter(tag, what);
-  int st = lua_pcall(L, nargs, LUA_MULTRET, 0);
-  tf_mem_scope_leave(previous);
-  if (st != LUA_OK) return lua_error(L);
-  return lua_gettop(L) - 2;
+  const bool call = !lua_isnoneornil(L, 3);
+  if (call) luaL_checktype(L, 3, LUA_TFUNCTION);
+  const int nargs = lua_gettop(L) - 3;
+  tf_l_scope *s = lua_newuserdatauv(L, sizeof *s, 0);
+  s->open = false;
+  luaL_setmetatable(L, TF_MEM_SCOPE_TYPE);
+  if (call) lua_toclose(L, -1); /* before the scope opens: nothing to undo if this fails */
+  s->previous = tf_mem_scope_enter(tag, what);
+  s->open = true;
+  return call ? tf_lua_call_closing(L, 3, nargs) : 1;
 }
 
 /* tf.mem.collect(): a full Lua GC, so unreachable tensors give back memory. */

@@ -111,10 +111,30 @@ static int tf_l_cuda_gemm_tuning(lua_State *L) {
 
 /* tf.cuda.traffic(fn [, device]): calls fn with the traffic count of the
  * engine's memory-bound kernels on (model_kernels.h) and returns what it
- * counted, { [kernel name] = { calls = n, bytes = b } }. An error in fn
- * turns the count off and goes on up. Not nested (one count a process). */
+ * counted, { [kernel name] = { calls = n, bytes = b } }. The count is turned
+ * off by a to-be-closed guard, so an error in fn goes on up with its own
+ * traceback. Not nested (one count a process). */
+#define TF_TRAFFIC_GUARD_TYPE "tf.TrafficGuard"
+
+typedef struct tf_l_traffic_guard {
+  tf_device_ctx *ctx;
+  bool on;
+  tf_traffic counted; /* what the count held when it was turned off */
+} tf_l_traffic_guard;
+
+static bool tf_l_traffic_counting = false;
+
+static int tf_l_traffic_off(lua_State *L) {
+  tf_l_traffic_guard *g = luaL_checkudata(L, 1, TF_TRAFFIC_GUARD_TYPE);
+  if (g->on) {
+    g->ctx->backend->model->traffic(g->ctx, false, &g->counted);
+    g->on = false;
+    tf_l_traffic_counting = false;
+  }
+  return 0;
+}
+
 static int tf_l_cuda_traffic(lua_State *L) {
-  static bool counting = false;
   luaL_checktype(L, 1, LUA_TFUNCTION);
   const tf_device d = lua_isnoneornil(L, 2) ? (tf_device){TF_DEV_CUDA, 0} : tf_lua_checkdevice(L, 2);
   if (d.type != TF_DEV_CUDA) return luaL_error(L, "tf.cuda.traffic: %s is not a CUDA device", lua_tostring(L, 2));
@@ -122,15 +142,18 @@ static int tf_l_cuda_traffic(lua_State *L) {
   TF_LUA_CHECK(L, tf_device_ctx_get(d, &ctx), "tf.cuda.traffic");
   const tf_model_kernels *k = ctx->backend->model;
   if (!k || !k->traffic) return luaL_error(L, "tf.cuda.traffic: this build's CUDA backend does not count traffic");
-  if (counting) return luaL_error(L, "tf.cuda.traffic: already counting (calls do not nest)");
-  counting = true;
+  if (tf_l_traffic_counting) return luaL_error(L, "tf.cuda.traffic: already counting (calls do not nest)");
+  lua_settop(L, 1);
+  tf_l_traffic_guard *g = lua_newuserdatauv(L, sizeof *g, 0);
+  g->ctx = ctx;
+  g->on = false;
+  luaL_setmetatable(L, TF_TRAFFIC_GUARD_TYPE);
+  lua_toclose(L, -1); /* before the count starts: nothing to undo if this fails */
+  tf_l_traffic_counting = true;
+  g->on = true;
   k->traffic(ctx, true, NULL);
-  lua_pushvalue(L, 1);
-  const int rc = lua_pcall(L, 0, 0, 0);
-  tf_traffic t;
-  k->traffic(ctx, false, &t);
-  counting = false;
-  if (rc != LUA_OK) return lua_error(L);
+  tf_lua_call_closing(L, 1, 0);
+  const tf_traffic t = g->counted;
   lua_createtable(L, 0, t.n);
   for (int i = 0; i < t.n; i++) {
     lua_createtable(L, 0, 2);
@@ -261,6 +284,10 @@ static const luaL_Reg tf_sys_functions[] = {
 };
 
 void tf_open_sys(lua_State *L) {
+  luaL_newmetatable(L, TF_TRAFFIC_GUARD_TYPE);
+  lua_pushcfunction(L, tf_l_traffic_off);
+  lua_setfield(L, -2, "__close");
+  lua_pop(L, 1);
   luaL_setfuncs(L, tf_sys_functions, 0);
   lua_pushstring(L, tf_version);
   lua_setfield(L, -2, "version");

@@ -249,6 +249,33 @@ class ScriptErrors(TfhostTest):
         self.assertIn("fn.lua:2: in local 'check'", r.stderr)
         self.assertIn("fn.lua:4: in main chunk", r.stderr)
 
+    def test_error_inside_a_called_scope_keeps_its_frames(self):
+        # tf.mem.scope(tag, what, fn) calls fn without a protected call of its own (the scope is left by
+        # a to-be-closed slot), so the traceback goes down into fn; and the scope is left on the way up
+        self.write("scoped.lua", """\
+            local function inner() error("deep down") end
+            local function middle() inner() end
+            local ok = pcall(tf.mem.scope, "parameter", "w", function() middle() end)
+            assert(not ok)
+            tf.mem.record(true, "cpu")
+            local t = tf.no_grad(function() return tf.ones({4}, {device = "cpu"}) * 2 end)
+            local tag
+            for _, s in ipairs(tf.mem.snapshot("cpu").segments) do
+              for _, blk in ipairs(s.blocks) do
+                if blk.address == t:data_ptr() then tag = blk.tag end
+              end
+            end
+            print("after the error: " .. tostring(tag))
+            tf.mem.scope("parameter", "w", function() middle() end)
+            """)
+        r = self.tfhost("scoped.lua")
+        self.assertScriptError(r, "scoped.lua:1: deep down")
+        self.assertIn("after the error: temporary\n", r.stdout)
+        self.assertIn("scoped.lua:1: in upvalue 'inner'", r.stderr)
+        self.assertIn("scoped.lua:2: in upvalue 'middle'", r.stderr)
+        self.assertIn("in field 'scope'", r.stderr)
+        self.assertIn("scoped.lua:14: in main chunk", r.stderr)
+
     def test_syntax_error(self):
         self.write("syn.lua", "print('ok')\nx = = 1\n")
         r = self.tfhost("syn.lua")
