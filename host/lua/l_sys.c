@@ -148,7 +148,8 @@ static int tf_l_cuda_traffic(lua_State *L) {
   g->ctx = ctx;
   g->on = false;
   luaL_setmetatable(L, TF_TRAFFIC_GUARD_TYPE);
-  lua_toclose(L, -1); /* before the count starts: nothing to undo if this fails */
+  lua_pushvalue(L, -1); /* index 2 keeps the guard alive once its slot is closed (and nil) */
+  lua_toclose(L, -1);   /* before the count starts: nothing to undo if this fails */
   tf_l_traffic_counting = true;
   g->on = true;
   k->traffic(ctx, true, NULL);
