@@ -92,15 +92,6 @@ void tf_lua_replace_error(lua_State *L) {
   lua_setglobal(L, "error");
 }
 
-int tf_lua_call_closing(lua_State *L, int fn, int nargs) {
-  const int guard = lua_gettop(L);
-  luaL_checkstack(L, nargs + 1, "too many arguments");
-  for (int i = 0; i <= nargs; i++) lua_pushvalue(L, fn + i);
-  lua_call(L, nargs, LUA_MULTRET);
-  lua_closeslot(L, guard);
-  return lua_gettop(L) - guard;
-}
-
 int tf_lua_raise(lua_State *L, tf_status st, const char *fname) {
   const char *msg = tf_lua_unprefixed(fname, tf_last_error());
   if (st == TF_ERR_OOM) {

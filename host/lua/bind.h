@@ -32,12 +32,6 @@ void tf_lua_where(lua_State *L, int level);
 int tf_lua_error(lua_State *L, const char *fmt, ...);
 void tf_lua_replace_error(lua_State *L);
 int tf_lua_raise(lua_State *L, tf_status st, const char *fname);
-/* Calls the function at index fn with the nargs values after it, the value
- * on top of the stack being a to-be-closed slot the caller made (lua_toclose)
- * for what must be undone after fn: the slot is closed when fn returns, or by
- * an error of fn on its way up. There is no protected call, so the error's
- * traceback keeps fn's frames. Returns how many results fn left on top. */
-int tf_lua_call_closing(lua_State *L, int fn, int nargs);
 #define TF_LUA_CHECK(L, expr, fname)                        \
   do {                                                      \
     tf_status tf_lua_st_ = (expr);                          \

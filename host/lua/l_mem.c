@@ -301,9 +301,9 @@ static int tf_l_scope_close(lua_State *L) {
   return 0;
 }
 
-/* tf.mem.scope(tag [, what]) -> a to-be-closed value; or tf.mem.scope(tag,
- * what, fn, ...) runs fn inside and returns its results. what names the op or
- * component (kept in the registry so it lives as long as the process). */
+/* tf.mem.scope(tag [, what]) -> a to-be-closed value (lua/tf/init.lua adds
+ * the form that runs a function inside). what names the op or component
+ * (kept in the registry so it lives as long as the process). */
 static int tf_l_mem_scope(lua_State *L) {
   const char *tagname = luaL_checkstring(L, 1);
   int tag = tf_mem_tag_parse(tagname);
@@ -312,16 +312,11 @@ static int tf_l_mem_scope(lua_State *L) {
                       "workspace, temporary or auto)", tagname);
   const char *what = NULL;
   if (!lua_isnoneornil(L, 2)) what = tf_intern_string(tf_intern_id(luaL_checkstring(L, 2)));
-  const bool call = !lua_isnoneornil(L, 3);
-  if (call) luaL_checktype(L, 3, LUA_TFUNCTION);
-  const int nargs = lua_gettop(L) - 3;
   tf_l_scope *s = lua_newuserdatauv(L, sizeof *s, 0);
-  s->open = false;
   luaL_setmetatable(L, TF_MEM_SCOPE_TYPE);
-  if (call) lua_toclose(L, -1); /* before the scope opens: nothing to undo if this fails */
   s->previous = tf_mem_scope_enter(tag, what);
   s->open = true;
-  return call ? tf_lua_call_closing(L, 3, nargs) : 1;
+  return 1;
 }
 
 /* tf.mem.collect(): a full Lua GC, so unreachable tensors give back memory. */

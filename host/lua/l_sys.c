@@ -109,60 +109,65 @@ static int tf_l_cuda_gemm_tuning(lua_State *L) {
   return 1;
 }
 
-/* tf.cuda.traffic(fn [, device]): calls fn with the traffic count of the
- * engine's memory-bound kernels on (model_kernels.h) and returns what it
- * counted, { [kernel name] = { calls = n, bytes = b } }. The count is turned
- * off by a to-be-closed guard, so an error in fn goes on up with its own
- * traceback. Not nested (one count a process). */
-#define TF_TRAFFIC_GUARD_TYPE "tf.TrafficGuard"
+/* tf.cuda.traffic's two halves; lua/tf/init.lua calls fn between them with
+ * the count as a to-be-closed value, so that an error in fn goes on up with
+ * its own traceback (no protected call here). _cuda_traffic_start([device])
+ * turns on the traffic count of the engine's memory-bound kernels
+ * (model_kernels.h) and returns the count, whose closing turns it off;
+ * _cuda_traffic_counted(count) returns what it counted, { [kernel name] =
+ * { calls = n, bytes = b } }. Not nested (one count a process). */
+#define TF_TRAFFIC_TYPE "tf.TrafficCount"
 
-typedef struct tf_l_traffic_guard {
+typedef struct tf_l_traffic {
   tf_device_ctx *ctx;
   bool on;
   tf_traffic counted; /* what the count held when it was turned off */
-} tf_l_traffic_guard;
+} tf_l_traffic;
 
 static bool tf_l_traffic_counting = false;
 
 static int tf_l_traffic_off(lua_State *L) {
-  tf_l_traffic_guard *g = luaL_checkudata(L, 1, TF_TRAFFIC_GUARD_TYPE);
-  if (g->on) {
-    g->ctx->backend->model->traffic(g->ctx, false, &g->counted);
-    g->on = false;
+  tf_l_traffic *c = luaL_checkudata(L, 1, TF_TRAFFIC_TYPE);
+  if (c->on) {
+    c->ctx->backend->model->traffic(c->ctx, false, &c->counted);
+    c->on = false;
     tf_l_traffic_counting = false;
   }
   return 0;
 }
 
-static int tf_l_cuda_traffic(lua_State *L) {
-  luaL_checktype(L, 1, LUA_TFUNCTION);
-  const tf_device d = lua_isnoneornil(L, 2) ? (tf_device){TF_DEV_CUDA, 0} : tf_lua_checkdevice(L, 2);
-  if (d.type != TF_DEV_CUDA) return luaL_error(L, "tf.cuda.traffic: %s is not a CUDA device", lua_tostring(L, 2));
+static int tf_l_cuda_traffic_start(lua_State *L) {
+  tf_device d = {TF_DEV_CUDA, 0};
+  if (!lua_isnoneornil(L, 1) && tf_device_parse(luaL_tolstring(L, 1, NULL), &d) != TF_OK)
+    return tf_lua_error(L, "tf.cuda.traffic: %s", tf_last_error());
+  if (d.type != TF_DEV_CUDA) return tf_lua_error(L, "tf.cuda.traffic: %s is not a CUDA device", lua_tostring(L, 1));
   tf_device_ctx *ctx;
   TF_LUA_CHECK(L, tf_device_ctx_get(d, &ctx), "tf.cuda.traffic");
   const tf_model_kernels *k = ctx->backend->model;
-  if (!k || !k->traffic) return luaL_error(L, "tf.cuda.traffic: this build's CUDA backend does not count traffic");
-  if (tf_l_traffic_counting) return luaL_error(L, "tf.cuda.traffic: already counting (calls do not nest)");
-  lua_settop(L, 1);
-  tf_l_traffic_guard *g = lua_newuserdatauv(L, sizeof *g, 0);
-  g->ctx = ctx;
-  g->on = false;
-  luaL_setmetatable(L, TF_TRAFFIC_GUARD_TYPE);
-  lua_pushvalue(L, -1); /* index 2 keeps the guard alive once its slot is closed (and nil) */
-  lua_toclose(L, -1);   /* before the count starts: nothing to undo if this fails */
+  if (!k || !k->traffic) return tf_lua_error(L, "tf.cuda.traffic: this build's CUDA backend does not count traffic");
+  if (tf_l_traffic_counting) return tf_lua_error(L, "tf.cuda.traffic: already counting (calls do not nest)");
+  tf_l_traffic *c = lua_newuserdatauv(L, sizeof *c, 0);
+  memset(c, 0, sizeof *c);
+  c->ctx = ctx;
+  luaL_setmetatable(L, TF_TRAFFIC_TYPE);
   tf_l_traffic_counting = true;
-  g->on = true;
+  c->on = true;
   k->traffic(ctx, true, NULL);
-  tf_lua_call_closing(L, 1, 0);
-  const tf_traffic t = g->counted;
-  lua_createtable(L, 0, t.n);
-  for (int i = 0; i < t.n; i++) {
+  return 1;
+}
+
+static int tf_l_cuda_traffic_counted(lua_State *L) {
+  tf_l_traffic *c = luaL_checkudata(L, 1, TF_TRAFFIC_TYPE);
+  lua_settop(L, 1);
+  tf_l_traffic_off(L); /* already off when closed: then nothing */
+  lua_createtable(L, 0, c->counted.n);
+  for (int i = 0; i < c->counted.n; i++) {
     lua_createtable(L, 0, 2);
-    lua_pushinteger(L, (lua_Integer)t.kernels[i].calls);
+    lua_pushinteger(L, (lua_Integer)c->counted.kernels[i].calls);
     lua_setfield(L, -2, "calls");
-    lua_pushnumber(L, t.kernels[i].bytes);
+    lua_pushnumber(L, c->counted.kernels[i].bytes);
     lua_setfield(L, -2, "bytes");
-    lua_setfield(L, -2, t.kernels[i].kernel);
+    lua_setfield(L, -2, c->counted.kernels[i].kernel);
   }
   return 1;
 }
@@ -275,7 +280,8 @@ static const luaL_Reg tf_sys_functions[] = {
     {"cuda_device_count", tf_l_cuda_device_count},
     {"cuda_compiled", tf_l_cuda_compiled},
     {"cuda_gemm_tuning", tf_l_cuda_gemm_tuning},
-    {"cuda_traffic", tf_l_cuda_traffic},
+    {"_cuda_traffic_start", tf_l_cuda_traffic_start},
+    {"_cuda_traffic_counted", tf_l_cuda_traffic_counted},
     {"seed", tf_l_seed},
     {"initial_seed", tf_l_initial_seed},
     {"allow_tf32", tf_l_allow_tf32},
@@ -285,7 +291,7 @@ static const luaL_Reg tf_sys_functions[] = {
 };
 
 void tf_open_sys(lua_State *L) {
-  luaL_newmetatable(L, TF_TRAFFIC_GUARD_TYPE);
+  luaL_newmetatable(L, TF_TRAFFIC_TYPE);
   lua_pushcfunction(L, tf_l_traffic_off);
   lua_setfield(L, -2, "__close");
   lua_pop(L, 1);

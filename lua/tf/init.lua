@@ -27,7 +27,6 @@ tf.cuda = {
   device_count = C.cuda_device_count,
   compiled = C.cuda_compiled,
   gemm_tuning = C.cuda_gemm_tuning,
-  traffic = C.cuda_traffic,
 }
 
 local json = C.json
@@ -56,6 +55,36 @@ local function scoped(scope, fn, ...)
   if fn == nil then return scope end
   local _ <close> = scope
   return fn(...)
+end
+
+--- tf.mem.scope(tag [, what] [, fn, ...]): allocations inside are tagged tag (and named what);
+-- with fn, runs fn inside and returns its results.
+local mem_scope = C.mem.scope
+function tf.mem.scope(tag, what, fn, ...)
+  if type(tag) ~= "string" then error("tf.mem.scope: the tag must be a string, got " .. type(tag), 2) end
+  if what ~= nil and type(what) ~= "string" and type(what) ~= "number" then
+    error("tf.mem.scope: what (the second argument) must be a string or nil, got " .. type(what), 2)
+  end
+  if fn ~= nil and type(fn) ~= "function" then
+    error("tf.mem.scope: the third argument must be a function (or nothing), got " .. type(fn), 2)
+  end
+  local scope = mem_scope(tag, what)
+  if fn == nil then return scope end
+  local _ <close> = scope
+  return fn(...)
+end
+
+--- tf.cuda.traffic(fn [, device]): what the engine's memory-bound kernels move while fn runs,
+-- { [kernel name] = { calls = n, bytes = b } } (docs/api.md). The count is turned off however fn
+-- ends; calls do not nest.
+function tf.cuda.traffic(fn, device)
+  if type(fn) ~= "function" then error("tf.cuda.traffic: function expected, got " .. type(fn), 2) end
+  local count = C._cuda_traffic_start(device)
+  do
+    local _ <close> = count
+    fn()
+  end
+  return C._cuda_traffic_counted(count)
 end
 
 --- tf.no_grad([fn]): ops record no autograd history inside.

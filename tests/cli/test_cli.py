@@ -250,8 +250,8 @@ class ScriptErrors(TfhostTest):
         self.assertIn("fn.lua:4: in main chunk", r.stderr)
 
     def test_error_inside_a_called_scope_keeps_its_frames(self):
-        # tf.mem.scope(tag, what, fn) calls fn without a protected call of its own (the scope is left by
-        # a to-be-closed slot), so the traceback goes down into fn; and the scope is left on the way up
+        # tf.mem.scope(tag, what, fn) runs fn with the scope as a to-be-closed variable, not under a
+        # protected call, so the traceback goes down into fn; and the scope is left on the way up
         self.write("scoped.lua", """\
             local function inner() error("deep down") end
             local function middle() inner() end

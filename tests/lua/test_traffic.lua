@@ -108,7 +108,7 @@ end)
 
 cuda_test("an error inside goes on up and the next count starts clean; calls do not nest", function()
   T.raises(function() tf.cuda.traffic(function() error("inside the count") end) end, "inside the count")
-  -- the count is turned off by a to-be-closed slot, not a protected call: the traceback goes down into fn
+  -- the count is turned off by a to-be-closed variable, not a protected call: the traceback goes down into fn
   local function deep() error("deep in the count") end
   local ok, trace = xpcall(tf.cuda.traffic, debug.traceback, function() deep() end)
   T.ok(not ok and trace:find("deep in the count", 1, true), tostring(trace))
