@@ -68,6 +68,7 @@ function tf.mem.scope(tag, what, fn, ...)
   if fn ~= nil and type(fn) ~= "function" then
     error("tf.mem.scope: the third argument must be a function (or nothing), got " .. type(fn), 2)
   end
+  -- scoped()'s body written out: a tail call to it would leave this function out of fn's traceback
   local scope = mem_scope(tag, what)
   if fn == nil then return scope end
   local _ <close> = scope
