@@ -65,12 +65,16 @@ __device__ __forceinline__ void tf_flash_c_to_a(uint32_t (&a)[4], const float (&
 
 /* Where the warp-specialised backward kernel (sm90/flash_attn_bwd_ws.cu)
  * keeps column c of a dQ row r (r7 = r mod 8) of hd columns in the f32
- * workspace: its 4-column chunks permuted by XOR with r7 inside each whole
- * group of 32 columns, the tail as it is. A row stays a row, so a block's
- * rows are one contiguous range (one bulk reduction), and the kernel's
- * shared-memory tile of that range is written without bank conflicts. */
+ * workspace: its 4-column chunks permuted by XOR with 2 r7 mod 8 inside each
+ * whole group of 32 columns, the tail as it is. A row stays a row, so a
+ * block's rows are one contiguous range (one bulk reduction), and the
+ * kernel's shared-memory tile of that range is written without bank
+ * conflicts: a warp's 8-byte stores go in two halves of 16 lanes, 4 rows of
+ * 8 columns each, which the XOR puts on 4 different pairs of chunks (XOR
+ * with r7 put rows 2i and 2i + 1 on the same pair: twice the wavefronts,
+ * ncu on an H200). */
 __host__ __device__ __forceinline__ int tf_flash_dq_col(int c, int r7, int hd) {
-  return c < (hd & ~31) ? c ^ (r7 << 2) : c;
+  return c < (hd & ~31) ? c ^ ((r7 << 3) & 28) : c;
 }
 
 /* ---- grids ------------------------------------------------------------------------------- */

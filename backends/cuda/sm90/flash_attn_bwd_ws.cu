@@ -125,7 +125,7 @@ __global__ void __launch_bounds__(384, 1) tf_flash_bwd_ws_kernel(const __grid_co
   }
   __syncthreads();
 
-  const int wg = (int)threadIdx.x / 128, lane = (int)threadIdx.x % 32;
+  const int wg = tf_wgmma_warpgroup(), lane = (int)threadIdx.x % 32;
   if (wg == 0) {
     tf_setmaxnreg_dec<TF_WS_LOAD_REGS>();
     const int warp = (int)threadIdx.x / 32;
@@ -291,12 +291,12 @@ __global__ void __launch_bounds__(384, 1) tf_flash_bwd_ws_kernel(const __grid_co
         constexpr int N = decltype(n_tag)::value;
         const uint32_t ds_rows = ds_tiles + (uint32_t)(row0 / 64) * 2 * C::DS;
         const uint32_t k_cols = sK + (uint32_t)((col0 >> 6) * BC * 128 + (col0 & 63) * 2);
+        const uint64_t d_ds = tf_wgmma_desc(ds_rows, 64 * 128, 1024), d_k = tf_wgmma_desc(k_cols, BC * 128, 1024);
         float dq[N / 2];
         tf_wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < BC / 16; kk++)
-          tf_wgmma_ss<DT, 1, 1>(dq, tf_wgmma_desc(ds_rows + kk * 2048, 64 * 128, 1024),
-                                tf_wgmma_desc(k_cols + kk * 2048, BC * 128, 1024), kk > 0);
+          tf_wgmma_ss<DT, 1, 1>(dq, tf_wgmma_desc_add(d_ds, kk * 2048), tf_wgmma_desc_add(d_k, kk * 2048), kk > 0);
         tf_wgmma_commit();
         tf_wgmma_issue_acc<DT, BR>(dk, da, q_st);
         tf_wgmma_wait<1>(); /* dV and dQ */

@@ -84,7 +84,7 @@ __global__ void __launch_bounds__(384, 1) tf_flash_dq_ws_kernel(const __grid_con
   }
   __syncthreads();
 
-  const int wg = (int)threadIdx.x / 128, lane = (int)threadIdx.x % 32;
+  const int wg = tf_wgmma_warpgroup(), lane = (int)threadIdx.x % 32;
   if (wg == 0) {
     tf_setmaxnreg_dec<TF_WS_LOAD_REGS>();
     if (threadIdx.x == 0) {

@@ -102,7 +102,7 @@ __global__ void __launch_bounds__(384, 1) tf_flash_fwd_ws_kernel(const __grid_co
   }
   __syncthreads();
 
-  const int wg = (int)threadIdx.x / 128, lane = (int)threadIdx.x % 32;
+  const int wg = tf_wgmma_warpgroup(), lane = (int)threadIdx.x % 32;
   if (wg == 0) {
     tf_setmaxnreg_dec<TF_WS_LOAD_REGS>();
     if (threadIdx.x == 0) {
@@ -157,13 +157,13 @@ __global__ void __launch_bounds__(384, 1) tf_flash_fwd_ws_kernel(const __grid_co
   auto v_free = [&](int j) { tf_mbar_arrive(bar_ve + 8 * (j % STAGES)); };
   /* S = Q K_j^T: K-major operands, the k step's 32 bytes in a 128-byte row of its half */
   auto issue_s = [&](float(&s)[BC / 2], int j) {
-    const uint32_t k_st = sK + (uint32_t)(j % STAGES) * KV;
+    const uint64_t dq = tf_wgmma_desc(q_w, 16, 1024), dk = tf_wgmma_desc(sK + (uint32_t)(j % STAGES) * KV, 16, 1024);
     tf_wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < HD / 16; kk++) {
       const uint32_t off = (uint32_t)((kk & 3) * 32), half = (uint32_t)(kk >> 2);
-      tf_wgmma_ss<DT, 0, 0>(s, tf_wgmma_desc(q_w + half * BR * 128 + off, 16, 1024),
-                            tf_wgmma_desc(k_st + half * BC * 128 + off, 16, 1024), kk > 0);
+      tf_wgmma_ss<DT, 0, 0>(s, tf_wgmma_desc_add(dq, half * BR * 128 + off), tf_wgmma_desc_add(dk, half * BC * 128 + off),
+                            kk > 0);
     }
     tf_wgmma_commit();
   };

@@ -88,7 +88,7 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) tf_flash_fwd_wgmma_
   constexpr int HD = C::HD, BC = C::BC, BR = C::BR;
   unsigned char *sQ_ptr;
   const uint32_t sQ = tf_wgmma_smem_base(&sQ_ptr), sK = sQ + C::Q_BYTES, sV = sK + C::STAGES * C::KV_BYTES;
-  const int wg = (int)threadIdx.x / 128, warp = ((int)threadIdx.x / 32) % 4, lane = (int)threadIdx.x % 32;
+  const int wg = tf_wgmma_warpgroup(), warp = ((int)threadIdx.x / 32) % 4, lane = (int)threadIdx.x % 32;
   int64_t b, q0;
   int n_tiles;
   tf_flash_query_block_of<BR, BC>(p, &b, &q0, &n_tiles);
@@ -147,11 +147,12 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) tf_flash_fwd_wgmma_
     for (int kk = 0; kk < HD / 16; kk++) tf_flash_ldsm4(qa[kk], sQ + tf_wgmma_chunk<BR>(r, 2 * kk + (lane >> 4)));
   };
   auto issue_s = [&](float(&s)[BC / 2], uint32_t k_st) {
+    const uint64_t dk = tf_wgmma_desc(k_st, 16, 1024);
     tf_wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < HD / 16; kk++) {
       const uint32_t off = (uint32_t)((kk & 3) * 32); /* the k step's 32 bytes inside a 128-byte row */
-      tf_wgmma_rs<DT, 0>(s, qa[kk], tf_wgmma_desc(k_st + (uint32_t)((kk >> 2) * BC * 128) + off, 16, 1024), kk > 0);
+      tf_wgmma_rs<DT, 0>(s, qa[kk], tf_wgmma_desc_add(dk, (uint32_t)((kk >> 2) * BC * 128) + off), kk > 0);
     }
     tf_wgmma_commit();
   };
@@ -301,7 +302,7 @@ __global__ void __launch_bounds__(256, 1) tf_flash_bwd_wgmma_kernel(const tf_cud
   const uint32_t base = tf_wgmma_smem_base(&base_ptr), sK = base, sV = sK + L::KV, sQ = sV + L::KV;
   const uint32_t sdO = sQ + 2 * QO, sdS = sdO + 2 * QO;
   float *const sLse = reinterpret_cast<float *>(base_ptr + L::STATS), *const sD = sLse + 2 * BR;
-  const int wg = (int)threadIdx.x / 128, warp = ((int)threadIdx.x / 32) % 4, lane = (int)threadIdx.x % 32;
+  const int wg = tf_wgmma_warpgroup(), warp = ((int)threadIdx.x / 32) % 4, lane = (int)threadIdx.x % 32;
   const int g = lane >> 2, t2 = (lane & 3) * 2;
   int64_t b, k0;
   tf_flash_key_block_of<BC>(p, &b, &k0);
@@ -344,12 +345,12 @@ __global__ void __launch_bounds__(256, 1) tf_flash_bwd_wgmma_kernel(const tf_cud
   auto add_dq = [&](int64_t q0, int col0, auto n_tag) {
     constexpr int N = decltype(n_tag)::value;
     const uint32_t k_cols = sK + (uint32_t)((col0 >> 6) * BC * 128 + (col0 & 63) * 2);
+    const uint64_t d_ds = tf_wgmma_desc(sdS, 64 * 128, 1024), d_k = tf_wgmma_desc(k_cols, BC * 128, 1024);
     float dq[N / 2];
     tf_wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < BC / 16; kk++)
-      tf_wgmma_ss<DT, 1, 1>(dq, tf_wgmma_desc(sdS + kk * 2048, 64 * 128, 1024),
-                            tf_wgmma_desc(k_cols + kk * 2048, BC * 128, 1024), kk > 0);
+      tf_wgmma_ss<DT, 1, 1>(dq, tf_wgmma_desc_add(d_ds, kk * 2048), tf_wgmma_desc_add(d_k, kk * 2048), kk > 0);
     tf_wgmma_commit();
     tf_wgmma_wait<0>();
     tf_wgmma_hold(dq);
@@ -490,7 +491,7 @@ __global__ void __launch_bounds__(256, 1) tf_flash_dq_wgmma_kernel(const tf_cuda
   constexpr uint32_t ROWS_BYTES = BR * HDS * 2, KV_BYTES = BC * HDS * 2;
   unsigned char *base_ptr;
   const uint32_t sQ = tf_wgmma_smem_base(&base_ptr), sdO = sQ + ROWS_BYTES, sK = sdO + ROWS_BYTES, sV = sK + 2 * KV_BYTES;
-  const int wg = (int)threadIdx.x / 128, warp = ((int)threadIdx.x / 32) % 4, lane = (int)threadIdx.x % 32;
+  const int wg = tf_wgmma_warpgroup(), warp = ((int)threadIdx.x / 32) % 4, lane = (int)threadIdx.x % 32;
   const int g = lane >> 2;
   int64_t b, q0;
   int n_tiles;

@@ -42,10 +42,20 @@ __device__ __forceinline__ void tf_stmatrix_x4(uint32_t addr, const uint32_t (&v
 __device__ __forceinline__ void tf_wgmma_fence_smem() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
 /* A 128-byte-swizzled matrix descriptor: start address, leading and stride
- * byte offsets (PTX ISA, "Matrix Descriptor Format"). */
+ * byte offsets (PTX ISA, "Matrix Descriptor Format"). addr is a shared-window
+ * address (below 256 KiB) and, as the offsets, a multiple of 16. */
 __device__ __forceinline__ uint64_t tf_wgmma_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
-  return (uint64_t)((addr & 0x3FFFFu) >> 4) | (uint64_t)((lbo & 0x3FFFFu) >> 4) << 16 |
-         (uint64_t)((sbo & 0x3FFFFu) >> 4) << 32 | 1ull << 62;
+  return (uint64_t)((sbo >> 4) | 1u << 30) << 32 | ((addr >> 4) | (lbo >> 4) << 16);
+}
+
+/* The descriptor d with its start off bytes further on (a multiple of 16, the
+ * start still inside the window): an add to the 14-bit start field alone,
+ * which cannot carry out of it. The products' loops take their descriptors
+ * so, from one made before the loop: a descriptor made from each address
+ * cost some 12 integer instructions a wgmma (mask, shift, or, moves to the
+ * uniform registers), on the chain that issues it. */
+__device__ __forceinline__ uint64_t tf_wgmma_desc_add(uint64_t d, uint32_t off) {
+  return (d & 0xFFFFFFFF00000000ull) | (uint32_t)((uint32_t)d + (off >> 4));
 }
 
 #include "wgmma_products.cuh"

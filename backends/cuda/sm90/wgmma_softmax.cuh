@@ -102,11 +102,11 @@ __device__ __forceinline__ void tf_wgmma_pack_p(const float (&s)[BC / 2], uint32
  * Committed, not waited for; the caller keeps a until it is. */
 template <int DT, int BC, int R>
 __device__ __forceinline__ void tf_wgmma_issue_acc(float (&acc)[R], const uint32_t (&a)[BC / 16][4], uint32_t b_st) {
+  const uint64_t db = tf_wgmma_desc(b_st, BC * 128, 1024);
   tf_wgmma_hold(acc);
   tf_wgmma_fence();
 #pragma unroll
-  for (int kk = 0; kk < BC / 16; kk++)
-    tf_wgmma_rs<DT, 1>(acc, a[kk], tf_wgmma_desc(b_st + (uint32_t)(kk * 16 * 128), BC * 128, 1024), true);
+  for (int kk = 0; kk < BC / 16; kk++) tf_wgmma_rs<DT, 1>(acc, a[kk], tf_wgmma_desc_add(db, (uint32_t)(kk * 16 * 128)), true);
   tf_wgmma_commit();
 }
 
@@ -121,18 +121,19 @@ __device__ __forceinline__ void tf_wgmma_issue_acc(float (&acc)[R], const uint32
 template <int DT, int HD, int A_ROWS, int N, bool TWO_GROUPS = false>
 __device__ __forceinline__ void tf_wgmma_issue_s_dp(float (&s)[N / 2], float (&dp)[N / 2], uint32_t a, uint32_t a2,
                                                     uint32_t b, uint32_t b2) {
+  const uint64_t da = tf_wgmma_desc(a, 16, 1024), db = tf_wgmma_desc(b, 16, 1024);
+  const uint64_t da2 = tf_wgmma_desc(a2, 16, 1024), db2 = tf_wgmma_desc(b2, 16, 1024);
+  /* the k step's 32 bytes in a 128-byte row of its half */
+  auto oa = [](int kk) { return (uint32_t)((kk >> 2) * A_ROWS * 128 + (kk & 3) * 32); };
+  auto ob = [](int kk) { return (uint32_t)((kk >> 2) * N * 128 + (kk & 3) * 32); };
   tf_wgmma_fence();
 #pragma unroll
-  for (int kk = 0; kk < HD / 16; kk++) { /* the k step's 32 bytes in a 128-byte row of its half */
-    const uint32_t oa = (uint32_t)((kk >> 2) * A_ROWS * 128 + (kk & 3) * 32), ob = (uint32_t)((kk >> 2) * N * 128 + (kk & 3) * 32);
-    tf_wgmma_ss<DT, 0, 0>(s, tf_wgmma_desc(a + oa, 16, 1024), tf_wgmma_desc(b + ob, 16, 1024), kk > 0);
-  }
+  for (int kk = 0; kk < HD / 16; kk++)
+    tf_wgmma_ss<DT, 0, 0>(s, tf_wgmma_desc_add(da, oa(kk)), tf_wgmma_desc_add(db, ob(kk)), kk > 0);
   if constexpr (TWO_GROUPS) tf_wgmma_commit(); /* S alone first: wait<1> waits for S, not dP */
 #pragma unroll
-  for (int kk = 0; kk < HD / 16; kk++) {
-    const uint32_t oa = (uint32_t)((kk >> 2) * A_ROWS * 128 + (kk & 3) * 32), ob = (uint32_t)((kk >> 2) * N * 128 + (kk & 3) * 32);
-    tf_wgmma_ss<DT, 0, 0>(dp, tf_wgmma_desc(a2 + oa, 16, 1024), tf_wgmma_desc(b2 + ob, 16, 1024), kk > 0);
-  }
+  for (int kk = 0; kk < HD / 16; kk++)
+    tf_wgmma_ss<DT, 0, 0>(dp, tf_wgmma_desc_add(da2, oa(kk)), tf_wgmma_desc_add(db2, ob(kk)), kk > 0);
   tf_wgmma_commit();
 }
 
@@ -200,15 +201,14 @@ __device__ __forceinline__ void tf_wgmma_bwd_s_dp(float (&st)[BR / 2], float (&d
 template <int DT, int BR, int R>
 __device__ __forceinline__ void tf_wgmma_bwd_dv_dk(float (&dv)[R], float (&dk)[R], const uint32_t (&pa)[BR / 16][4],
                                                    const uint32_t (&da)[BR / 16][4], uint32_t do_st, uint32_t q_st) {
+  const uint64_t d_do = tf_wgmma_desc(do_st, BR * 128, 1024), d_q = tf_wgmma_desc(q_st, BR * 128, 1024);
   tf_wgmma_hold(dv);
   tf_wgmma_hold(dk);
   tf_wgmma_fence();
 #pragma unroll
-  for (int kk = 0; kk < BR / 16; kk++)
-    tf_wgmma_rs<DT, 1>(dv, pa[kk], tf_wgmma_desc(do_st + kk * 2048, BR * 128, 1024), true);
+  for (int kk = 0; kk < BR / 16; kk++) tf_wgmma_rs<DT, 1>(dv, pa[kk], tf_wgmma_desc_add(d_do, kk * 2048), true);
 #pragma unroll
-  for (int kk = 0; kk < BR / 16; kk++)
-    tf_wgmma_rs<DT, 1>(dk, da[kk], tf_wgmma_desc(q_st + kk * 2048, BR * 128, 1024), true);
+  for (int kk = 0; kk < BR / 16; kk++) tf_wgmma_rs<DT, 1>(dk, da[kk], tf_wgmma_desc_add(d_q, kk * 2048), true);
   tf_wgmma_commit();
 }
 

@@ -13,6 +13,13 @@
  * (64-column) swizzle rows. */
 __host__ __device__ constexpr int tf_wgmma_hds(int hd) { return hd <= 64 ? 64 : 128; }
 
+/* The thread's warpgroup, taken from lane 0 of its warp, so that the
+ * compiler knows it is the same across the warp: the shared addresses and
+ * wgmma descriptors made from it stay in the uniform registers, where a
+ * warpgroup's own threadIdx.x / 128 put them in the ordinary ones and
+ * moved them over (R2UR) before each wgmma. */
+__device__ __forceinline__ int tf_wgmma_warpgroup() { return __shfl_sync(0xffffffffu, (int)threadIdx.x / 128, 0); }
+
 /* The warp-specialised kernels' registers a thread (setmaxnreg): the
  * loading warpgroup's and the two consumers' (24 x 128 + 240 x 256 = 384 x 168). */
 constexpr int TF_WS_LOAD_REGS = 24, TF_WS_MMA_REGS = 240;
