@@ -37,7 +37,14 @@ local MODEL = {
 -- outside the region: a fused model captures its graphs again there (the
 -- collector learns their ranges during a capture), which leaves the GPU
 -- idle while the host captures.
+-- The Lua garbage of the checks before (a step's records are some 20,000
+-- tables) is swept first, and the sweep's time printed: a full collection
+-- that a tensor's allocation sets off inside the region would sweep it
+-- there, with the GPU idle meanwhile.
 local function measure(each, n, body)
+  local c0 = os.clock()
+  collectgarbage()
+  print(string.format("  (a full Lua collection before the region: %.1f ms)", (os.clock() - c0) * 1e3))
   tf.sync()
   local p <close> = tf.prof.start()
   tf.range("warm-up", body, 0)
