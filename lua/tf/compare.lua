@@ -121,8 +121,9 @@ local function table_of(files, cmp, long_titles)
 end
 
 -- The charts of --plot: each metric along x (default: the numeric key
--- column with the most values), one colour per configuration, one line
--- style per file.
+-- column with the most values; the files themselves where every row is
+-- one configuration), one colour per configuration, one line style per
+-- file.
 local function charts_of(files, cmp, x, part)
   if not x then
     local best = 0
@@ -135,9 +136,8 @@ local function charts_of(files, cmp, x, part)
       end
       if numeric and n > best then x, best = c, n end
     end
-    x = x or cmp.key[1]
+    x = x or cmp.key[1] or "file"
   end
-  if not x then fail("--plot: the files have no configuration column to draw along (give --x COLUMN)") end
   local series = {}
   for _, c in ipairs(cmp.key) do
     if c ~= x then series[#series + 1] = c end
@@ -147,7 +147,8 @@ local function charts_of(files, cmp, x, part)
     for i, f in ipairs(files) do
       local r = line.of[i]
       if r then
-        local p = { file = f.label .. ": " .. f.path:match("[^/]*$"), oom = r.oom, [x] = r[x] }
+        local p = { oom = r.oom, [x] = r[x] }
+        p.file = f.label .. ": " .. f.path:match("[^/]*$")
         for _, c in ipairs(cmp.key) do p[c] = r[c] end
         for _, m in ipairs(cmp.metrics) do p[m] = cell(r, m) end
         rows[#rows + 1] = p
@@ -259,8 +260,8 @@ function M.main(...)
     { "json", "print the comparison as JSON", type = "bool" },
     { "csv", "print the table as CSV", type = "bool" },
     { "plot", "draw each metric of every file into FILE (.svg or .html)", type = "string" },
-    { "x", "the column along the plot's x axis (default: the numeric key column with the most values)",
-      type = "string" },
+    { "x", "the column along the plot's x axis (default: the numeric key column with the most values;"
+      .. " the files where each holds one configuration)", type = "string" },
     { "part", "where results are named parts (mixed_precision.lua): compare this one (default: each in turn)",
       type = "string" },
   }, { ... })

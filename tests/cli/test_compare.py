@@ -283,6 +283,22 @@ tf.results.write(arg[2], {timing = rows, halved = half, notes = {{text = "no num
         self.assertEqual(r.returncode, 2)
         self.assertIn("--plot: " + os.path.join(self.dir, "cmp.png") + ": the name must end in .svg or .html", r.stderr)
 
+    def test_plot_of_one_configuration(self):
+        # one row a file (a single benchmark configuration beside PyTorch's): no key column is left to
+        # draw along, so the files themselves are the x axis (this was exit 2, and no table either)
+        one_a = self.results("one_a.json", [dict(impl="flash", seq=512, fwd_ms=2.0, tflops=256.0)])
+        one_b = self.results("one_b.json", [dict(impl="flash", seq=512, fwd_ms=2.5, tflops=204.8)])
+        svg = os.path.join(self.dir, "one.svg")
+        r = self.compare(one_a, one_b, "--plot", svg)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("| 2 | 2.5 | 1.25 | 256 | 204.8 | 0.80 |", r.stdout)
+        with open(svg) as f:
+            text = f.read()
+        self.assertEqual(text.count('class="tf-plot"'), 2, "a chart per metric: fwd_ms, tflops")
+        self.assertIn(">file</text>", text, "x: the files")
+        for label in ("A: one_a.json", "B: one_b.json"):
+            self.assertIn(f">{label}</text>", text, "a category per file")
+
     def test_help(self):
         r = self.compare("--help")
         self.assertEqual(r.returncode, 0)
