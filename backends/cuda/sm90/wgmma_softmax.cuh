@@ -106,7 +106,7 @@ __device__ __forceinline__ void tf_wgmma_issue_acc(float (&acc)[R], const uint32
   tf_wgmma_hold(acc);
   tf_wgmma_fence();
 #pragma unroll
-  for (int kk = 0; kk < BC / 16; kk++) tf_wgmma_rs<DT, 1>(acc, a[kk], tf_wgmma_desc_add(db, (uint32_t)(kk * 16 * 128)), true);
+  for (int kk = 0; kk < BC / 16; kk++) tf_wgmma_rs<DT, 1>(acc, a[kk], tf_wgmma_desc_add(db, kk * 16 * 128), true);
   tf_wgmma_commit();
 }
 
