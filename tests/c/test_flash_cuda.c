@@ -569,12 +569,32 @@ static void bench_run_shape(int64_t B, int64_t S, int64_t d, bool forward_only, 
 static void bench_shape(int64_t B, int64_t S, int64_t d) { bench_run_shape(B, S, d, false, ""); }
 static void bench_forward(int64_t B, int64_t S, int64_t d) { bench_run_shape(B, S, d, true, ""); }
 
+/* An environment variable set for a pass: env_set keeps its value, sets it
+ * and returns what was kept; env_restore puts it back (or unsets it). */
+typedef struct saved_env {
+  const char *name;
+  char *value; /* NULL: it was unset */
+} saved_env;
+
+static saved_env env_set(const char *name, const char *value) {
+  const char *old = getenv(name);
+  saved_env s = {name, old ? strdup(old) : NULL};
+  setenv(name, value, 1);
+  return s;
+}
+
+static void env_restore(saved_env *s) {
+  if (s->value) setenv(s->name, s->value, 1);
+  else unsetenv(s->name);
+  free(s->value);
+  s->value = NULL;
+}
+
 /* The forward pass by the wgmma kernel (TF_FLASH_FWD_WS=0) and the
  * warp-specialised one (=1), one after the other at each shape. */
 static void bench_forward_kernels(void) {
   static const int64_t shapes[][3] = {{16, 16384, 64}, {16, 16384, 128}, {16, 16384, 96}, {128, 4096, 80}, {128, 1024, 80}};
-  const char *env = getenv("TF_FLASH_FWD_WS");
-  char *saved = env ? strdup(env) : NULL;
+  saved_env fwd = env_set("TF_FLASH_FWD_WS", "0");
   printf("\nforward: the wgmma kernel (TF_FLASH_FWD_WS=0) and the warp-specialised one (=1)\n");
   for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
     setenv("TF_FLASH_FWD_WS", "0", 1);
@@ -582,17 +602,12 @@ static void bench_forward_kernels(void) {
     setenv("TF_FLASH_FWD_WS", "1", 1);
     bench_run_shape(shapes[i][0], shapes[i][1], shapes[i][2], true, "wgmma-ws  ");
   }
-  if (saved) setenv("TF_FLASH_FWD_WS", saved, 1);
-  else unsetenv("TF_FLASH_FWD_WS");
-  free(saved);
+  env_restore(&fwd);
 }
 
 static void ws_pass(bool only_small, int first_dtype) {
   static const tf_dtype dts[3] = {TF_F32, TF_F16, TF_BF16};
-  const char *fwd_env = getenv("TF_FLASH_FWD_WS"), *bwd_env = getenv("TF_FLASH_BWD_WS");
-  char *fwd_saved = fwd_env ? strdup(fwd_env) : NULL, *bwd_saved = bwd_env ? strdup(bwd_env) : NULL;
-  setenv("TF_FLASH_FWD_WS", fwd_ws_on() ? "0" : "1", 1);
-  setenv("TF_FLASH_BWD_WS", "1", 1);
+  saved_env fwd = env_set("TF_FLASH_FWD_WS", fwd_ws_on() ? "0" : "1"), bwd = env_set("TF_FLASH_BWD_WS", "1");
   for (int di = first_dtype; di < 3; di++)
     for (int i = 0; i < N_SHAPES; i++) {
       if ((only_small && SHAPES[i].big) || !wgmma_dim(SHAPES[i].d) || SHAPES[i].d % 8 != 0) continue;
@@ -600,11 +615,7 @@ static void ws_pass(bool only_small, int first_dtype) {
       for (int causal = 0; causal < 2; causal++) flash_case(&SHAPES[i], dts[di], causal, 0);
     }
   low_checks(); /* while the warp-specialised backward kernels are asked for */
-  if (fwd_saved) setenv("TF_FLASH_FWD_WS", fwd_saved, 1);
-  else unsetenv("TF_FLASH_FWD_WS");
-  if (bwd_saved) setenv("TF_FLASH_BWD_WS", bwd_saved, 1);
-  else unsetenv("TF_FLASH_BWD_WS");
-  free(fwd_saved), free(bwd_saved);
+  env_restore(&fwd), env_restore(&bwd);
 }
 
 /* The warp-specialised forward kernel's blocks of 192 keys at head dims
@@ -614,9 +625,7 @@ static void ws_pass(bool only_small, int first_dtype) {
 static void fwd_long_pass(bool only_small) {
   static const tf_dtype dts[2] = {TF_F16, TF_BF16};
   if (!fwd_ws_on()) return;
-  const char *env = getenv("TF_FLASH_FWD_LONG");
-  char *saved = env ? strdup(env) : NULL;
-  setenv("TF_FLASH_FWD_LONG", "0", 1);
+  saved_env fwd_long = env_set("TF_FLASH_FWD_LONG", "0");
   for (int di = tiny_run ? 1 : 0; di < 2; di++)
     for (int i = 0; i < N_SHAPES; i++) {
       const flash_shape *sh = &SHAPES[i];
@@ -624,9 +633,7 @@ static void fwd_long_pass(bool only_small) {
       if (tiny_run && !tiny_shape(sh)) continue;
       for (int causal = 0; causal < 2; causal++) flash_case(sh, dts[di], causal, 0);
     }
-  if (saved) setenv("TF_FLASH_FWD_LONG", saved, 1);
-  else unsetenv("TF_FLASH_FWD_LONG");
-  free(saved);
+  env_restore(&fwd_long);
 }
 
 /* Every check: each dtype and shape, causal or not, on the kernels the
