@@ -4,7 +4,7 @@
 # the system's; the CUDA Toolkit's libraries (cuBLAS, ~600 MB) are copied
 # only with -DTF_BUNDLE_CUDA_LIBS=ON, otherwise they are found where the
 # system's loader finds them (its folders, LD_LIBRARY_PATH) or, for cuBLAS,
-# in the toolkit's folder (backends/cuda/cublas_load.cu).
+# in the toolkit's folder (kernels/cuda/cublas_load.cu).
 # Usage: cmake -DBIN=<tfhost> -DOUT=<dir> -DBUNDLE_CUDA=ON|OFF [-DOPENED=<lib>|<lib>...] -P bundle.cmake
 file(REMOVE_RECURSE ${OUT})
 file(MAKE_DIRECTORY ${OUT})

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes backends/cuda/sm90/wgmma_products.cuh: the wgmma products the
+"""Writes kernels/cuda/flash/sm90/wgmma_products.cuh: the wgmma products the
 Hopper FlashAttention kernels issue, one overload per accumulator size.
 
 Inline PTX needs one operand per accumulator register, so every product
@@ -73,7 +73,7 @@ def main():
         parts.append(product(n, True))
     parts.append("#endif\n")
     text = "\n\n".join(parts)
-    path = "backends/cuda/sm90/wgmma_products.cuh"
+    path = "kernels/cuda/flash/sm90/wgmma_products.cuh"
     if sys.argv[1:] == ["--check"]:  # the test suite: the header is what this script writes
         with open(path) as f:
             if f.read() != text:

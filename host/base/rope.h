@@ -1,6 +1,6 @@
 /* The rotary position embedding's rule, written once for every place that
  * turns pairs: the eager rope op and the engine's rope_heads on both
- * backends (cpu_rope.c, rope.cu) and the engine's cos/sin tables
+ * backends (kernels/cpu/rope.c, rope.cu) and the engine's cos/sin tables
  * (model_plan.c). Pair k = (x[2k], x[2k+1]) of a row of dim elements at
  * position pos turns by pos * theta^(-2k/dim); the frequency and the angle
  * are taken in double (one pow, one correctly rounded multiply), so every

@@ -1,5 +1,5 @@
 /* Ranges and the profiler's collector (prof.h). The GPU half, CUPTI, lives
- * in backends/cuda/prof_cupti.cu; this file owns the records.
+ * in kernels/cuda/prof.cu; this file owns the records.
  *
  * Records reach a session three ways. Range instances are written by the
  * thread that pushes ranges, straight into the session. Launch calls tie

@@ -18,7 +18,7 @@
  *
  * The collector (one at a time): a session records, until stopped, GPU
  * kernels, memcpys and memsets through CUPTI's activity API, and host-timed
- * op records from backends wrapped by tf_cpu_prof_backend (backends/cpu/
+ * op records from backends wrapped by tf_cpu_prof_backend (kernels/cpu/
  * cpu_prof.h). When CUPTI cannot start (no GPU, a build without CUDA,
  * another profiler attached, any CUPTI error) it says why once on stderr
  * and keeps recording host timings. Every time is in nanoseconds of the
@@ -177,7 +177,7 @@ bool tf_prof_host_ops_on(void);
 void tf_prof_record_host_op(const char *name, tf_device device, int64_t start_ns, int64_t end_ns, uint64_t range);
 
 /* The GPU side: what a backend that can record GPU work (the CUDA
- * backend's CUPTI collector, backends/cuda/prof_cupti.cu) gives the
+ * backend's CUPTI collector, kernels/cuda/prof.cu) gives the
  * collector, registered from above by tf_backends_init (none: GPU records
  * are unavailable, "this tfhost was built without CUDA"). Records arrive
  * through tf_prof_gpu_* below from CUPTI's thread, with raw CUPTI

@@ -238,7 +238,7 @@ struct tf_backend {
   const struct tf_model_kernels *model;
 };
 
-/* Backends register themselves with the device layer (backends/backends.c
+/* Backends register themselves with the device layer (kernels/backends.c
  * does it for those a build has, at start): one per device type, the
  * later registration replacing the earlier. */
 void tf_device_register_backend(tf_device_type type, const tf_backend *be);

@@ -9,7 +9,7 @@
  * every kernel computes in f32 whatever it stores. Where the eager ops of
  * backend.h have the same math (GEMM, norm, softmax, cross-entropy, RoPE,
  * embedding), both interfaces run the same kernel, in that family's file
- * (backends/cuda/<family>.cu, backends/cpu/cpu_<family>.c); each kernel has
+ * (kernels/cuda/<family>.cu, kernels/cpu/<family>.c); each kernel has
  * one CPU twin that its CUDA version is tested against; both are deterministic:
  * sums run in a fixed order, never through float atomics. Index tensors
  * are i64, already checked by index_check; kernels read a bad index as 0

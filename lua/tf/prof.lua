@@ -19,7 +19,7 @@
 -- nsys's nvtx_kern_sum counts), through the range instance it was launched
 -- in and that instance's parents; a CUDA graph replay's kernels through
 -- the replay's instances of the ranges they were captured in. The mechanism is C (host/observe/prof.c,
--- backends/cuda/prof_cupti.cu); the tables, the kernel classes and the trace
+-- kernels/cuda/prof.cu); the tables, the kernel classes and the trace
 -- format are here, and scripts may change them (tf.prof.op_classes,
 -- tf.prof.class_patterns).
 local M = {}

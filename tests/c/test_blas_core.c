@@ -1,4 +1,4 @@
-/* The rule that moves OpenBLAS off its generic kernels (cpu_threads.c):
+/* The rule that moves OpenBLAS off its generic kernels (kernels/cpu/threads.c):
  * only a generic fallback is replaced, by the best kernels the CPU's vector
  * units allow, and a CPU without AVX2 keeps what OpenBLAS chose. This
  * machine's own case runs end to end in tests/cli/test_cli.py. */

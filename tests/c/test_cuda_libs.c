@@ -1,4 +1,4 @@
-/* cuBLAS is opened on the first use of a GPU (backends/cuda/cublas_load.cu),
+/* cuBLAS is opened on the first use of a GPU (kernels/cuda/cublas_load.cu),
  * not at start: a process that never touches a GPU does not map it (its
  * start-up code costs ~60 ms). Checked without a GPU: nothing of cuBLAS is
  * mapped at start; tf_cublas_load finds every function the backend calls in

@@ -1,4 +1,4 @@
-/* The CPU backend's FlashAttention-2 (cpu_flash.c) against plain attention
+/* The CPU backend's FlashAttention-2 (kernels/cpu/flash.c) against plain attention
  * written from its definition in double (S = scale Q K^T, the causal mask,
  * softmax, P V; the backward pass analytically), on fresh random inputs
  * each run (the seed is printed; TF_TEST_SEED repeats a run): outputs, lse

@@ -1,5 +1,5 @@
-/* FlashAttention-2's CUDA kernels (backends/cuda/flash_attn*.cu) against the CPU
- * twin (cpu_flash.c, itself checked against plain attention by
+/* FlashAttention-2's CUDA kernels (kernels/cuda/flash/flash_attn*.cu) against the CPU
+ * twin (kernels/cpu/flash.c, itself checked against plain attention by
  * test_flash.c), on the same fresh random inputs (the seed is printed;
  * TF_TEST_SEED repeats a run):
  *   - forward o and lse, backward dq, dk, dv (from the CPU's o and lse, so

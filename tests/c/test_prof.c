@@ -1,4 +1,4 @@
-/* The profiler's core without a GPU (host/observe/prof.h, backends/cpu/cpu_prof.h): kernel
+/* The profiler's core without a GPU (host/observe/prof.h, kernels/cpu/cpu_prof.h): kernel
  * name shortening, the range stack (nesting, ids, scoped closes that find
  * inner ranges left open, the depth limit), and sessions recording
  * host-timed ops through the wrapped CPU backend: names, attribution to the

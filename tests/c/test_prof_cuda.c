@@ -1,4 +1,4 @@
-/* The profiler on a GPU (host/observe/prof.h, backends/cuda/prof_cupti.cu), with work of
+/* The profiler on a GPU (host/observe/prof.h, kernels/cuda/prof.cu), with work of
  * known shape and length (tests/c/prof_testkernels.cu): a kernel that spins
  * on the GPU's nanosecond clock is launched 4 times in range "outer", 3
  * times in range "inner" nested in it (longer spins), and once outside any

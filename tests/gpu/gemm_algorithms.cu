@@ -1,6 +1,6 @@
 /* cuBLASLt's first algorithms for the fused engine's products, timed two
  * ways: in short bursts (about 2 ms of calls after the device has rested,
- * as the engine's timed choice in backends/cuda/gemm.cu times them) and
+ * as the engine's timed choice in kernels/cuda/gemm.cu times them) and
  * sustained (after --sustain-ms of the same product, when a GPU at its
  * power limit has lowered its clock). It answers two questions that
  * docs/performance.md reports: how much faster than the heuristic's first

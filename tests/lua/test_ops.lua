@@ -257,7 +257,7 @@ T.test("matmul: 2-D, transposed views, batched, broadcast and vectors", function
 end)
 
 T.test("matmul: a long inner dimension, cut into chunks added in order, in every dtype", function()
-  -- 3 x 1300 times 1300 x 2: one tile, K in five chunks (backends/cpu/cpu_gemm.c)
+  -- 3 x 1300 times 1300 x 2: one tile, K in five chunks (kernels/cpu/gemm.c)
   for dtype, rtol in pairs(RTOL) do
     local a, b = rand({ 3, 1300 }, dtype, -1, 1), rand({ 1300, 2 }, dtype, -1, 1)
     -- sums of 1300 terms (results about 12 in size): a relative bound, and an absolute one near zero

@@ -15,7 +15,7 @@ local cpu = { device = "cpu" }
 -- table: say so plainly instead of failing on counts.
 local function require_cpu_ops()
   if not tf._prof.cpu_wired() then
-    error("CPU op records are off: tf_cpu_backend() must return tf_cpu_prof_backend(&table) (backends/cpu/cpu_prof.h)", 2)
+    error("CPU op records are off: tf_cpu_backend() must return tf_cpu_prof_backend(&table) (kernels/cpu/cpu_prof.h)", 2)
   end
 end
 

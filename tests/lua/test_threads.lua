@@ -48,7 +48,7 @@ T.test("matrix products: f32, f64, bf16, batched, transposed, accumulated, long 
     local ab = tf.randn({ 12, 33, 40 }, cpu):to { dtype = "bf16" }
     local bb = tf.randn({ 12, 40, 17 }, cpu):to { dtype = "bf16" }
     local big = tf.randn({ 300, 513 }, cpu)
-    -- few tiles and a long K: K is cut into chunks added in order (cpu_gemm.c)
+    -- few tiles and a long K: K is cut into chunks added in order (kernels/cpu/gemm.c)
     local la, lb = tf.randn({ 40, 2600 }, cpu), tf.randn({ 2600, 70 }, cpu)
     return {
       long = tf.matmul(la, lb),

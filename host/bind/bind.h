@@ -1,0 +1,88 @@
+/* Helpers shared by the Lua bindings (host/bind/l_*.c): argument checking and
+ * turning core status codes into Lua errors. Bindings stay thin: check
+ * arguments, call the core, push results. */
+#ifndef TF_BIND_H
+#define TF_BIND_H
+
+#include <lauxlib.h>
+#include <lua.h>
+
+#include "ops.h"
+#include "tensor.h"
+
+#define TF_TENSOR_TYPE "tf.Tensor"
+
+/* The userdata of a tf.Tensor: one reference to a core tensor, NULL once
+ * released by free(), <close> or __gc (all three share one path). */
+typedef struct tf_lua_tensor {
+  tf_tensor *t;
+} tf_lua_tensor;
+
+/* Raises the core's last error as a Lua error from function fname. Out of
+ * memory errors keep "out of memory" at the very start of the message (no
+ * position prefix) so scripts can recognise them; others read
+ * "file:line: fname: message". Never returns. */
+/* Errors that point at the user's line: the position pushed by
+ * tf_lua_where is that of the first function at `level` or above that is
+ * neither C nor one of tfhost's Lua modules (luaL_where's, past tfhost's
+ * own frames); tf_lua_error is luaL_error with that position;
+ * tf_lua_replace_error makes the global error() do the same. tfhost's
+ * frames stay in the traceback. */
+void tf_lua_where(lua_State *L, int level);
+int tf_lua_error(lua_State *L, const char *fmt, ...);
+void tf_lua_replace_error(lua_State *L);
+int tf_lua_raise(lua_State *L, tf_status st, const char *fname);
+#define TF_LUA_CHECK(L, expr, fname)                        \
+  do {                                                      \
+    tf_status tf_lua_st_ = (expr);                          \
+    if (tf_lua_st_ != TF_OK) tf_lua_raise(L, tf_lua_st_, fname); \
+  } while (0)
+
+/* The live tensor at idx; a Lua error if it is not a tensor or was freed. */
+tf_tensor *tf_lua_checktensor(lua_State *L, int idx);
+tf_tensor *tf_lua_totensor(lua_State *L, int idx); /* NULL if not a live tensor */
+/* Pushes a new tf.Tensor owning the reference t (released by __gc/free). */
+void tf_lua_pushtensor(lua_State *L, tf_tensor *t);
+
+/* A shape given either as a table {2, 3} at idx, or as integers from idx on.
+ * Returns the index of the first argument after the shape. allow_infer
+ * lets one dimension be -1 (reshape). */
+int tf_lua_checkshape(lua_State *L, int idx, tf_shape *shape, int allow_infer);
+
+/* dtype / device from an options table at idx (nil or absent: defaults). */
+void tf_lua_checkopts(lua_State *L, int idx, tf_dtype *dtype, tf_device *device, tf_dtype default_dtype);
+tf_device tf_lua_checkdevice(lua_State *L, int idx);  /* string, or nil: default device */
+tf_dtype tf_lua_checkdtype(lua_State *L, int idx);
+
+/* A userdata that owns a C object and frees it with `release` when
+ * collected, so a Lua error part way through building a result leaks
+ * nothing. Returns the slot to store the object in (NULL at first); set it
+ * back to NULL to keep the object. */
+void **tf_lua_push_owner(lua_State *L, void (*release)(void *));
+
+/* t[field] = value for the table on top of the stack (results tables). */
+#define TF_SET_INT(L, field, value) (lua_pushinteger(L, (lua_Integer)(value)), lua_setfield(L, -2, field))
+#define TF_SET_STR(L, field, value) (lua_pushstring(L, (value)), lua_setfield(L, -2, field))
+#define TF_SET_BOOL(L, field, value) (lua_pushboolean(L, (value)), lua_setfield(L, -2, field))
+
+/* Module parts, each adding its functions to the table on top of the stack. */
+void tf_open_tensor(lua_State *L);
+void tf_open_mem(lua_State *L);
+/* --memory-limit: caps every device's allocator at bytes; tf.mem.set_limit
+ * may then lower a cap but not raise it past bytes. */
+void tf_lua_mem_cap(lua_State *L, size_t bytes);
+void tf_open_timer(lua_State *L);
+void tf_open_json(lua_State *L);
+void tf_open_sys(lua_State *L);
+void tf_open_hash(lua_State *L); /* tf.sha256, tf.sha256_file, tf.executable */
+void tf_open_autograd(lua_State *L);
+void tf_open_nn(lua_State *L);
+void tf_open_safetensors(lua_State *L);
+void tf_open_model(lua_State *L); /* tf._model: the fused Transformer engine */
+void tf_open_dist(lua_State *L);  /* tf._dist: ranks and collectives, for tf.dist */
+int luaopen_tf_core(lua_State *L);
+
+/* The running Lua state's main thread, for the allocator's reclaim hook. */
+void tf_lua_install_reclaim(lua_State *L);
+
+#endif

@@ -1,0 +1,23 @@
+/* The CPU twins of the Transformer engine's kernels (model_kernels.h): the
+ * references the CUDA kernels are tested against. Row statistics and
+ * elementwise formulas run in double and round once into each output. */
+#ifndef TF_CPU_MODEL_H
+#define TF_CPU_MODEL_H
+
+#include "model_kernels.h"
+
+/* Each beside the eager op of the same math. */
+tf_status tf_cpu_gemm(tf_device_ctx *ctx, const tf_gemm_args *a);     /* gemm.c */
+tf_status tf_cpu_rmsnorm(tf_device_ctx *ctx, const tf_rmsnorm_args *a); /* norm.c */
+tf_status tf_cpu_causal_softmax(tf_device_ctx *ctx, const tf_causal_softmax_args *a); /* softmax.c */
+tf_status tf_cpu_rope_heads(tf_device_ctx *ctx, const tf_rope_heads_args *a);         /* rope.c */
+tf_status tf_cpu_heads(tf_device_ctx *ctx, const tf_heads_args *a);                   /* rope.c */
+tf_status tf_cpu_lm_loss(tf_device_ctx *ctx, const tf_lm_loss_args *a);               /* cross_entropy.c */
+tf_status tf_cpu_encoder(tf_device_ctx *ctx, const tf_encoder_args *a);               /* embedding.c */
+tf_status tf_cpu_index_check(tf_device_ctx *ctx, const int64_t *idx, int64_t n, int64_t limit, int64_t *bad);
+tf_status tf_cpu_swiglu(tf_device_ctx *ctx, const tf_swiglu_args *a); /* swiglu.c */
+
+/* The table backend.c registers (model_backend.c). */
+extern const tf_model_kernels tf_cpu_model_kernels;
+
+#endif

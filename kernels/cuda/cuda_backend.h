@@ -1,0 +1,30 @@
+/* The CUDA backend's entry points, for the registration (kernels/backends.c)
+ * and the tests: plain C, so that C code can call into the .cu files. */
+#ifndef TF_CUDA_BACKEND_H
+#define TF_CUDA_BACKEND_H
+
+#include "backend.h"
+#include "prof.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+const tf_backend *tf_cuda_backend(void);
+/* GPUs visible to the CUDA backend (0 without a driver or a GPU). */
+int tf_cuda_backend_device_count(void);
+/* Opens cuBLAS and cuBLASLt and looks up every function the backend calls
+ * (cublas_load.cu), once per process; later calls return the first call's
+ * outcome. A device does this on its first use; no GPU is needed for it.
+ * TF_ERR_BACKEND, naming the library and where it was looked for, when the
+ * library or one of its functions is missing. */
+tf_status tf_cublas_load(void);
+/* cuBLAS's name for a cublasStatus_t ("cuBLAS status N" before the library is loaded). */
+const char *tf_cublas_status(int status);
+/* The profiler's GPU side: CUPTI's activity records (prof.cu). */
+const tf_prof_gpu_source *tf_cuda_prof_source(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

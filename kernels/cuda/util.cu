@@ -1,0 +1,129 @@
+/* What every file of the CUDA backend uses: CUDA and cuBLAS errors as
+ * tfhost statuses, the launch check, making a device current, and the
+ * device count. Kept apart from the backend's table (backend.cu) so
+ * that the kernel files call down into this file and the table calls the
+ * kernel files, never the other way round. */
+#include "cuda_common.cuh"
+#include "cuda_backend.h"
+
+#include <mutex>
+#include <stdio.h>
+#include <string.h>
+
+/* Length of the function name at the start of a stringified call. */
+static int tf_cuda_call_name_len(const char *call) { return (int)strcspn(call, "("); }
+
+const char *tf_cublas_status(int status) {
+  static thread_local char unnamed[32];
+  if (tf_cublas.cublasGetStatusString) return tf_cublas.cublasGetStatusString((cublasStatus_t)status);
+  snprintf(unnamed, sizeof unnamed, "cuBLAS status %d", status);
+  return unnamed;
+}
+
+tf_status tf_cuda_error(cudaError_t err, const char *call) {
+  int len = tf_cuda_call_name_len(call);
+  (void)cudaGetLastError(); /* reported here: later calls must not see it again */
+  if (err == cudaErrorMemoryAllocation)
+    return tf_fail(TF_ERR_OOM, "out of memory: CUDA error in %.*s: %s", len, call, cudaGetErrorString(err));
+  return tf_fail(TF_ERR_BACKEND, "CUDA error in %.*s: %s", len, call, cudaGetErrorString(err));
+}
+
+tf_status tf_cublas_error(cublasStatus_t err, const char *call) {
+  static const char table[] = "tf_cublas."; /* calls through the loaded table are named as cuBLAS names them */
+  if (strncmp(call, table, sizeof table - 1) == 0) call += sizeof table - 1;
+  int len = tf_cuda_call_name_len(call);
+  if (err == CUBLAS_STATUS_ALLOC_FAILED)
+    return tf_fail(TF_ERR_OOM, "out of memory: cuBLAS error in %.*s: %s", len, call, tf_cublas_status(err));
+  return tf_fail(TF_ERR_BACKEND, "cuBLAS error in %.*s: %s", len, call, tf_cublas_status(err));
+}
+
+void tf_cuda_report(cudaError_t err, const char *call) {
+  if (err == cudaSuccess) return;
+  (void)cudaGetLastError(); /* reported here: later calls must not see it again */
+  /* The runtime tearing itself down at process exit already freed everything. */
+  if (err == cudaErrorCudartUnloading) return;
+  fprintf(stderr, "tfhost: CUDA error in %.*s: %s\n", tf_cuda_call_name_len(call), call, cudaGetErrorString(err));
+}
+
+/* Checked after every launch: kernel launches report errors only this way. */
+tf_status tf_cuda_launched(const char *kernel) {
+  cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) return tf_cuda_error(err, kernel);
+  return TF_OK;
+}
+
+/* The traffic count: one for the process, under a lock (launches may come
+ * from several host threads; tf_cuda_traffic_on changes under it too);
+ * kernels past TF_TRAFFIC_KERNELS names are not counted, which the count's
+ * n then shows. */
+std::atomic<bool> tf_cuda_traffic_on{false};
+static tf_traffic tf_cuda_traffic_state;
+static std::mutex tf_cuda_traffic_lock;
+
+void tf_cuda_traffic_add(const char *kernel, double bytes) {
+  std::lock_guard<std::mutex> hold(tf_cuda_traffic_lock);
+  tf_traffic *t = &tf_cuda_traffic_state;
+  if (!tf_cuda_traffic_on) return;
+  int i = 0;
+  while (i < t->n && strcmp(t->kernels[i].kernel, kernel) != 0) i++;
+  if (i == TF_TRAFFIC_KERNELS) return;
+  if (i == t->n) {
+    t->kernels[i].kernel = kernel, t->kernels[i].calls = 0, t->kernels[i].bytes = 0;
+    t->n++;
+  }
+  t->kernels[i].calls++;
+  t->kernels[i].bytes += bytes;
+}
+
+/* A capture that fails is run again eagerly, and its launches would count
+ * twice: the count as it stood at the capture's start is held and put back
+ * when the capture yields no graph (if it was counting then and still is). */
+static tf_traffic tf_cuda_traffic_held;
+static bool tf_cuda_traffic_held_on;
+
+void tf_cuda_traffic_hold(void) {
+  std::lock_guard<std::mutex> hold(tf_cuda_traffic_lock);
+  tf_cuda_traffic_held = tf_cuda_traffic_state;
+  tf_cuda_traffic_held_on = tf_cuda_traffic_on;
+}
+
+void tf_cuda_traffic_restore(void) {
+  std::lock_guard<std::mutex> hold(tf_cuda_traffic_lock);
+  if (tf_cuda_traffic_on && tf_cuda_traffic_held_on) tf_cuda_traffic_state = tf_cuda_traffic_held;
+}
+
+void tf_cuda_traffic_count(tf_device_ctx *ctx, bool start, tf_traffic *out) {
+  (void)ctx;
+  std::lock_guard<std::mutex> hold(tf_cuda_traffic_lock);
+  if (out) *out = tf_cuda_traffic_state;
+  if (start) memset(&tf_cuda_traffic_state, 0, sizeof tf_cuda_traffic_state);
+  tf_cuda_traffic_on = start;
+}
+
+/* The device this host thread made current last; -1 before the first. */
+static thread_local int tf_cuda_current_device = -1;
+
+/* Skips cudaSetDevice when the device is already current: it is called on
+ * every op. */
+tf_status tf_cuda_use_device(tf_device_ctx *ctx) {
+  int index = ctx->device.index;
+  if (index == tf_cuda_current_device) return TF_OK;
+  TF_CUDA_CHECK(cudaSetDevice(index));
+  tf_cuda_current_device = index;
+  return TF_OK;
+}
+
+/* Counts GPUs once; a machine without a driver or a GPU simply has none, so
+ * that error is cleared rather than reported. At most TF_MAX_CUDA_DEVICES
+ * are used (the device table's size). */
+extern "C" int tf_cuda_backend_device_count(void) {
+  static int cached = -1;
+  if (cached >= 0) return cached;
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    (void)cudaGetLastError(); /* "no driver" or "no device" is an answer, not an error */
+    count = 0;
+  }
+  cached = count < TF_MAX_CUDA_DEVICES ? count : TF_MAX_CUDA_DEVICES;
+  return cached;
+}
