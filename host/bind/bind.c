@@ -6,6 +6,21 @@
 
 #define TF_OWNER_TYPE "tf.Owner"
 
+int tf_lua_newclass(lua_State *L, const char *name, const luaL_Reg *metamethods, const luaL_Reg *methods) {
+  if (!luaL_newmetatable(L, name)) {
+    lua_pop(L, 1);
+    return 0;
+  }
+  if (metamethods) luaL_setfuncs(L, metamethods, 0);
+  if (methods) {
+    lua_newtable(L);
+    luaL_setfuncs(L, methods, 0);
+    lua_setfield(L, -2, "__index");
+  }
+  lua_pop(L, 1);
+  return 1;
+}
+
 typedef struct tf_lua_owner {
   void *ptr;
   void (*release)(void *);
@@ -19,13 +34,11 @@ static int tf_lua_owner_gc(lua_State *L) {
 }
 
 void **tf_lua_push_owner(lua_State *L, void (*release)(void *)) {
+  static const luaL_Reg meta[] = {{"__gc", tf_lua_owner_gc}, {NULL, NULL}};
   tf_lua_owner *o = lua_newuserdatauv(L, sizeof *o, 0);
   *o = (tf_lua_owner){NULL, release};
-  if (luaL_newmetatable(L, TF_OWNER_TYPE)) {
-    lua_pushcfunction(L, tf_lua_owner_gc);
-    lua_setfield(L, -2, "__gc");
-  }
-  lua_setmetatable(L, -2);
+  tf_lua_newclass(L, TF_OWNER_TYPE, meta, NULL);
+  luaL_setmetatable(L, TF_OWNER_TYPE);
   return &o->ptr;
 }
 

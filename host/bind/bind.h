@@ -54,6 +54,14 @@ void tf_lua_checkopts(lua_State *L, int idx, tf_dtype *dtype, tf_device *device,
 tf_device tf_lua_checkdevice(lua_State *L, int idx);  /* string, or nil: default device */
 tf_dtype tf_lua_checkdtype(lua_State *L, int idx);
 
+/* The class `name` (a metatable in the registry, as luaL_newmetatable):
+ * its metamethods, and its methods (NULL: none) in a table that is its
+ * __index. Every tfhost type is made this way, so each has one metatable
+ * with its methods apart from its metamethods. Leaves the stack as it was;
+ * returns 1 when it made the class, 0 when it was there already (then it
+ * changes nothing), so a type may be made on first use. */
+int tf_lua_newclass(lua_State *L, const char *name, const luaL_Reg *metamethods, const luaL_Reg *methods);
+
 /* A userdata that owns a C object and frees it with `release` when
  * collected, so a Lua error part way through building a result leaks
  * nothing. Returns the slot to store the object in (NULL at first); set it
@@ -65,22 +73,28 @@ void **tf_lua_push_owner(lua_State *L, void (*release)(void *));
 #define TF_SET_STR(L, field, value) (lua_pushstring(L, (value)), lua_setfield(L, -2, field))
 #define TF_SET_BOOL(L, field, value) (lua_pushboolean(L, (value)), lua_setfield(L, -2, field))
 
-/* Module parts, each adding its functions to the table on top of the stack. */
-void tf_open_tensor(lua_State *L);
-void tf_open_mem(lua_State *L);
+/* The openers of tf.core (luaopen_tf_core, host/bind/open.c calls them in
+ * its table's order): each adds its functions, types and fields to the
+ * table on top of the stack. */
+void tf_open_tensor(lua_State *L);    /* tensors, tf.Tensor (methods), tf.Shape; first: others extend tf.Tensor */
+void tf_open_mem(lua_State *L);       /* tf.mem */
+void tf_open_timer(lua_State *L);     /* tf.timer, tf.sync, tf.now */
+void tf_open_json(lua_State *L);      /* tf.json */
+void tf_open_safetensors(lua_State *L); /* tf.safetensors */
+void tf_open_sys(lua_State *L);       /* devices, seeds, versions, tf.mkdir */
+void tf_open_hash(lua_State *L);      /* tf.sha256, tf.sha256_file, tf.executable */
+void tf_open_autograd(lua_State *L);  /* grad scopes, autocast, x:backward() */
+void tf_open_nn(lua_State *L);        /* the NN ops, as functions and methods */
+void tf_open_model(lua_State *L);     /* tf._model: the fused Transformer engine */
+void tf_open_dist(lua_State *L);      /* tf._dist: ranks and collectives, for tf.dist */
+void tf_open_prof(lua_State *L);      /* tf._prof: ranges and the profiler */
+void tf_lua_open_exit(lua_State *L);  /* tf.exit (luahost.c) */
+void tf_open_safe(lua_State *L);      /* the sandbox's functions (safe.c) */
+int luaopen_tf_core(lua_State *L);
+
 /* --memory-limit: caps every device's allocator at bytes; tf.mem.set_limit
  * may then lower a cap but not raise it past bytes. */
 void tf_lua_mem_cap(lua_State *L, size_t bytes);
-void tf_open_timer(lua_State *L);
-void tf_open_json(lua_State *L);
-void tf_open_sys(lua_State *L);
-void tf_open_hash(lua_State *L); /* tf.sha256, tf.sha256_file, tf.executable */
-void tf_open_autograd(lua_State *L);
-void tf_open_nn(lua_State *L);
-void tf_open_safetensors(lua_State *L);
-void tf_open_model(lua_State *L); /* tf._model: the fused Transformer engine */
-void tf_open_dist(lua_State *L);  /* tf._dist: ranks and collectives, for tf.dist */
-int luaopen_tf_core(lua_State *L);
 
 /* The running Lua state's main thread, for the allocator's reclaim hook. */
 void tf_lua_install_reclaim(lua_State *L);

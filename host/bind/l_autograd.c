@@ -179,14 +179,7 @@ void tf_open_autograd(lua_State *L) {
   lua_getfield(L, -1, "Tensor");
   luaL_setfuncs(L, tf_autograd_methods, 0);
   lua_pop(L, 1);
-  luaL_newmetatable(L, TF_SCOPE_TYPE);
-  lua_pushcfunction(L, tf_l_scope_exit);
-  lua_setfield(L, -2, "__close");
-  lua_pushcfunction(L, tf_l_scope_tostring);
-  lua_setfield(L, -2, "__tostring");
-  lua_newtable(L);
-  lua_pushcfunction(L, tf_l_scope_exit);
-  lua_setfield(L, -2, "exit");
-  lua_setfield(L, -2, "__index");
-  lua_pop(L, 1);
+  static const luaL_Reg scope_meta[] = {{"__close", tf_l_scope_exit}, {"__tostring", tf_l_scope_tostring}, {NULL, NULL}};
+  static const luaL_Reg scope_methods[] = {{"exit", tf_l_scope_exit}, {NULL, NULL}};
+  tf_lua_newclass(L, TF_SCOPE_TYPE, scope_meta, scope_methods);
 }

@@ -144,11 +144,7 @@ void tf_open_dist(lua_State *L) {
       {"wait", tf_l_work_wait}, {"is_completed", tf_l_work_done}, {"free", tf_l_work_release}, {NULL, NULL}};
   static const luaL_Reg meta[] = {
       {"__gc", tf_l_work_release}, {"__close", tf_l_work_release}, {"__tostring", tf_l_work_tostring}, {NULL, NULL}};
-  luaL_newmetatable(L, TF_DIST_WORK_TYPE);
-  luaL_setfuncs(L, meta, 0);
-  luaL_newlib(L, methods);
-  lua_setfield(L, -2, "__index");
-  lua_pop(L, 1);
+  tf_lua_newclass(L, TF_DIST_WORK_TYPE, meta, methods);
   static const luaL_Reg fns[] = {{"init", tf_l_init},
                                   {"info", tf_l_info},
                                   {"barrier", tf_l_barrier},

@@ -409,11 +409,8 @@ void tf_lua_install_reclaim(lua_State *L) {
 }
 
 void tf_open_mem(lua_State *L) {
-  if (luaL_newmetatable(L, TF_MEM_SCOPE_TYPE)) {
-    lua_pushcfunction(L, tf_l_scope_close);
-    lua_setfield(L, -2, "__close");
-  }
-  lua_pop(L, 1);
+  static const luaL_Reg scope_meta[] = {{"__close", tf_l_scope_close}, {NULL, NULL}};
+  tf_lua_newclass(L, TF_MEM_SCOPE_TYPE, scope_meta, NULL);
   luaL_newlib(L, tf_mem_functions);
   lua_setfield(L, -2, "mem");
 }

@@ -379,11 +379,7 @@ static const luaL_Reg tf_model_functions[] = {
 
 /* Registers the tf.Model type and tf._model.{create, parameter_count}. */
 void tf_open_model(lua_State *L) {
-  luaL_newmetatable(L, TF_MODEL_TYPE);
-  luaL_setfuncs(L, tf_model_meta, 0);
-  luaL_newlib(L, tf_model_methods);
-  lua_setfield(L, -2, "__index");
-  lua_pop(L, 1);
+  tf_lua_newclass(L, TF_MODEL_TYPE, tf_model_meta, tf_model_methods);
   luaL_newlib(L, tf_model_functions);
   lua_setfield(L, -2, "_model");
 }

@@ -331,28 +331,17 @@ static const luaL_Reg tf_prof_functions[] = {
 /* Adds _prof (with _prof.methods, tf.Profile's method table, for
  * lua/tf/prof.lua to extend) to the table on top of the stack. */
 void tf_open_prof(lua_State *L) {
-  luaL_newmetatable(L, TF_RANGE_TYPE);
-  lua_pushcfunction(L, tf_l_range_close);
-  lua_setfield(L, -2, "__close");
-  lua_pushcfunction(L, tf_l_range_index);
-  lua_setfield(L, -2, "__index");
-  lua_pushcfunction(L, tf_l_range_tostring);
-  lua_setfield(L, -2, "__tostring");
-  lua_pop(L, 1);
-
-  luaL_newmetatable(L, TF_PROFILE_TYPE);
-  lua_pushcfunction(L, tf_l_prof_gc);
-  lua_setfield(L, -2, "__gc");
-  lua_pushcfunction(L, tf_l_prof_close);
-  lua_setfield(L, -2, "__close");
-  lua_pushcfunction(L, tf_l_prof_tostring);
-  lua_setfield(L, -2, "__tostring");
-  luaL_newlib(L, tf_profile_methods);
-  lua_pushvalue(L, -1);
-  lua_setfield(L, -3, "__index");
+  static const luaL_Reg range_meta[] = {
+      {"__close", tf_l_range_close}, {"__index", tf_l_range_index}, {"__tostring", tf_l_range_tostring},
+      {NULL, NULL}};
+  static const luaL_Reg profile_meta[] = {
+      {"__gc", tf_l_prof_gc}, {"__close", tf_l_prof_close}, {"__tostring", tf_l_prof_tostring}, {NULL, NULL}};
+  tf_lua_newclass(L, TF_RANGE_TYPE, range_meta, NULL);
+  tf_lua_newclass(L, TF_PROFILE_TYPE, profile_meta, tf_profile_methods);
   luaL_newlib(L, tf_prof_functions);
-  lua_insert(L, -2);
-  lua_setfield(L, -2, "methods");
-  lua_remove(L, -2); /* the metatable */
+  luaL_getmetatable(L, TF_PROFILE_TYPE);
+  lua_getfield(L, -1, "__index");
+  lua_setfield(L, -3, "methods");
+  lua_pop(L, 1); /* the metatable */
   lua_setfield(L, -2, "_prof");
 }

@@ -291,10 +291,8 @@ static const luaL_Reg tf_sys_functions[] = {
 };
 
 void tf_open_sys(lua_State *L) {
-  luaL_newmetatable(L, TF_TRAFFIC_TYPE);
-  lua_pushcfunction(L, tf_l_traffic_off);
-  lua_setfield(L, -2, "__close");
-  lua_pop(L, 1);
+  static const luaL_Reg traffic_meta[] = {{"__close", tf_l_traffic_off}, {NULL, NULL}};
+  tf_lua_newclass(L, TF_TRAFFIC_TYPE, traffic_meta, NULL);
   luaL_setfuncs(L, tf_sys_functions, 0);
   lua_pushstring(L, tf_version);
   lua_setfield(L, -2, "version");
@@ -302,25 +300,4 @@ void tf_open_sys(lua_State *L) {
   lua_setfield(L, -2, "commit");
   lua_pushstring(L, tf_build_options);
   lua_setfield(L, -2, "build_options");
-}
-
-void tf_open_prof(lua_State *L); /* l_prof.c: tf._prof */
-
-int luaopen_tf_core(lua_State *L) {
-  lua_newtable(L);
-  tf_open_tensor(L);
-  tf_open_mem(L);
-  tf_open_timer(L);
-  tf_open_json(L);
-  tf_open_safetensors(L);
-  tf_open_sys(L);
-  tf_open_hash(L);
-  tf_open_autograd(L);
-  tf_open_nn(L);
-  tf_open_model(L);
-  tf_open_dist(L);
-  tf_open_prof(L);
-  tf_lua_open_exit(L);
-  tf_open_safe(L);
-  return 1;
 }

@@ -813,15 +813,19 @@ void tf_open_tensor(lua_State *L) {
   lua_pushcclosure(L, tf_l_random, 1);
   lua_setfield(L, -2, "randn");
 
-  luaL_newmetatable(L, "tf.Shape");
-  lua_pushcfunction(L, tf_l_shape_tostring);
-  lua_setfield(L, -2, "__tostring");
-  lua_pop(L, 1);
+  static const luaL_Reg shape_meta[] = {{"__tostring", tf_l_shape_tostring}, {NULL, NULL}};
+  tf_lua_newclass(L, "tf.Shape", shape_meta, NULL);
 
-  luaL_newmetatable(L, TF_TENSOR_TYPE);
-  luaL_setfuncs(L, tf_tensor_metamethods, 0);
-  lua_newtable(L); /* methods */
-  luaL_setfuncs(L, tf_tensor_methods, 0);
+  /* Opened again (require "tf.core" after tf dropped it, as tf.help does):
+   * the class stays as it is, with the methods Lua added, and the new core
+   * table gets the same methods table, the upvalue of __index. */
+  const int made = tf_lua_newclass(L, TF_TENSOR_TYPE, tf_tensor_metamethods, tf_tensor_methods);
+  luaL_getmetatable(L, TF_TENSOR_TYPE);
+  lua_getfield(L, -1, "__index");
+  if (!made) {
+    lua_getupvalue(L, -1, 1);
+    lua_remove(L, -2);
+  }
   /* stack: core, metatable, methods */
   lua_pushvalue(L, -3);
   lua_pushvalue(L, -2);
@@ -830,7 +834,11 @@ void tf_open_tensor(lua_State *L) {
   lua_pop(L, 2);
   lua_pushvalue(L, -1);
   lua_setfield(L, -4, "Tensor"); /* core.Tensor = methods, so Lua can add methods */
-  lua_pushcclosure(L, tf_l_index, 1);
-  lua_setfield(L, -2, "__index");
+  if (made) {
+    lua_pushcclosure(L, tf_l_index, 1);
+    lua_setfield(L, -2, "__index");
+  } else {
+    lua_pop(L, 1);
+  }
   lua_setfield(L, -2, "_tensor_metatable"); /* for lua/tf/init.lua's __tostring */
 }

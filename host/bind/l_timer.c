@@ -99,21 +99,16 @@ static const luaL_Reg tf_timer_methods[] = {
     {"free", tf_l_timer_release}, {NULL, NULL},
 };
 
+static const luaL_Reg tf_timer_meta[] = {
+    {"__gc", tf_l_timer_release}, {"__close", tf_l_timer_release}, {"__tostring", tf_l_timer_tostring},
+    {NULL, NULL},
+};
+
+static const luaL_Reg tf_timer_functions[] = {
+    {"timer", tf_l_timer_new}, {"sync", tf_l_sync}, {"now", tf_l_now}, {NULL, NULL},
+};
+
 void tf_open_timer(lua_State *L) {
-  luaL_newmetatable(L, TF_TIMER_TYPE);
-  lua_pushcfunction(L, tf_l_timer_release);
-  lua_setfield(L, -2, "__gc");
-  lua_pushcfunction(L, tf_l_timer_release);
-  lua_setfield(L, -2, "__close");
-  lua_pushcfunction(L, tf_l_timer_tostring);
-  lua_setfield(L, -2, "__tostring");
-  luaL_newlib(L, tf_timer_methods);
-  lua_setfield(L, -2, "__index");
-  lua_pop(L, 1);
-  lua_pushcfunction(L, tf_l_timer_new);
-  lua_setfield(L, -2, "timer");
-  lua_pushcfunction(L, tf_l_sync);
-  lua_setfield(L, -2, "sync");
-  lua_pushcfunction(L, tf_l_now);
-  lua_setfield(L, -2, "now");
+  tf_lua_newclass(L, TF_TIMER_TYPE, tf_timer_meta, tf_timer_methods);
+  luaL_setfuncs(L, tf_timer_functions, 0);
 }

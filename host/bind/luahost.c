@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bind.h"
+
 #define TF_EXIT_TYPE "tf.Exit"
 
 typedef struct tf_lua_heap {
@@ -183,11 +185,8 @@ static int tf_exit_tostring(lua_State *L);
 
 /* The tf.Exit metatable, made on first use (a stop may come before tf opens). */
 static void tf_exit_type(lua_State *L) {
-  if (luaL_newmetatable(L, TF_EXIT_TYPE)) {
-    lua_pushcfunction(L, tf_exit_tostring);
-    lua_setfield(L, -2, "__tostring");
-  }
-  lua_pop(L, 1);
+  static const luaL_Reg meta[] = {{"__tostring", tf_exit_tostring}, {NULL, NULL}};
+  tf_lua_newclass(L, TF_EXIT_TYPE, meta, NULL);
 }
 
 int tf_lua_exit_error(lua_State *L, int code, const char *msg) {

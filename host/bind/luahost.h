@@ -8,8 +8,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-/* Exit codes of the tfhost process. */
-enum { TF_EXIT_OK = 0, TF_EXIT_SCRIPT = 1, TF_EXIT_USAGE = 2, TF_EXIT_TIMEOUT = 124 };
+#include "exit_codes.h"
 
 /* A new state with a counting allocator capped at `heap_limit` bytes (0 for
  * none) and the standard libraries open. NULL when even that fails. */
@@ -35,9 +34,5 @@ bool tf_lua_exit_request(lua_State *L, int *code);
 /* Raises a tf.Exit request: the process ends with code after printing msg
  * (NULL: nothing), unwinding Lua first. Never returns. */
 int tf_lua_exit_error(lua_State *L, int code, const char *msg);
-
-/* Registers the tf.Exit type and tf.exit's C side in the core table on top
- * of the stack: field `exit`. */
-void tf_lua_open_exit(lua_State *L);
 
 #endif

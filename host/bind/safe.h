@@ -43,7 +43,4 @@ bool tf_safe_active(lua_State *L);
  * write: the file is created, changed or removed. */
 void tf_safe_check_path(lua_State *L, const char *path, bool write, const char *who);
 
-/* Adds the sandbox's functions to the core table on top of the stack. */
-void tf_open_safe(lua_State *L);
-
 #endif
