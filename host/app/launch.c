@@ -22,6 +22,7 @@
 
 #include "device.h"
 #include "dist.h"
+#include "exit_codes.h"
 
 enum { TF_LAUNCH_MAX = 256, TF_LINE_MAX = 65536 };
 
@@ -207,7 +208,7 @@ static pid_t tf_spawn(char **argv, int out[2], int err[2], int rank, int world) 
   signal(SIGTERM, SIG_DFL);
   execv(argv[0], argv);
   fprintf(stderr, "tfhost: cannot run %s: %s\n", argv[0], strerror(errno));
-  _exit(127);
+  _exit(TF_EXIT_NOEXEC);
 }
 
 static int64_t tf_ms_now(void) {
@@ -218,8 +219,8 @@ static int64_t tf_ms_now(void) {
 
 static int tf_exit_code_of(int status) {
   if (WIFEXITED(status)) return WEXITSTATUS(status);
-  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
-  return 1;
+  if (WIFSIGNALED(status)) return TF_EXIT_SIGNAL + WTERMSIG(status);
+  return TF_EXIT_SCRIPT;
 }
 
 /* mpirun's account of a failed run: the rank it names first, and the
@@ -236,10 +237,34 @@ static int tf_mpirun_failed_rank(int *signal_number) {
   return -1;
 }
 
-int tf_launch(int nproc, int argc, char **argv) {
+/* A run of tfhost --nproc: its children (the ranks, or mpirun alone), the
+ * streams being relayed, and how the children ended. */
+typedef struct tf_run {
+  int nproc;
+  bool use_mpirun;
+  char **cmd;  /* the command line every child runs */
+  int nchild;  /* nproc, or 1 (mpirun) */
+  pid_t *pids; /* 0 once ended */
+  int *codes;  /* exit codes of the ended ones */
+  tf_relay *relays; /* stdout and stderr of child i at 2i, 2i+1 */
+  struct pollfd *fds;
+  int running, open_fds;
+  int first_failed, first_code; /* the first child that ended badly, its code */
+  int64_t stop_at;  /* when the others were told to stop (SIGTERM), for the SIGKILL after */
+  int64_t ended_at; /* when the last child ended */
+  bool interrupted;
+} tf_run;
+
+static void tf_run_free(tf_run *run) {
+  free(run->cmd), free(run->pids), free(run->codes), free(run->relays), free(run->fds);
+}
+
+/* A count the launcher can start, and a GPU for every rank when it has GPUs
+ * (TF_EXIT_USAGE and the reason otherwise). */
+static int tf_launch_check(int nproc) {
   if (nproc < 1 || nproc > TF_LAUNCH_MAX) {
     fprintf(stderr, "tfhost: --nproc needs a count in 1..%d\n", TF_LAUNCH_MAX);
-    return 2;
+    return TF_EXIT_USAGE;
   }
   const char *device = getenv("TFHOST_DEVICE_OPTION"); /* main sets it from --device */
   int gpus = tf_cuda_device_count();
@@ -248,115 +273,153 @@ int tf_launch(int nproc, int argc, char **argv) {
             "tfhost: --nproc %d on a machine with %d GPU(s): each rank needs a GPU of its own (NCCL will not put "
             "two ranks on one); ask for at most %d, or run CPU ranks with --device cpu\n",
             nproc, gpus, gpus);
-    return 2;
+    return TF_EXIT_USAGE;
   }
-  tf_launch_env(nproc);
-  char self[4096], mpirun[4096];
+  return TF_EXIT_OK;
+}
+
+/* The children's command line, into run->cmd: this binary with argv's
+ * options and script, behind mpirun's own when mpirun starts the ranks. */
+static bool tf_launch_command(tf_run *run, int argc, char **argv) {
+  static char self[4096], mpirun[4096], np[16];
   const char *exe = tf_self_path(self, sizeof self, argv[0]);
-  const bool use_mpirun = tf_dist_mpi_compiled() && !getenv("TFHOST_NO_MPIRUN") &&
-                          tf_find_in_path("mpirun", mpirun, sizeof mpirun);
-
-  /* the command lines: mpirun's, or one per rank */
-  char **cmd = calloc((size_t)argc + 16, sizeof(char *));
-  if (!cmd) return 1;
+  run->use_mpirun =
+      tf_dist_mpi_compiled() && !getenv("TFHOST_NO_MPIRUN") && tf_find_in_path("mpirun", mpirun, sizeof mpirun);
+  run->cmd = calloc((size_t)argc + 16, sizeof(char *));
+  if (!run->cmd) return false;
   int c = 0;
-  char np[16];
-  snprintf(np, sizeof np, "%d", nproc);
-  if (use_mpirun) {
+  snprintf(np, sizeof np, "%d", run->nproc);
+  if (run->use_mpirun) {
     const char *head[] = {mpirun, "-np", np, "--oversubscribe", "--bind-to", "none", "--tag-output"};
-    for (size_t i = 0; i < sizeof head / sizeof head[0]; i++) cmd[c++] = (char *)head[i];
+    for (size_t i = 0; i < sizeof head / sizeof head[0]; i++) run->cmd[c++] = (char *)head[i];
   }
-  cmd[c++] = (char *)exe;
-  for (int i = 1; i < argc; i++) cmd[c++] = argv[i];
-  cmd[c] = NULL;
+  run->cmd[c++] = (char *)exe;
+  for (int i = 1; i < argc; i++) run->cmd[c++] = argv[i];
+  run->cmd[c] = NULL;
+  return true;
+}
 
+/* Ctrl-C, SIGTERM and SIGHUP stop the ranks instead of the launcher. */
+static void tf_launch_catch_signals(void) {
   struct sigaction sa = {.sa_handler = tf_launch_on_signal};
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, NULL);
   sigaction(SIGTERM, &sa, NULL);
   sigaction(SIGHUP, &sa, NULL);
+}
 
-  const int nchild = use_mpirun ? 1 : nproc;
-  pid_t *pids = calloc((size_t)nchild, sizeof(pid_t));
-  int *codes = calloc((size_t)nchild, sizeof(int));
-  tf_relay *relays = calloc((size_t)nchild * 2, sizeof(tf_relay));
-  struct pollfd *fds = calloc((size_t)nchild * 2, sizeof(struct pollfd));
-  if (!pids || !codes || !relays || !fds) return 1;
-  for (int i = 0; i < nchild; i++) {
+/* Starts every child with its two streams to relay; on failure kills those
+ * already started. */
+static bool tf_launch_spawn(tf_run *run) {
+  run->nchild = run->use_mpirun ? 1 : run->nproc;
+  const size_t n = (size_t)run->nchild;
+  run->pids = calloc(n, sizeof(pid_t));
+  run->codes = calloc(n, sizeof(int));
+  run->relays = calloc(n * 2, sizeof(tf_relay));
+  run->fds = calloc(n * 2, sizeof(struct pollfd));
+  if (!run->pids || !run->codes || !run->relays || !run->fds) {
+    fprintf(stderr, "tfhost: --nproc: out of memory\n");
+    return false;
+  }
+  for (int i = 0; i < run->nchild; i++) {
     int out[2], err[2];
-    pids[i] = tf_spawn(cmd, out, err, use_mpirun ? -1 : i, nproc);
-    if (pids[i] < 0) {
+    const int rank = run->use_mpirun ? -1 : i;
+    run->pids[i] = tf_spawn(run->cmd, out, err, rank, run->nproc);
+    if (run->pids[i] < 0) {
       fprintf(stderr, "tfhost: cannot start rank %d: %s\n", i, strerror(errno));
-      for (int j = 0; j < i; j++) kill(pids[j], SIGKILL);
-      return 1;
+      for (int j = 0; j < i; j++) kill(run->pids[j], SIGKILL);
+      return false;
     }
-    relays[2 * i] = (tf_relay){.fd = out[0], .rank = use_mpirun ? -1 : i, .is_err = false};
-    relays[2 * i + 1] = (tf_relay){.fd = err[0], .rank = use_mpirun ? -1 : i, .is_err = true};
+    run->relays[2 * i] = (tf_relay){.fd = out[0], .rank = rank, .is_err = false};
+    run->relays[2 * i + 1] = (tf_relay){.fd = err[0], .rank = rank, .is_err = true};
   }
+  run->running = run->nchild;
+  run->open_fds = run->nchild * 2;
+  run->first_failed = -1;
+  return true;
+}
 
-  int running = nchild, open_fds = nchild * 2;
-  int first_failed = -1, first_code = 0;
-  int64_t stop_at = 0;  /* when the others were told to stop (SIGTERM), for the SIGKILL after */
-  int64_t ended_at = 0; /* when the last rank ended */
-  bool interrupted = false;
-  while (running > 0 || open_fds > 0) {
-    int n = 0;
-    for (int i = 0; i < nchild * 2; i++) {
-      if (relays[i].fd >= 0) fds[n++] = (struct pollfd){.fd = relays[i].fd, .events = POLLIN};
-    }
-    if (n > 0 && poll(fds, (nfds_t)n, 100) > 0) {
-      for (int i = 0, k = 0; i < nchild * 2; i++) {
-        if (relays[i].fd < 0) continue;
-        if (fds[k++].revents && !tf_relay_read(&relays[i])) {
-          close(relays[i].fd);
-          relays[i].fd = -1;
-          open_fds--;
-        }
-      }
-    } else if (n == 0) {
-      nanosleep(&(struct timespec){0, 20000000}, NULL);
-    }
-    for (int i = 0; i < nchild; i++) {
-      int status;
-      if (pids[i] > 0 && waitpid(pids[i], &status, WNOHANG) == pids[i]) {
-        pids[i] = 0;
-        running--;
-        codes[i] = tf_exit_code_of(status);
-        if (codes[i] != 0 && first_failed < 0) {
-          first_failed = i;
-          first_code = codes[i];
-        }
-      }
-    }
-    if (tf_launch_signal && !interrupted) {
-      interrupted = true;
-      for (int i = 0; i < nchild; i++)
-        if (pids[i] > 0) kill(pids[i], tf_launch_signal == SIGINT ? SIGINT : SIGTERM);
-      stop_at = tf_ms_now();
-    }
-    if (first_failed >= 0 && stop_at == 0 && running > 0) {
-      for (int i = 0; i < nchild; i++)
-        if (pids[i] > 0) kill(pids[i], SIGTERM);
-      stop_at = tf_ms_now();
-    }
-    if (stop_at && running > 0 && tf_ms_now() - stop_at > 5000) {
-      for (int i = 0; i < nchild; i++)
-        if (pids[i] > 0) kill(pids[i], SIGKILL);
-    }
-    /* a rank's descendants may hold its pipes open: stop relaying a while after every rank ended */
-    if (running == 0 && open_fds > 0) {
-      if (!ended_at) ended_at = tf_ms_now();
-      if (tf_ms_now() - ended_at > 2000) break;
+/* Relays what the open streams have now, waiting at most 100 ms for it. */
+static void tf_launch_relay(tf_run *run) {
+  int n = 0;
+  for (int i = 0; i < run->nchild * 2; i++) {
+    if (run->relays[i].fd >= 0) run->fds[n++] = (struct pollfd){.fd = run->relays[i].fd, .events = POLLIN};
+  }
+  if (n == 0) {
+    nanosleep(&(struct timespec){0, 20000000}, NULL);
+    return;
+  }
+  if (poll(run->fds, (nfds_t)n, 100) <= 0) return;
+  for (int i = 0, k = 0; i < run->nchild * 2; i++) {
+    tf_relay *r = &run->relays[i];
+    if (r->fd < 0) continue;
+    if (run->fds[k++].revents && !tf_relay_read(r)) {
+      close(r->fd);
+      r->fd = -1;
+      run->open_fds--;
     }
   }
+}
 
-  int code = 0;
-  if (interrupted) {
+/* Collects the children that ended, remembering the first that failed. */
+static void tf_launch_reap(tf_run *run) {
+  for (int i = 0; i < run->nchild; i++) {
+    int status;
+    if (run->pids[i] > 0 && waitpid(run->pids[i], &status, WNOHANG) == run->pids[i]) {
+      run->pids[i] = 0;
+      run->running--;
+      run->codes[i] = tf_exit_code_of(status);
+      if (run->codes[i] != TF_EXIT_OK && run->first_failed < 0) {
+        run->first_failed = i;
+        run->first_code = run->codes[i];
+      }
+    }
+  }
+}
+
+static void tf_launch_signal_all(tf_run *run, int sig) {
+  for (int i = 0; i < run->nchild; i++)
+    if (run->pids[i] > 0) kill(run->pids[i], sig);
+}
+
+/* A signal to the launcher or a failed rank stops the others: SIGTERM
+ * (Ctrl-C passed on as SIGINT), SIGKILL 5 s later. */
+static void tf_launch_stop(tf_run *run) {
+  if (tf_launch_signal && !run->interrupted) {
+    run->interrupted = true;
+    tf_launch_signal_all(run, tf_launch_signal == SIGINT ? SIGINT : SIGTERM);
+    run->stop_at = tf_ms_now();
+  }
+  if (run->first_failed >= 0 && run->stop_at == 0 && run->running > 0) {
+    tf_launch_signal_all(run, SIGTERM);
+    run->stop_at = tf_ms_now();
+  }
+  if (run->stop_at && run->running > 0 && tf_ms_now() - run->stop_at > 5000) tf_launch_signal_all(run, SIGKILL);
+}
+
+/* Until every child ended and its streams closed; a rank's descendants may
+ * hold its pipes open, so relaying stops 2 s after the last child ended. */
+static void tf_launch_wait(tf_run *run) {
+  while (run->running > 0 || run->open_fds > 0) {
+    tf_launch_relay(run);
+    tf_launch_reap(run);
+    tf_launch_stop(run);
+    if (run->running == 0 && run->open_fds > 0) {
+      if (!run->ended_at) run->ended_at = tf_ms_now();
+      if (tf_ms_now() - run->ended_at > 2000) break;
+    }
+  }
+}
+
+/* The run's exit code, after saying which rank failed and how. */
+static int tf_launch_result(const tf_run *run) {
+  if (run->interrupted) {
     fprintf(stderr, "tfhost: interrupted; every rank was stopped\n");
-    code = 128 + tf_launch_signal;
-  } else if (use_mpirun) {
-    code = codes[0];
-    if (code != 0) {
+    return TF_EXIT_SIGNAL + tf_launch_signal;
+  }
+  if (run->use_mpirun) {
+    const int code = run->codes[0];
+    if (code != TF_EXIT_OK) {
       int sig;
       int rank = tf_mpirun_failed_rank(&sig);
       if (rank >= 0 && sig)
@@ -368,11 +431,32 @@ int tf_launch(int nproc, int argc, char **argv) {
       else
         fprintf(stderr, "tfhost: the run failed (mpirun's exit code %d)\n", code);
     }
-  } else if (first_failed >= 0) {
-    code = first_code;
-    fprintf(stderr, "tfhost: rank %d failed (%s %d); every rank was stopped\n", first_failed,
-            code > 128 ? "signal" : "exit code", code > 128 ? code - 128 : code);
+    return code;
   }
-  free(cmd), free(pids), free(codes), free(relays), free(fds);
+  if (run->first_failed < 0) return TF_EXIT_OK;
+  const int code = run->first_code;
+  const bool signalled = code > TF_EXIT_SIGNAL;
+  fprintf(stderr, "tfhost: rank %d failed (%s %d); every rank was stopped\n", run->first_failed,
+          signalled ? "signal" : "exit code", signalled ? code - TF_EXIT_SIGNAL : code);
+  return code;
+}
+
+int tf_launch(int nproc, int argc, char **argv) {
+  int code = tf_launch_check(nproc);
+  if (code != TF_EXIT_OK) return code;
+  tf_launch_env(nproc);
+  tf_run run = {.nproc = nproc};
+  if (!tf_launch_command(&run, argc, argv)) {
+    fprintf(stderr, "tfhost: --nproc: out of memory\n");
+    return TF_EXIT_SCRIPT;
+  }
+  tf_launch_catch_signals();
+  if (tf_launch_spawn(&run)) {
+    tf_launch_wait(&run);
+    code = tf_launch_result(&run);
+  } else {
+    code = TF_EXIT_SCRIPT;
+  }
+  tf_run_free(&run);
   return code;
 }

@@ -4,8 +4,10 @@
 
 /* Runs argv (tfhost's own command line with --nproc N taken out: argv[0],
  * options, script, arguments) as nproc ranks and returns the run's exit
- * code: 0 when every rank ended well, else the first failing rank's code
- * (128 + signal for a rank killed by one) after the others were stopped.
+ * code (exit_codes.h): TF_EXIT_OK when every rank ended well, else the
+ * first failing rank's code (TF_EXIT_SIGNAL + signal for a rank killed by
+ * one) after the others were stopped; TF_EXIT_USAGE for a count out of
+ * 1..256 or above the GPUs; TF_EXIT_SIGNAL + signal when interrupted.
  *
  * With MPI in the build and mpirun on PATH, mpirun starts the ranks (MPI
  * then joins them: CPU tensors can travel); otherwise tfhost forks them

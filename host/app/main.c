@@ -20,6 +20,7 @@
 #include "bind.h"
 #include "dist.h"
 #include "embedded.h"
+#include "exit_codes.h"
 #include "launch.h"
 #include "luahost.h"
 #include "repl.h"

@@ -6,11 +6,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "exit_codes.h"
+
 const char tf_safe_cli_usage[] =
     "  --safe         run the script sandboxed: no processes, no native code, files only in\n"
     "                 the allowed folders (docs/safe.md lists what is allowed)\n"
     "  --allow-write DIR  under --safe, the folder scripts may write in (default: the current one)\n"
-    "  --timeout S    stop the script after S seconds of wall-clock time (exit code 124)\n"
+    "  --timeout S    stop the script after S seconds of wall-clock time (exit code " TF_EXIT_STR(TF_EXIT_TIMEOUT) ")\n"
     "  --memory-limit G   cap every device's memory (the allocator's) at G GiB\n";
 
 static const char *const tf_safe_valued[] = {"--allow-write", "--timeout", "--memory-limit"};
