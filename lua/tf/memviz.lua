@@ -326,7 +326,6 @@ function M.format_bytes(n)
   end
   return string.format("%d B", n)
 end
-local format_bytes = M.format_bytes
 
 -- What tf.memviz_html draws from: the replay of a trace, the live bytes over
 -- it, the integer reading of a field, the byte units.
