@@ -14,6 +14,7 @@ A failure says which name to add to (or remove from) which table.
 import fnmatch
 import os
 import re
+import subprocess
 import sys
 import unittest
 
@@ -39,15 +40,49 @@ def ignored(name):
     return name.startswith(".") or name == "build" or name.startswith("build-") or name == "__pycache__"
 
 
+_FILES = {}
+
+
+def tree_files():
+    """Every file of the tree, relative to ROOT: what git tracks and what it would add (so a stray
+    empty folder or a build output is not the project's), or, outside a git checkout, every file
+    below ROOT but hidden ones and build folders."""
+    if ROOT not in _FILES:
+        try:
+            out = subprocess.run(["git", "-C", ROOT, "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                                 capture_output=True, check=True).stdout.decode()
+            files = {f for f in out.split("\0") if f and os.path.isfile(os.path.join(ROOT, f))}
+        except (OSError, subprocess.CalledProcessError):
+            files = set()
+            for dirpath, dirnames, filenames in os.walk(ROOT):
+                dirnames[:] = [d for d in dirnames if not ignored(d)]
+                rel = os.path.relpath(dirpath, ROOT)
+                files.update(os.path.normpath(os.path.join(rel, f)) for f in filenames if not ignored(f))
+        _FILES[ROOT] = files
+    return _FILES[ROOT]
+
+
 def entries(folder):
-    """(files, subfolders) of a folder of the tree, names only."""
-    path = os.path.join(ROOT, folder)
-    files, dirs = [], []
-    for name in sorted(os.listdir(path)):
-        if ignored(name):
+    """(files, subfolders) of a folder of the tree, names only, sorted."""
+    prefix = folder + "/" if folder else ""
+    files, dirs = set(), set()
+    for path in tree_files():
+        if not path.startswith(prefix):
             continue
-        (dirs if os.path.isdir(os.path.join(path, name)) else files).append(name)
-    return files, dirs
+        head, sep, _ = path[len(prefix):].partition("/")
+        if not ignored(head):
+            (dirs if sep else files).add(head)
+    return sorted(files), sorted(dirs)
+
+
+def folders_below(root):
+    """root and every folder under it that holds a file of the tree."""
+    out = {root}
+    for path in tree_files():
+        if path.startswith(root + "/"):
+            parts = path.split("/")[:-1]
+            out.update("/".join(parts[:i]) for i in range(1, len(parts) + 1))
+    return out
 
 
 def section(text, title, level="##"):
@@ -104,9 +139,8 @@ def map_problems():
         return problems
     required = {}  # folder -> True: its subfolders too must be accounted for
     for root in WHOLE:
-        for dirpath, dirnames, _ in os.walk(os.path.join(ROOT, root)):
-            dirnames[:] = sorted(d for d in dirnames if not ignored(d))
-            required[os.path.relpath(dirpath, ROOT)] = True
+        for folder in folders_below(root):
+            required[folder] = True
     for folder in SHALLOW:
         required[folder] = True
     for folder in sorted(required):
