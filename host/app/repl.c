@@ -1,6 +1,7 @@
 #include "repl.h"
 
 #include <lauxlib.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +15,27 @@
 #endif
 
 static int tf_use_editor;
+
+/* Ctrl-C at the prompt: the handler only notes it. Installed without
+ * SA_RESTART, so the read waiting for the line returns (EINTR), and the line
+ * being typed is dropped instead of the process ending. While a chunk runs,
+ * tf_lua_docall's own handler interrupts the chunk instead. */
+static volatile sig_atomic_t tf_prompt_interrupted;
+
+static void tf_prompt_sigint(int sig) {
+  (void)sig;
+  tf_prompt_interrupted = 1;
+}
+
+/* Installed before every read: tf_lua_docall puts this handler back after a
+ * chunk, but with signal()'s SA_RESTART, under which the read would go on. */
+static void tf_prompt_catch_sigint(struct sigaction *previous) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = tf_prompt_sigint;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, previous);
+}
 
 #ifdef TF_WITH_EDITLINE
 /* Tab completion: tf.help's complete(text) lists the names a partial name
@@ -68,10 +90,9 @@ static char **tf_complete(const char *text, int start, int end) {
 }
 #endif
 
-/* Reads one line without its newline into a new Lua string on the stack;
- * 0 at end of input. */
-static int tf_readline(lua_State *L, const char *prompt, void *ud) {
-  (void)ud;
+/* Reads one line with the line editor or from stdin as it is; 1, 0 at end
+ * of input. */
+static int tf_read_line(lua_State *L, const char *prompt) {
 #ifdef TF_WITH_EDITLINE
   if (tf_use_editor) {
     char *line = readline(prompt);
@@ -87,19 +108,36 @@ static int tf_readline(lua_State *L, const char *prompt, void *ud) {
    * long pasted line into two chunks. */
   luaL_Buffer b;
   luaL_buffinit(L, &b);
-  int got = 0;
+  int got = 0, ended = 0;
   for (;;) {
     char *piece = luaL_prepbuffer(&b);
     if (!fgets(piece, LUAL_BUFFERSIZE, stdin)) break;
     got = 1;
     size_t n = strlen(piece);
-    int ends = n > 0 && piece[n - 1] == '\n';
-    luaL_addsize(&b, ends ? n - 1 : n);
-    if (ends) break;
+    ended = n > 0 && piece[n - 1] == '\n';
+    luaL_addsize(&b, ended ? n - 1 : n);
+    if (ended) break;
   }
   luaL_pushresult(&b);
-  if (!got) lua_pop(L, 1);
-  return got;
+  if (!got || (tf_prompt_interrupted && !ended)) {
+    lua_pop(L, 1);
+    return 0;
+  }
+  return 1;
+}
+
+/* Reads one line without its newline into a new Lua string on the stack:
+ * 1, 0 at end of input, TF_REPL_READ_INTERRUPTED after Ctrl-C. */
+static int tf_readline(lua_State *L, const char *prompt, void *ud) {
+  (void)ud;
+  tf_prompt_interrupted = 0;
+  tf_prompt_catch_sigint(NULL);
+  if (tf_read_line(L, prompt)) return 1;
+  if (!tf_prompt_interrupted) return 0;
+  clearerr(stdin); /* the interrupted read left its error flag */
+  fputc('\n', stdout);
+  fflush(stdout);
+  return TF_REPL_READ_INTERRUPTED;
 }
 
 static void tf_add_history(const char *line, void *ud) {
@@ -130,8 +168,16 @@ static char *tf_history_path(void) {
   return p;
 }
 
+/* TFHOST_NO_EDITLINE=1 reads plain lines on a terminal too. */
+static int tf_editor_wanted(void) {
+  const char *off = getenv("TFHOST_NO_EDITLINE");
+  return isatty(STDIN_FILENO) && !(off && *off && strcmp(off, "0") != 0);
+}
+
 int tf_repl(lua_State *L) {
-  tf_use_editor = isatty(STDIN_FILENO);
+  tf_use_editor = tf_editor_wanted();
+  struct sigaction outside; /* SIGINT's handling before the REPL, put back after */
+  tf_prompt_catch_sigint(&outside);
   char *history = NULL;
 #ifdef TF_WITH_EDITLINE
   if (tf_use_editor && (history = tf_history_path())) read_history(history);
@@ -144,7 +190,8 @@ int tf_repl(lua_State *L) {
 #endif
   const tf_repl_input input = {tf_readline, tf_add_history, NULL};
   int status, code = TF_EXIT_OK;
-  while ((status = tf_repl_load(L, &input)) != -1) {
+  while ((status = tf_repl_load(L, &input)) != TF_REPL_END) {
+    if (status == TF_REPL_DISCARDED) continue;
     if (status == LUA_OK) status = tf_lua_docall(L, 0, LUA_MULTRET);
     if (status == LUA_OK) status = tf_print_results(L);
     if (status != LUA_OK) {
@@ -152,8 +199,9 @@ int tf_repl(lua_State *L) {
       tf_lua_report(L, status);
     }
   }
+  sigaction(SIGINT, &outside, NULL);
   lua_settop(L, 0);
-  if (status == -1) fputc('\n', stdout);
+  if (status == TF_REPL_END) fputc('\n', stdout);
   fflush(stdout);
 #ifdef TF_WITH_EDITLINE
   if (history) write_history(history);
