@@ -149,12 +149,34 @@ static void tf_add_history(const char *line, void *ud) {
 #endif
 }
 
-/* Prints the values a chunk returned, with the global print. */
+/* The printer of results: tf.show's, which renders tables as Lua tables and
+ * prints through the global print; a registry reference, LUA_NOREF when
+ * it could not be loaded (then the global print itself). */
+static int tf_printer = LUA_NOREF;
+
+static void tf_load_printer(lua_State *L) {
+  lua_getglobal(L, "require");
+  lua_pushliteral(L, "tf.show");
+  if (tf_lua_docall(L, 1, 1) == LUA_OK && lua_istable(L, -1)) {
+    lua_getfield(L, -1, "print");
+    lua_remove(L, -2);
+    if (lua_isfunction(L, -1)) {
+      tf_printer = luaL_ref(L, LUA_REGISTRYINDEX);
+      return;
+    }
+  }
+  lua_pop(L, 1); /* the error or what came instead */
+}
+
+/* Prints the values a chunk returned. */
 static int tf_print_results(lua_State *L) {
   int n = lua_gettop(L);
   if (n == 0) return LUA_OK;
   luaL_checkstack(L, LUA_MINSTACK, "too many results to print");
-  lua_getglobal(L, "print");
+  if (tf_printer != LUA_NOREF)
+    lua_rawgeti(L, LUA_REGISTRYINDEX, tf_printer);
+  else
+    lua_getglobal(L, "print");
   lua_insert(L, 1);
   return tf_lua_docall(L, n, 0);
 }
@@ -188,6 +210,7 @@ int tf_repl(lua_State *L) {
     rl_completion_append_character = '\0';
   }
 #endif
+  tf_load_printer(L);
   const tf_repl_input input = {tf_readline, tf_add_history, NULL};
   int status, code = TF_EXIT_OK;
   while ((status = tf_repl_load(L, &input)) != TF_REPL_END) {
@@ -201,6 +224,8 @@ int tf_repl(lua_State *L) {
   }
   sigaction(SIGINT, &outside, NULL);
   lua_settop(L, 0);
+  luaL_unref(L, LUA_REGISTRYINDEX, tf_printer);
+  tf_printer = LUA_NOREF;
   if (status == TF_REPL_END) fputc('\n', stdout);
   fflush(stdout);
 #ifdef TF_WITH_EDITLINE

@@ -2,8 +2,8 @@
 """The REPL on a pseudo-terminal: Ctrl-C at the prompt, at a continuation
 line and inside a running chunk keeps tfhost and its variables; only Ctrl-D
 leaves. Every case runs with the line editor (when this tfhost has one) and
-with plain line reading (TFHOST_NO_EDITLINE=1). Also the banner's backend
-line.
+with plain line reading (TFHOST_NO_EDITLINE=1). Also Tab completion of a
+tensor's fields, how the REPL prints tables, and the banner's backend line.
 
 Run by ctest as `python3 tests/cli/test_repl.py /path/to/tfhost`; it uses
 test_cli.py's helpers (tfhost in a scratch directory, reads with deadlines).
@@ -110,6 +110,35 @@ class CtrlC(cli.TfhostTest):
         self.interrupt_prompt(repl)                # and the prompt still survives one
         self.assertEqual(self.value(repl, "a + b"), "3")
         self.leave(repl)
+
+
+class HelpCompletionAndPrinting(cli.TfhostTest):
+    def test_tab_completes_a_tensors_fields(self):
+        repl = cli.PtyRepl(self, ("--device", "cpu"), self.env(TERM="dumb"))
+        repl.expect("tf> ")
+        if not repl.has_line_editor():
+            self.skipTest("this tfhost has no line editor: no completion")
+        repl.send("w = tf.ones(2):requires_grad(true)\r")
+        repl.expect("tf> ")
+        repl.wait_editor()
+        repl.send("w.gr\t\t")                  # two completions: both are listed
+        self.assertRegex(repl.expect("w.grad_fn"), r"\nw\.grad +w\.grad_fn$")
+        repl.send("\x15w.sha\t")               # Ctrl-U, then one: the line becomes w.shape
+        repl.expect("w.shape")
+        repl.send("\r")
+        self.assertIn("(2,)", repl.expect("tf> "))
+        repl.send_eof()
+        self.assertEqual(repl.wait(), 0)
+
+    def test_tables_print_as_lua_tables_and_help_finds_methods(self):
+        r = self.tfhost("-i", "--device", "cpu",
+                        stdin="tf.mem.stats()\n{1, 'a', {b = true}}\nx = tf.ones(2)\nhelp(x.sum)\n")
+        self.assertExit(r, 0)
+        self.assertNotIn("table: 0x", r.stdout)
+        self.assertRegex(r.stdout, r"tf> \{\n  active_blocks = \d+,\n  allocated = \d+,\n")
+        self.assertIn('{ 1, "a", { b = true } }', r.stdout)
+        self.assertIn("tf.sum(x [, dim [, keepdim]])", r.stdout)
+        self.assertIn("also a tensor method: x:sum(", r.stdout)
 
 
 class Banner(cli.TfhostTest):
