@@ -19,7 +19,9 @@ static int tf_use_editor;
 /* Ctrl-C at the prompt: the handler only notes it. Installed without
  * SA_RESTART, so the read waiting for the line returns (EINTR), and the line
  * being typed is dropped instead of the process ending. While a chunk runs,
- * tf_lua_docall's own handler interrupts the chunk instead. */
+ * tf_lua_docall's own handler interrupts the chunk instead. A Ctrl-C in the
+ * microseconds between the prompt's output and the read is only noted (the
+ * next one drops the line); it never ends tfhost. */
 static volatile sig_atomic_t tf_prompt_interrupted;
 
 static void tf_prompt_sigint(int sig) {
