@@ -155,9 +155,15 @@ static void tf_create_arg_table(lua_State *L, const tf_cli *cli) {
   lua_setglobal(L, "arg");
 }
 
+/* What the banner says of the backends: a CUDA build on a machine without a
+ * GPU runs on the CPU, and says so. */
+static const char *tf_backends_banner(void) {
+  if (!tf_cuda_compiled()) return "CPU backend only (built without CUDA)";
+  return tf_cuda_device_count() > 0 ? "CUDA backend" : "CUDA backend built, no GPU found";
+}
+
 static void tf_print_version(void) {
-  printf("tfhost %s (commit %s), %s, %s\n", tf_version, tf_commit, LUA_RELEASE,
-         tf_cuda_compiled() ? "CUDA backend" : "CPU backend only (built without CUDA)");
+  printf("tfhost %s (commit %s), %s, %s\n", tf_version, tf_commit, LUA_RELEASE, tf_backends_banner());
   fflush(stdout);
 }
 

@@ -54,7 +54,9 @@ static int tf_multiline(lua_State *L, const tf_repl_input *in) {
       tf_accept(in, line);
       return status;
     }
-    if (!in->read(L, TF_PROMPT2, in->ud)) {
+    int got = in->read(L, TF_PROMPT2, in->ud);
+    if (got == TF_REPL_READ_INTERRUPTED) return TF_REPL_DISCARDED;
+    if (!got) {
       lua_pushliteral(L, "stdin: incomplete statement at the end of input");
       return LUA_ERRSYNTAX;
     }
@@ -66,9 +68,14 @@ static int tf_multiline(lua_State *L, const tf_repl_input *in) {
 
 int tf_repl_load(lua_State *L, const tf_repl_input *in) {
   lua_settop(L, 0);
-  if (!in->read(L, TF_PROMPT, in->ud)) return -1;
+  int got = in->read(L, TF_PROMPT, in->ud);
+  if (got == TF_REPL_READ_INTERRUPTED) return TF_REPL_DISCARDED;
+  if (!got) return TF_REPL_END;
   int status = tf_try_return(L, in);
   if (status != LUA_OK) status = tf_multiline(L, in);
-  lua_remove(L, 1); /* the line text */
+  if (status == TF_REPL_DISCARDED)
+    lua_settop(L, 0); /* the lines typed so far */
+  else
+    lua_remove(L, 1); /* the line text */
   return status;
 }
