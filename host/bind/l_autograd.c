@@ -51,6 +51,8 @@ static int tf_l_backward(lua_State *L) {
   bool retain = false;
   tf_l_grad_hook h = {L, 0};
   if (lua_istable(L, opts)) {
+    static const char *const keys[] = {"retain_graph", "on_grad", NULL};
+    tf_lua_checkkeys(L, opts, "backward", keys);
     lua_getfield(L, opts, "retain_graph");
     retain = lua_toboolean(L, -1);
     lua_pop(L, 1);

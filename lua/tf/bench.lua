@@ -34,7 +34,7 @@ end
 function M.bench(fn, opts)
   local tf = require "tf"
   if type(fn) ~= "function" then error("tf.bench: expects a function", 2) end
-  opts = opts or {}
+  opts = require("tf.check").keys(opts, "tf.bench", { "warmup", "iters", "setup", "teardown" })
   local warmup, iters = opts.warmup or 5, opts.iters or 10
   if math.type(warmup) ~= "integer" or warmup < 0 then error("tf.bench: warmup must be an integer >= 0", 2) end
   if math.type(iters) ~= "integer" or iters < 1 then error("tf.bench: iters must be an integer >= 1", 2) end
@@ -68,7 +68,7 @@ end
 -- freed and the leaves' gradients dropped between calls (untimed). opts as
 -- tf.bench (warmup, iters).
 function M.backward(forward, grad, leaves, opts)
-  opts = opts or {}
+  opts = require("tf.check").keys(opts, "tf.bench.backward", { "warmup", "iters" })
   return M.bench(function(out) out:backward(grad) end, {
     warmup = opts.warmup, iters = opts.iters, setup = forward,
     teardown = function(out)

@@ -10,6 +10,7 @@ safe.bind(C)
 -- tfhost --safe's path rule, which every writer below obeys by writing through it (taken now: a
 -- script that replaces tf.safe's fields later changes nothing here)
 local write_file = safe.write_file
+local check = require "tf.check"
 
 local tf = {}
 for name, value in pairs(C) do
@@ -19,6 +20,7 @@ tf._adamw_step = C._adamw_step -- for tf.optim
 tf._model = C._model -- the fused engine, for tf.model
 tf._prof = C._prof -- ranges and the collector, for tf.prof
 tf._dist = C._dist -- ranks and collectives, for tf.dist
+tf._op_table = C._op_table -- every op of the C registry, for the tests that go over them all
 
 C._tensor_metatable.__tostring = require("tf.format").tensor
 
@@ -99,6 +101,7 @@ function tf.autocast(dtype, fn, ...) return scoped(C._autocast_scope(dtype), fn,
 -- query i may attend to key j (j <= i), on opts.device.
 function tf.causal_mask(n, m, opts)
   if type(m) == "table" then m, opts = nil, m end
+  check.keys(opts, "tf.causal_mask", { "device" })
   m = m or n
   local device = { device = opts and opts.device }
   return tf.ge(tf.arange(n, device):unsqueeze(1), tf.arange(m, device):unsqueeze(0))
@@ -126,14 +129,18 @@ end
 -- HTML page; opts.snapshot (default: taken now) and opts.title.
 function tf.mem.plot(path, opts)
   if type(path) ~= "string" then error("tf.mem.plot: expected a file path", 2) end
-  opts = opts or {}
+  opts = check.keys(opts, "tf.mem.plot", { "snapshot", "title", "x", "max_bands", "max_points" })
   local html = require("tf.memviz").html(opts.snapshot or tf.mem.snapshot(), opts)
   write_file(path, "tf.mem.plot", html)
   return path
 end
 --- tf.mem.is_oom(err): whether an error (message) is an out-of-memory error,
--- for scripts that pcall and record OOM rows.
-function tf.mem.is_oom(err) return tostring(err):find("out of memory", 1, true) ~= nil end
+-- for scripts that pcall and record OOM rows: "out of memory" starts the
+-- message, after the position ("run.lua:12: out of memory: ...").
+function tf.mem.is_oom(err)
+  local s = tostring(err)
+  return s:find("^out of memory") ~= nil or s:find("^[^\n]-:%d+: out of memory") ~= nil
+end
 --- tf.mem.summary(snapshot): bytes live per tag at the recorded peak.
 function tf.mem.summary(snap) return require("tf.memviz").summary(snap or tf.mem.snapshot()) end
 

@@ -10,6 +10,7 @@
 -- written with tf's autograd ops (the readable reference). Both have the same
 -- parameters (CS336's state-dict names) and the same methods.
 local M = {}
+local check = require "tf.check"
 
 M.presets = {
   small = { d_model = 768, d_ff = 3072, num_layers = 12, num_heads = 12 },
@@ -296,7 +297,7 @@ function Fused:grads()
 end
 
 function Fused:make_optimizer(opts)
-  opts = opts or {}
+  opts = check.keys(opts, "model:optimizer", { "lr", "betas", "eps", "weight_decay" })
   local betas = opts.betas or { 0.9, 0.999 }
   local engine = self.engine
   local o = { lr = opts.lr or 1e-3, beta1 = betas[1], beta2 = betas[2], eps = opts.eps or 1e-8,
@@ -420,6 +421,15 @@ end
 
 local GRAD_SYNCS = { per_param = true, flat = true, overlap = true, bucket = true }
 
+-- How a model runs (tf.model.new and tf.model.load take them), beside FIELDS (its sizes).
+local RUN_KEYS = { "precision", "impl", "device", "attention", "graphs", "parallel", "grad_sync", "bucket_mb" }
+local NEW_KEYS = { "preset" }
+for _, k in ipairs(FIELDS) do NEW_KEYS[#NEW_KEYS + 1] = k end
+for _, k in ipairs(RUN_KEYS) do NEW_KEYS[#NEW_KEYS + 1] = k end
+-- Names users try for an accepted key (the experiments' flags among them).
+local KEY_HINTS = { size = "preset", dtype = "precision", context = "context_length", ctx = "context_length",
+  layers = "num_layers", heads = "num_heads", vocab = "vocab_size", dim = "d_model", hidden = "d_model" }
+
 -- Data parallel (tf.dist): parallel = "ddp" averages the gradients over the
 -- ranks (grad_sync says how, bucket_mb sizes the buckets); "zero1" also
 -- shards AdamW's state (fused engine). Every rank starts from rank 0's parameters.
@@ -463,6 +473,7 @@ end
 --- grad_sync = "bucket" (default) | "overlap" | "flat" | "per_param", bucket_mb = 25}
 function M.new(spec)
   if type(spec) ~= "table" then error("tf.model.new: expects a table", 2) end
+  check.keys(spec, "tf.model.new", NEW_KEYS, KEY_HINTS)
   local cfg = M.config(spec)
   local precision = spec.precision or "f32"
   if precision ~= "f32" and precision ~= "bf16" and precision ~= "f16" then
@@ -520,7 +531,7 @@ end
 --- writes it: sizes, precision, impl, attention, graphs); options given here
 --- override the file's.
 function M.load(path, opts)
-  opts = opts or {}
+  opts = check.keys(opts, "tf.model.load", RUN_KEYS, KEY_HINTS)
   local tensors, meta = tf.safetensors.load(path, { device = opts.device })
   local spec = saved_settings(path, meta)
   for _, k in ipairs(FIELDS) do

@@ -13,6 +13,7 @@
 -- Children and parameters are registered with self:add(name, value) so
 -- that their order (and the parameter names, "fc1.weight") is stable.
 local nn = {}
+local check = require "tf.check"
 
 local Module = {}
 Module.__index = Module
@@ -114,16 +115,16 @@ end
 --- Initialisers (DESIGN's): truncated normal cut at 3 standard deviations.
 nn.init = {}
 function nn.init.trunc_normal(shape, std, opts)
-  return tf.trunc_normal(shape, std, 3, tensor_opts(opts))
+  return tf.trunc_normal(shape, std, 3, tensor_opts(check.keys(opts, "tf.nn.init.trunc_normal", { "device", "dtype" })))
 end
 
 --- Linear(in, out, {bias = true, device, dtype}): y = x W^T + b, W of shape
 -- (out, in) initialised with std sqrt(2 / (in + out)), b zeros.
 nn.Linear = Module:extend("Linear")
 function nn.Linear:init(d_in, d_out, opts)
-  opts = opts or {}
+  opts = check.keys(opts, "tf.nn.Linear", { "bias", "device", "dtype" })
   self.in_features, self.out_features = d_in, d_out
-  self:add("weight", param(nn.init.trunc_normal({ d_out, d_in }, math.sqrt(2 / (d_in + d_out)), opts)))
+  self:add("weight", param(nn.init.trunc_normal({ d_out, d_in }, math.sqrt(2 / (d_in + d_out)), tensor_opts(opts))))
   if opts.bias ~= false then self:add("bias", param(tf.zeros({ d_out }, tensor_opts(opts)))) end
 end
 function nn.Linear:forward(x) return tf.linear(x, self.weight, self.bias) end
@@ -134,7 +135,7 @@ end
 --- LayerNorm(d, {eps = 1e-5, affine = true}) over the last dim.
 nn.LayerNorm = Module:extend("LayerNorm")
 function nn.LayerNorm:init(d, opts)
-  opts = opts or {}
+  opts = check.keys(opts, "tf.nn.LayerNorm", { "eps", "affine", "device", "dtype" })
   self.eps = opts.eps or 1e-5
   if opts.affine ~= false then
     self:add("weight", param(tf.ones({ d }, tensor_opts(opts))))
@@ -146,7 +147,7 @@ function nn.LayerNorm:forward(x) return tf.layer_norm(x, self.weight, self.bias,
 --- RMSNorm(d, {eps = 1e-5}): statistics in f32, a learned gain (ones).
 nn.RMSNorm = Module:extend("RMSNorm")
 function nn.RMSNorm:init(d, opts)
-  opts = opts or {}
+  opts = check.keys(opts, "tf.nn.RMSNorm", { "eps", "device", "dtype" })
   self.eps = opts.eps or 1e-5
   self:add("weight", param(tf.ones({ d }, tensor_opts(opts))))
 end
@@ -155,6 +156,7 @@ function nn.RMSNorm:forward(x) return tf.rms_norm(x, self.weight, self.eps) end
 --- Embedding(num, dim): rows initialised with std 1, cut at 3.
 nn.Embedding = Module:extend("Embedding")
 function nn.Embedding:init(num, dim, opts)
+  opts = check.keys(opts, "tf.nn.Embedding", { "device", "dtype" })
   self:add("weight", param(nn.init.trunc_normal({ num, dim }, 1.0, opts)))
 end
 function nn.Embedding:forward(ids) return tf.embedding(self.weight, ids) end

@@ -372,7 +372,7 @@ class ScriptErrors(TfhostTest):
 
     def test_tensor_op_error_names_the_function(self):
         r = self.tfhost("-e", "local t = tf.zeros(-1)")
-        self.assertScriptError(r, "(command line):1: bad argument #1 to 'zeros' (negative dimension -1)")
+        self.assertScriptError(r, "(command line):1: bad argument #1 to 'zeros' (negative size -1 for dimension 0)")
         # Lua names C functions by a search of package.loaded: tf's functions
         # are reachable only through tf, so the name is always tf.zeros.
         self.assertIn("[C]: in function 'tf.zeros'", r.stderr)
@@ -668,7 +668,7 @@ class ReplThroughPipe(TfhostTest):
         self.assertExit(r, 0)
         self.assertIn("tfhost: stdin:1: oops\nstack traceback:", r.stderr)
         self.assertIn("tfhost: stdin:1: unexpected symbol near '='", r.stderr)
-        self.assertIn("bad argument #1 to 'zeros' (negative dimension -1)", r.stderr)
+        self.assertIn("bad argument #1 to 'zeros' (negative size -1 for dimension 0)", r.stderr)
         self.assertIn("after\n", r.stdout)
 
     def test_exit_with_code(self):
