@@ -634,12 +634,20 @@ static int tf_l_is_freed(lua_State *L) {
 
 /* ---- metamethods -------------------------------------------------------------- */
 
+/* x[i] and x.unknown are errors, not a silent nil: indexing with [] is not
+ * how a tensor gives its elements. (grad and grad_fn are nil when absent:
+ * scripts test them.) */
 static int tf_l_index(lua_State *L) {
   lua_pushvalue(L, 2);
   lua_rawget(L, lua_upvalueindex(1)); /* methods first */
   if (!lua_isnil(L, -1)) return 1;
+  if (lua_type(L, 2) != LUA_TSTRING) {
+    const char *k = luaL_tolstring(L, 2, NULL);
+    return tf_lua_error(L, "tf.Tensor: x[%s]: a tensor is not indexed with []: use x:select(dim, index) for a slice "
+                           "(dimensions and indices count from 0), x:item() for the value of a one-element tensor, "
+                           "or x:tolist() for a Lua table", k);
+  }
   const char *key = lua_tostring(L, 2);
-  if (!key || lua_type(L, 2) != LUA_TSTRING) return 1;
   tf_tensor *t = tf_lua_checktensor(L, 1);
   char buf[32];
   if (strcmp(key, "shape") == 0)
@@ -654,14 +662,15 @@ static int tf_l_index(lua_State *L) {
     lua_pushinteger(L, (lua_Integer)tf_tensor_nbytes(t));
   else if (strcmp(key, "is_contiguous") == 0)
     lua_pushboolean(L, tf_tensor_is_contiguous(t));
-  else if (strcmp(key, "grad") == 0 && t->grad)
-    tf_lua_pushtensor(L, tf_tensor_retain(t->grad));
+  else if (strcmp(key, "grad") == 0)
+    t->grad ? tf_lua_pushtensor(L, tf_tensor_retain(t->grad)) : lua_pushnil(L);
   else if (strcmp(key, "is_leaf") == 0)
     lua_pushboolean(L, t->grad_fn == NULL);
-  else if (strcmp(key, "grad_fn") == 0 && t->grad_fn)
-    lua_pushstring(L, t->grad_fn->name);
+  else if (strcmp(key, "grad_fn") == 0)
+    t->grad_fn ? lua_pushstring(L, t->grad_fn->name) : lua_pushnil(L);
   else
-    lua_pushnil(L);
+    return tf_lua_error(L, "tf.Tensor has no field '%s' (fields: shape, dtype, device, ndim, nbytes, is_contiguous, "
+                           "grad, is_leaf, grad_fn; help(x) lists the methods)", key);
   return 1;
 }
 

@@ -51,4 +51,36 @@ function M.choice(value, fname, key, choices)
     type(value) == "string" and string.format("%q", value) or tostring(value)), 2)
 end
 
+-- What v is, as messages say it: "a tf.Tensor", "nil", "a number".
+local function what_is(v)
+  if v == nil then return "nil" end
+  local mt = getmetatable(v)
+  local name = type(mt) == "table" and rawget(mt, "__name")
+  return "a " .. (type(name) == "string" and name or type(v))
+end
+M.what_is = what_is
+
+local function callable(v)
+  if type(v) == "function" then return true end
+  local mt = getmetatable(v)
+  return type(mt) == "table" and rawget(mt, "__call") ~= nil
+end
+
+--- Refuses argument v of fname (described as what, e.g. "argument #1 (fn)")
+-- unless it is of kind ("function" (anything callable), "tensor",
+-- "string", "number", "integer", "table"); optional lets nil pass.
+function M.arg(v, fname, what, kind, optional)
+  if v == nil and optional then return v end
+  local ok
+  if kind == "function" then ok = callable(v)
+  elseif kind == "tensor" then ok = require("tf").is_tensor(v)
+  elseif kind == "integer" then ok = math.type(v) == "integer"
+  else ok = type(v) == kind end
+  if not ok then
+    error(string.format("%s: %s must be %s%s%s, not %s", fname, what, kind == "integer" and "an " or "a ", kind,
+      optional and " (or nil)" or "", what_is(v)), 2)
+  end
+  return v
+end
+
 return M
