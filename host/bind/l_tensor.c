@@ -662,12 +662,14 @@ static int tf_l_index(lua_State *L) {
     lua_pushinteger(L, (lua_Integer)tf_tensor_nbytes(t));
   else if (strcmp(key, "is_contiguous") == 0)
     lua_pushboolean(L, tf_tensor_is_contiguous(t));
-  else if (strcmp(key, "grad") == 0)
-    t->grad ? tf_lua_pushtensor(L, tf_tensor_retain(t->grad)) : lua_pushnil(L);
+  else if (strcmp(key, "grad") == 0 && t->grad)
+    tf_lua_pushtensor(L, tf_tensor_retain(t->grad));
   else if (strcmp(key, "is_leaf") == 0)
     lua_pushboolean(L, t->grad_fn == NULL);
-  else if (strcmp(key, "grad_fn") == 0)
-    t->grad_fn ? lua_pushstring(L, t->grad_fn->name) : lua_pushnil(L);
+  else if (strcmp(key, "grad_fn") == 0 && t->grad_fn)
+    lua_pushstring(L, t->grad_fn->name);
+  else if (strcmp(key, "grad") == 0 || strcmp(key, "grad_fn") == 0)
+    lua_pushnil(L);
   else
     return tf_lua_error(L, "tf.Tensor has no field '%s' (fields: shape, dtype, device, ndim, nbytes, is_contiguous, "
                            "grad, is_leaf, grad_fn; help(x) lists the methods)", key);

@@ -25,8 +25,12 @@ typedef struct tf_lua_heap {
  * neither, and pcall's message handler never sees it). */
 static size_t tf_lua_heap_reserve(size_t limit) { return limit / 8 > 262144 ? limit / 8 : 262144; }
 
+static void tf_lua_heap_hook(lua_State *L, lua_Debug *ar);
+
+/* Puts back the hook the arming replaced, unless another one (Ctrl-C's) has
+ * replaced ours since. */
 static void tf_lua_heap_disarm(tf_lua_heap *h) {
-  if (h->armed) lua_sethook(h->L, h->saved_hook, h->saved_mask, h->saved_count);
+  if (h->armed && lua_gethook(h->L) == tf_lua_heap_hook) lua_sethook(h->L, h->saved_hook, h->saved_mask, h->saved_count);
   h->armed = false;
 }
 
@@ -60,7 +64,7 @@ static bool tf_lua_heap_soft(tf_lua_heap *h, size_t total) {
     if (h->L) tf_lua_heap_disarm(h);
     return false;
   }
-  if (!h->armed) {
+  if (!h->armed || lua_gethook(h->L) != tf_lua_heap_hook) { /* ours runs first, then the one it replaced */
     h->saved_hook = lua_gethook(h->L);
     h->saved_mask = lua_gethookmask(h->L);
     h->saved_count = lua_gethookcount(h->L);
