@@ -86,7 +86,8 @@ local function measure(dtype, d, seq, impl)
     q:zero_grad()
     k:zero_grad()
     v:zero_grad()
-    local bwd = tf.bench.backward(function() return tf.attention(q, k, v, attn) end, dout, { q, k, v }, opt)
+    local bwd = tf.bench.backward(function() return tf.attention(q, k, v, attn) end, dout, { q, k, v },
+      { warmup = opt.warmup, iters = opt.iters })
     row.bwd_ms, row.bwd_std_ms = bwd.mean, bwd.std
   end)
   if not ok then

@@ -111,7 +111,8 @@ local function measure(dtype, d, seq, impl)
       { "fwd", 1, function() return tf.bench(function() tf.attention(q, k, v, attn):free() end,
           { warmup = opt.warmup, iters = opt.iters }) end },
       { "bwd", 2.5, function()
-        return tf.bench.backward(function() return tf.attention(q, k, v, attn) end, dout, { q, k, v }, opt)
+        return tf.bench.backward(function() return tf.attention(q, k, v, attn) end, dout, { q, k, v },
+          { warmup = opt.warmup, iters = opt.iters })
       end },
       { "fwdbwd", 3.5, function()
         return tf.bench(function() fwdbwd(q, k, v, dout, attn) end, { warmup = opt.warmup, iters = opt.iters })

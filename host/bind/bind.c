@@ -107,10 +107,9 @@ void tf_lua_replace_error(lua_State *L) {
 
 int tf_lua_raise(lua_State *L, tf_status st, const char *fname) {
   const char *msg = tf_lua_unprefixed(fname, tf_last_error());
-  if (st == TF_ERR_OOM) {
-    lua_pushfstring(L, "%s (in %s)", msg, fname);
-    return lua_error(L);
-  }
+  /* Out of memory reads "file:line: out of memory: ... (in fname)": the
+   * words scripts test come first after the position. */
+  if (st == TF_ERR_OOM) return tf_lua_error(L, "%s (in %s)", msg, fname);
   return tf_lua_error(L, "%s: %s", fname, msg);
 }
 
@@ -156,7 +155,7 @@ int tf_lua_checkshape(lua_State *L, int idx, tf_shape *shape, int allow_infer) {
       int ok;
       lua_Integer d = lua_tointegerx(L, -1, &ok);
       lua_pop(L, 1);
-      if (!ok) luaL_argerror(L, idx, lua_pushfstring(L, "shape entry %d is not an integer", (int)i));
+      if (!ok) luaL_argerror(L, idx, lua_pushfstring(L, "the size of dimension %d is not an integer", (int)i - 1));
       shape->dims[shape->ndim++] = d;
     }
     next = idx + 1;
@@ -164,7 +163,7 @@ int tf_lua_checkshape(lua_State *L, int idx, tf_shape *shape, int allow_infer) {
     while (lua_isinteger(L, next) || (lua_type(L, next) == LUA_TNUMBER)) {
       int ok;
       lua_Integer d = lua_tointegerx(L, next, &ok);
-      if (!ok) luaL_argerror(L, next, "shape entries must be integers");
+      if (!ok) luaL_argerror(L, next, lua_pushfstring(L, "the size of dimension %d is not an integer", shape->ndim));
       if (shape->ndim == TF_MAX_DIMS) luaL_argerror(L, next, "a shape has at most 8 dimensions");
       shape->dims[shape->ndim++] = d;
       next++;
@@ -172,8 +171,16 @@ int tf_lua_checkshape(lua_State *L, int idx, tf_shape *shape, int allow_infer) {
   }
   for (int i = 0; i < shape->ndim; i++)
     if (shape->dims[i] < 0 && !(allow_infer && shape->dims[i] == -1))
-      luaL_argerror(L, idx, lua_pushfstring(L, "negative dimension %d", (int)shape->dims[i]));
+      luaL_argerror(L, idx, lua_pushfstring(L, "negative size %I for dimension %d", (lua_Integer)shape->dims[i], i));
   return next;
+}
+
+int tf_lua_checkdim(lua_State *L, int idx) {
+  lua_Integer d = luaL_checkinteger(L, idx);
+  if (d < -TF_MAX_DIMS - 1 || d > TF_MAX_DIMS)
+    luaL_argerror(L, idx, lua_pushfstring(L, "dimension %I out of range (dimensions count from 0, or from -1 at the "
+                                             "end; a tensor has at most %d)", d, TF_MAX_DIMS));
+  return (int)d;
 }
 
 tf_dtype tf_lua_checkdtype(lua_State *L, int idx) {
@@ -189,24 +196,62 @@ tf_device tf_lua_checkdevice(lua_State *L, int idx) {
   return d;
 }
 
+/* a and b alike but for case and underscores ("dmodel", "D_Model" and "d_model"). */
+static bool tf_lua_near_name(const char *a, const char *b) {
+  for (;;) {
+    while (*a == '_') a++;
+    while (*b == '_') b++;
+    if (!*a || !*b) return !*a && !*b;
+    char x = *a++, y = *b++;
+    if (x >= 'A' && x <= 'Z') x = (char)(x - 'A' + 'a');
+    if (y >= 'A' && y <= 'Z') y = (char)(y - 'A' + 'a');
+    if (x != y) return false;
+  }
+}
+
+void tf_lua_checkkeys(lua_State *L, int idx, const char *fname, const char *const keys[]) {
+  if (lua_isnoneornil(L, idx)) return;
+  idx = lua_absindex(L, idx);
+  if (!lua_istable(L, idx)) {
+    const char *msg = lua_pushfstring(L, "options must be a table, not %s", luaL_typename(L, idx));
+    if (!fname) luaL_argerror(L, idx, msg);
+    tf_lua_error(L, "%s: %s", fname, msg);
+  }
+  lua_pushnil(L);
+  while (lua_next(L, idx)) {
+    lua_pop(L, 1);
+    const char *key = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
+    bool known = false;
+    for (int i = 0; key && keys[i] && !known; i++) known = strcmp(key, keys[i]) == 0;
+    if (known) continue;
+    const char *near = NULL;
+    for (int i = 0; key && keys[i] && !near; i++)
+      if (tf_lua_near_name(key, keys[i])) near = keys[i];
+    const char *name = luaL_tolstring(L, -1, NULL);
+    lua_pushfstring(L, "unknown option '%s'%s%s%s; accepted: ", name, near ? " (did you mean " : "", near ? near : "",
+                    near ? "?)" : "");
+    int parts = 1;
+    for (int i = 0; keys[i]; i++, parts += 2) {
+      lua_pushstring(L, i ? ", " : "");
+      lua_pushstring(L, keys[i]);
+    }
+    lua_concat(L, parts);
+    if (!fname) luaL_argerror(L, idx, lua_tostring(L, -1));
+    tf_lua_error(L, "%s: %s", fname, lua_tostring(L, -1));
+  }
+}
+
 void tf_lua_checkopts(lua_State *L, int idx, tf_dtype *dtype, tf_device *device, tf_dtype default_dtype) {
+  static const char *const keys[] = {"dtype", "device", NULL};
   *dtype = default_dtype;
   *device = tf_default_device();
   if (lua_isnoneornil(L, idx)) return;
-  luaL_checktype(L, idx, LUA_TTABLE);
-  lua_pushnil(L);
-  while (lua_next(L, idx)) {
-    const char *key = lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : NULL;
-    if (key && strcmp(key, "dtype") == 0) {
-      if (tf_dtype_parse(luaL_tolstring(L, -1, NULL), dtype) != TF_OK) luaL_argerror(L, idx, tf_last_error());
-      lua_pop(L, 1);
-    } else if (key && strcmp(key, "device") == 0) {
-      if (tf_device_parse(luaL_tolstring(L, -1, NULL), device) != TF_OK) luaL_argerror(L, idx, tf_last_error());
-      lua_pop(L, 1);
-    } else {
-      luaL_argerror(L, idx,
-                    lua_pushfstring(L, "unknown option '%s' (expected dtype or device)", luaL_tolstring(L, -2, NULL)));
-    }
-    lua_pop(L, 1);
-  }
+  tf_lua_checkkeys(L, idx, NULL, keys);
+  int top = lua_gettop(L);
+  if (lua_getfield(L, idx, "dtype") != LUA_TNIL && tf_dtype_parse(luaL_tolstring(L, -1, NULL), dtype) != TF_OK)
+    luaL_argerror(L, idx, tf_last_error());
+  lua_settop(L, top);
+  if (lua_getfield(L, idx, "device") != LUA_TNIL && tf_device_parse(luaL_tolstring(L, -1, NULL), device) != TF_OK)
+    luaL_argerror(L, idx, tf_last_error());
+  lua_settop(L, top);
 }

@@ -18,10 +18,10 @@ typedef struct tf_lua_tensor {
   tf_tensor *t;
 } tf_lua_tensor;
 
-/* Raises the core's last error as a Lua error from function fname. Out of
- * memory errors keep "out of memory" at the very start of the message (no
- * position prefix) so scripts can recognise them; others read
- * "file:line: fname: message". Never returns. */
+/* Raises the core's last error as a Lua error from function fname, at the
+ * user's line: "file:line: fname: message". Out of memory errors read
+ * "file:line: out of memory: ... (in fname)", so scripts recognise them by
+ * the words after the position (tf.mem.is_oom). Never returns. */
 /* Errors that point at the user's line: the position pushed by
  * tf_lua_where is that of the first function at `level` or above that is
  * neither C nor one of tfhost's Lua modules (luaL_where's, past tfhost's
@@ -49,10 +49,19 @@ void tf_lua_pushtensor(lua_State *L, tf_tensor *t);
  * lets one dimension be -1 (reshape). */
 int tf_lua_checkshape(lua_State *L, int idx, tf_shape *shape, int allow_infer);
 
+/* Refuses every key of the options table at idx that is not one of keys
+ * (NULL-ended), naming it, a near spelling ("dmodel": d_model) and the
+ * accepted keys: "fname: unknown option 'x'; accepted: a, b" (fname NULL:
+ * an argument error, "bad argument #idx to ..."). nil or none at idx passes. */
+void tf_lua_checkkeys(lua_State *L, int idx, const char *fname, const char *const keys[]);
+
 /* dtype / device from an options table at idx (nil or absent: defaults). */
 void tf_lua_checkopts(lua_State *L, int idx, tf_dtype *dtype, tf_device *device, tf_dtype default_dtype);
 tf_device tf_lua_checkdevice(lua_State *L, int idx);  /* string, or nil: default device */
 tf_dtype tf_lua_checkdtype(lua_State *L, int idx);
+/* A dimension argument (from 0, negative from the end): an integer small
+ * enough that tf_wrap_dim reports it as given, never truncated. */
+int tf_lua_checkdim(lua_State *L, int idx);
 
 /* The class `name` (a metatable in the registry, as luaL_newmetatable):
  * its metamethods, and its methods (NULL: none) in a table that is its

@@ -51,6 +51,8 @@ static int tf_l_backward(lua_State *L) {
   bool retain = false;
   tf_l_grad_hook h = {L, 0};
   if (lua_istable(L, opts)) {
+    static const char *const keys[] = {"retain_graph", "on_grad", NULL};
+    tf_lua_checkkeys(L, opts, "backward", keys);
     lua_getfield(L, opts, "retain_graph");
     retain = lua_toboolean(L, -1);
     lua_pop(L, 1);
@@ -126,10 +128,13 @@ static int tf_l_grad_scope(lua_State *L) {
 static int tf_l_autocast_scope(lua_State *L) {
   int dtype = -1;
   if (!lua_isnoneornil(L, 1)) {
-    dtype = (int)tf_lua_checkdtype(L, 1);
-    if (dtype != TF_F16 && dtype != TF_BF16)
-      return luaL_argerror(L, 1, lua_pushfstring(L, "autocast works with f16 or bf16, not %s",
-                                                 tf_dtype_name((tf_dtype)dtype)));
+    /* tf.autocast calls this from Lua: tf_lua_error points past it, at the user's line */
+    tf_dtype d;
+    const char *name = lua_type(L, 1) == LUA_TSTRING ? lua_tostring(L, 1) : NULL;
+    if (!name || tf_dtype_parse(name, &d) != TF_OK || (d != TF_F16 && d != TF_BF16))
+      return tf_lua_error(L, "tf.autocast: the dtype must be \"bf16\" or \"f16\" (nil: autocast off), not %s",
+                          name ? name : luaL_typename(L, 1));
+    dtype = (int)d;
   }
   int depth;
   TF_LUA_CHECK(L, tf_autocast_enter(dtype, &depth), "tf.autocast");

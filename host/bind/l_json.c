@@ -158,7 +158,9 @@ static int tf_l_json_encode(lua_State *L) {
   tf_json_enc enc = {TF_NAN_NULL, true};
   bool indent = false;
   if (!lua_isnoneornil(L, 2)) {
+    static const char *const keys[] = {"indent", "sort_keys", "nan", NULL};
     luaL_checktype(L, 2, LUA_TTABLE);
+    tf_lua_checkkeys(L, 2, "tf.json.encode", keys);
     lua_getfield(L, 2, "indent");
     indent = lua_toboolean(L, -1);
     lua_getfield(L, 2, "sort_keys");
@@ -174,7 +176,7 @@ static int tf_l_json_encode(lua_State *L) {
   void **h = tf_json_push_holder(L);
   *h = tf_json_value(L, 1, &enc, 0);
   char *text = indent ? cJSON_Print(*h) : cJSON_PrintUnformatted(*h);
-  if (!text) return tf_lua_error(L, "tf.json.encode: out of memory");
+  if (!text) return tf_lua_error(L, "out of memory: no host memory for the text (in tf.json.encode)");
   lua_pushstring(L, text);
   cJSON_free(text);
   return 1;

@@ -88,7 +88,9 @@ static int tf_l_mem_record(lua_State *L) {
   bool on = true;
   int devidx = 2;
   if (lua_istable(L, 1)) {
+    static const char *const keys[] = {"max_entries", "enabled", "device", NULL};
     lua_settop(L, 1);
+    tf_lua_checkkeys(L, 1, "tf.mem.record", keys);
     lua_getfield(L, 1, "max_entries");
     if (!lua_isnil(L, -1)) {
       if (!lua_isinteger(L, -1)) return tf_lua_error(L, "tf.mem.record: max_entries must be an integer");

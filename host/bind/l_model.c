@@ -39,14 +39,7 @@ static const char *const tf_l_config_keys[] = {"vocab_size", "context_length", "
  * (10000 when absent); unknown keys are refused (a typo must not pass). */
 static tf_model_config tf_l_checkconfig(lua_State *L, int idx, const char *fname) {
   luaL_checktype(L, idx, LUA_TTABLE);
-  lua_pushnil(L);
-  while (lua_next(L, idx)) {
-    lua_pop(L, 1);
-    int known = 0;
-    if (lua_type(L, -1) == LUA_TSTRING)
-      for (int i = 0; tf_l_config_keys[i]; i++) known |= strcmp(lua_tostring(L, -1), tf_l_config_keys[i]) == 0;
-    if (!known) tf_lua_error(L, "%s: unknown config field '%s'", fname, luaL_tolstring(L, -1, NULL));
-  }
+  tf_lua_checkkeys(L, idx, fname, tf_l_config_keys);
   int64_t v[6];
   for (int i = 0; i < 6; i++) {
     lua_getfield(L, idx, tf_l_config_keys[i]);
@@ -96,7 +89,8 @@ static int tf_l_model_create(lua_State *L) {
   int flash = -1; /* the engine's default */
   bool graphs = true;
   if (!lua_isnoneornil(L, 2)) {
-    luaL_checktype(L, 2, LUA_TTABLE);
+    static const char *const keys[] = {"device", "precision", "attention", "graphs", NULL};
+    tf_lua_checkkeys(L, 2, fname, keys);
     lua_pushnil(L);
     while (lua_next(L, 2)) {
       const char *key = lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : "?";
@@ -111,11 +105,9 @@ static int tf_l_model_create(lua_State *L) {
         if (!impl || (strcmp(impl, "flash") != 0 && strcmp(impl, "naive") != 0))
           tf_lua_error(L, "%s: attention must be \"flash\" or \"naive\"", fname);
         flash = strcmp(impl, "flash") == 0;
-      } else if (strcmp(key, "graphs") == 0) {
+      } else { /* "graphs": the only key left */
         if (!lua_isboolean(L, -1)) tf_lua_error(L, "%s: graphs must be true or false", fname);
         graphs = lua_toboolean(L, -1);
-      } else {
-        tf_lua_error(L, "%s: unknown option '%s' (expected device, precision, attention or graphs)", fname, key);
       }
       lua_pop(L, 1);
     }
@@ -191,7 +183,9 @@ static double tf_l_model_opt(lua_State *L, const char *fname, int idx, const cha
 /* m:adamw_step{step = t [, lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.01]} */
 /* The options table at index 2 of an AdamW call named fname. */
 static void tf_l_model_adamw_args(lua_State *L, const char *fname, tf_adamw_args *a) {
+  static const char *const keys[] = {"step", "lr", "beta1", "beta2", "eps", "weight_decay", NULL};
   luaL_checktype(L, 2, LUA_TTABLE);
+  tf_lua_checkkeys(L, 2, fname, keys);
   lua_getfield(L, 2, "step");
   int ok;
   lua_Integer step = lua_tointegerx(L, -1, &ok);

@@ -28,7 +28,7 @@ static int tf_l_linear(lua_State *L) {
 static int tf_l_softmax_dim(lua_State *L, bool log, const char *fname) {
   tf_tensor *x = tf_lua_checktensor(L, 1), *out = NULL, *t = NULL, *y = NULL;
   int last = x->ndim > 0 ? x->ndim - 1 : 0, dim = last;
-  if (!lua_isnoneornil(L, 2)) TF_LUA_CHECK(L, tf_wrap_dim((int)luaL_checkinteger(L, 2), x->ndim, &dim), fname);
+  if (!lua_isnoneornil(L, 2)) TF_LUA_CHECK(L, tf_wrap_dim(tf_lua_checkdim(L, 2), x->ndim, &dim), fname);
   if (dim == last) {
     tf_l_push_result(L, tf_ag_softmax(x, log, &out), &out, fname);
     return 1;
@@ -111,6 +111,8 @@ static bool tf_l_attention_opts(lua_State *L, int idx, tf_attention_opts *o) {
   if (lua_isnoneornil(L, idx)) return false;
   if (!lua_istable(L, idx))
     tf_lua_error(L, "tf.attention: argument #%d must be a table of options, not %s", idx, luaL_typename(L, idx));
+  static const char *const keys[] = {"causal", "impl", "scale", "deterministic", "return_lse", NULL};
+  tf_lua_checkkeys(L, idx, "tf.attention", keys);
   lua_pushnil(L);
   while (lua_next(L, idx)) {
     const char *key = lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : "";
@@ -125,7 +127,7 @@ static bool tf_l_attention_opts(lua_State *L, int idx, tf_attention_opts *o) {
         tf_lua_error(L, "tf.attention: option 'scale' must be a number, not %s", luaL_typename(L, -1));
       o->has_scale = true;
       o->scale = lua_tonumber(L, -1);
-    } else if (strcmp(key, "impl") == 0) {
+    } else { /* "impl": the only key left */
       const char *impl = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
       if (impl && strcmp(impl, "flash") == 0)
         o->impl = TF_ATTENTION_FLASH;
@@ -134,9 +136,6 @@ static bool tf_l_attention_opts(lua_State *L, int idx, tf_attention_opts *o) {
       else
         tf_lua_error(L, "tf.attention: option 'impl' must be \"naive\" or \"flash\", not %s",
                    luaL_tolstring(L, -1, NULL));
-    } else {
-      tf_lua_error(L, "tf.attention: unknown option '%s' (expected causal, impl, scale, deterministic or return_lse)",
-                 luaL_tolstring(L, -2, NULL));
     }
     lua_pop(L, 1);
   }
@@ -171,7 +170,9 @@ static double tf_l_field(lua_State *L, int idx, const char *key) {
 static int tf_l_adamw_step(lua_State *L) {
   tf_tensor *p = tf_lua_checktensor(L, 1), *g = tf_lua_checktensor(L, 2), *m = tf_lua_checktensor(L, 3),
             *v = tf_lua_checktensor(L, 4);
+  static const char *const keys[] = {"lr", "beta1", "beta2", "eps", "weight_decay", "step", NULL};
   luaL_checktype(L, 5, LUA_TTABLE);
+  tf_lua_checkkeys(L, 5, "tf._adamw_step", keys);
   tf_adamw_args args = {tf_l_field(L, 5, "lr"), tf_l_field(L, 5, "beta1"), tf_l_field(L, 5, "beta2"),
                         tf_l_field(L, 5, "eps"), tf_l_field(L, 5, "weight_decay"), (int64_t)tf_l_field(L, 5, "step")};
   TF_LUA_CHECK(L, tf_adamw_step(p, g, m, v, &args), "tf.optim.AdamW");

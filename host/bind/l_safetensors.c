@@ -27,13 +27,8 @@ static void tf_st_push_metadata(lua_State *L, const tf_safetensors_file *f) {
 /* The options of load: {device = "cpu" | "cuda:N" | ...}. */
 static tf_device tf_st_checkopts(lua_State *L, int idx) {
   if (lua_isnoneornil(L, idx)) return tf_default_device();
-  luaL_checktype(L, idx, LUA_TTABLE);
-  lua_pushnil(L);
-  while (lua_next(L, idx)) {
-    lua_pop(L, 1);
-    if (lua_type(L, -1) != LUA_TSTRING || strcmp(lua_tostring(L, -1), "device") != 0)
-      luaL_argerror(L, idx, lua_pushfstring(L, "unknown option '%s' (expected device)", luaL_tolstring(L, -1, NULL)));
-  }
+  static const char *const keys[] = {"device", NULL};
+  tf_lua_checkkeys(L, idx, NULL, keys);
   lua_getfield(L, idx, "device");
   tf_device d = tf_default_device();
   if (!lua_isnil(L, -1)) {

@@ -272,7 +272,7 @@ static int tf_l_reduce(lua_State *L) {
   const tf_op_info *info = tf_l_opinfo(L);
   tf_tensor *a = tf_lua_checktensor(L, 1), *out;
   bool all = lua_isnoneornil(L, 2);
-  int dim = all ? 0 : (int)luaL_checkinteger(L, 2);
+  int dim = all ? 0 : tf_lua_checkdim(L, 2);
   bool keepdim = lua_toboolean(L, 3);
   TF_LUA_CHECK(L, tf_ag_reduce((tf_reduce_op)info->code, a, dim, all, keepdim, &out), tf_l_opname(info));
   tf_lua_pushtensor(L, out);
@@ -393,7 +393,7 @@ static int tf_l_view(lua_State *L) {
 
 static int tf_l_transpose(lua_State *L) {
   tf_tensor *a = tf_lua_checktensor(L, 1), *out;
-  int d0 = (int)luaL_checkinteger(L, 2), d1 = (int)luaL_checkinteger(L, 3);
+  int d0 = tf_lua_checkdim(L, 2), d1 = tf_lua_checkdim(L, 3);
   TF_LUA_CHECK(L, tf_ag_transpose(a, d0, d1, &out), "transpose");
   tf_lua_pushtensor(L, out);
   return 1;
@@ -426,7 +426,7 @@ static int tf_l_expand(lua_State *L) {
 
 static int tf_l_narrow(lua_State *L) {
   tf_tensor *a = tf_lua_checktensor(L, 1), *out;
-  TF_LUA_CHECK(L, tf_ag_narrow(a, (int)luaL_checkinteger(L, 2), luaL_checkinteger(L, 3), luaL_checkinteger(L, 4), &out),
+  TF_LUA_CHECK(L, tf_ag_narrow(a, tf_lua_checkdim(L, 2), luaL_checkinteger(L, 3), luaL_checkinteger(L, 4), &out),
                "narrow");
   tf_lua_pushtensor(L, out);
   return 1;
@@ -434,7 +434,7 @@ static int tf_l_narrow(lua_State *L) {
 
 static int tf_l_select(lua_State *L) {
   tf_tensor *a = tf_lua_checktensor(L, 1), *out;
-  TF_LUA_CHECK(L, tf_ag_select(a, (int)luaL_checkinteger(L, 2), luaL_checkinteger(L, 3), &out), "select");
+  TF_LUA_CHECK(L, tf_ag_select(a, tf_lua_checkdim(L, 2), luaL_checkinteger(L, 3), &out), "select");
   tf_lua_pushtensor(L, out);
   return 1;
 }
@@ -442,7 +442,7 @@ static int tf_l_select(lua_State *L) {
 static int tf_l_unsqueeze(lua_State *L) {
   tf_tensor *a = tf_lua_checktensor(L, 1), *out;
   int dim;
-  TF_LUA_CHECK(L, tf_wrap_dim((int)luaL_checkinteger(L, 2), a->ndim + 1, &dim), "unsqueeze");
+  TF_LUA_CHECK(L, tf_wrap_dim(tf_lua_checkdim(L, 2), a->ndim + 1, &dim), "unsqueeze");
   tf_shape s = {.ndim = a->ndim + 1};
   if (s.ndim > TF_MAX_DIMS) return tf_lua_error(L, "unsqueeze: a tensor has at most 8 dimensions");
   int64_t strides[TF_MAX_DIMS];
@@ -464,7 +464,7 @@ static int tf_l_unsqueeze(lua_State *L) {
 static int tf_l_squeeze(lua_State *L) {
   tf_tensor *a = tf_lua_checktensor(L, 1), *out;
   int only = -1;
-  if (!lua_isnoneornil(L, 2)) TF_LUA_CHECK(L, tf_wrap_dim((int)luaL_checkinteger(L, 2), a->ndim, &only), "squeeze");
+  if (!lua_isnoneornil(L, 2)) TF_LUA_CHECK(L, tf_wrap_dim(tf_lua_checkdim(L, 2), a->ndim, &only), "squeeze");
   tf_shape s = {0};
   int64_t strides[TF_MAX_DIMS];
   for (int i = 0; i < a->ndim; i++) {
@@ -583,7 +583,7 @@ static int tf_l_dims_query(lua_State *L, bool strides, const char *fname) {
     return 1;
   }
   int d;
-  TF_LUA_CHECK(L, tf_wrap_dim((int)luaL_checkinteger(L, 2), t->ndim, &d), fname);
+  TF_LUA_CHECK(L, tf_wrap_dim(tf_lua_checkdim(L, 2), t->ndim, &d), fname);
   lua_pushinteger(L, t->ndim ? dims[d] : 1);
   return 1;
 }
@@ -634,12 +634,20 @@ static int tf_l_is_freed(lua_State *L) {
 
 /* ---- metamethods -------------------------------------------------------------- */
 
+/* x[i] and x.unknown are errors, not a silent nil: indexing with [] is not
+ * how a tensor gives its elements. (grad and grad_fn are nil when absent:
+ * scripts test them.) */
 static int tf_l_index(lua_State *L) {
   lua_pushvalue(L, 2);
   lua_rawget(L, lua_upvalueindex(1)); /* methods first */
   if (!lua_isnil(L, -1)) return 1;
+  if (lua_type(L, 2) != LUA_TSTRING) {
+    const char *k = luaL_tolstring(L, 2, NULL);
+    return tf_lua_error(L, "tf.Tensor: x[%s]: a tensor is not indexed with []: use x:select(dim, index) for a slice "
+                           "(dimensions and indices count from 0), x:item() for the value of a one-element tensor, "
+                           "or x:tolist() for a Lua table", k);
+  }
   const char *key = lua_tostring(L, 2);
-  if (!key || lua_type(L, 2) != LUA_TSTRING) return 1;
   tf_tensor *t = tf_lua_checktensor(L, 1);
   char buf[32];
   if (strcmp(key, "shape") == 0)
@@ -660,8 +668,11 @@ static int tf_l_index(lua_State *L) {
     lua_pushboolean(L, t->grad_fn == NULL);
   else if (strcmp(key, "grad_fn") == 0 && t->grad_fn)
     lua_pushstring(L, t->grad_fn->name);
-  else
+  else if (strcmp(key, "grad") == 0 || strcmp(key, "grad_fn") == 0)
     lua_pushnil(L);
+  else
+    return tf_lua_error(L, "tf.Tensor has no field '%s' (fields: shape, dtype, device, ndim, nbytes, is_contiguous, "
+                           "grad, is_leaf, grad_fn; help(x) lists the methods)", key);
   return 1;
 }
 
@@ -743,6 +754,22 @@ static int tf_l_is_tensor(lua_State *L) {
   return 1;
 }
 
+/* tf._op_table(): {name, family} for every op of the registry, so tests can
+ * go over all of them (the error-message tests, for one). */
+static int tf_l_op_table(lua_State *L) {
+  static const char *const families[] = {"unary", "binary", "reduce", "matmul", "other"};
+  int count;
+  const tf_op_info *ops = tf_op_registry(&count);
+  lua_createtable(L, count, 0);
+  for (int i = 0; i < count; i++) {
+    lua_createtable(L, 0, 2);
+    TF_SET_STR(L, "name", ops[i].name);
+    TF_SET_STR(L, "family", families[ops[i].family]);
+    lua_rawseti(L, -2, i + 1);
+  }
+  return 1;
+}
+
 static const luaL_Reg tf_tensor_methods[] = {
     {"to", tf_l_to},
     {"cpu", tf_l_cpu},
@@ -787,6 +814,7 @@ static const luaL_Reg tf_tensor_functions[] = {
     {"randint", tf_l_randint},
     {"trunc_normal", tf_l_trunc_normal},
     {"is_tensor", tf_l_is_tensor},
+    {"_op_table", tf_l_op_table},
     {NULL, NULL},
 };
 

@@ -1,5 +1,7 @@
 #include "luahost.h"
 
+#include "bind.h"
+
 #include <lauxlib.h>
 #include <lualib.h>
 #include <signal.h>
@@ -13,10 +15,69 @@
 
 typedef struct tf_lua_heap {
   size_t used, limit;
+  lua_State *L; /* the main thread: its hook reports a full heap */
+  bool armed;   /* the hook below is set and will look at the heap */
+  lua_Hook saved_hook;
+  int saved_mask, saved_count;
 } tf_lua_heap;
 
-/* Lua's allocator with accounting: a runaway script gets Lua's own
- * "not enough memory" error instead of exhausting the machine. */
+/* Past the limit an allocation may still take this much more, so that the
+ * error can be raised at the next instruction as an ordinary error with the
+ * script's position and a traceback (Lua's own out-of-memory error has
+ * neither, and pcall's message handler never sees it). */
+static size_t tf_lua_heap_reserve(size_t limit) { return limit / 8 > 262144 ? limit / 8 : 262144; }
+
+static void tf_lua_heap_hook(lua_State *L, lua_Debug *ar);
+
+/* Puts back the hook the arming replaced, unless another one (Ctrl-C's) has
+ * replaced ours since. */
+static void tf_lua_heap_disarm(tf_lua_heap *h) {
+  if (h->armed && lua_gethook(h->L) == tf_lua_heap_hook) lua_sethook(h->L, h->saved_hook, h->saved_mask, h->saved_count);
+  h->armed = false;
+}
+
+/* At the instruction after an allocation past the limit: a full collection,
+ * and the error only if the heap is still over the limit. */
+static void tf_lua_heap_hook(lua_State *L, lua_Debug *ar) {
+  (void)ar;
+  void *ud;
+  lua_getallocf(L, &ud);
+  tf_lua_heap *h = ud;
+  lua_gc(L, LUA_GCCOLLECT);
+  if (h->used <= h->limit) {
+    tf_lua_heap_disarm(h);
+    return;
+  }
+  /* made while still armed: the message's own allocations must not arm the hook again */
+  tf_lua_where(L, 0);
+  lua_pushfstring(L, "not enough memory (Lua heap: %d MiB in use, limit %d MiB; set TFHOST_LUA_MEMORY to change it)",
+                  (int)(h->used >> 20), (int)(h->limit >> 20));
+  lua_concat(L, 2);
+  tf_lua_heap_disarm(h);
+  lua_error(L);
+}
+
+/* Whether a request that takes the heap to total, past the limit, may use
+ * the reserve; if so the hook is armed (lua_sethook only sets the thread's
+ * fields: safe inside an allocation). Past the reserve Lua's own error
+ * follows, and a pending hook would fire later, elsewhere: disarmed. */
+static bool tf_lua_heap_soft(tf_lua_heap *h, size_t total) {
+  if (!h->L || total > h->limit + tf_lua_heap_reserve(h->limit)) {
+    if (h->L) tf_lua_heap_disarm(h);
+    return false;
+  }
+  if (!h->armed || lua_gethook(h->L) != tf_lua_heap_hook) { /* ours runs first, then the one it replaced */
+    h->saved_hook = lua_gethook(h->L);
+    h->saved_mask = lua_gethookmask(h->L);
+    h->saved_count = lua_gethookcount(h->L);
+    h->armed = true;
+    lua_sethook(h->L, tf_lua_heap_hook, LUA_MASKCOUNT, 1);
+  }
+  return true;
+}
+
+/* Lua's allocator with accounting: a runaway script gets a "not enough
+ * memory" error at its line instead of exhausting the machine. */
 static void *tf_lua_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
   tf_lua_heap *h = ud;
   size_t old = ptr ? osize : 0;
@@ -25,7 +86,8 @@ static void *tf_lua_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
     h->used -= old;
     return NULL;
   }
-  if (h->limit && nsize > old && h->used - old + nsize > h->limit) return NULL;
+  if (h->limit && nsize > old && h->used - old + nsize > h->limit && !tf_lua_heap_soft(h, h->used - old + nsize))
+    return NULL;
   void *p = realloc(ptr, nsize);
   if (!p) return NULL;
   h->used = h->used - old + nsize;
@@ -65,6 +127,7 @@ lua_State *tf_lua_newstate(size_t heap_limit) {
     free(heap);
     return NULL;
   }
+  heap->L = L;
   lua_atpanic(L, tf_lua_panic);
   lua_setwarnf(L, tf_lua_warn, NULL);
   return L;

@@ -52,8 +52,8 @@ const char *tf_op_name(tf_op_family family, int code) {
 tf_status tf_wrap_dim(int dim, int ndim, int *out) {
   int n = ndim > 0 ? ndim : 1;
   if (dim < -n || dim >= n)
-    return tf_fail(TF_ERR_ARG, "dimension %d out of range for a tensor of %d dimension%s", dim, ndim,
-                   ndim == 1 ? "" : "s");
+    return tf_fail(TF_ERR_ARG, "dimension %d out of range for a tensor of %d dimension%s (dimensions count from 0: "
+                   "0..%d, or -%d..-1 from the end)", dim, ndim, ndim == 1 ? "" : "s", n - 1, n);
   *out = dim < 0 ? dim + n : dim;
   return TF_OK;
 }
@@ -99,7 +99,8 @@ static tf_status tf_empty_like_shape(const tf_shape *s, tf_dtype d, tf_device de
 /* ---- views ------------------------------------------------------------- */
 
 tf_status tf_expand(const tf_tensor *a, const tf_shape *shape, tf_tensor **out) {
-  if (shape->ndim < a->ndim) return tf_fail(TF_ERR_ARG, "cannot expand to fewer dimensions");
+  if (shape->ndim < a->ndim)
+    return tf_fail(TF_ERR_ARG, "cannot expand a tensor of %d dimensions to %d", a->ndim, shape->ndim);
   int64_t strides[TF_MAX_DIMS];
   int lead = shape->ndim - a->ndim;
   for (int i = 0; i < shape->ndim; i++) {
@@ -115,8 +116,9 @@ tf_status tf_expand(const tf_tensor *a, const tf_shape *shape, tf_tensor **out) 
     else {
       char sa[128], sb[128];
       tf_shape as = tf_tensor_shape(a);
-      return tf_fail(TF_ERR_ARG, "shapes %s and %s cannot be broadcast", tf_shape_format(&as, sa, sizeof sa),
-                     tf_shape_format(shape, sb, sizeof sb));
+      return tf_fail(TF_ERR_ARG, "cannot expand shape %s to %s: they cannot be broadcast at dimension %d (%lld vs %lld)",
+                     tf_shape_format(&as, sa, sizeof sa), tf_shape_format(shape, sb, sizeof sb), i, (long long)have,
+                     (long long)want);
     }
   }
   return tf_tensor_view(a, shape, strides, a->offset, out);
@@ -131,8 +133,8 @@ static tf_status tf_broadcast_shape(const tf_tensor *a, const tf_tensor *b, tf_s
     if (da != db && da != 1 && db != 1) {
       char sa[128], sb[128];
       tf_shape as = tf_tensor_shape(a), bs = tf_tensor_shape(b);
-      return tf_fail(TF_ERR_ARG, "shapes %s and %s cannot be broadcast (dimension %d: %lld vs %lld)",
-                     tf_shape_format(&as, sa, sizeof sa), tf_shape_format(&bs, sb, sizeof sb), i + 1,
+      return tf_fail(TF_ERR_ARG, "shapes %s and %s cannot be broadcast (dimension %d of the result: %lld vs %lld)",
+                     tf_shape_format(&as, sa, sizeof sa), tf_shape_format(&bs, sb, sizeof sb), i,
                      (long long)da, (long long)db);
     }
     out->dims[i] = da == 1 ? db : da;
@@ -200,7 +202,7 @@ tf_status tf_narrow(const tf_tensor *a, int dim, int64_t start, int64_t length, 
   TF_TRY(tf_wrap_dim(dim, a->ndim, &d));
   if (start < 0 || length < 0 || start + length > a->shape[d])
     return tf_fail(TF_ERR_ARG, "range [%lld, %lld) is outside dimension %d of size %lld", (long long)start,
-                   (long long)(start + length), d + 1, (long long)a->shape[d]);
+                   (long long)(start + length), dim, (long long)a->shape[d]);
   tf_shape s = tf_tensor_shape(a);
   s.dims[d] = length;
   return tf_tensor_view(a, &s, a->strides, a->offset + start * a->strides[d], out);
@@ -212,7 +214,7 @@ tf_status tf_select(const tf_tensor *a, int dim, int64_t index, tf_tensor **out)
   TF_TRY(tf_wrap_dim(dim, a->ndim, &d));
   int64_t size = a->shape[d];
   if (index < -size || index >= size)
-    return tf_fail(TF_ERR_ARG, "index %lld is out of range for dimension %d of size %lld", (long long)index, d + 1,
+    return tf_fail(TF_ERR_ARG, "index %lld is out of range for dimension %d of size %lld", (long long)index, dim,
                    (long long)size);
   if (index < 0) index += size;
   tf_shape s = {.ndim = a->ndim - 1};
@@ -480,7 +482,12 @@ tf_status tf_matmul(const tf_tensor *a, const tf_tensor *b, tf_tensor **out) {
   for (int i = 0; i < nb; i++) {
     int ia = i - (nb - nba), ib = i - (nb - nbb);
     int64_t da = ia >= 0 ? as.dims[ia] : 1, db = ib >= 0 ? bs.dims[ib] : 1;
-    if (da != db && da != 1 && db != 1) return tf_fail(TF_ERR_ARG, "matmul: batch dimensions cannot be broadcast");
+    if (da != db && da != 1 && db != 1) {
+      char sa[128], sb[128];
+      return tf_fail(TF_ERR_ARG, "matmul: the batch dimensions of %s and %s cannot be broadcast (dimension %d of the "
+                     "result: %lld vs %lld)", tf_shape_format(&as, sa, sizeof sa), tf_shape_format(&bs, sb, sizeof sb),
+                     i, (long long)da, (long long)db);
+    }
     batch.dims[i] = da == 1 ? db : da;
   }
   tf_shape full_a = batch, full_b = batch, os = batch;

@@ -10,7 +10,7 @@ tf_status tf_shape_check(const tf_shape *s) {
     return tf_fail(TF_ERR_ARG, "a tensor has 0 to %d dimensions, not %d", TF_MAX_DIMS, s->ndim);
   int64_t numel = 1;
   for (int i = 0; i < s->ndim; i++) {
-    if (s->dims[i] < 0) return tf_fail(TF_ERR_ARG, "negative dimension %lld at position %d", (long long)s->dims[i], i + 1);
+    if (s->dims[i] < 0) return tf_fail(TF_ERR_ARG, "negative size %lld for dimension %d", (long long)s->dims[i], i);
     if (s->dims[i] > 0 && numel > INT64_MAX / 16 / s->dims[i])
       return tf_fail(TF_ERR_ARG, "shape has too many elements");
     numel *= s->dims[i];

@@ -7,12 +7,13 @@
 --   scaler:update()      -- halves the scale after a skip, doubles it after
 --                        -- growth_interval clean steps
 local amp = {}
+local check = require "tf.check"
 
 local GradScaler = {}
 GradScaler.__index = GradScaler
 
 function amp.GradScaler(opts)
-  opts = opts or {}
+  opts = check.keys(opts, "tf.amp.GradScaler", { "init_scale", "growth_factor", "backoff_factor", "growth_interval" })
   local s = setmetatable({
     scale_value = (opts.init_scale or 65536) + 0.0,
     growth_factor = opts.growth_factor or 2.0,

@@ -3,6 +3,10 @@ local M = {}
 
 --- Statistics of a list of samples (ms): mean, std (n - 1), median, min, max.
 function M.summarize(samples)
+  if type(samples) ~= "table" then error("tf.bench.summarize: expects a list of samples (ms), not " .. type(samples), 2) end
+  for i, v in ipairs(samples) do
+    if type(v) ~= "number" then error("tf.bench.summarize: sample " .. i .. " is a " .. type(v) .. ", not a number", 2) end
+  end
   local n = #samples
   local s = { samples = samples, n = n }
   if n == 0 then return s end
@@ -34,7 +38,7 @@ end
 function M.bench(fn, opts)
   local tf = require "tf"
   if type(fn) ~= "function" then error("tf.bench: expects a function", 2) end
-  opts = opts or {}
+  opts = require("tf.check").keys(opts, "tf.bench", { "warmup", "iters", "setup", "teardown" })
   local warmup, iters = opts.warmup or 5, opts.iters or 10
   if math.type(warmup) ~= "integer" or warmup < 0 then error("tf.bench: warmup must be an integer >= 0", 2) end
   if math.type(iters) ~= "integer" or iters < 1 then error("tf.bench: iters must be an integer >= 1", 2) end
@@ -68,8 +72,18 @@ end
 -- freed and the leaves' gradients dropped between calls (untimed). opts as
 -- tf.bench (warmup, iters).
 function M.backward(forward, grad, leaves, opts)
-  opts = opts or {}
-  return M.bench(function(out) out:backward(grad) end, {
+  local check = require "tf.check"
+  opts = check.keys(opts, "tf.bench.backward", { "warmup", "iters" })
+  check.arg(forward, "tf.bench.backward", "forward", "function")
+  check.arg(grad, "tf.bench.backward", "grad", "tensor", true)
+  check.arg(leaves, "tf.bench.backward", "leaves (a list of tensors)", "table")
+  local tf = require "tf"
+  return M.bench(function(out)
+    if not tf.is_tensor(out) then
+      error("tf.bench.backward: forward must return a tensor, not " .. check.what_is(out), 2)
+    end
+    out:backward(grad)
+  end, {
     warmup = opts.warmup, iters = opts.iters, setup = forward,
     teardown = function(out)
       out:free()

@@ -120,11 +120,42 @@ local function table_of(files, cmp, long_titles)
   return rows, columns
 end
 
+-- Refuses an --x that is not a column naming the rows' configurations (a
+-- column of one value would draw every point at one place).
+local function check_x(files, cmp, x, part)
+  local accepted = {}
+  for _, c in ipairs(cmp.key) do
+    if c == x then return end
+    accepted[#accepted + 1] = c
+  end
+  if x == "file" then return end
+  accepted[#accepted + 1] = "file"
+  local where = part and (" in part \"" .. part .. "\"") or ""
+  local values, count = {}, 0
+  for _, f in ipairs(files) do
+    local set = values_of(f, x)
+    for text in pairs(set) do
+      if not values[text] then values[text], count = true, count + 1 end
+    end
+  end
+  if count == 0 then
+    fail("--x %s: no row%s has a column '%s' (accepted: %s)", x, where, x, table.concat(accepted, ", "))
+  end
+  local shown = next(values)
+  if count == 1 then
+    fail("--x %s: '%s' is %s in every row%s, so it cannot be the x axis (accepted: %s)", x, x, shown, where,
+      table.concat(accepted, ", "))
+  end
+  fail("--x %s: '%s' is not a column that names a configuration%s (accepted: %s; --key chooses them)", x, x, where,
+    table.concat(accepted, ", "))
+end
+
 -- The charts of --plot: each metric along x (default: the numeric key
 -- column with the most values; the files themselves where every row is
 -- one configuration), one colour per configuration, one line style per
 -- file.
 local function charts_of(files, cmp, x, part)
+  if x then check_x(files, cmp, x, part) end
   if not x then
     local best = 0
     for _, c in ipairs(cmp.key) do
@@ -268,6 +299,7 @@ function M.main(...)
   if #opt.args < 2 then fail("needs two or more results files (usage: %s)", USAGE) end
   if opt.json and opt.csv then fail("--json and --csv: choose one") end
   if opt.threshold and opt.threshold < 0 then fail("--threshold needs a percentage >= 0") end
+  if opt.x and not opt.plot then fail("--x %s: --x chooses the x axis of --plot's charts: give --plot FILE too", opt.x) end
   local files = {}
   for i, path in ipairs(opt.args) do files[i] = load(path, i <= 26 and string.char(64 + i) or ("F" .. i)) end
   local parts = common_parts(files, opt.part)

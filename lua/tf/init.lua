@@ -10,6 +10,7 @@ safe.bind(C)
 -- tfhost --safe's path rule, which every writer below obeys by writing through it (taken now: a
 -- script that replaces tf.safe's fields later changes nothing here)
 local write_file = safe.write_file
+local check = require "tf.check"
 
 local tf = {}
 for name, value in pairs(C) do
@@ -19,6 +20,7 @@ tf._adamw_step = C._adamw_step -- for tf.optim
 tf._model = C._model -- the fused engine, for tf.model
 tf._prof = C._prof -- ranges and the collector, for tf.prof
 tf._dist = C._dist -- ranks and collectives, for tf.dist
+tf._op_table = C._op_table -- every op of the C registry, for the tests that go over them all
 
 C._tensor_metatable.__tostring = require("tf.format").tensor
 
@@ -32,26 +34,31 @@ tf.cuda = {
 local json = C.json
 --- Reads and decodes a JSON file.
 function json.read(path)
+  check.arg(path, "tf.json.read", "the path", "string")
   local f, err = io.open(path, "r")
   if not f then error("tf.json.read: " .. err, 2) end
-  local text = f:read("a")
+  local text, rerr = f:read("a")
   f:close()
+  if not text then error("tf.json.read: " .. path .. ": " .. tostring(rerr or "cannot be read (a directory?)"), 2) end
   return json.decode(text)
 end
 --- Encodes value and writes it to path (options as tf.json.encode).
 function json.write(path, value, opts)
+  check.arg(path, "tf.json.write", "the path", "string")
   local text = json.encode(value, opts or { indent = true })
   write_file(path, "tf.json.write", text, "\n")
 end
 --- Marks a table to be written as a JSON array even when empty.
 function json.array(t)
+  check.arg(t, "tf.json.array", "the argument", "table", true)
   return setmetatable(t or {}, { __jsontype = "array" })
 end
 tf.json = json
 
 --- Runs fn with a scope open and closes it however fn ends; without fn,
 -- returns the scope for `local _ <close> = ...`.
-local function scoped(scope, fn, ...)
+local function scoped(fname, scope, fn, ...)
+  check.arg(fn, fname, "fn", "function", true)
   if fn == nil then return scope end
   local _ <close> = scope
   return fn(...)
@@ -89,16 +96,19 @@ function tf.cuda.traffic(fn, device)
 end
 
 --- tf.no_grad([fn]): ops record no autograd history inside.
-function tf.no_grad(fn, ...) return scoped(C._grad_scope(false), fn, ...) end
+function tf.no_grad(fn, ...) return scoped("tf.no_grad", C._grad_scope(false), fn, ...) end
 --- tf.enable_grad([fn]): turns recording back on inside a no_grad region.
-function tf.enable_grad(fn, ...) return scoped(C._grad_scope(true), fn, ...) end
+function tf.enable_grad(fn, ...) return scoped("tf.enable_grad", C._grad_scope(true), fn, ...) end
 --- tf.autocast(dtype [, fn]): mixed precision ("bf16" or "f16"; nil disables it inside).
-function tf.autocast(dtype, fn, ...) return scoped(C._autocast_scope(dtype), fn, ...) end
+function tf.autocast(dtype, fn, ...) return scoped("tf.autocast", C._autocast_scope(dtype), fn, ...) end
 
 --- tf.causal_mask(n [, m] [, opts]): the (n, m) bool mask that is true where
 -- query i may attend to key j (j <= i), on opts.device.
 function tf.causal_mask(n, m, opts)
   if type(m) == "table" then m, opts = nil, m end
+  check.keys(opts, "tf.causal_mask", { "device" })
+  check.arg(n, "tf.causal_mask", "n (the number of queries)", "integer")
+  check.arg(m, "tf.causal_mask", "m (the number of keys)", "integer", true)
   m = m or n
   local device = { device = opts and opts.device }
   return tf.ge(tf.arange(n, device):unsqueeze(1), tf.arange(m, device):unsqueeze(0))
@@ -126,14 +136,18 @@ end
 -- HTML page; opts.snapshot (default: taken now) and opts.title.
 function tf.mem.plot(path, opts)
   if type(path) ~= "string" then error("tf.mem.plot: expected a file path", 2) end
-  opts = opts or {}
+  opts = check.keys(opts, "tf.mem.plot", { "snapshot", "title", "x", "max_bands", "max_points" })
   local html = require("tf.memviz").html(opts.snapshot or tf.mem.snapshot(), opts)
   write_file(path, "tf.mem.plot", html)
   return path
 end
 --- tf.mem.is_oom(err): whether an error (message) is an out-of-memory error,
--- for scripts that pcall and record OOM rows.
-function tf.mem.is_oom(err) return tostring(err):find("out of memory", 1, true) ~= nil end
+-- for scripts that pcall and record OOM rows: "out of memory" starts the
+-- message, after the position ("run.lua:12: out of memory: ...").
+function tf.mem.is_oom(err)
+  local s = tostring(err)
+  return s:find("^out of memory") ~= nil or s:find("^[^\n]-:%d+: out of memory") ~= nil
+end
 --- tf.mem.summary(snapshot): bytes live per tag at the recorded peak.
 function tf.mem.summary(snap) return require("tf.memviz").summary(snap or tf.mem.snapshot()) end
 
@@ -146,7 +160,13 @@ tf.prof = require "tf.prof"
 tf.range = tf.prof.range
 --- tf.optim.adamw(model, opts): the model's own AdamW (fused over all
 -- parameters in the C engine), torch.optim.AdamW's semantics and defaults.
-function tf.optim.adamw(model, opts) return model:optimizer(opts or {}) end
+function tf.optim.adamw(model, opts)
+  if type(model) ~= "table" or type(model.optimizer) ~= "function" then
+    error("tf.optim.adamw: the first argument must be a tf.model (for modules use tf.optim.AdamW), not " ..
+      check.what_is(model), 2)
+  end
+  return model:optimizer(opts or {})
+end
 tf.options = require("tf.options").declare
 local bench = require "tf.bench"
 --- tf.bench(fn, opts) times fn; tf.bench.backward times backward passes alone.

@@ -10,6 +10,7 @@
 -- written with tf's autograd ops (the readable reference). Both have the same
 -- parameters (CS336's state-dict names) and the same methods.
 local M = {}
+local check = require "tf.check"
 
 M.presets = {
   small = { d_model = 768, d_ff = 3072, num_layers = 12, num_heads = 12 },
@@ -29,6 +30,7 @@ local DEFAULTS = { vocab_size = 10000, context_length = 256, rope_theta = 10000.
 --- The full configuration of spec: a preset's sizes, the defaults, and any
 -- field given explicitly; checked.
 function M.config(spec)
+  check.arg(spec, "tf.model.config", "the spec", "table")
   local cfg = {}
   if spec.preset then
     local p = M.presets[spec.preset]
@@ -62,7 +64,18 @@ function M.config(spec)
 end
 
 --- Parameters of a configuration (a formula, no allocation).
+local function need_config(cfg, fname)
+  check.arg(cfg, fname, "the config", "table")
+  for _, k in ipairs({ "d_model", "d_ff", "num_layers", "vocab_size" }) do
+    if math.type(cfg[k]) ~= "integer" then
+      error(string.format("%s: the config needs an integer %s (tf.model.config makes one), not %s", fname, k,
+        check.what_is(cfg[k])), 3)
+    end
+  end
+end
+
 function M.num_parameters(cfg)
+  need_config(cfg, "tf.model.num_parameters")
   local d, f, l, v = cfg.d_model, cfg.d_ff, cfg.num_layers, cfg.vocab_size
   return 2 * v * d + l * (4 * d * d + 3 * d * f + 2 * d) + d
 end
@@ -71,15 +84,24 @@ end
 -- batch, as the PyTorch anchors count them: 6 P tokens + 12 L B T^2 d. A
 -- forward pass is a third of it.
 function M.step_flops(cfg, batch, seq)
+  need_config(cfg, "tf.model.step_flops")
+  check.arg(batch, "tf.model.step_flops", "batch", "number")
+  check.arg(seq, "tf.model.step_flops", "seq", "number")
   return 6 * M.num_parameters(cfg) * batch * seq + 12 * cfg.num_layers * batch * seq * seq * cfg.d_model
 end
 
 local Model = {}
 Model.__index = Model
 
-local function check_batch(self, ids, targets)
+-- The ids (and targets) of m:forward / m:loss (fname), the same checks for
+-- both implementations.
+local function check_batch(self, fname, ids, targets)
   if not tf.is_tensor(ids) or ids.ndim ~= 2 then error("tf.model: ids must be a (batch, seq) integer tensor", 3) end
   if ids.dtype ~= "i64" and ids.dtype ~= "i32" then error("tf.model: ids must be i64 or i32, not " .. ids.dtype, 3) end
+  if ids:numel() == 0 then
+    error(string.format("%s: ids must not be empty (shape %s): a batch needs at least one sequence of at least one token",
+      fname, tostring(ids.shape)), 3)
+  end
   if ids:size(1) > self.config.context_length then
     error(string.format("tf.model: sequence length %d is longer than the context length %d", ids:size(1),
       self.config.context_length), 3)
@@ -97,13 +119,13 @@ Eager.__index = Eager
 local function region(self) return self.precision ~= "f32" and self.precision or nil end
 
 function Eager:forward(ids)
-  check_batch(self, ids)
+  check_batch(self, "model:forward", ids)
   local _ <close> = tf.range("forward")
   return tf.no_grad(function() return tf.autocast(region(self), function() return self.module(ids) end) end)
 end
 
 function Eager:loss(ids, targets)
-  check_batch(self, ids, targets)
+  check_batch(self, "model:loss", ids, targets)
   local loss = tf.autocast(region(self), function()
     local logits = tf.range("forward", self.module, ids)
     local _ <close> = tf.range("loss")
@@ -239,12 +261,12 @@ local Fused = setmetatable({}, { __index = Model })
 Fused.__index = Fused
 
 function Fused:forward(ids)
-  check_batch(self, ids)
+  check_batch(self, "model:forward", ids)
   return self.engine:forward(ids, false)
 end
 
 function Fused:loss(ids, targets)
-  check_batch(self, ids, targets)
+  check_batch(self, "model:loss", ids, targets)
   self._has_loss = true
   return self.engine:loss(ids, targets)
 end
@@ -296,7 +318,7 @@ function Fused:grads()
 end
 
 function Fused:make_optimizer(opts)
-  opts = opts or {}
+  opts = check.keys(opts, "model:optimizer", { "lr", "betas", "eps", "weight_decay" })
   local betas = opts.betas or { 0.9, 0.999 }
   local engine = self.engine
   local o = { lr = opts.lr or 1e-3, beta1 = betas[1], beta2 = betas[2], eps = opts.eps or 1e-8,
@@ -420,6 +442,15 @@ end
 
 local GRAD_SYNCS = { per_param = true, flat = true, overlap = true, bucket = true }
 
+-- How a model runs (tf.model.new and tf.model.load take them), beside FIELDS (its sizes).
+local RUN_KEYS = { "precision", "impl", "device", "attention", "graphs", "parallel", "grad_sync", "bucket_mb" }
+local NEW_KEYS = { "preset" }
+for _, k in ipairs(FIELDS) do NEW_KEYS[#NEW_KEYS + 1] = k end
+for _, k in ipairs(RUN_KEYS) do NEW_KEYS[#NEW_KEYS + 1] = k end
+-- Names users try for an accepted key (the experiments' flags among them).
+local KEY_HINTS = { size = "preset", dtype = "precision", context = "context_length", ctx = "context_length",
+  layers = "num_layers", heads = "num_heads", vocab = "vocab_size", dim = "d_model", hidden = "d_model" }
+
 -- Data parallel (tf.dist): parallel = "ddp" averages the gradients over the
 -- ranks (grad_sync says how, bucket_mb sizes the buckets); "zero1" also
 -- shards AdamW's state (fused engine). Every rank starts from rank 0's parameters.
@@ -463,15 +494,11 @@ end
 --- grad_sync = "bucket" (default) | "overlap" | "flat" | "per_param", bucket_mb = 25}
 function M.new(spec)
   if type(spec) ~= "table" then error("tf.model.new: expects a table", 2) end
+  check.keys(spec, "tf.model.new", NEW_KEYS, KEY_HINTS)
   local cfg = M.config(spec)
-  local precision = spec.precision or "f32"
-  if precision ~= "f32" and precision ~= "bf16" and precision ~= "f16" then
-    error("tf.model.new: precision must be f32, bf16 or f16", 2)
-  end
-  local impl = resolve_impl(spec.impl)
-  if spec.attention ~= nil and spec.attention ~= "flash" and spec.attention ~= "naive" then
-    error("tf.model.new: attention must be \"flash\" or \"naive\"", 2)
-  end
+  local precision = check.choice(spec.precision, "tf.model.new", "precision", { "f32", "bf16", "f16" }) or "f32"
+  local impl = resolve_impl(check.choice(spec.impl, "tf.model.new", "impl", { "fused", "eager" }))
+  check.choice(spec.attention, "tf.model.new", "attention", { "flash", "naive" })
   if spec.graphs ~= nil and type(spec.graphs) ~= "boolean" then
     error("tf.model.new: graphs must be true or false", 2)
   end
@@ -520,7 +547,8 @@ end
 --- writes it: sizes, precision, impl, attention, graphs); options given here
 --- override the file's.
 function M.load(path, opts)
-  opts = opts or {}
+  check.arg(path, "tf.model.load", "the path", "string")
+  opts = check.keys(opts, "tf.model.load", RUN_KEYS, KEY_HINTS)
   local tensors, meta = tf.safetensors.load(path, { device = opts.device })
   local spec = saved_settings(path, meta)
   for _, k in ipairs(FIELDS) do

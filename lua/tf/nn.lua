@@ -13,6 +13,7 @@
 -- Children and parameters are registered with self:add(name, value) so
 -- that their order (and the parameter names, "fc1.weight") is stable.
 local nn = {}
+local check = require "tf.check"
 
 local Module = {}
 Module.__index = Module
@@ -114,19 +115,26 @@ end
 --- Initialisers (DESIGN's): truncated normal cut at 3 standard deviations.
 nn.init = {}
 function nn.init.trunc_normal(shape, std, opts)
-  return tf.trunc_normal(shape, std, 3, tensor_opts(opts))
+  check.arg(shape, "tf.nn.init.trunc_normal", "the shape (a table of sizes)", "table")
+  check.arg(std, "tf.nn.init.trunc_normal", "std", "number")
+  return tf.trunc_normal(shape, std, 3, tensor_opts(check.keys(opts, "tf.nn.init.trunc_normal", { "device", "dtype" })))
 end
 
 --- Linear(in, out, {bias = true, device, dtype}): y = x W^T + b, W of shape
 -- (out, in) initialised with std sqrt(2 / (in + out)), b zeros.
 nn.Linear = Module:extend("Linear")
 function nn.Linear:init(d_in, d_out, opts)
-  opts = opts or {}
+  opts = check.keys(opts, "tf.nn.Linear", { "bias", "device", "dtype" })
+  check.arg(d_in, "tf.nn.Linear", "in_features (argument #1)", "integer")
+  check.arg(d_out, "tf.nn.Linear", "out_features (argument #2)", "integer")
   self.in_features, self.out_features = d_in, d_out
-  self:add("weight", param(nn.init.trunc_normal({ d_out, d_in }, math.sqrt(2 / (d_in + d_out)), opts)))
+  self:add("weight", param(nn.init.trunc_normal({ d_out, d_in }, math.sqrt(2 / (d_in + d_out)), tensor_opts(opts))))
   if opts.bias ~= false then self:add("bias", param(tf.zeros({ d_out }, tensor_opts(opts)))) end
 end
-function nn.Linear:forward(x) return tf.linear(x, self.weight, self.bias) end
+-- The input of a built-in module's forward: a tensor, or an error at the caller's line.
+local function input(x, name) return check.arg(x, "tf.nn." .. name, "the input", "tensor") end
+
+function nn.Linear:forward(x) return tf.linear(input(x, "Linear"), self.weight, self.bias) end
 function nn.Linear:__tostring()
   return string.format("Linear(%d, %d, bias=%s)", self.in_features, self.out_features, tostring(self.bias ~= nil))
 end
@@ -134,41 +142,55 @@ end
 --- LayerNorm(d, {eps = 1e-5, affine = true}) over the last dim.
 nn.LayerNorm = Module:extend("LayerNorm")
 function nn.LayerNorm:init(d, opts)
-  opts = opts or {}
+  opts = check.keys(opts, "tf.nn.LayerNorm", { "eps", "affine", "device", "dtype" })
+  check.arg(d, "tf.nn.LayerNorm", "the size (argument #1)", "integer")
+  check.arg(opts.eps, "tf.nn.LayerNorm", "eps", "number", true)
   self.eps = opts.eps or 1e-5
   if opts.affine ~= false then
     self:add("weight", param(tf.ones({ d }, tensor_opts(opts))))
     self:add("bias", param(tf.zeros({ d }, tensor_opts(opts))))
   end
 end
-function nn.LayerNorm:forward(x) return tf.layer_norm(x, self.weight, self.bias, self.eps) end
+function nn.LayerNorm:forward(x) return tf.layer_norm(input(x, "LayerNorm"), self.weight, self.bias, self.eps) end
 
 --- RMSNorm(d, {eps = 1e-5}): statistics in f32, a learned gain (ones).
 nn.RMSNorm = Module:extend("RMSNorm")
 function nn.RMSNorm:init(d, opts)
-  opts = opts or {}
+  opts = check.keys(opts, "tf.nn.RMSNorm", { "eps", "device", "dtype" })
+  check.arg(d, "tf.nn.RMSNorm", "the size (argument #1)", "integer")
+  check.arg(opts.eps, "tf.nn.RMSNorm", "eps", "number", true)
   self.eps = opts.eps or 1e-5
   self:add("weight", param(tf.ones({ d }, tensor_opts(opts))))
 end
-function nn.RMSNorm:forward(x) return tf.rms_norm(x, self.weight, self.eps) end
+function nn.RMSNorm:forward(x) return tf.rms_norm(input(x, "RMSNorm"), self.weight, self.eps) end
 
 --- Embedding(num, dim): rows initialised with std 1, cut at 3.
 nn.Embedding = Module:extend("Embedding")
 function nn.Embedding:init(num, dim, opts)
+  opts = check.keys(opts, "tf.nn.Embedding", { "device", "dtype" })
+  check.arg(num, "tf.nn.Embedding", "num_embeddings (argument #1)", "integer")
+  check.arg(dim, "tf.nn.Embedding", "embedding_dim (argument #2)", "integer")
   self:add("weight", param(nn.init.trunc_normal({ num, dim }, 1.0, opts)))
 end
-function nn.Embedding:forward(ids) return tf.embedding(self.weight, ids) end
+function nn.Embedding:forward(ids) return tf.embedding(self.weight, input(ids, "Embedding")) end
 
 --- Activations as modules.
 for name, fn in pairs({ ReLU = "relu", SiLU = "silu", GELU = "gelu", Tanh = "tanh", Sigmoid = "sigmoid" }) do
   nn[name] = Module:extend(name)
-  nn[name].forward = function(_, x) return x[fn](x) end
+  nn[name].forward = function(_, x) return input(x, name)[fn](x) end
 end
 
 --- Sequential(m1, m2, ...): children named "0", "1", ... applied in order.
 nn.Sequential = Module:extend("Sequential")
 function nn.Sequential:init(...)
-  for i, m in ipairs({ ... }) do self:add(tostring(i - 1), m) end
+  for i, m in ipairs({ ... }) do
+    local mt = getmetatable(m)
+    if type(m) ~= "function" and not (type(m) == "table" and type(mt) == "table" and mt.__call) then
+      error(string.format("tf.nn.Sequential: argument #%d must be a module (or a function), not %s", i,
+        check.what_is(m)), 2)
+    end
+    self:add(tostring(i - 1), m)
+  end
 end
 function nn.Sequential:forward(x)
   for _, name in ipairs(self._names) do x = self._items[name](x) end

@@ -6,6 +6,7 @@
 -- `params` is a module (its parameters()), a list of tensors, or a table
 -- name -> tensor. Parameters without a gradient are skipped by step().
 local optim = {}
+local check = require "tf.check"
 
 local function param_list(params)
   if type(params) ~= "table" then error("tf.optim: expects a module or a table of parameters", 3) end
@@ -42,7 +43,7 @@ end
 
 --- SGD(params, {lr = 1e-3, momentum = 0, weight_decay = 0}): p -= lr * (g + wd p), with momentum buffers.
 function optim.SGD(params, opts)
-  opts = opts or {}
+  opts = check.keys(opts, "tf.optim.SGD", { "lr", "momentum", "weight_decay" })
   local self = setmetatable({ params = param_list(params), state = {} }, Optimizer)
   self.lr = check_number(opts, "lr", 1e-3, 0)
   self.momentum = check_number(opts, "momentum", 0, 0)
@@ -71,7 +72,7 @@ end
 -- torch.optim.AdamW (decoupled weight decay, bias-corrected moments), one
 -- fused kernel per parameter tensor; moments kept in f32 (f64 for f64).
 function optim.AdamW(params, opts)
-  opts = opts or {}
+  opts = check.keys(opts, "tf.optim.AdamW", { "lr", "betas", "eps", "weight_decay" })
   local self = setmetatable({ params = param_list(params), state = {}, t = 0 }, Optimizer)
   self.lr = check_number(opts, "lr", 1e-3, 0)
   local betas = opts.betas or { 0.9, 0.999 }

@@ -361,8 +361,25 @@ class ScriptErrors(TfhostTest):
         r = self.tfhost("-e", "local t, i = {}, 0 while true do i = i + 1 t[i] = i end",
                         env=self.env(TFHOST_LUA_MEMORY="64M"))
         self.assertExit(r, 1)
-        self.assertIn("tfhost: not enough memory", r.stderr)
+        # the script's line, as every error gives it, then a traceback
+        self.assertIn("tfhost: (command line):1: not enough memory (Lua heap: ", r.stderr)
         self.assertIn("limit 64 MiB", r.stderr)
+        self.assertIn("stack traceback:", r.stderr)
+
+    def test_lua_heap_exhaustion_is_catchable_at_its_line(self):
+        script = ("local ok, err = pcall(function()\n"
+                  "  local t, i = {}, 0\n"
+                  "  while true do i = i + 1 t[i] = string.rep('x', 1000) .. i end\n"
+                  "end)\n"
+                  "collectgarbage()\n"
+                  "print(ok, err)\n"
+                  "local again = pcall(function() local t = {} for i = 1, 1e9 do t[i] = {i} end end)\n"
+                  "collectgarbage()\n"
+                  "print('again', again, tf.ones(2):sum():item())\n")
+        r = self.tfhost("-e", script, env=self.env(TFHOST_LUA_MEMORY="64M"))
+        self.assertExit(r, 0)
+        self.assertIn("false\t(command line):3: not enough memory (Lua heap: ", r.stdout)
+        self.assertIn("again\tfalse\t2.0", r.stdout, "caught a second time, and the runtime still works")
 
     def test_heap_too_small_for_the_runtime(self):
         r = self.tfhost("-e", "print('ran')", env=self.env(TFHOST_LUA_MEMORY="8K"))
@@ -372,7 +389,7 @@ class ScriptErrors(TfhostTest):
 
     def test_tensor_op_error_names_the_function(self):
         r = self.tfhost("-e", "local t = tf.zeros(-1)")
-        self.assertScriptError(r, "(command line):1: bad argument #1 to 'zeros' (negative dimension -1)")
+        self.assertScriptError(r, "(command line):1: bad argument #1 to 'zeros' (negative size -1 for dimension 0)")
         # Lua names C functions by a search of package.loaded: tf's functions
         # are reachable only through tf, so the name is always tf.zeros.
         self.assertIn("[C]: in function 'tf.zeros'", r.stderr)
@@ -668,7 +685,7 @@ class ReplThroughPipe(TfhostTest):
         self.assertExit(r, 0)
         self.assertIn("tfhost: stdin:1: oops\nstack traceback:", r.stderr)
         self.assertIn("tfhost: stdin:1: unexpected symbol near '='", r.stderr)
-        self.assertIn("bad argument #1 to 'zeros' (negative dimension -1)", r.stderr)
+        self.assertIn("bad argument #1 to 'zeros' (negative size -1 for dimension 0)", r.stderr)
         self.assertIn("after\n", r.stdout)
 
     def test_exit_with_code(self):

@@ -279,6 +279,23 @@ tf.results.write(arg[2], {timing = rows, halved = half, notes = {{text = "no num
         with open(svg) as f:
             text = f.read()
         self.assertIn(">implementation</text>", text, "--x chooses the column")
+        # an --x that names no configuration column is refused with the accepted ones, and nothing is drawn
+        for x, why in (("nope", "--x nope: no row has a column 'nope' (accepted: impl, seq, file)"),
+                       ("fwd_ms", "--x fwd_ms: 'fwd_ms' is not a column that names a configuration (accepted: impl, seq, file")):
+            bad = os.path.join(self.dir, "bad_x.svg")
+            r = self.compare(self.a, self.b, "--plot", bad, "--x", x)
+            self.assertEqual(r.returncode, 2, x)
+            self.assertIn("tfhost compare: " + why, r.stderr)
+            self.assertFalse(os.path.exists(bad), "no chart is written for a bad --x")
+        # a column with one value in every row is a setting, not an axis
+        flash_a = self.results("flash_a.json", [r for r in made_up([64, 128]) if r["impl"] == "flash"])
+        flash_b = self.results("flash_b.json", [r for r in made_up([64, 128]) if r["impl"] == "flash"])
+        r = self.compare(flash_a, flash_b, "--plot", svg, "--x", "impl")
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("--x impl: 'impl' is flash in every row, so it cannot be the x axis (accepted: seq, file)", r.stderr)
+        r = self.compare(self.a, self.b, "--x", "seq")
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("--x seq: --x chooses the x axis of --plot's charts: give --plot FILE too", r.stderr)
         r = self.compare(self.a, self.b, "--plot", os.path.join(self.dir, "cmp.png"))
         self.assertEqual(r.returncode, 2)
         self.assertIn("--plot: " + os.path.join(self.dir, "cmp.png") + ": the name must end in .svg or .html", r.stderr)

@@ -46,6 +46,75 @@ T.test("the user's own errors keep their position and levels", function()
   T.ok(not ok and type(tab) == "table" and tab.code == 7, "a table error is passed through as it is")
 end)
 
+T.test("out of memory names the caller's line, then the words scripts test", function()
+  local MiB = 1 << 20
+  collectgarbage()
+  tf.mem.empty_cache("cpu")
+  tf.mem.set_limit(tf.mem.stats("cpu").reserved + 16 * MiB, "cpu")
+  local err, line = failure(function() return tf.zeros(64 * MiB, { device = "cpu" }) end)
+  tf.mem.set_limit(nil, "cpu")
+  at_line(err, line, "tf.zeros past the limit")
+  T.ok(err:find("^[^:]+:%d+: out of memory: "), "'out of memory' comes right after the position: " .. err)
+  T.ok(err:find("(in tf.zeros)", 1, true), "the function is named: " .. err)
+  T.ok(tf.mem.is_oom(err), "tf.mem.is_oom knows it")
+  T.ok(tf.mem.is_oom("out of memory: a message without a position"), "and one without a position")
+  T.ok(not tf.mem.is_oom("x.lua:3: tf.model.new: cannot say out of memory here"), "the words elsewhere do not count")
+  T.ok(not tf.mem.is_oom(nil) and not tf.mem.is_oom({}), "nor do values that are not messages")
+end)
+
+-- Every function of the API (tfhost's own modules; the ones that change the
+-- process or write files left out) is called with arguments it refuses:
+-- each error must name this file's line, never a line of lua/tf/.
+T.test("no refused call reports a position inside tfhost's modules", function()
+  local skip = { exit = true, options = true, set_device = true, seed = true, allow_tf32 = true, help = true,
+    safe_run = true, mkdir = true, threads = true, range = true, sha256_file = true, write = true, dump = true,
+    plot = true, save = true, set_limit = true, record = true, traffic = true }
+  local function argsets()
+    local a = tf.ones({ 2, 3 })
+    return { { a, tf.ones({ 4 }) }, { 42 }, { a, "junk" }, { a, 99 }, { {} }, { a, { bogus = 1 } }, { true }, {} }
+  end
+  local fns = {}
+  local function add(prefix, t)
+    for name, f in pairs(t) do
+      if type(name) == "string" and type(f) == "function" and not skip[name] and not name:match("^_") then
+        fns[#fns + 1] = { prefix .. name, f }
+      end
+    end
+  end
+  add("tf.", tf)
+  for _, m in ipairs({ "mem", "json", "model", "optim", "amp", "safetensors" }) do add("tf." .. m .. ".", tf[m]) end
+  add("tf.bench.", tf.bench)
+  fns[#fns + 1] = { "tf.bench", function(...) return tf.bench(...) end }
+  add("tf.nn.init.", tf.nn.init)
+  for _, name in ipairs({ "Linear", "LayerNorm", "RMSNorm", "Embedding", "ReLU", "GELU", "SiLU", "Tanh", "Sigmoid",
+    "Sequential" }) do
+    fns[#fns + 1] = { "tf.nn." .. name, tf.nn[name] }
+  end
+  local lin, emb = tf.nn.Linear(3, 2), tf.nn.Embedding(4, 2)
+  fns[#fns + 1] = { "Linear:forward", function(...) return lin(...) end }
+  fns[#fns + 1] = { "Embedding:forward", function(...) return emb(...) end }
+  fns[#fns + 1] = { "GELU:forward", function(...) return tf.nn.GELU()(...) end }
+  table.sort(fns, function(x, y) return x[1] < y[1] end)
+  local refused, wrong = 0, {}
+  for _, entry in ipairs(fns) do
+    local name, f = entry[1], entry[2]
+    for _, args in ipairs(argsets()) do
+      local line = debug.getinfo(1, "l").currentline + 1
+      local ok, err = pcall(function() return f(table.unpack(args)) end)
+      if not ok and type(err) == "string" then
+        refused = refused + 1
+        if err:sub(1, #here + 1) ~= here .. ":" or tonumber(err:match("^[^:]+:(%d+):")) ~= line
+            or err:find("lua/tf/", 1, true) then
+          wrong[#wrong + 1] = name .. ": " .. err:match("^[^\n]*")
+        end
+      end
+    end
+  end
+  print(string.format("%d functions, %d refused calls checked", #fns, refused))
+  T.eq(#wrong, 0, "errors not at the caller's line:\n" .. table.concat(wrong, "\n") .. "\n")
+  T.ok(refused > 150, "enough calls were refused to say something")
+end)
+
 T.test("tfhost's frames stay in the traceback", function()
   local a, b = tf.ones(2, 3), tf.ones(2, 3)
   local ok, trace = xpcall(function() tf.range("x", tf.matmul, a, b) end, debug.traceback)
