@@ -60,7 +60,7 @@ M.entries = {
   { "tf.mem.plot", "tf.mem.plot(path, opts)", "a self-contained HTML memory timeline" },
   { "tf.mem.set_limit", "tf.mem.set_limit(bytes)", "caps the memory tfhost may reserve (nil: no cap)" },
   { "tf.range", "tf.range(name [, fn, ...])", "a named range (NVTX and the profiler), closed at scope end" },
-  { "tf.prof.start", "tf.prof.start([opts])", "starts the kernel profiler; p:kernels{}, p:ranges()" },
+  { "tf.prof.start", "tf.prof.start([opts])", "starts the kernel profiler; p:kernels{}, p:ranges(), p:busy{}" },
   { "tf.bench", "tf.bench(fn [, opts])", "times fn: warm-up, then timed calls between synchronisations" },
   { "tf.bench.backward", "tf.bench.backward(forward, dout, leaves [, opts])", "times backward passes alone" },
   { "tf.report.table", "tf.report.table(rows [, opts])", "prints rows as a Markdown (CSV, JSON) table" },

@@ -9,7 +9,8 @@
 --     end
 --     p:stop()
 --     tf.report.table(p:kernels{range = "forward", by = "class"})
---     tf.report.table(p:ranges())
+--     tf.report.table(p:ranges())                  -- wall, summed kernel and busy time
+--     print(p:busy{range = "step"}.busy_ms)         -- how long the device ran the step's kernels
 --     p:trace("step.json")                            -- Perfetto / chrome://tracing
 --   end
 --
@@ -426,7 +427,7 @@ function Profile:ranges(opts)
       rows[#rows + 1] = row
     end
     row.instances = row.instances + 1
-    row.wall_ms = row.wall_ms + duration_ns(r) / 1e6
+    row.wall_ms = row.wall_ms + duration_ns(r) -- ns until the end: integer sums, so that busy <= gpu holds in ms
   end
   -- GPU time per name: each kernel once per distinct name of its chain.
   for _, item in ipairs(a.items) do
@@ -437,11 +438,12 @@ function Profile:ranges(opts)
           seen[r.name] = true
           local row = by_name[r.name]
           row.kernels = row.kernels + 1
-          row.gpu_ms = row.gpu_ms + item.ns / 1e6
+          row.gpu_ms = row.gpu_ms + item.ns
         end
       end
     end
   end
+  for _, row in ipairs(rows) do row.wall_ms, row.gpu_ms = row.wall_ms / 1e6, row.gpu_ms / 1e6 end
   table.sort(rows, function(x, y)
     if x.wall_ms ~= y.wall_ms then return x.wall_ms > y.wall_ms end
     return x.name < y.name
