@@ -318,6 +318,30 @@ static int tf_l_prof_cpu_wired(lua_State *L) {
   return 1;
 }
 
+/* tf._prof.busy_ns(spans) -> how long one device was busy with the
+ * intervals in spans, a flat array {start_ns, end_ns, start_ns, end_ns,
+ * ...}: the length of their union (tf_prof_busy_ns). */
+static int tf_l_prof_busy_ns(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  size_t len = (size_t)lua_rawlen(L, 1);
+  if (len % 2) return tf_lua_error(L, "tf._prof.busy_ns: expects start, end pairs (got %d values)", (int)len);
+  size_t n = len / 2;
+  tf_prof_span *spans = lua_newuserdatauv(L, n ? n * sizeof *spans : 1, 0); /* freed by the GC, also on error */
+  for (size_t i = 0; i < n; i++) {
+    int64_t t[2];
+    for (int j = 0; j < 2; j++) {
+      int ok;
+      lua_rawgeti(L, 1, (lua_Integer)(2 * i + (size_t)j + 1));
+      t[j] = (int64_t)lua_tointegerx(L, -1, &ok);
+      lua_pop(L, 1);
+      if (!ok) return tf_lua_error(L, "tf._prof.busy_ns: value %d is not an integer time", (int)(2 * i + (size_t)j + 1));
+    }
+    spans[i] = (tf_prof_span){t[0], t[1], {TF_DEV_CPU, 0}};
+  }
+  lua_pushinteger(L, (lua_Integer)tf_prof_busy_ns(spans, n));
+  return 1;
+}
+
 static const luaL_Reg tf_profile_methods[] = {
     {"stop", tf_l_prof_stop},       {"info", tf_l_prof_info}, {"records", tf_l_prof_records},
     {"_status", tf_l_prof_status}, {NULL, NULL},
@@ -325,7 +349,8 @@ static const luaL_Reg tf_profile_methods[] = {
 
 static const luaL_Reg tf_prof_functions[] = {
     {"range", tf_l_range_open},         {"range_stack", tf_l_range_stack}, {"start", tf_l_prof_start},
-    {"available", tf_l_prof_available}, {"cpu_wired", tf_l_prof_cpu_wired}, {NULL, NULL},
+    {"available", tf_l_prof_available}, {"cpu_wired", tf_l_prof_cpu_wired}, {"busy_ns", tf_l_prof_busy_ns},
+    {NULL, NULL},
 };
 
 /* Adds _prof (with _prof.methods, tf.Profile's method table, for

@@ -156,6 +156,40 @@ void tf_prof_short_name(const char *full, char *out, size_t n) {
   snprintf(out, n, "%.*s", (int)(name_end - name), name);
 }
 
+/* ---- busy time ---------------------------------------------------------------------- */
+
+static int tf_span_order(const void *pa, const void *pb) {
+  const tf_prof_span *a = pa, *b = pb;
+  if (a->device.type != b->device.type) return a->device.type < b->device.type ? -1 : 1;
+  if (a->device.index != b->device.index) return a->device.index < b->device.index ? -1 : 1;
+  if (a->start_ns != b->start_ns) return a->start_ns < b->start_ns ? -1 : 1;
+  return 0;
+}
+
+int64_t tf_prof_busy_ns(tf_prof_span *spans, size_t n) {
+  if (n == 0) return 0;
+  qsort(spans, n, sizeof *spans, tf_span_order);
+  int64_t busy = 0;
+  bool open = false; /* [start, end) is the run of overlapping spans being merged */
+  int64_t start = 0, end = 0;
+  tf_device device = spans[0].device;
+  for (size_t i = 0; i < n; i++) {
+    const tf_prof_span *sp = &spans[i];
+    if (sp->end_ns <= sp->start_ns) continue;
+    if (open && tf_device_eq(sp->device, device) && sp->start_ns <= end) {
+      if (sp->end_ns > end) end = sp->end_ns;
+      continue;
+    }
+    if (open) busy += end - start;
+    open = true;
+    device = sp->device;
+    start = sp->start_ns;
+    end = sp->end_ns;
+  }
+  if (open) busy += end - start;
+  return busy;
+}
+
 /* ---- uint64 -> uint64 maps ------------------------------------------------------------ */
 
 /* Open addressing; key 0 is the empty slot (no correlation, node or range

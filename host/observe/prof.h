@@ -168,6 +168,23 @@ void tf_prof_session_free(tf_prof_session *s);
 /* Whether GPU records can be collected now; when not, *reason says why. */
 bool tf_prof_gpu_available(const char **reason);
 
+/* ---- busy time ---------------------------------------------------------------------- */
+
+/* A kernel's interval on its device, for tf_prof_busy_ns. */
+typedef struct tf_prof_span {
+  int64_t start_ns, end_ns;
+  tf_device device;
+} tf_prof_span;
+
+/* How long the devices were busy with the n spans: on each device the
+ * length of the union of its spans, summed over the devices. Kernels can
+ * run at the same time (on two streams: the fused engine's optimizer
+ * beside its backward pass), so their summed durations can exceed the wall
+ * time they ran in; their union cannot, and it is never more than that
+ * sum. A span with end_ns <= start_ns covers nothing. Sorts spans in place
+ * (by device, then start). */
+int64_t tf_prof_busy_ns(tf_prof_span *spans, size_t n);
+
 /* ---- for backends --------------------------------------------------------------------- */
 
 /* Whether host-timed op records are wanted now (one relaxed load). */

@@ -191,7 +191,7 @@ M.entries = {
   { "tf.mem.summary", "tf.mem.summary([snapshot])", "bytes live per tag at the recorded peak" },
   { "tf.mem.is_oom", "tf.mem.is_oom(err)", "whether an error is an out-of-memory error" },
   { "tf.range", "tf.range(name [, fn, ...])", "a named range (NVTX and the profiler), closed at scope end" },
-  { "tf.prof.start", "tf.prof.start([opts])", "starts the kernel profiler; p:kernels{}, p:ranges()" },
+  { "tf.prof.start", "tf.prof.start([opts])", "starts the kernel profiler; p:kernels{}, p:ranges(), p:busy{}" },
   { "tf.prof.stack", "tf.prof.stack()", "the names of the open ranges, outermost first" },
   { "tf.prof.available", "tf.prof.available()", "true, or false and why GPU kernel records are off" },
   { "tf.prof.classify", "tf.prof.classify(short_name [, full_name [, cache]])", "a kernel's class: gemm, attention, softmax, ..." },

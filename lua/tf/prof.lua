@@ -9,7 +9,8 @@
 --     end
 --     p:stop()
 --     tf.report.table(p:kernels{range = "forward", by = "class"})
---     tf.report.table(p:ranges())
+--     tf.report.table(p:ranges())                  -- wall, summed kernel and busy time
+--     print(p:busy{range = "step"}.busy_ms)         -- how long the device ran the step's kernels
 --     p:trace("step.json")                            -- Perfetto / chrome://tracing
 --   end
 --
@@ -178,6 +179,64 @@ local function analyse(p)
   return a
 end
 
+-- Kernel time and busy time of a list of kernel items: kernel_ns sums
+-- their durations; busy_ns is, on each device, the length of the union of
+-- their intervals (tf._prof.busy_ns), summed over the devices. Kernels on
+-- two streams (the fused engine's optimizer beside its backward pass) run
+-- at the same time: they count twice in kernel_ns and once in busy_ns.
+-- devices: one entry per device, by name.
+local function busy_of(items)
+  local by_device, devices = {}, {}
+  for _, item in ipairs(items) do
+    local r = item.rec
+    local d = by_device[r.device]
+    if not d then
+      d = { device = r.device, kernels = 0, kernel_ns = 0, spans = {} }
+      by_device[r.device] = d
+      devices[#devices + 1] = d
+    end
+    d.kernels, d.kernel_ns = d.kernels + 1, d.kernel_ns + item.ns
+    local spans = d.spans
+    spans[#spans + 1], spans[#spans + 2] = r.start_ns, r.end_ns
+  end
+  table.sort(devices, function(x, y) return x.device < y.device end)
+  local total = { kernels = 0, kernel_ns = 0, busy_ns = 0, devices = devices }
+  for _, d in ipairs(devices) do
+    d.busy_ns = core().busy_ns(d.spans)
+    d.spans = nil
+    total.kernels, total.kernel_ns, total.busy_ns = total.kernels + d.kernels, total.kernel_ns + d.kernel_ns,
+      total.busy_ns + d.busy_ns
+  end
+  return total
+end
+
+-- The busy time of every range instance (r.busy_ns) and range name
+-- (a.name_busy_ns[name]), from the kernels that count toward them (those
+-- of gpu_ns), made once per analysis.
+local function range_busy(a)
+  if a.name_busy_ns then return end
+  local of_instance, of_name = {}, {}
+  for _, item in ipairs(a.items) do
+    if item.kind == "kernel" and item.range then
+      local seen = {}
+      for _, r in ipairs(item.range.chain) do
+        local list = of_instance[r]
+        if not list then list = {}; of_instance[r] = list end
+        list[#list + 1] = item
+        if not seen[r.name] then
+          seen[r.name] = true
+          list = of_name[r.name]
+          if not list then list = {}; of_name[r.name] = list end
+          list[#list + 1] = item
+        end
+      end
+    end
+  end
+  for _, r in ipairs(a.rec.ranges) do r.busy_ns = of_instance[r] and busy_of(of_instance[r]).busy_ns or 0 end
+  a.name_busy_ns = {}
+  for name in pairs(a.names) do a.name_busy_ns[name] = of_name[name] and busy_of(of_name[name]).busy_ns or 0 end
+end
+
 local no_chain = {}
 
 -- Whether item passes the range filters (names: the range names that
@@ -234,6 +293,34 @@ local function check_opts(fname, opts, allowed)
   return opts
 end
 
+-- The range names of opts.range (a name or a list of names), as a list
+-- that is also a set, after checking opts.range and opts.instance; says
+-- once per session and name when no range of that name was open.
+local function range_filter(fname, opts, a)
+  local names = {}
+  if type(opts.range) == "string" then
+    names = { opts.range, [opts.range] = true }
+  elseif type(opts.range) == "table" then
+    for _, n in ipairs(opts.range) do
+      if type(n) ~= "string" then error(fname .. ": range must be a name or a list of names", 3) end
+      if not names[n] then names[#names + 1], names[n] = n, true end
+    end
+  elseif opts.range ~= nil then
+    error(fname .. ": range must be a name or a list of names", 3)
+  end
+  if opts.instance ~= nil and math.type(opts.instance) ~= "integer" then
+    error(fname .. ": instance must be an integer range id", 3)
+  end
+  for _, n in ipairs(names) do
+    if not a.names[n] and not a.noted[n] then
+      a.noted[n] = true
+      io.stderr:write(string.format("tf.prof: no range named '%s' was open while the collector ran: "
+        .. "its kernels are an empty table\n", n))
+    end
+  end
+  return names
+end
+
 --- p:kernels{range = name, instance = id, by = "name" | "class" | "range",
 -- copies = true, device = "cuda:0"} -> rows {name, class, instances,
 -- total_ms, avg_us, median_us, min_us, max_us, pct}, by total time, largest
@@ -250,28 +337,8 @@ function Profile:kernels(opts)
   if by ~= "name" and by ~= "class" and by ~= "range" then
     error("profile:kernels: by must be \"name\", \"class\" or \"range\"", 2)
   end
-  local names = {}
-  if type(opts.range) == "string" then
-    names = { opts.range, [opts.range] = true }
-  elseif type(opts.range) == "table" then
-    for _, n in ipairs(opts.range) do
-      if type(n) ~= "string" then error("profile:kernels: range must be a name or a list of names", 2) end
-      if not names[n] then names[#names + 1], names[n] = n, true end
-    end
-  elseif opts.range ~= nil then
-    error("profile:kernels: range must be a name or a list of names", 2)
-  end
-  if opts.instance ~= nil and math.type(opts.instance) ~= "integer" then
-    error("profile:kernels: instance must be an integer range id", 2)
-  end
   local a = analyse(self)
-  for _, n in ipairs(names) do
-    if not a.names[n] and not a.noted[n] then
-      a.noted[n] = true
-      io.stderr:write(string.format("tf.prof: no range named '%s' was open while the collector ran: "
-        .. "its kernels are an empty table\n", n))
-    end
-  end
+  local names = range_filter("profile:kernels", opts, a)
   local groups, order, total = {}, {}, 0
   local function group(key, class)
     local g = groups[key]
@@ -324,24 +391,28 @@ function Profile:kernels(opts)
   return rows
 end
 
---- p:ranges() -> rows {name, instances, wall_ms, gpu_ms, kernels} per range
--- name, largest wall time first: wall_ms is the host time inside the range
--- summed over its instances, gpu_ms the time of the kernels launched inside
--- (each kernel once per name, however deep the nesting), kernels their
+--- p:ranges() -> rows {name, instances, wall_ms, gpu_ms, busy_ms, kernels}
+-- per range name, largest wall time first: wall_ms is the host time inside
+-- the range summed over its instances, gpu_ms the summed time of the
+-- kernels launched inside (each kernel once per name, however deep the
+-- nesting), busy_ms how long those kernels kept their devices busy (the
+-- union of their intervals on each device, summed over devices: kernels
+-- that ran at the same time count once; busy_ms <= gpu_ms), kernels their
 -- count. p:ranges{instances = true} -> one row per instance in order of
 -- opening: {id, name, parent, depth, path, start_ms, end_ms, wall_ms,
--- gpu_ms, kernels, open} (start_ms/end_ms from the session's start).
+-- gpu_ms, busy_ms, kernels, open} (start_ms/end_ms from the session's start).
 function Profile:ranges(opts)
   opts = check_opts("profile:ranges", opts, { instances = true })
   local a = analyse(self)
+  range_busy(a)
   local rows = {}
   if opts.instances then
     for _, r in ipairs(a.rec.ranges) do
       rows[#rows + 1] = {
         id = r.id, name = r.name, parent = r.parent, depth = r.depth, path = r.path,
         start_ms = (r.start_ns - a.info.start_ns) / 1e6, end_ms = (r.end_ns - a.info.start_ns) / 1e6,
-        wall_ms = duration_ns(r) / 1e6, gpu_ms = r.gpu_ns / 1e6, kernels = r.kernels, open = r.open,
-        rank = dist_rank(),
+        wall_ms = duration_ns(r) / 1e6, gpu_ms = r.gpu_ns / 1e6, busy_ms = r.busy_ns / 1e6, kernels = r.kernels,
+        open = r.open, rank = dist_rank(),
       }
     end
     return rows
@@ -350,12 +421,13 @@ function Profile:ranges(opts)
   for _, r in ipairs(a.rec.ranges) do
     local row = by_name[r.name]
     if not row then
-      row = { name = r.name, instances = 0, wall_ms = 0, gpu_ms = 0, kernels = 0, rank = dist_rank() }
+      row = { name = r.name, instances = 0, wall_ms = 0, gpu_ms = 0, busy_ms = a.name_busy_ns[r.name] / 1e6,
+              kernels = 0, rank = dist_rank() }
       by_name[r.name] = row
       rows[#rows + 1] = row
     end
     row.instances = row.instances + 1
-    row.wall_ms = row.wall_ms + duration_ns(r) / 1e6
+    row.wall_ms = row.wall_ms + duration_ns(r) -- ns until the end: integer sums, so that busy <= gpu holds in ms
   end
   -- GPU time per name: each kernel once per distinct name of its chain.
   for _, item in ipairs(a.items) do
@@ -366,11 +438,12 @@ function Profile:ranges(opts)
           seen[r.name] = true
           local row = by_name[r.name]
           row.kernels = row.kernels + 1
-          row.gpu_ms = row.gpu_ms + item.ns / 1e6
+          row.gpu_ms = row.gpu_ms + item.ns
         end
       end
     end
   end
+  for _, row in ipairs(rows) do row.wall_ms, row.gpu_ms = row.wall_ms / 1e6, row.gpu_ms / 1e6 end
   table.sort(rows, function(x, y)
     if x.wall_ms ~= y.wall_ms then return x.wall_ms > y.wall_ms end
     return x.name < y.name
@@ -378,15 +451,63 @@ function Profile:ranges(opts)
   return rows
 end
 
+--- p:busy{range = name, instance = id, device = "cuda:0"} -> {kernel_ms,
+-- busy_ms, kernels, wall_ms, devices}: the kernels of the session (range
+-- and instance keep those launched inside, as for p:kernels; device those
+-- of one device), their summed time (kernel_ms), how long they kept their
+-- devices busy (busy_ms: on each device the union of their intervals,
+-- summed over devices; never more than kernel_ms) and their count; devices
+-- has one row {device, kernel_ms, busy_ms, kernels} per device. wall_ms is
+-- the time the busy time was spent in: the session's (start to stop, or to
+-- this read) without a range filter, the instance's with instance, the
+-- summed instances' with one range name, none with a list of names. A
+-- range's kernels may still run after it closes (the GPU runs behind the
+-- host): busy_ms <= wall_ms holds for ranges that wait for their work
+-- (tf.sync() before they close), and always for the session (stop waits).
+function Profile:busy(opts)
+  opts = check_opts("profile:busy", opts, { range = true, instance = true, device = true })
+  local a = analyse(self)
+  local names = range_filter("profile:busy", opts, a)
+  local items = {}
+  for _, item in ipairs(a.items) do
+    if item.kind == "kernel" and (opts.device == nil or item.rec.device == opts.device)
+        and in_range(item, names, opts.instance) then
+      items[#items + 1] = item
+    end
+  end
+  local b = busy_of(items)
+  local out = { kernel_ms = b.kernel_ns / 1e6, busy_ms = b.busy_ns / 1e6, kernels = b.kernels, devices = {},
+                rank = dist_rank() }
+  for _, d in ipairs(b.devices) do
+    out.devices[#out.devices + 1] = { device = d.device, kernel_ms = d.kernel_ns / 1e6, busy_ms = d.busy_ns / 1e6,
+                                      kernels = d.kernels }
+  end
+  local wall_ns
+  if opts.instance ~= nil then
+    local r = a.by_id[opts.instance]
+    wall_ns = r and duration_ns(r) or 0
+  elseif #names == 1 then
+    wall_ns = 0
+    for _, r in ipairs(a.rec.ranges) do
+      if r.name == names[1] then wall_ns = wall_ns + duration_ns(r) end
+    end
+  elseif #names == 0 then
+    wall_ns = (a.info.stop_ns or math.floor(require("tf").now() * 1e6)) - a.info.start_ns
+  end
+  out.wall_ms = wall_ns and wall_ns / 1e6
+  return out
+end
+
 --- Column lists for tf.report.table(rows, {columns = tf.prof.columns.kernels}).
 M.columns = {
   kernels = { "name", "class", "instances", { "total_ms", "total ms", "%.3f" }, { "avg_us", "avg us", "%.1f" },
               { "median_us", "median us", "%.1f" }, { "min_us", "min us", "%.1f" }, { "max_us", "max us", "%.1f" },
               { "pct", "%", "%.1f" } },
-  ranges = { "name", "instances", { "wall_ms", "wall ms", "%.3f" }, { "gpu_ms", "GPU ms", "%.3f" }, "kernels" },
+  ranges = { "name", "instances", { "wall_ms", "wall ms", "%.3f" }, { "gpu_ms", "kernel ms", "%.3f" },
+             { "busy_ms", "busy ms", "%.3f" }, "kernels" },
   instances = { "id", "name", "parent", "depth", "path", { "start_ms", "start ms", "%.3f" },
-                { "end_ms", "end ms", "%.3f" }, { "wall_ms", "wall ms", "%.3f" }, { "gpu_ms", "GPU ms", "%.3f" },
-                "kernels", "open" },
+                { "end_ms", "end ms", "%.3f" }, { "wall_ms", "wall ms", "%.3f" }, { "gpu_ms", "kernel ms", "%.3f" },
+                { "busy_ms", "busy ms", "%.3f" }, "kernels", "open" },
 }
 
 -- ---- the trace ---------------------------------------------------------------------------------

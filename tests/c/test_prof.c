@@ -4,9 +4,11 @@
  * host-timed ops through the wrapped CPU backend: names, attribution to the
  * innermost range, ranges open at start and at stop, times that nest, one
  * collector at a time, reads after stop, nothing recorded when stopped.
- * Last, with a stand-in GPU side feeding records as CUPTI's callbacks and
- * buffers would: launches tied to their ranges, and a CUDA graph's replays
- * given instances of the ranges its nodes were captured in. */
+ * The busy time (the union of kernel intervals, per device) of synthetic
+ * spans. Last, with a stand-in GPU side feeding records as CUPTI's
+ * callbacks and buffers would: launches tied to their ranges, a CUDA
+ * graph's replays given instances of the ranges its nodes were captured
+ * in, and the busy time of kernels from two streams that overlap. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -401,12 +403,109 @@ static void test_launches_and_replays(void) {
   CHECK(!tf_prof_collecting_gpu());
 }
 
+/* Busy time is the union of the intervals, per device: overlapping, nested,
+ * touching, disjoint, empty and reversed spans, in any order, on two
+ * devices; never more than the summed durations nor than first start to
+ * last end on one device. */
+static void test_busy_union(void) {
+  const tf_device gpu0 = {TF_DEV_CUDA, 0}, gpu1 = {TF_DEV_CUDA, 1};
+  CHECK_INT(tf_prof_busy_ns(NULL, 0), 0);
+  tf_prof_span one[] = {{100, 250, gpu0}};
+  CHECK_INT(tf_prof_busy_ns(one, 1), 150);
+  /* Two streams: [0,100) beside [50,150) -> [0,150); nested [20,30); touching [150,160); apart [200,210). */
+  tf_prof_span spans[] = {
+      {200, 210, gpu0}, {50, 150, gpu0}, {20, 30, gpu0}, {0, 100, gpu0}, {150, 160, gpu0},
+      {300, 300, gpu0}, /* empty */
+      {400, 390, gpu0}, /* reversed: covers nothing */
+      {0, 100, gpu1},   {10, 40, gpu1}, /* the other device's time adds, however it overlaps gpu0's */
+  };
+  const size_t n = sizeof spans / sizeof spans[0];
+  int64_t sum = 0;
+  for (size_t i = 0; i < n; i++) sum += spans[i].end_ns > spans[i].start_ns ? spans[i].end_ns - spans[i].start_ns : 0;
+  const int64_t busy = tf_prof_busy_ns(spans, n);
+  CHECK_INT(busy, 160 + 10 + 100);
+  CHECK(busy < sum);
+  /* Sorted by device, then start. */
+  for (size_t i = 1; i < n; i++) {
+    const tf_prof_span *a = &spans[i - 1], *b = &spans[i];
+    CHECK(a->device.index < b->device.index || (a->device.index == b->device.index && a->start_ns <= b->start_ns));
+  }
+  /* Random spans against a brute-force count of the covered nanoseconds. */
+  srand(7);
+  for (int round = 0; round < 50; round++) {
+    enum { N = 40, T = 2000 };
+    tf_prof_span r[N];
+    static unsigned char covered[2][T];
+    memset(covered, 0, sizeof covered);
+    int64_t total = 0, lo[2] = {T, T}, hi[2] = {0, 0};
+    for (int i = 0; i < N; i++) {
+      int d = rand() % 2;
+      int64_t s0 = rand() % (T - 100), len = rand() % 100;
+      r[i] = (tf_prof_span){s0, s0 + len, d ? gpu1 : gpu0};
+      total += len;
+      for (int64_t t = s0; t < s0 + len; t++) covered[d][t] = 1;
+      if (len > 0) {
+        if (s0 < lo[d]) lo[d] = s0;
+        if (s0 + len > hi[d]) hi[d] = s0 + len;
+      }
+    }
+    int64_t want = 0;
+    for (int d = 0; d < 2; d++)
+      for (int t = 0; t < T; t++) want += covered[d][t];
+    int64_t got = tf_prof_busy_ns(r, N);
+    if (!CHECK_INT(got, want)) break;
+    CHECK(got <= total);
+    CHECK(got <= (hi[0] > lo[0] ? hi[0] - lo[0] : 0) + (hi[1] > lo[1] ? hi[1] - lo[1] : 0));
+  }
+}
+
+/* Records fed in as CUPTI would deliver them: a step whose optimizer
+ * kernels run on a second stream beside the backward pass's; the busy time
+ * of the session's kernels is their union, below their sum and inside the
+ * range that waited for them. */
+static void test_overlapped_records(void) {
+  tf_prof_set_gpu_source(&fake_source);
+  tf_prof_options opts = {true, true, false};
+  tf_prof_session *s = NULL;
+  if (!CHECK_OK(tf_prof_start(&opts, &s))) return;
+  CHECK_OK(tf_range_push("step"));
+  const uint64_t step = tf_range_current();
+  for (uint32_t c = 50; c < 54; c++) tf_prof_gpu_launch(c);
+  const int64_t t0 = tf_clock_ns();
+  fake_kernel("backward_a", 50, 0, t0 + 100, t0 + 400);
+  fake_kernel("adamw", 51, 0, t0 + 300, t0 + 600); /* beside backward_a and backward_b */
+  fake_kernel("backward_b", 52, 0, t0 + 400, t0 + 700);
+  fake_kernel("adamw", 53, 0, t0 + 800, t0 + 900);
+  while (tf_clock_ns() < t0 + 1000) {
+  }
+  CHECK_OK(tf_range_pop());
+  CHECK_OK(tf_prof_stop(s));
+  tf_prof_view v;
+  if (CHECK_OK(tf_prof_view_get(s, &v)) && CHECK_INT(v.num_kernels, 4)) {
+    tf_prof_span spans[4];
+    int64_t sum = 0;
+    for (size_t i = 0; i < v.num_kernels; i++) {
+      CHECK_INT(v.kernels[i].range, step);
+      spans[i] = (tf_prof_span){v.kernels[i].start_ns, v.kernels[i].end_ns, v.kernels[i].device};
+      sum += v.kernels[i].end_ns - v.kernels[i].start_ns;
+    }
+    const int64_t busy = tf_prof_busy_ns(spans, v.num_kernels);
+    CHECK_INT(sum, 1000);
+    CHECK_INT(busy, 700);
+    const tf_prof_range *r = find_range(&v, step);
+    if (CHECK(r)) CHECK(busy <= r->end_ns - r->start_ns);
+  }
+  tf_prof_session_free(s);
+}
+
 int main(void) {
   tf_backends_init();
   test_short_names();
   test_ranges();
   test_sessions();
   test_forced_failure();
-  test_launches_and_replays(); /* last: it replaces the GPU side */
+  test_busy_union();
+  test_launches_and_replays(); /* from here on: the stand-in GPU side */
+  test_overlapped_records();
   return tf_check_done();
 }

@@ -5,9 +5,12 @@
 -- with every event well-formed, its durations equal to the records' and
 -- each range holding its ops in time; one collector at a time; reads after
 -- stop; the CUPTI failure path (TF_PROF_FORCE_NO_CUPTI) prints one line and
--- keeps host records. On a GPU with CUPTI, the same counts from CUPTI's
--- kernel records (cuBLAS GEMMs attributed through the external correlation
--- ids), launch shapes, memcpy byte counts and kernels inside their ranges.
+-- keeps host records; busy time (the union of kernel intervals per device)
+-- on the CPU's ops and on stand-in records of two overlapping streams. On
+-- a GPU with CUPTI, the same counts from CUPTI's kernel records (cuBLAS
+-- GEMMs attributed through the external correlation ids), launch shapes,
+-- memcpy byte counts, kernels inside their ranges, and the busy time of
+-- the fused engine's overlapped training step.
 local T = require "harness"
 local cpu = { device = "cpu" }
 
@@ -196,6 +199,102 @@ T.test("records: raw arrays with names, devices, times and ranges", function()
   T.eq(info.running, false)
   T.ok(info.stop_ns >= info.start_ns)
   T.eq(info.options.host_ops, true)
+end)
+
+T.test("busy time on the CPU: under the wall time of ranges that wait, equal to the op time", function()
+  require_cpu_ops()
+  local p = known_sequence("cpu") -- each range ends with tf.sync()
+  for _, r in ipairs(p:ranges()) do
+    T.ok(r.busy_ms <= r.wall_ms, string.format("%s: busy %.6f ms <= wall %.6f ms", r.name, r.busy_ms, r.wall_ms))
+    T.ok(r.busy_ms <= r.gpu_ms, string.format("%s: busy <= kernel time (no rounding above it)", r.name))
+    -- the CPU's ops run one after the other on one thread: nothing overlaps
+    T.near(r.busy_ms, r.gpu_ms, 1e-9, 0, r.name .. ": busy = op time")
+  end
+  for _, r in ipairs(p:ranges{ instances = true }) do T.ok(r.busy_ms <= r.wall_ms and r.busy_ms <= r.gpu_ms) end
+  local all = p:busy()
+  T.ok(all.busy_ms > 0 and all.busy_ms <= all.wall_ms, "the session's busy time within its wall time")
+  T.near(all.busy_ms, all.kernel_ms, 1e-9)
+  T.eq(#all.devices, 1)
+  T.eq(all.devices[1].device, "cpu")
+  T.eq(all.devices[1].kernels, all.kernels)
+  local a = p:busy{ range = "a" }
+  T.near(a.busy_ms, find(p:ranges(), "a").busy_ms, 1e-12)
+  T.near(a.wall_ms, find(p:ranges(), "a").wall_ms, 1e-12)
+  T.eq(a.kernels, find(p:ranges(), "a").kernels)
+  T.raises(function() p:busy{ colour = 1 } end, "profile:busy: unknown option 'colour'")
+  T.raises(function() p:busy{ range = 3 } end, "profile:busy: range must be a name or a list of names")
+  T.raises(function() p:busy{ instance = 1.5 } end, "profile:busy: instance must be an integer range id")
+end)
+
+-- A stand-in for a session (p:info and p:records), for the analysis of
+-- records no machine here makes: kernels of two streams of cuda:0 that
+-- overlap (an optimizer beside a backward pass) and one of cuda:1 at the
+-- same time. Times in ms.
+local function overlapped_profile()
+  local ms = 1000000
+  local function kernel(name, device, stream, t0, t1, range)
+    return { name = name, short_name = name, device = device, stream = stream, start_ns = t0 * ms,
+             end_ns = t1 * ms, range = range, host = false, correlation = 1, grid = { 1, 1, 1 },
+             block = { 1, 1, 1 }, registers = 1, static_shared = 0, dynamic_shared = 0, shared_memory = 0 }
+  end
+  local rec = {
+    ranges = {
+      { id = 1, name = "step", depth = 0, start_ns = 0, end_ns = 1000 * ms, open = false },
+      { id = 2, name = "backward", parent = 1, depth = 1, start_ns = 100 * ms, end_ns = 800 * ms, open = false },
+    },
+    kernels = {
+      kernel("gemm_a", "cuda:0", 7, 100, 400, 2),
+      kernel("adamw", "cuda:0", 8, 300, 600, 1), -- beside gemm_a and gemm_b
+      kernel("gemm_b", "cuda:0", 7, 400, 700, 2),
+      kernel("adamw", "cuda:0", 8, 800, 900, 1),
+      kernel("gemm_c", "cuda:1", 3, 100, 300, 1), -- another device: its time adds
+      kernel("lone", "cuda:0", 7, 950, 960, nil), -- outside every range
+    },
+    memcpy = {}, memset = {}, host_ops = {},
+  }
+  local info = { running = false, gpu = true, start_ns = 0, stop_ns = 1000 * ms }
+  local real = tf.prof.start{ kernels = false, memcpy = false, host_ops = false }
+  real:stop()
+  local fake = { info = function() return info end, records = function() return rec end }
+  -- the Lua methods of tf.Profile, on the stand-in
+  return setmetatable(fake, { __index = function(_, k) return real[k] end })
+end
+
+T.test("busy time: the union of overlapping kernels' intervals per device, summed over devices", function()
+  local p = overlapped_profile()
+  local rows = p:ranges()
+  local step, bwd = find(rows, "step"), find(rows, "backward")
+  T.near(step.gpu_ms, 300 + 300 + 300 + 100 + 200, 1e-12)
+  T.near(step.busy_ms, 600 + 100 + 200, 1e-12) -- cuda:0 [100, 700) and [800, 900); cuda:1 [100, 300)
+  T.ok(step.busy_ms < step.gpu_ms and step.busy_ms <= step.wall_ms)
+  T.near(bwd.gpu_ms, 600, 1e-12)
+  T.near(bwd.busy_ms, 600, 1e-12) -- one stream: nothing overlaps
+  local inst = p:ranges{ instances = true }
+  T.near(inst[1].busy_ms, 900, 1e-12)
+  T.near(inst[2].busy_ms, 600, 1e-12)
+  local all = p:busy()
+  T.near(all.kernel_ms, 1210, 1e-12)
+  T.near(all.busy_ms, 910, 1e-12)
+  T.near(all.wall_ms, 1000, 1e-12)
+  T.eq(all.kernels, 6)
+  T.eq(#all.devices, 2)
+  T.eq({ all.devices[1].device, all.devices[2].device }, { "cuda:0", "cuda:1" })
+  T.near({ all.devices[1].kernel_ms, all.devices[1].busy_ms, all.devices[1].kernels }, { 1010, 710, 5 }, 1e-12)
+  T.near({ all.devices[2].kernel_ms, all.devices[2].busy_ms, all.devices[2].kernels }, { 200, 200, 1 }, 1e-12)
+  local one = p:busy{ device = "cuda:1" }
+  T.near({ one.kernel_ms, one.busy_ms }, { 200, 200 }, 1e-12)
+  local b = p:busy{ range = "backward" }
+  T.near({ b.kernel_ms, b.busy_ms, b.wall_ms }, { 600, 600, 700 }, 1e-12)
+  T.near(p:busy{ instance = 1 }.busy_ms, 900, 1e-12)
+  T.near(p:busy{ instance = 1 }.wall_ms, 1000, 1e-12)
+  local both = p:busy{ range = { "step", "backward" } }
+  T.near(both.busy_ms, 600, 1e-12)
+  T.eq(both.wall_ms, nil) -- no one wall time for a list of names
+  T.eq(p:busy{ range = "nowhere" }.kernels, 0)
+  T.eq(tf._prof.busy_ns({}), 0)
+  T.eq(tf._prof.busy_ns({ 0, 10, 5, 15, 20, 30, 25, 26, 40, 40 }), 25)
+  T.raises(function() tf._prof.busy_ns({ 1, 2, 3 }) end, "expects start, end pairs")
+  T.raises(function() tf._prof.busy_ns({ 1, "x" }) end, "value 2 is not an integer time")
 end)
 
 -- Every event well-formed; X events' durations equal the records'; each
@@ -421,6 +520,46 @@ T.test("GPU: kernel records from CUPTI count per range", function()
     end
   end
   T.ok(gpu_events >= 5)
+end)
+
+T.test("GPU: the fused step's optimizer beside its backward pass: busy time under kernel and wall time", function()
+  if not tf.cuda.is_available() then T.skip_test("no GPU is present") end
+  require_gpu_records()
+  tf.seed(0)
+  local m = tf.model.new{ preset = "medium", context_length = 512, precision = "bf16", impl = "fused", device = "cuda" }
+  m:set_overlap(true) -- AdamW on a second stream, beside the rest of the backward pass (the default)
+  T.eq(m.engine:info().overlap, true)
+  local ids = tf.randint(0, 10000, { 4, 512 }, { device = "cuda" })
+  local targets = tf.randint(0, 10000, { 4, 512 }, { device = "cuda" })
+  for _ = 1, 3 do m:step(ids, targets):free() end
+  tf.sync()
+  local p <close> = tf.prof.start()
+  tf.range("warm-up", function() m:step(ids, targets):free() end) -- graphs captured again under the collector
+  tf.sync()
+  for _ = 1, 3 do
+    tf.range("training step", function()
+      m:step(ids, targets):free()
+      tf.sync() -- the range waits for its kernels: their busy time lies inside it
+    end)
+  end
+  p:stop()
+  local skew = 0.1 -- ms: the CUPTI-to-host clock mapping's error at both ends
+  local row = find(p:ranges(), "training step")
+  print(string.format("  3 steps: wall %.3f ms, kernels %.3f ms summed, busy %.3f ms (%d kernels)", row.wall_ms,
+    row.gpu_ms, row.busy_ms, row.kernels))
+  T.ok(row.busy_ms <= row.wall_ms + skew, "busy time within the wall time")
+  T.ok(row.busy_ms <= row.gpu_ms, "busy time within the summed kernel time")
+  T.ok(row.busy_ms < row.gpu_ms, "overlapped: the optimizer's kernels ran beside the backward pass's")
+  for _, r in ipairs(p:ranges{ instances = true }) do
+    if r.name == "training step" then
+      T.ok(r.busy_ms <= r.wall_ms + skew and r.busy_ms <= r.gpu_ms, string.format("step %d: busy %.3f, wall %.3f, "
+        .. "kernels %.3f ms", r.id, r.busy_ms, r.wall_ms, r.gpu_ms))
+    end
+  end
+  local all = p:busy()
+  T.ok(all.busy_ms <= all.wall_ms + skew and all.busy_ms < all.kernel_ms, "the session: busy within wall and sum")
+  T.eq(all.devices[1].device, "cuda:0")
+  T.near(p:busy{ range = "training step" }.busy_ms, row.busy_ms, 1e-12)
 end)
 
 T.test("GPU: memcpy records with their byte counts, in their range", function()

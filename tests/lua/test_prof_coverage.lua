@@ -113,6 +113,9 @@ local function accounts(what, p, event_ms, each, n, bound)
   if e0 then busy = busy + (e0 - s0) end
   local busy_pct = 100 * busy / 1e6 / event_ms
   T.ok(busy_pct <= 100.5, string.format("%s: kernels busy %.1f %% of the GPU time: counted twice?", what, busy_pct))
+  -- the profile's own busy time (p:ranges()'s busy_ms) is that union
+  T.near(region.busy_ms, busy / 1e6, 1e-3, 0, what .. ": the region's busy_ms is the union of its kernels")
+  T.ok(region.busy_ms <= region.gpu_ms, what .. ": busy time within the summed kernel time")
   T.eq(per.instances, n, what .. ": one range per iteration")
   T.near(per.gpu_ms, region.gpu_ms, 1e-6, 1e-9, what .. ": the iterations add up to the region")
   -- Every kernel in the region's time has a range.
