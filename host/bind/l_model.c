@@ -1,4 +1,4 @@
-/* tf._model: the fused Transformer engine (core/model.h), low level. The
+/* tf._model: the fused Transformer engine (host/model/model.h), low level. The
  * public tf.model (lua/tf/model.lua) is built on it.
  *
  *   local m = tf._model.create({vocab_size = 10000, context_length = 256, d_model = 768, num_layers = 12,
@@ -6,7 +6,7 @@
  *                              {device = "cuda", precision = "bf16", graphs = true})
  *   local loss = m:loss(ids, targets); m:backward(); m:adamw_step{lr = 1e-3, step = 1}; m:zero_grad()
  *   local logits = m:forward(ids)         -- inference: no activations kept
- *   m:set_graphs(false); print(m:info().graph_replays)   -- CUDA graph replay (core/model.h)
+ *   m:set_graphs(false); print(m:info().graph_replays)   -- CUDA graph replay (host/model/model.h)
  *   for _, p in ipairs(m:parameters()) do print(p.name, p.tensor.shape) end
  *
  * Tensors handed out (logits, losses, parameter and gradient views) hold

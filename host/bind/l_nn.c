@@ -1,6 +1,6 @@
 /* Neural-network functions: tf.linear, softmax, log_softmax, layer_norm,
  * rms_norm, cross_entropy, rope, embedding, masked_fill, attention
- * (differentiable, autocast-aware: core/grad_ops.h, core/attention.h). */
+ * (differentiable, autocast-aware: host/autograd/grad_ops.h, attention.h). */
 #include <string.h>
 
 #include "bind.h"

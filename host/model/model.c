@@ -250,7 +250,7 @@ tf_status tf_model_create(const tf_model_config *cfg, tf_device device, tf_dtype
   m->k = ctx->backend->model;
   /* FlashAttention under mixed precision (tensor cores); true f32 keeps the
    * naive path, whose cuBLAS f32 GEMMs outrun the f32 flash kernel (FMA on
-   * CUDA cores, about 7 TFLOP/s on an H200) */
+   * CUDA cores) */
   m->flash = precision != TF_F32 && ctx->backend->flash_attention != NULL && cfg->d_model / cfg->num_heads <= 128;
   tf_model_set_graphs(m, true);
   m->overlap = true;

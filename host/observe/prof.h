@@ -204,8 +204,8 @@ typedef struct tf_prof_gpu_source {
   const char *(*unavailable)(void);
   bool (*probe)(char *reason, size_t reason_size);
   /* Starts recording and pays what the first launches after it would
-   * (CUPTI sets itself up on the first kernel it traces: about 3 ms in a
-   * process's first session, 0.5 ms in later ones, seen on an H100), by
+   * (CUPTI sets itself up on the first kernel it traces, longest in a
+   * process's first session), by
    * running a little work of its own and waiting for it, so that the
    * first region profiled is not longer for being profiled. Records of
    * that work reach no session. */

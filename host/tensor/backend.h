@@ -229,8 +229,11 @@ struct tf_backend {
   tf_status (*masked_fill)(tf_device_ctx *ctx, const tf_tensor *x, const tf_tensor *mask, double value,
                            tf_tensor *out);
   tf_status (*adamw)(tf_device_ctx *ctx, const tf_adamw_update *args);
-  /* Head dims 16..128 (multiples of 8 on the GPU's tensor-core path);
-   * flash_workspace gives the backward pass's scratch bytes. */
+  /* Head dims 1..128 (TF_FLASH_MAX_HEAD_DIM, host/autograd/attention.c; the
+   * CUDA backend refuses others, the CPU's takes any): on the GPU f16 and bf16
+   * at multiples of 8 with 16-byte aligned buffers take the tensor-core
+   * kernels, everything else the SIMT ones. flash_workspace gives the
+   * backward pass's scratch bytes. */
   tf_status (*flash_attention)(tf_device_ctx *ctx, const tf_flash_args *args);
   size_t (*flash_workspace)(tf_device_ctx *ctx, const tf_flash_args *args);
 

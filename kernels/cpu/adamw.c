@@ -11,8 +11,8 @@
  * floats: built for AVX-512, AVX2 and the baseline, the one that the CPU
  * has chosen at load time. Vector lanes round as the scalar code does (the
  * file is built without contraction into FMA and with sqrt as an
- * instruction), so every build gives the same bits; on 2 cores the
- * small model's update took 450 ms in scalar divisions and square roots. */
+ * instruction), so every build gives the same bits; as scalar code the
+ * update waited on its divisions and square roots. */
 __attribute__((target_clones("avx512f", "avx2", "default"))) static void
 tf_cpu_adamw_f32(const tf_adamw_update *a, float *restrict p, float *restrict m, float *restrict v,
                  const float *restrict g, int64_t n) {

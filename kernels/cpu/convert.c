@@ -1,5 +1,5 @@
 /* Dtype conversion and strided copies, fill and arange on the CPU (element
- * conversion rules: core/elemio.h). Random numbers: random.c. */
+ * conversion rules: host/base/elemio.h). Random numbers: random.c. */
 #include <math.h>
 #include <string.h>
 
@@ -46,8 +46,8 @@ tf_status tf_cpu_fill(tf_device_ctx *ctx, tf_tensor *out, double value) {
   if (n == 0) return TF_OK;
   tf_elem_set(data, out->dtype, 0, value);
   /* the first block by doubling (k elements copied onto the next k), then
-   * the block onto the rest on every core: a zero_grad of the small model's
-   * 128M gradients took 65 ms on one core of 16 */
+   * the block onto the rest on every core: on one core alone a model's
+   * zero_grad was slow */
   const int64_t block = n < TF_CPU_FILL_BLOCK ? n : TF_CPU_FILL_BLOCK;
   for (int64_t k = 1; k < block; k *= 2)
     memcpy((char *)data + k * (int64_t)es, data, (size_t)((k < block - k ? k : block - k) * (int64_t)es));

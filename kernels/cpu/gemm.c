@@ -42,16 +42,11 @@ typedef struct {
  * machine work (TF_GEMM_PIECES pieces: four rounds on 16 cores) are
  * taken, and when even the smallest tiles give fewer (a few hundred rows
  * times a model's width: the backward products of a short context), a long
- * K is cut into chunks of at least TF_GEMM_KC_MIN. Measured on 16 cores
- * (docs/performance.md): 512 x 768 x 6144 went from 8 tiles at 434 GFLOP/s
- * to about 1100 in 48 pieces, and the small model's GEMMs in a training
- * step (ctx 128) from 634-715 ms to 390-400 with 64 pieces and chunks of
- * 256 (423-432 with 48 and 512); on 2 cores they cost 8 % more.
- * Tall tiles (more rows than columns) run faster per core than wide ones of
- * the same size with OpenBLAS (one thread, GFLOP/s): 2048^3 in 512 x 128
- * tiles 93, in 128 x 512 tiles 83; 1024^3 in 256 x 128 tiles with K in two
- * chunks 92, in 128 x 256 ones 88; the small model's four products 2-4 %;
- * one call 97-102. */
+ * K is cut into chunks of at least TF_GEMM_KC_MIN: both counts were chosen
+ * by timing a small model's step on 16 cores (docs/performance.md, "Why
+ * the kernels are as they are"). Tall tiles (more rows than columns) are
+ * taken: OpenBLAS runs them faster per core than wide ones of the same
+ * size. */
 enum { TF_GEMM_PIECES = 64, TF_GEMM_KC_MIN = 256 };
 
 static tf_gemm_plan tf_gemm_plan_for(int64_t m, int64_t n, int64_t k) {

@@ -164,8 +164,8 @@ static tf_status tf_cpu_norm_rows_backward(const tf_cpu_norm_rows *a) {
   if (!acc) return tf_fail(TF_ERR_OOM, "out of memory: no host memory for a norm's weight gradients");
   double *aw = acc, *ab = acc + cols;
   /* each column's sum over the rows in row order, a slice of columns a
-   * thread: the bits of one thread (this loop on one core took a third of
-   * the small model's norm time on 16) */
+   * thread: the bits of one thread (on one core this loop held back the
+   * norms of a many-core machine) */
   enum { SLICE = 64 };
 #pragma omp parallel for schedule(static) if (a->rows * cols > TF_CPU_PARALLEL_MIN)
   for (int64_t c0 = 0; c0 < cols; c0 += SLICE) {

@@ -58,9 +58,8 @@ tf_status tf_cpu_threads_from_env(void) {
 
 /* OpenBLAS's build for every x86 CPU (DYNAMIC_ARCH) falls back to generic
  * SSE3 kernels ("Prescott") on a CPU it does not recognise: Debian 12's
- * 0.3.21 does so on the Xeons of the H100 machines (a virtual CPU model),
- * where a 2048^3 sgemm on 16 cores took 84 ms against 21 ms with its
- * AVX-512 kernels (numpy's own OpenBLAS: 19 ms). */
+ * 0.3.21 does so on some virtual Xeons, where those kernels run a product
+ * several times slower than its AVX-512 ones. */
 const char *tf_cpu_blas_core_for(const char *chosen, bool avx2_fma, bool avx512f) {
   static const char *const generic[] = {"Prescott", "Core2", "Katmai", "Coppermine", "Northwood", "Banias", "Unknown"};
   bool fallback = false;

@@ -151,15 +151,14 @@ __device__ __forceinline__ double tf_cuda_ce_exp(double v, double mx, double mx_
  * target's element with e (scale / sum) - scale by the thread that holds
  * it: one read and one write of the logits. In f32 the exponential is one
  * FFMA and the hardware's exp2 (tf_cuda_ce_exp), and no element is
- * compared with the target: the 2.7B step's loss from 0.116 to 0.080 ms
- * (0.34 to 0.49 of the copy rate, one H200), the arithmetic per logit, not
- * the memory, being what held it back. Keeping the words as read instead of
+ * compared with the target: the arithmetic per logit, not the memory, is
+ * what held the kernel back. Keeping the words as read instead of
  * each thread's e in f32 takes a thread from 52 registers to 32 (the 2.7B
  * model's 10000 columns in bf16), so that four blocks of 448 threads a
  * multiprocessor run instead of two (f16's conversion and f64 take more:
- * three and one; tf_cuda_ce_rows now makes the blocks smaller); at
- * two the 2.7B step's loss moved its bytes at 0.30 of the copy rate (the
- * row-group kernel's online max-and-sum with a second read, at 0.20). */
+ * three and one; tf_cuda_ce_rows now makes the blocks smaller): two
+ * blocks leave too few rows' loads in flight, as does the row-group
+ * kernel's online max-and-sum with its second read. */
 template <int DT> struct tf_cuda_ce_row_blocks { /* blocks a multiprocessor holds, within which nothing spills */
   enum { value = DT == TF_F64 ? 1 : DT == TF_F16 ? 3 : 4 };
 };
@@ -221,10 +220,8 @@ __global__ void __launch_bounds__(512, tf_cuda_ce_row_blocks<DT>::value) tf_cuda
  * leave the row at least 256 threads (up to TF_CUDA_CE_ROW_K): smaller
  * blocks, more of them on a multiprocessor, more rows' loads in flight
  * while other rows sum. The 2.7B model's 10000 columns in bf16: 4 steps of
- * 320 threads, six blocks a multiprocessor, 0.048-0.049 ms at 0.79-0.83
- * of the copy rate, where 3 steps of 448 threads (four blocks) took
- * 0.057-0.058 ms at 0.68-0.70 (H200, nine and thirteen kernel_bandwidth
- * runs). */
+ * 320 threads, six blocks a multiprocessor, faster than 3 steps of 448
+ * threads (four blocks). */
 template <int DT> static bool tf_cuda_ce_rows(tf_cuda_state *st, const tf_cuda_ce_params &p) {
   typedef typename tf_cuda_dtype<DT>::storage S;
   constexpr int VW = (int)(16 / sizeof(S));

@@ -1,8 +1,8 @@
 /* cuBLAS and cuBLASLt opened at run time (dlopen) on the first use of a GPU.
- * Linked the usual way, their start-up code runs in every process: some
- * 60 ms of CPU before main, on a machine without a GPU too, paid by every
- * short script, the REPL's start and each of the test suite's thousand runs
- * of tfhost. Opened here, only a process that uses a GPU pays.
+ * Linked the usual way, their start-up code runs in every process before
+ * main, on a machine without a GPU too, paid by every short script, the
+ * REPL's start and each of the test suite's thousand runs of tfhost.
+ * Opened here, only a process that uses a GPU pays.
  *
  * libcublas is looked for as the dynamic loader looks for a linked library
  * (LD_LIBRARY_PATH, the binary's run path: the bundle's folder, the

@@ -39,8 +39,8 @@ typedef struct tf_cuda_state {
 
 /* The cuBLAS and cuBLASLt functions the backend calls, each under its
  * library's symbol name. The libraries are opened on the first use of a GPU
- * (tf_cublas_load, cublas_load.cu), not linked: their start-up code costs
- * some 60 ms of CPU in every process, one that never touches a GPU too. */
+ * (tf_cublas_load, cublas_load.cu), not linked: their start-up code would
+ * run in every process, one that never touches a GPU too. */
 #define TF_CUBLAS_FUNCTIONS(X)                                                                                        \
   X(cublasCreate_v2) X(cublasDestroy_v2) X(cublasSetStream_v2) X(cublasSetMathMode) X(cublasGetVersion_v2)            \
   X(cublasGetStatusString) X(cublasLtCreate) X(cublasLtDestroy) X(cublasLtMatmul) X(cublasLtMatmulAlgoGetHeuristic)   \

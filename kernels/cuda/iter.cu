@@ -1,4 +1,4 @@
-/* The iteration geometry of the elementwise kernels: core/iter.h's
+/* The iteration geometry of the elementwise kernels: host/tensor/iter.h's
  * collapsed space, stored innermost first for the kernels. */
 #include "cuda_common.cuh"
 

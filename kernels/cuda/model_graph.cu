@@ -41,9 +41,8 @@ tf_status tf_cuda_capture_end(tf_device_ctx *ctx, tf_graph **out) {
    * optimizer's kernels on the low-priority side stream then yield the SMs
    * to the backward pass's as they do eagerly. Without the flag every node
    * runs at the priority of the stream the graph is launched into, and an
-   * AdamW grid queued first held every SM until it was done (on an H100,
-   * 1 of 39 ms of AdamW per 2.7B step overlapped other kernels; with it,
-   * 127 of 137 ms, and the step fell from 196 to 191 ms). */
+   * AdamW grid queued first held every SM until it was done: the
+   * optimizer hardly overlapped the backward pass at all. */
   err = cudaGraphInstantiate(&exec, graph, cudaGraphInstantiateFlagUseNodePriority);
   tf_cuda_report(cudaGraphDestroy(graph), "cudaGraphDestroy"); /* the instance keeps what it needs */
   if (err != cudaSuccess) {
@@ -131,12 +130,11 @@ tf_status tf_cuda_side_leave(tf_device_ctx *ctx) {
  * starts writing its ring slot while AdamW still reads the slot's previous
  * gradient. With the GEMMs' timed choice on (other algorithms than the
  * heuristic's first), tests/lua/test_model_long_run.lua's overlapped step
- * parted from the serial one in about half the runs (at steps 7 to 172,
- * once by 2 % of the loss), with graphs only (none of 6 eager runs), and
- * with the chosen algorithms only (none of 6 with the timing done but the
- * first algorithm kept); with this kernel after each wait, in none of 8.
- * The heuristic's first algorithms never showed it, but nothing promises
- * that they never will. */
+ * parted from the serial one, with graphs only and with the chosen
+ * algorithms only; with this kernel after each wait it does not (the runs:
+ * docs/performance.md, "an ordering fault in the overlapped step's
+ * graph"). The heuristic's first algorithms never showed it, but nothing
+ * promises that they never will. */
 __global__ void tf_cuda_order_kernel(void) {}
 
 static tf_status tf_cuda_order_after_wait(tf_cuda_state *st) {

@@ -324,9 +324,8 @@ static tf_status tf_cuda_norm_launch(tf_device_ctx *ctx, tf_cuda_state *st, tf_c
  * at a time (block b takes rows b, b + gridDim.x, ...), each thread one
  * vector step of 8 columns. A thread reads its part of x, dy (and of dx,
  * when added to) into registers a row ahead: the next row's loads wait on
- * memory while this row's sum is taken over the block (the 2.7B step, one
- * H200: 3.42 -> 3.35 ms, 0.77 of the copy rate). It keeps the column sums
- * of the rows its block takes;
+ * memory while this row's sum is taken over the block. It keeps the
+ * column sums of the rows its block takes;
  * block b writes them as row b of the partial sums, which
  * tf_cuda_rms_partial_sum_kernel adds in a fixed order. Several blocks a
  * multiprocessor each at its own row hide one another's waits. dx is
@@ -335,8 +334,8 @@ static tf_status tf_cuda_norm_launch(tf_device_ctx *ctx, tf_cuda_state *st, tf_c
  * and the GPU only, so dg has the same bits every run. */
 /* Rows of up to 8 x 512 = 4096 columns, at most 64 registers a thread:
  * three blocks of the 2.7B model's 320 threads a multiprocessor, with some
- * 60 bytes of spills, took 3.32 ms a step where two blocks at the 100
- * registers the compiler wants took 3.40 and four at 40 registers 6.51. */
+ * 60 bytes of spills, run faster than two blocks at the 100 registers the
+ * compiler wants or four at 40 registers. */
 enum { TF_CUDA_RMS_FUSED_THREADS = 512 };
 template <int YT>
 __global__ void __launch_bounds__(TF_CUDA_RMS_FUSED_THREADS, 2)
@@ -401,10 +400,11 @@ __global__ void __launch_bounds__(TF_CUDA_RMS_FUSED_THREADS, 2)
  * TF_CUDA_RMS_SUM_DOWN-th row in order, then theirs added in order into dg
  * (added to): the same bits every run. Each thread loads 8 of its rows
  * before adding them (in the same order), so that its loads wait for
- * memory together rather than one after another (15 us a call for the
- * small model's 171 rows while AdamW shared the memory, one load at a
- * time); 32 threads down a column (8 before) leave each two such batches
- * of the 396 rows of the 2.7B model's backward on an H200. */
+ * memory together rather than one after another (one load at a time, a
+ * short call waited on each while AdamW shared the memory); 32 threads
+ * down a column leave each two such batches of the 396 rows of the 2.7B
+ * model's backward on an H200 (three blocks on each of its 132
+ * multiprocessors). */
 enum { TF_CUDA_RMS_SUM_DOWN = 32 };
 __global__ void __launch_bounds__(32 * TF_CUDA_RMS_SUM_DOWN)
     tf_cuda_rms_partial_sum_kernel(const float *partial, float *dg, int64_t cols, int64_t rows) {
@@ -488,10 +488,9 @@ enum { TF_CUDA_RMS_ROW_K = 3 };
  * registers: one block a row, each thread K vector steps of 8 columns
  * (blockDim.x threads apart), x and delta read once each, x_out and h
  * written once: no second pass over the row; the gains are read with the
- * row. In the 2.7B model's step (2560 columns, 320 threads; H200) it
- * moves its bytes at 0.76 of the copy rate (3.84 ms a step; 3.88 with the
- * gains read after the row's sum; 0.69 of the copy rate for a row group of
- * 128 threads and a second pass). */
+ * row. In the 2.7B model's step (2560 columns, 320 threads) this is faster
+ * than the gains read after the row's sum, or a row group of 128 threads
+ * and a second pass. */
 template <int YT, int K>
 __global__ void __launch_bounds__(1024) tf_cuda_rms_forward_row_kernel(tf_cuda_norm_params p) {
   typedef typename tf_cuda_dtype<YT>::storage YS;
@@ -574,7 +573,7 @@ template <int YT> static bool tf_cuda_rms_forward_rows(tf_cuda_state *st, const 
  * sum, so the same bits. An elementwise pass, V columns a thread, blocks
  * across a row (x) and over rows (y, grid-stride) as in the SwiGLU
  * kernel: no barrier and no division, where the row kernel's sum over the
- * block held each such call of the 2.7B step under 0.8 of the copy rate. */
+ * block held these calls back. */
 template <int YT, int V>
 __global__ void __launch_bounds__(TF_CUDA_THREADS) tf_cuda_rms_apply_kernel(tf_cuda_norm_params p) {
   typedef typename tf_cuda_dtype<YT>::storage YS;

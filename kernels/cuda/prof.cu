@@ -1,6 +1,6 @@
-/* The profiler's GPU side (host/observe/prof.h): CUPTI's activity API, as GPU.md
- * verified it on the H100/H200 machines: CONCURRENT_KERNEL (never KERNEL,
- * which serialises kernels), MEMCPY and MEMSET records. Which range a
+/* The profiler's GPU side (host/observe/prof.h): CUPTI's activity API with
+ * CONCURRENT_KERNEL records (never KERNEL, which serialises the kernels it
+ * traces), MEMCPY and MEMSET records. Which range a
  * record belongs to comes from CUPTI's callback API, not from API activity
  * records: a callback on entry to every launch call of the driver
  * (kernels, graphs, copies, memsets; found by name, so that variants such
@@ -238,9 +238,9 @@ bool is_launch(const char *name) {
 CUptiResult enable_callbacks(const char **failed_call) {
   /* The driver's launch calls are called back for the runtime's launches
    * too (the runtime makes them), with the correlation id the record
-   * carries: on an H100 every kernel of 60000 runtime launches and of
-   * cuBLASLt's GEMMs had its range with the driver's callbacks alone, at
-   * less cost than with the runtime's as well. Found by name once. */
+   * carries: the driver's callbacks alone give every kernel its range, the
+   * runtime's launches and cuBLASLt's GEMMs alike, at less cost than with
+   * the runtime's as well. Found by name once. */
   static std::vector<CUpti_CallbackId> &launch_calls = *new std::vector<CUpti_CallbackId>;
   if (launch_calls.empty()) {
     for (uint32_t cbid = 1; cbid < CUPTI_DRIVER_TRACE_CBID_SIZE; cbid++) {

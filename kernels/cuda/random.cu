@@ -1,4 +1,4 @@
-/* Random tensors on the GPU, bit-identical with kernels/cpu/convert.c's
+/* Random tensors on the GPU, bit-identical with kernels/cpu/random.c's
  * tf_cpu_random: element i is word i % 4 of Philox block offset + i / 4,
  * turned into a value by philox.h's double-precision arithmetic (each
  * normal pair once per block, tf_det_random_block) and stored

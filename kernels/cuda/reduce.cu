@@ -175,9 +175,9 @@ static int tf_cuda_pow2_upto_256(int64_t n) {
 
 /* The tile shape for reducing r elements per output with the given inner
  * stride. Rows give an output enough lanes (up to 256) for 8 elements each,
- * 16 past r = 128: one or two rounds of the 8-deep loop, which measured
- * best on an H200 (short rows otherwise leave too few loads in flight, long
- * ones pay the block combine per tile). Columns keep 32 (or inner, if
+ * 16 past r = 128: one or two rounds of the 8-deep loop (short rows
+ * otherwise leave too few loads in flight, long ones pay the block combine
+ * per tile). Columns keep 32 (or inner, if
  * fewer) neighbouring outputs per warp-row and give each output up to 8
  * lanes, fewer when r is shorter. */
 static void tf_cuda_reduce_tile(tf_cuda_reduce_args *p) {

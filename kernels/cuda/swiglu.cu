@@ -32,8 +32,8 @@ __global__ void __launch_bounds__(TF_CUDA_THREADS) tf_cuda_swiglu_kernel(tf_cuda
      * pass's y has the forward's bits; the hardware's exp and reciprocal
      * (__expf, __fdividef: a few ulp) where expf and the division took some
      * twenty instructions an element: under the step's power-limited clock
-     * that arithmetic, not the memory, held the kernel at 0.77 of the copy
-     * rate (0.94 now, the 2.7B step on an H200) */
+     * that arithmetic, not the memory, held the kernel under the copy
+     * rate */
     float s[V], y[V];
 #pragma unroll
     for (int u = 0; u < V; u++) {

@@ -1,4 +1,4 @@
--- CUDA graph replay in the fused engine (core/model.h): a phase runs
+-- CUDA graph replay in the fused engine (host/model/model.h): a phase runs
 -- eagerly on its first call for a shape, is captured on the second and
 -- replayed after. Replays must give the very bits of eager runs: every
 -- test drives a model with graphs and an identically seeded one without
