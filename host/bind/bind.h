@@ -68,9 +68,6 @@ void **tf_lua_push_owner(lua_State *L, void (*release)(void *));
 /* Module parts, each adding its functions to the table on top of the stack. */
 void tf_open_tensor(lua_State *L);
 void tf_open_mem(lua_State *L);
-/* --memory-limit: caps every device's allocator at bytes; tf.mem.set_limit
- * may then lower a cap but not raise it past bytes. */
-void tf_lua_mem_cap(lua_State *L, size_t bytes);
 void tf_open_timer(lua_State *L);
 void tf_open_json(lua_State *L);
 void tf_open_sys(lua_State *L);
