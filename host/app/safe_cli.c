@@ -10,7 +10,8 @@
 const char tf_safe_cli_usage[] =
     "  --safe         run the script sandboxed: no processes, no native code, files only in\n"
     "                 the allowed folders, and limits by default: tensor memory <= 50 % of the\n"
-    "                 host's and 90 % of each GPU's, wall clock <= 600 s (docs/safe.md)\n"
+    "                 host's and 90 % of each GPU's, wall clock <= 600 s (TFHOST_SAFE_TIMEOUT sets\n"
+    "                 another default; docs/safe.md)\n"
     "  --allow-write DIR  under --safe, the folder scripts may write in (default: the current one)\n"
     "  --timeout S    stop the script after S seconds of wall-clock time (exit code 124);\n"
     "                 none: no limit (the default without --safe)\n"

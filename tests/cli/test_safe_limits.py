@@ -77,6 +77,10 @@ class Limits(Sandbox):
         cap = int(r.stdout)
         self.assertEqual(cap, host_memory() // 2)
         self.assertEqual(mem["cpu"], fmt_bytes(cap))
+        # --help says the same defaults
+        usage = " ".join(self.tfhost("--help").stdout.split())
+        self.assertIn("limits by default: tensor memory <= 50 % of the host's and 90 % of each GPU's, wall clock "
+                      "<= 600 s", usage)
         # nothing is printed, and nothing capped, without --safe
         plain = self.tfhost("-e", "print(tf.mem.stats('cpu').limit)")
         self.assertEqual((plain.returncode, plain.stdout, plain.stderr), (0, "nil\n", ""))
