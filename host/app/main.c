@@ -140,8 +140,12 @@ static int tf_cli_parse(tf_cli *cli) {
       return tf_usage_error("unrecognized option '%s'", a);
     }
   }
-  if (cli->safe.allow_write && !cli->safe.safe) return tf_usage_error("%s", "--allow-write needs --safe");
   return 0;
+}
+
+/* Whether tfhost ends in the REPL (-i, or nothing to run and a terminal). */
+static bool tf_cli_repl(const tf_cli *cli) {
+  return cli->interactive || (cli->script == cli->argc && !cli->has_exec && !cli->version && isatty(STDIN_FILENO));
 }
 
 /* arg = {[0] = script, script args at 1..n, tfhost's own args negative}. */
@@ -416,6 +420,9 @@ int main(int argc, char **argv) {
     tf_print_usage(stdout);
     return TF_EXIT_OK;
   }
+  char err[320];
+  cli.safe.repl = tf_cli_repl(&cli);
+  if (tf_safe_cli_finish(&cli.safe, err, sizeof err) < 0) return tf_usage_error("%s", err);
   if (cli.nproc) return tf_launch_ranks(&cli);
   lua_State *L = tf_lua_newstate(tf_lua_heap_cap(cli.safe.safe));
   if (!L) {

@@ -101,10 +101,6 @@ void tf_lua_open_exit(lua_State *L);  /* tf.exit (luahost.c) */
 void tf_open_safe(lua_State *L);      /* the sandbox's functions (safe.c) */
 int luaopen_tf_core(lua_State *L);
 
-/* --memory-limit: caps every device's allocator at bytes; tf.mem.set_limit
- * may then lower a cap but not raise it past bytes. */
-void tf_lua_mem_cap(lua_State *L, size_t bytes);
-
 /* The running Lua state's main thread, for the allocator's reclaim hook. */
 void tf_lua_install_reclaim(lua_State *L);
 

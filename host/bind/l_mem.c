@@ -4,6 +4,7 @@
 
 #include "bind.h"
 #include "device.h"
+#include "safe.h"
 
 static tf_device_ctx *tf_l_mem_ctx(lua_State *L, int idx, const char *fname) {
   tf_device_ctx *ctx;
@@ -50,33 +51,17 @@ static int tf_l_mem_empty_cache(lua_State *L) {
   return 0;
 }
 
-/* Registry key of --memory-limit's cap in bytes (absent: none). */
-static const char tf_mem_cap_key = 0;
-
-void tf_lua_mem_cap(lua_State *L, size_t bytes) {
-  for (int i = -1; i < tf_cuda_device_count(); i++) {
-    tf_device_ctx *ctx;
-    tf_device d = i < 0 ? tf_cpu() : (tf_device){TF_DEV_CUDA, i};
-    TF_LUA_CHECK(L, tf_device_ctx_get(d, &ctx), "--memory-limit");
-    tf_alloc_set_limit(&ctx->alloc, bytes);
-  }
-  lua_pushinteger(L, (lua_Integer)bytes);
-  lua_rawsetp(L, LUA_REGISTRYINDEX, &tf_mem_cap_key);
-}
-
 /* tf.mem.set_limit(bytes | nil [, device]): caps reserved memory; under
- * --memory-limit only at or below its cap. */
+ * --memory-limit or --safe's default cap only at or below that cap. */
 static int tf_l_mem_set_limit(lua_State *L) {
   lua_Integer limit = luaL_opt(L, luaL_checkinteger, 1, 0);
   if (limit < 0) return luaL_argerror(L, 1, "the limit must be >= 0 (or nil for none)");
-  if (lua_rawgetp(L, LUA_REGISTRYINDEX, &tf_mem_cap_key) == LUA_TNUMBER) {
-    lua_Integer cap = lua_tointeger(L, -1);
-    if (limit == 0 || limit > cap)
-      return tf_lua_error(L, "tf.mem.set_limit: refused: the limit cannot be raised past --memory-limit (%I bytes)",
-                          cap);
-  }
-  lua_pop(L, 1);
   tf_device_ctx *ctx = tf_l_mem_ctx(L, 2, "tf.mem.set_limit");
+  const char *origin;
+  size_t cap = tf_safe_mem_ceiling(ctx->device, &origin);
+  if (cap && (limit == 0 || (size_t)limit > cap))
+    return tf_lua_error(L, "tf.mem.set_limit: refused: the limit cannot be raised past %s (%I bytes on %s)", origin,
+                        (lua_Integer)cap, ctx->alloc.device_name);
   tf_alloc_set_limit(&ctx->alloc, (size_t)limit);
   return 0;
 }

@@ -12,20 +12,41 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-/* What the command line asked for; zeros: nothing. */
+#include "device_id.h"
+
+/* What the command line asked for; zeros: nothing. A limit given as
+ * "none" is TF_SAFE_NO_LIMIT; under --safe a limit not given takes
+ * --safe's default (tf_safe_cli_finish fills the wall clock's in). */
 typedef struct tf_safe_settings {
   bool safe;               /* --safe */
+  bool repl;               /* the REPL follows: --safe sets no default wall clock */
   const char *allow_write; /* --allow-write DIR (NULL: the current folder) */
-  double timeout;          /* --timeout SECONDS (0: none) */
-  double memory_gib;       /* --memory-limit GiB (0: none) */
+  double timeout;          /* --timeout SECONDS (0: not given) */
+  double memory_gib;       /* --memory-limit GiB (0: not given) */
+  bool timeout_default;    /* timeout is --safe's default, not --timeout's */
 } tf_safe_settings;
+
+#define TF_SAFE_NO_LIMIT (-1.0)
+
+/* --safe's defaults (docs/safe.md): the wall clock in seconds
+ * (TFHOST_SAFE_TIMEOUT sets another), and the share of each device's
+ * memory its tensors may take: the host's (the CPU's tensors) and a GPU's. */
+#define TF_SAFE_TIMEOUT_S 600.0
+#define TF_SAFE_HOST_SHARE 0.5
+#define TF_SAFE_GPU_SHARE 0.9
 
 /* The Lua heap's cap under --safe when TFHOST_LUA_MEMORY does not set one. */
 #define TF_SAFE_LUA_HEAP ((size_t)1 << 30)
 
-/* Starts the wall clock and sets the device memory cap; call before the
- * runtime opens. Raises on a bad setting. */
+/* Starts the wall clock and sets the device memory caps (on every device,
+ * as each is first used); under --safe prints the limits on stderr, one
+ * line. Call before the runtime opens. Raises on a bad setting. */
 void tf_safe_limits_start(lua_State *L, const tf_safe_settings *s);
+
+/* The memory cap the command line (or --safe's default) set on a device
+ * (tf.mem.set_limit may lower it, never raise it), or 0 when none; origin
+ * says where it came from ("--memory-limit", "--safe's default"). */
+size_t tf_safe_mem_ceiling(tf_device d, const char **origin);
 
 /* Enters the sandbox (after the runtime is open, before any user code):
  * script is the script's path (NULL for stdin or none); its folder and the

@@ -76,6 +76,14 @@ static tf_status tf_device_check(tf_device d) {
   return TF_OK;
 }
 
+static void (*tf_ready_hook)(tf_device_ctx *ctx);
+
+void tf_device_set_ready_hook(void (*hook)(tf_device_ctx *ctx)) {
+  tf_ready_hook = hook;
+  for (int slot = 0; hook && slot < TF_DEVICE_SLOTS; slot++)
+    if (tf_ctx_slots[slot].ready) hook(&tf_ctx_slots[slot]);
+}
+
 tf_status tf_device_ctx_get(tf_device d, tf_device_ctx **out) {
   bool in_range = d.type == TF_DEV_CPU || (d.type == TF_DEV_CUDA && d.index >= 0 && d.index < TF_MAX_CUDA_DEVICES);
   if (in_range && tf_ctx_slots[tf_device_slot(d)].ready) {
@@ -94,6 +102,7 @@ tf_status tf_device_ctx_get(tf_device d, tf_device_ctx **out) {
   TF_TRY(be->init(ctx));
   tf_alloc_init(&ctx->alloc, tf_ctx_names[slot], (tf_alloc_backend){be->raw_alloc, be->raw_free, ctx});
   ctx->ready = true;
+  if (tf_ready_hook) tf_ready_hook(ctx);
   tf_prof_set_device_sync(tf_devices_sync_all);
   *out = ctx;
   return TF_OK;

@@ -56,6 +56,12 @@ int tf_cuda_device_count(void);
  * message for a GPU when there is none, or an index out of range. */
 tf_status tf_device_ctx_get(tf_device d, tf_device_ctx **out);
 
+/* Called with each device context as it becomes ready (before anything
+ * is allocated on it), and at once with those that already are: how the
+ * host caps the memory of a device a script first uses late (tfhost
+ * --memory-limit, --safe). NULL: none. */
+void tf_device_set_ready_hook(void (*hook)(tf_device_ctx *ctx));
+
 /* The device tensors go to when a script names none: cuda:0 when a GPU is
  * present, else the CPU, unless changed (--device). */
 tf_device tf_default_device(void);

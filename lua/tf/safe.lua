@@ -145,7 +145,8 @@ end
 --- tf.safe_run(script, opts) -> ok, exit code: runs a script under
 -- tfhost --safe in a new process and waits for it. script is a path when it
 -- ends in ".lua" and has no newline, else Lua source (given on stdin).
--- opts: args (list), timeout (s), memory_limit (GiB), allow_write, device, seed.
+-- opts: args (list), timeout (s), memory_limit (GiB), allow_write, device, seed;
+-- a limit not given is --safe's default, "none" turns it off.
 function M.run(script, opts)
   if type(script) ~= "string" then error("tf.safe_run: expected a script path or Lua source", 2) end
   if opts ~= nil and type(opts) ~= "table" then error("tf.safe_run: options must be a table", 2) end
