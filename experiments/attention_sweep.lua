@@ -16,7 +16,8 @@
 -- pass, and o:backward(dout) with a fixed random dout is what the clock
 -- sees (the gradients are dropped after each, untimed).
 --
---   tfhost experiments/attention_sweep.lua                       (the CS336 sweep)
+--   tfhost experiments/attention_sweep.lua                       (the CS336 sweep; on a CPU: d 16,64,
+--                                                                 seq 64..256, 5 passes: seconds)
 --   tfhost experiments/attention_sweep.lua --d 64 --seq 1024,4096 --impl flash --json out.json
 local bench = require "tf.attention_bench"
 local decl = bench.options({

@@ -4,6 +4,7 @@
 -- achieved TFLOP/s and peak memory. Out-of-memory configurations become rows
 -- marked OOM and the sweep goes on.
 --
+--   tfhost experiments/benchmark.lua                  (small, ctx 128..1024; on a CPU: tiny, ctx 32,64, f32)
 --   tfhost experiments/benchmark.lua --size small,medium --context 128,256 --precision f32,bf16
 --   tfhost experiments/benchmark.lua --size small --warmup 0,1,2,5      (the warm-up effect)
 --   tfhost experiments/benchmark.lua --size small --no-graphs           (the fused engine without CUDA graphs)

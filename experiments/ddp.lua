@@ -151,8 +151,9 @@ if rank == 0 then
     { "step_ms", "step ms", "%.2f" }, { "exposed_ms", "exposed ms", function(v, row)
       -- a step slower than the baseline by less than their spreads: nothing measurable is exposed
       local noise = select(2, tf.report.noise(row.step_ms, baseline_ms, row.step_std_ms, baseline_std_ms))
-      return string.format("%.2f", v) .. (noise and " (" .. noise .. ")" or "") end }, { "comm_ms", "comm alone ms", "%.2f" },
-    { "hidden_pct", "hidden %", "%.0f" }, { "peak_mib", "peak MiB", "%.1f" }, { "optimizer_mib", "optimizer MiB", "%.1f" } } })
+      return string.format("%.2f", v) .. (noise and " (" .. noise .. ")" or "") end },
+    { "comm_ms", "comm alone ms", "%.2f" }, { "hidden_pct", "hidden %", "%.0f" }, { "peak_mib", "peak MiB", "%.1f" },
+    { "optimizer_mib", "optimizer MiB", "%.1f" } } })
   sweep:finish()
   if opt.plot then -- the bucket-size sweep (bucket and zero1 rows)
     local swept = {}

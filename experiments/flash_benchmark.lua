@@ -12,7 +12,8 @@
 -- FLOPs: 4 * batch * heads * seq^2 * d for the forward pass (the two
 -- matmuls), halved when causal; the backward pass counts 2.5 times that.
 --
---   tfhost experiments/flash_benchmark.lua                        (the full CS336 sweep)
+--   tfhost experiments/flash_benchmark.lua                        (the full CS336 sweep; on a CPU: f32,
+--                                                                  seq 128..512, d 16,64: seconds)
 --   tfhost experiments/flash_benchmark.lua --seq 1024,16384 --d 64 --dtype bf16 --json out.json
 --   tfhost experiments/flash_benchmark.lua --quick                (a CPU smoke run in seconds)
 --   tfhost experiments/flash_benchmark.lua --seq 16384 --d 128 --dtype bf16 --impl flash --heads 16 --profile 10

@@ -182,9 +182,11 @@ if has("model") then
   print(string.format("\n## (b) Transformer LM, context %d, batch %d: eager Lua model vs fused engine\n",
     opt.context, opt.model_batch))
   tf.report.table(rows.model, { columns = { "size", { "precision", "prec" }, ms("eager", "fwd_ms"),
-    ms("fused", "fwd_ms"), ms("fused_nographs", "fwd_ms", "fused, no graphs"), ratio("fwd", "eager", "fused", "fwd speed-up"),
-    ratio("fwd", "fused_nographs", "fused", "fwd graphs gain", no_graphs), ms("eager", "step_ms"), ms("fused", "step_ms"),
-    ms("fused_nographs", "step_ms", "fused, no graphs"), ratio("step", "eager", "fused", "step speed-up"),
+    ms("fused", "fwd_ms"), ms("fused_nographs", "fwd_ms", "fused, no graphs"),
+    ratio("fwd", "eager", "fused", "fwd speed-up"),
+    ratio("fwd", "fused_nographs", "fused", "fwd graphs gain", no_graphs),
+    ms("eager", "step_ms"), ms("fused", "step_ms"), ms("fused_nographs", "step_ms", "fused, no graphs"),
+    ratio("step", "eager", "fused", "step speed-up"),
     ratio("step", "fused_nographs", "fused", "step graphs gain", no_graphs) } })
   print("\nEager: the model written with tf ops and autograd (one kernel per op, autocast casts per op). "
     .. "Fused: planned activation memory, fused norm/residual/SwiGLU/loss kernels, cuBLASLt GEMMs, "

@@ -401,7 +401,9 @@ end
 -- used (else the first). opts.title heads the page and each chart.
 function M.sweep(path, rows, opts)
   if type(path) ~= "string" then error("tf.plot.sweep: the first argument is a file path, got " .. kind_of(path), 2) end
-  if type(rows) ~= "table" then error("tf.plot.sweep: the second argument is a list of rows, got " .. kind_of(rows), 2) end
+  if type(rows) ~= "table" then
+    error("tf.plot.sweep: the second argument is a list of rows, got " .. kind_of(rows), 2)
+  end
   if type(opts) ~= "table" or type(opts.y) ~= "table" or opts.x == nil then
     error("tf.plot.sweep: the third argument is a table {x = column(s), y = {columns}, ...}, got " .. kind_of(opts), 2)
   end

@@ -59,14 +59,17 @@ function M.new(opts)
       error("tf.report.sweep: opts.costs must list one cost per configuration (" .. opts.total .. ")", 2)
     end
     for i, c in ipairs(opts.costs) do
-      if type(c) ~= "number" or c < 0 then error("tf.report.sweep: opts.costs[" .. i .. "] must be a number >= 0", 2) end
+      if type(c) ~= "number" or c < 0 then
+        error("tf.report.sweep: opts.costs[" .. i .. "] must be a number >= 0", 2)
+      end
     end
   end
   local tf = require "tf"
   local out = opts.out
   if out == nil then out = io.stderr end
   return setmetatable({ total = opts.total, json = opts.json, results = opts.results or {}, extra = opts.extra or {},
-    costs = opts.costs, out = out, lines = opts.lines, count = 0, started_ms = tf.now(), step_ms = nil, cost_done = 0 }, Sweep)
+    costs = opts.costs, out = out, lines = opts.lines, count = 0, started_ms = tf.now(), step_ms = nil,
+    cost_done = 0 }, Sweep)
 end
 
 function Sweep:say(fmt, ...)
