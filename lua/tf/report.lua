@@ -155,25 +155,16 @@ end
 
 --- tf.report.sweep(opts): the loop of a sweep, with a progress line that
 -- says what is left and the rows written to the results file as they
--- finish (lua/tf/sweep.lua).
-M.sweep = require("tf.sweep").new
-
---- tf.report.noise(a, b, spread_a, spread_b) -> ratio, text: how b compares
--- with a (ratio a / b: above 1, b is faster) and the words for it, "within
--- noise (±x %)" when the difference is inside the runs' spread (spreads
--- in a's and b's units: a std, or half an interquartile range).
-function M.noise(a, b, spread_a, spread_b)
-  if type(a) ~= "number" or type(b) ~= "number" then
-    error("tf.report.noise: expects two measured values, got " .. type(a) .. " and " .. type(b), 2)
-  end
-  local ratio = a / b
-  local rel = 0
-  if a ~= 0 then rel = rel + math.abs((spread_a or 0) / a) end
-  if b ~= 0 then rel = rel + math.abs((spread_b or 0) / b) end
-  if math.abs(ratio - 1) <= rel then
-    return ratio, string.format("within noise (±%.0f %%)", 100 * rel)
-  end
-  return ratio, nil
-end
+-- finish (lua/tf/sweep.lua, loaded at the first use: a script that runs no
+-- sweep does not pay for it on the Lua heap, which tfhost's start must keep
+-- small).
+-- tf.report.noise(a, b, spread_a, spread_b) is there too.
+setmetatable(M, { __index = function(t, k)
+  if k ~= "sweep" and k ~= "noise" then return nil end
+  local sweep = require "tf.sweep"
+  rawset(t, "sweep", sweep.new)
+  rawset(t, "noise", sweep.noise)
+  return t[k]
+end })
 
 return M
