@@ -12,20 +12,20 @@
 local opt = tf.options{
   description = "Time tf.dist.all_reduce across the ranks of the run (tfhost --nproc N): time per call and bus "
     .. "bandwidth per size and dtype.",
-  { "sizes", "tensor sizes in MB (10^6 bytes); default 1,4,16,64,256,1024 on GPUs, 1,4,16,64 on the CPU",
-    type = "list:int" },
+  { "sizes", "tensor sizes in MB (10^6 bytes)", default = "1,4,16,64,256,1024", cpu = "1,4,16,64",
+    type = "list:int", min = 1 },
   { "dtypes", "element types", default = "f32,bf16", type = "list" },
   { "op", "the reduction", default = "sum", choices = { "sum", "avg", "max", "min" } },
-  { "warmup", "untimed calls per size", default = 3 },
-  { "iters", "timed calls per size", default = 10 },
-  { "json", "write the rows and the environment to this file (rank 0)", type = "string" },
+  { "warmup", "untimed calls per size", default = 3, min = 0 },
+  { "iters", "timed calls per size", default = 10, min = 1 },
+  { "json", "write the rows (as each size finishes) and the environment to this file (rank 0)", type = "string" },
   { "plot", "draw bus bandwidth and time against size to this HTML page (rank 0)", type = "string" },
 }
 
 local rank, world = tf.dist.rank(), tf.dist.world_size()
 local device = tf.default_device()
 local on_gpu = device ~= "cpu"
-local sizes = opt.sizes or (on_gpu and { 1, 4, 16, 64, 256, 1024 } or { 1, 4, 16, 64 })
+local sizes = opt.sizes
 local ELEMENT_BYTES = { f32 = 4, bf16 = 2, f16 = 2, f64 = 8, i32 = 4, i64 = 8 }
 for _, d in ipairs(opt.dtypes) do
   if not ELEMENT_BYTES[d] then error("allreduce: unknown dtype '" .. d .. "' (f32, bf16, f16, f64, i32, i64)", 0) end
@@ -54,9 +54,16 @@ local function slowest(ms)
 end
 
 tf.dist.set_checks(false) -- the ranks agree by construction; the check would add a message per call
-local rows = {}
+local rows, costs = {}, {}
+for _ = 1, #opt.dtypes do
+  for _, mb in ipairs(sizes) do costs[#costs + 1] = mb + 1 end
+end
+local sweep = tf.report.sweep{ total = #costs, json = rank == 0 and opt.json or nil, results = rows, costs = costs,
+  out = rank == 0 and io.stderr or false, extra = { key = { "dtype", "size_mb", "world_size" },
+    metrics = { "time_ms", "busbw_gbs" }, op = opt.op, engine = engine } }
 for _, dtype in ipairs(opt.dtypes) do
   for _, mb in ipairs(sizes) do
+    sweep:start("%s %d MB", dtype, mb)
     local bytes = mb * 1000000
     local n = bytes // ELEMENT_BYTES[dtype]
     local ok, t = pcall(tf.randn, n, { dtype = dtype, device = device })
@@ -77,6 +84,7 @@ for _, dtype in ipairs(opt.dtypes) do
       }
     end
     collectgarbage()
+    sweep:done(rows[#rows].oom and "OOM" or "done")
   end
 end
 tf.dist.set_checks(true)
@@ -84,11 +92,7 @@ tf.dist.set_checks(true)
 if rank == 0 then
   tf.report.table(rows, { columns = { "dtype", { "size_mb", "MB" }, { "world_size", "ranks" },
     { "time_ms", "ms/call", "%.3f" }, { "algbw_gbs", "algbw GB/s", "%.2f" }, { "busbw_gbs", "busbw GB/s", "%.2f" } } })
-  if opt.json then
-    tf.results.write(opt.json, rows, { key = { "dtype", "size_mb", "world_size" }, metrics = { "time_ms", "busbw_gbs" },
-      op = opt.op, engine = engine })
-    print("wrote " .. opt.json)
-  end
+  sweep:finish()
   if opt.plot then
     tf.plot.sweep(opt.plot, rows, { x = { "size_mb" }, y = { "busbw_gbs", "time_ms" }, series = { "dtype" },
       title = string.format("all-reduce over %d ranks, %s", world, engine) })

@@ -16,54 +16,34 @@
 -- pass, and o:backward(dout) with a fixed random dout is what the clock
 -- sees (the gradients are dropped after each, untimed).
 --
---   tfhost experiments/attention_sweep.lua                       (the CS336 sweep)
+--   tfhost experiments/attention_sweep.lua                       (the CS336 sweep; on a CPU: d 16,64,
+--                                                                 seq 64..256, 5 passes: seconds)
 --   tfhost experiments/attention_sweep.lua --d 64 --seq 1024,4096 --impl flash --json out.json
-local opt = tf.options{
+local bench = require "tf.attention_bench"
+local decl = bench.options({
   description = "Naive vs flash attention: forward and backward time and memory over head dims and lengths.",
-  { "batch", "batch size (one head per problem, as CS336)", default = 8 },
-  { "d", "head dims", default = "16,32,64,128", type = "list:int" },
-  { "seq", "sequence lengths", default = "256,1024,4096,8192,16384", type = "list:int" },
-  { "impl", "implementations", default = "naive,flash", type = "list", choices = { "naive", "flash" } },
-  { "dtype", "input dtypes", default = "f32", type = "list", choices = { "f32", "f16", "bf16" } },
-  { "causal", "causal mask (--no-causal for full attention)", default = true },
-  { "iters", "timed passes of each kind", default = 100 },
-  { "warmup", "untimed passes before timing", default = 10 },
-  { "memory_limit", "cap the device memory tfhost may reserve, in GiB (0: none); shows OOM rows cheaply",
-    default = 0.0 },
-  { "json", "write the rows, the memory accounting and the environment to this file", type = "string" },
-  { "plot", "draw forward and backward time and memory against sequence length into this file (.svg or .html)",
-    type = "string" },
-}
-for _, name in ipairs({ "batch", "iters" }) do
-  if opt[name] < 1 then tf.exit(2, "attention_sweep.lua: --" .. name .. " must be >= 1\n") end
-end
-if opt.warmup < 0 then tf.exit(2, "attention_sweep.lua: --warmup must be >= 0\n") end
-for _, list in ipairs({ "d", "seq" }) do
-  for _, n in ipairs(opt[list]) do
-    if n < 1 then tf.exit(2, "attention_sweep.lua: --" .. list .. " values must be >= 1\n") end
-  end
-end
-if opt.memory_limit > 0 then tf.mem.set_limit(math.floor(opt.memory_limit * 2 ^ 30)) end
+}, {
+  batch = 8, batch_help = "batch size (one head per problem, as CS336)",
+  d = { "16,32,64,128", "16,64" }, seq = { "256,1024,4096,8192,16384", "64,128,256" },
+  impl = "naive,flash", dtype = "f32", causal = true,
+  iters = { 100, 5 }, iters_help = "timed passes of each kind", warmup = { 10, 1 }, memory_limit = 0.0,
+})
+decl[#decl + 1] = { "json", "write the rows (as each configuration finishes), the memory accounting and the " ..
+  "environment to this file", type = "string" }
+decl[#decl + 1] = { "plot", "draw forward and backward time and memory against sequence length into this file " ..
+  "(.svg or .html)", type = "string" }
+local opt = tf.options(decl)
 
 local MiB = 2 ^ 20
 local ELT = { f32 = 4, f16 = 2, bf16 = 2 }
 
-local progress = tf.report.progress
-
-
 -- One configuration: the row, with "OOM" in what did not fit.
-local function measure(dtype, d, seq, impl)
-  local row = { dtype = dtype, d = d, seq = seq, impl = impl, batch = opt.batch, causal = opt.causal }
-  local attn = { impl = impl, causal = opt.causal }
-  local q, k, v, dout
+local function measure(c)
+  local row = { dtype = c.dtype, d = c.d, seq = c.seq, impl = c.impl, batch = opt.batch, causal = opt.causal }
+  local attn = { impl = c.impl, causal = opt.causal }
   local stage = "inputs"
-  local ok, err = pcall(function()
-    tf.seed(0)
-    local shape, o = { opt.batch, seq, d }, { dtype = dtype }
-    q = tf.randn(shape, o):requires_grad(true)
-    k = tf.randn(shape, o):requires_grad(true)
-    v = tf.randn(shape, o):requires_grad(true)
-    dout = tf.randn(shape, o)
+  bench.guarded(function()
+    local q, k, v, dout = bench.inputs({ opt.batch, c.seq, c.d }, c.dtype)
     stage = "forward"
     local fwd = tf.bench(function() tf.attention(q, k, v, attn):free() end, { warmup = opt.warmup, iters = opt.iters })
     row.fwd_ms, row.fwd_std_ms = fwd.mean, fwd.std
@@ -89,38 +69,20 @@ local function measure(dtype, d, seq, impl)
     local bwd = tf.bench.backward(function() return tf.attention(q, k, v, attn) end, dout, { q, k, v },
       { warmup = opt.warmup, iters = opt.iters })
     row.bwd_ms, row.bwd_std_ms = bwd.mean, bwd.std
-  end)
-  if not ok then
-    if not tf.mem.is_oom(err) then error(err, 0) end
+  end, function()
     row.oom = stage
     if stage ~= "backward" then row.fwd_ms, row.mem_mib = "OOM", "OOM" end
     row.bwd_ms = "OOM"
-  end
-  q, k, v, dout = nil, nil, nil, nil
-  tf.mem.empty_cache()
+  end)
   return row
 end
 
-local configs = {}
-for _, dtype in ipairs(opt.dtype) do
-  for _, d in ipairs(opt.d) do
-    for _, seq in ipairs(opt.seq) do
-      for _, impl in ipairs(opt.impl) do configs[#configs + 1] = { dtype, d, seq, impl } end
-    end
-  end
-end
-
 print(string.format("tfhost %s (%s), device %s; batch %d, %s, %d timed passes after %d warm-up",
-  tf.version, tf.commit, tf.device(), opt.batch, opt.causal and "causal" or "not causal", opt.iters, opt.warmup))
-local rows = {}
-for i, c in ipairs(configs) do
-  local dtype, d, seq, impl = table.unpack(c)
-  progress("[%d/%d] %s d %d seq %d %s ...", i, #configs, dtype, d, seq, impl)
-  local t0 = tf.now()
-  local row = measure(dtype, d, seq, impl)
-  rows[#rows + 1] = row
-  progress(" %s (%.1f s)\n", row.oom and ("OOM in " .. row.oom) or "done", (tf.now() - t0) / 1e3)
-end
+  tf.version, tf.commit, tf.device(), opt.batch, bench.mask(opt), opt.iters, opt.warmup))
+local rows, sweep = bench.run(opt, measure, {
+  extra = { key = { "dtype", "d", "seq", "impl", "batch", "causal" }, metrics = { "fwd_ms", "bwd_ms", "mem_mib" } },
+  note = function(row) return row.oom and ("OOM in " .. row.oom) or "done" end,
+})
 
 -- naive and flash side by side: one line per (dtype, d, seq)
 local lines, by_key = {}, {}
@@ -134,23 +96,19 @@ for _, r in ipairs(rows) do
   end
   for _, f in ipairs({ "fwd_ms", "bwd_ms", "mem_mib" }) do line[r.impl .. "_" .. f] = r[f] end
 end
-local function num(fmt) return function(v) return type(v) == "number" and string.format(fmt, v) or tostring(v) end end
+local num = bench.num
 local columns = { "dtype", "d", "seq" }
-for _, what in ipairs({ { "fwd_ms", "fwd ms", "%.3f" }, { "bwd_ms", "bwd ms", "%.3f" },
-  { "mem_mib", "mem before bwd MiB", "%.2f" } }) do
+local function mib(v) return type(v) == "number" and tf.units.bytes(v * MiB) or tostring(v) end
+for _, what in ipairs({ { "fwd_ms", "fwd ms", num("%.3f") }, { "bwd_ms", "bwd ms", num("%.3f") },
+  { "mem_mib", "mem before bwd", mib } }) do
   for _, impl in ipairs(opt.impl) do
-    columns[#columns + 1] = { impl .. "_" .. what[1], impl .. " " .. what[2], num(what[3]) }
+    columns[#columns + 1] = { impl .. "_" .. what[1], impl .. " " .. what[2], what[3] }
   end
 end
 tf.report.table(lines, { columns = columns,
-  title = string.format("Attention, batch %d, %s", opt.batch, opt.causal and "causal" or "not causal") })
+  title = string.format("Attention, batch %d, %s", opt.batch, bench.mask(opt)) })
 
--- "1.50 GiB"
-local function human(bytes)
-  local units, i = { "B", "KiB", "MiB", "GiB", "TiB" }, 1
-  while bytes >= 1024 and i < #units do bytes, i = bytes / 1024, i + 1 end
-  return i == 1 and string.format("%d B", math.floor(bytes)) or string.format("%.2f %s", bytes, units[i])
-end
+local human = tf.units.bytes
 
 -- The memory accounting of one configuration: what naive attention's graph
 -- keeps, as formulas, and how it grows with the sequence length.
@@ -229,14 +187,9 @@ it never materialises S or P and recomputes them block by block in the backward 
     human(acc.flash_kept_bytes), human(acc.flash_kept_2x_bytes), 2 * acc.seq))
 end
 
-if opt.json then
-  tf.results.write(opt.json, rows, { memory_accounting = acc,
-    key = { "dtype", "d", "seq", "impl", "batch", "causal" }, metrics = { "fwd_ms", "bwd_ms", "mem_mib" } })
-  print("wrote " .. opt.json)
-end
+sweep:finish{ memory_accounting = acc }
 if opt.plot then
   tf.plot.sweep(opt.plot, rows, { x = { "seq", "d" }, y = { "fwd_ms", "bwd_ms", "mem_mib" },
-    series = { "impl", "d", "dtype" }, title = string.format("Attention, batch %d, %s", opt.batch,
-      opt.causal and "causal" or "not causal") })
+    series = { "impl", "d", "dtype" }, title = string.format("Attention, batch %d, %s", opt.batch, bench.mask(opt)) })
   print("wrote " .. opt.plot)
 end

@@ -4,6 +4,7 @@
 -- achieved TFLOP/s and peak memory. Out-of-memory configurations become rows
 -- marked OOM and the sweep goes on.
 --
+--   tfhost experiments/benchmark.lua                  (small, ctx 128..1024; on a CPU: tiny, ctx 32,64, f32)
 --   tfhost experiments/benchmark.lua --size small,medium --context 128,256 --precision f32,bf16
 --   tfhost experiments/benchmark.lua --size small --warmup 0,1,2,5      (the warm-up effect)
 --   tfhost experiments/benchmark.lua --size small --no-graphs           (the fused engine without CUDA graphs)
@@ -11,14 +12,15 @@
 local opt = tf.options{
   description = "Time forward, forward+backward and training steps of the Transformer LM.",
   { "size", "model sizes (small, medium, large, xl, 2.7B, or all; tiny for a quick CPU run)", default = "small",
-    type = "list" },
-  { "context", "context lengths", default = "128,256,512,1024", type = "list:int" },
-  { "batch", "batch size", default = 4 },
-  { "vocab", "vocabulary size", default = 10000 },
-  { "warmup", "warm-up steps before timing (a list sweeps them)", default = "5", type = "list:int" },
-  { "steps", "timed steps", default = 10 },
+    cpu = "tiny", type = "list" },
+  { "context", "context lengths", default = "128,256,512,1024", cpu = "32,64", type = "list:int", min = 1 },
+  { "batch", "batch size", default = 4, min = 1 },
+  { "vocab", "vocabulary size", default = 10000, min = 1 },
+  { "warmup", "warm-up steps before timing (a list sweeps them)", default = "5", cpu = "1", type = "list:int",
+    min = 0 },
+  { "steps", "timed steps", default = 10, cpu = 3, min = 1 },
   { "mode", "what to time", default = "fwd,fwdbwd,step", type = "list", choices = { "fwd", "fwdbwd", "step" } },
-  { "precision", "precisions", default = "f32,bf16", type = "list", choices = { "f32", "bf16", "f16" } },
+  { "precision", "precisions", default = "f32,bf16", cpu = "f32", type = "list", choices = { "f32", "bf16", "f16" } },
   { "impl", "model implementation (default: fused when built in)", type = "string", choices = { "fused", "eager" } },
   { "graphs", "fused engine: replay fixed shapes as CUDA graphs (where the device has graphs)",
     default = true },
@@ -26,8 +28,9 @@ local opt = tf.options{
     .. "after attention in the backward pass (less memory, one more GEMM a layer)", default = false },
   { "tf32", "f32 runs: let the matmuls use TF32 tensor cores (tf.allow_tf32; CUDA devices); their rows say "
     .. "f32+tf32", default = false },
-  { "memory_limit", "cap the device memory tfhost may reserve, in GiB (0: none); shows OOM rows cheaply", default = 0.0 },
-  { "json", "write the rows and the environment to this file", type = "string" },
+  { "memory_limit", "cap the device memory tfhost may reserve, in GiB (0: none); shows OOM rows cheaply", default = 0.0,
+    min = 0 },
+  { "json", "write the rows (as each configuration finishes) and the environment to this file", type = "string" },
   { "plot", "draw time, tokens/s, TFLOP/s and peak memory against context length into this file (.svg or .html)",
     type = "string" },
 }
@@ -46,11 +49,6 @@ if #sizes == 1 and sizes[1] == "all" then sizes = tf.model.preset_names end
 for _, s in ipairs(sizes) do
   if not tf.model.presets[s] then tf.exit(2, "benchmark.lua: unknown size '" .. s .. "'\n") end
 end
-for _, w in ipairs(opt.warmup) do
-  if w < 0 then tf.exit(2, "benchmark.lua: --warmup must be >= 0\n") end
-end
-
-local progress = tf.report.progress
 
 -- Times one mode of one built model: warm-up, then timed steps, each
 -- followed by a device synchronisation (tf.bench).
@@ -76,72 +74,79 @@ local function release(m)
   tf.mem.empty_cache()
 end
 
-local rows, total, done = {}, #sizes * #opt.context * #opt.precision * #opt.warmup, 0
+-- The configurations, and what each costs (its FLOPs times the steps it runs), for the estimate.
+local configs, costs = {}, {}
 for _, size in ipairs(sizes) do
   for _, ctx in ipairs(opt.context) do
+    local flops = tf.model.step_flops(tf.model.config{ preset = size, context_length = ctx, vocab_size = opt.vocab },
+      opt.batch, ctx)
     for _, precision in ipairs(opt.precision) do
       for _, warmup in ipairs(opt.warmup) do
-        done = done + 1
-        progress("[%d/%d] %s ctx %d %s warmup %d ...", done, total, size, ctx, label(precision), warmup)
-        local t0 = tf.now()
-        local m
-        local timed = {} -- the modes that ran before an out-of-memory error
-        local ok, err = pcall(function()
-          tf.seed(0)
-          m = tf.model.new{ preset = size, context_length = ctx, vocab_size = opt.vocab, precision = precision,
-            impl = opt.impl, graphs = opt.graphs }
-          m:set_recompute_residual(opt.recompute_residual)
-          local ids = tf.randint(0, opt.vocab, { opt.batch, ctx })
-          local targets = tf.randint(0, opt.vocab, { opt.batch, ctx })
-          local flops = tf.model.step_flops(m.config, opt.batch, ctx)
-          for _, mode in ipairs(opt.mode) do
-            collectgarbage()
-            tf.sync()
-            tf.mem.reset_peak()
-            local s = time_mode(m, mode, ids, targets, warmup)
-            local mode_flops = mode == "fwd" and flops / 3 or flops
-            rows[#rows + 1] = {
-              size = size, context = ctx, precision = label(precision), impl = m.impl, graphs = m.graphs, mode = mode,
-              recompute_residual = opt.recompute_residual,
-              warmup = warmup,
-              batch = opt.batch, mean_ms = s.mean, std_ms = s.std, median_ms = s.median,
-              tokens_per_s = opt.batch * ctx / (s.mean * 1e-3),
-              tflops = mode_flops / (s.mean * 1e-3) / 1e12,
-              peak_gib = tf.mem.stats().peak_allocated / 2 ^ 30,
-              params = m:num_parameters(),
-            }
-            timed[mode] = true
-          end
-        end)
-        if not ok then
-          local oom = tf.mem.is_oom(err)
-          if not oom then error(err, 0) end
-          for _, mode in ipairs(opt.mode) do
-            if not timed[mode] then
-              rows[#rows + 1] = { size = size, context = ctx, precision = label(precision), mode = mode, warmup = warmup,
-                batch = opt.batch, oom = true, mean_ms = "OOM",
-                impl = m and m.impl or opt.impl or (tf._model and "fused" or "eager") }
-            end
-          end
-        end
-        release(m)
-        progress(" %s (%.1f s)\n", ok and "done" or "OOM", (tf.now() - t0) / 1e3)
+        configs[#configs + 1] = { size = size, ctx = ctx, precision = precision, warmup = warmup }
+        costs[#costs + 1] = flops * (warmup + opt.steps) * #opt.mode
       end
     end
   end
+end
+
+local rows = {}
+local sweep = tf.report.sweep{ total = #configs, json = opt.json, results = rows, costs = costs,
+  extra = { key = { "size", "context", "precision", "impl", "mode", "warmup", "batch" },
+    metrics = { "mean_ms", "tokens_per_s", "peak_gib" } } }
+for _, c in ipairs(configs) do
+  local size, ctx, precision, warmup = c.size, c.ctx, c.precision, c.warmup
+  sweep:start("%s ctx %d %s warmup %d", size, ctx, label(precision), warmup)
+  local m
+  local timed = {} -- the modes that ran before an out-of-memory error
+  local ok, err = pcall(function()
+    tf.seed(0)
+    m = tf.model.new{ preset = size, context_length = ctx, vocab_size = opt.vocab, precision = precision,
+      impl = opt.impl, graphs = opt.graphs }
+    m:set_recompute_residual(opt.recompute_residual)
+    local ids = tf.randint(0, opt.vocab, { opt.batch, ctx })
+    local targets = tf.randint(0, opt.vocab, { opt.batch, ctx })
+    local flops = tf.model.step_flops(m.config, opt.batch, ctx)
+    for _, mode in ipairs(opt.mode) do
+      collectgarbage()
+      tf.sync()
+      tf.mem.reset_peak()
+      local s = time_mode(m, mode, ids, targets, warmup)
+      local mode_flops = mode == "fwd" and flops / 3 or flops
+      rows[#rows + 1] = {
+        size = size, context = ctx, precision = label(precision), impl = m.impl, graphs = m.graphs, mode = mode,
+        recompute_residual = opt.recompute_residual,
+        warmup = warmup,
+        batch = opt.batch, mean_ms = s.mean, std_ms = s.std, median_ms = s.median,
+        tokens_per_s = opt.batch * ctx / (s.mean * 1e-3),
+        tflops = mode_flops / (s.mean * 1e-3) / 1e12,
+        peak_gib = tf.mem.stats().peak_allocated / 2 ^ 30,
+        params = m:num_parameters(),
+      }
+      timed[mode] = true
+    end
+  end)
+  if not ok then
+    local oom = tf.mem.is_oom(err)
+    if not oom then error(err, 0) end
+    for _, mode in ipairs(opt.mode) do
+      if not timed[mode] then
+        rows[#rows + 1] = { size = size, context = ctx, precision = label(precision), mode = mode, warmup = warmup,
+          batch = opt.batch, oom = true, mean_ms = "OOM",
+          impl = m and m.impl or opt.impl or (tf._model and "fused" or "eager") }
+      end
+    end
+  end
+  release(m)
+  sweep:done(ok and "done" or "OOM")
 end
 
 local function ms(v, row) return row.oom and "OOM" or string.format("%.2f", v) end
 tf.report.table(rows, {
   columns = { "size", { "context", "ctx" }, { "precision", "prec" }, "impl", "mode", "warmup",
     { "mean_ms", "mean ms", ms }, { "std_ms", "std ms", ms }, { "tokens_per_s", "tokens/s", "%.0f" },
-    { "tflops", "TFLOP/s", "%.1f" }, { "peak_gib", "peak GiB", "%.2f" } },
+    { "tflops", "TFLOP/s", "%.3g" }, { "peak_gib", "peak", function(v) return tf.units.bytes(v * 2 ^ 30) end } },
 })
-if opt.json then
-  tf.results.write(opt.json, rows, { key = { "size", "context", "precision", "impl", "mode", "warmup", "batch" },
-    metrics = { "mean_ms", "tokens_per_s", "peak_gib" } })
-  print("wrote " .. opt.json)
-end
+sweep:finish()
 if opt.plot then
   tf.plot.sweep(opt.plot, rows, { x = { "context", "warmup", "size" },
     y = { "mean_ms", "tokens_per_s", "tflops", "peak_gib" }, series = { "size", "precision", "impl", "mode", "warmup" }, title = "Transformer LM, batch " .. opt.batch })

@@ -16,25 +16,26 @@
 local opt = tf.options{
   description = "Data-parallel training step per gradient sync (per_param, flat, overlap, bucket, zero1) over the "
     .. "ranks of the run: step time, communication exposed and hidden, memory per rank.",
-  { "size", "model preset (xl is the course's; tiny runs anywhere)", type = "string" },
-  { "context", "sequence length", type = "int" },
-  { "batch", "sequences per rank", default = 4 },
+  { "size", "model preset (xl is the course's; tiny runs anywhere)", default = "xl", cpu = "tiny" },
+  { "context", "sequence length", default = 512, cpu = 64, min = 1 },
+  { "batch", "sequences per rank", default = 4, min = 1 },
   { "precision", "f32, bf16 or f16 (mixed)", default = "f32", choices = { "f32", "bf16", "f16" } },
   { "variants", "what to run: none (no communication: the baseline), per_param, flat, overlap, bucket, zero1",
     default = "none,per_param,flat,overlap,bucket,zero1", type = "list" },
-  { "bucket_mb", "bucket sizes of the bucket and zero1 variants (MB)", default = "25", type = "list:number" },
-  { "warmup", "untimed steps per variant", default = 2 },
-  { "steps", "timed steps per variant", default = 5 },
-  { "json", "write the rows and the environment to this file (rank 0)", type = "string" },
+  { "bucket_mb", "bucket sizes of the bucket and zero1 variants (MB)", default = "25", type = "list:number",
+    min = 0 },
+  { "warmup", "untimed steps per variant", default = 2, cpu = 1, min = 0 },
+  { "steps", "timed steps per variant", default = 5, cpu = 3, min = 1 },
+  { "json", "write the rows (as each variant finishes) and the environment to this file (rank 0)",
+    type = "string" },
   { "plot", "draw step time and exposed communication against bucket size to this HTML page (rank 0)",
     type = "string" },
 }
 
 local rank, world = tf.dist.rank(), tf.dist.world_size()
 local device = tf.default_device()
-local on_gpu = device ~= "cpu"
-local size = opt.size or (on_gpu and "xl" or "tiny")
-local context = opt.context or (on_gpu and 512 or 64)
+local size, context = opt.size, opt.context
+if not tf.model.presets[size] then tf.exit(2, "ddp.lua: unknown size '" .. size .. "'\n") end
 local SYNCS = { per_param = true, flat = true, overlap = true, bucket = true }
 for _, v in ipairs(opt.variants) do
   if v ~= "none" and v ~= "zero1" and not SYNCS[v] then
@@ -96,8 +97,14 @@ do
   if m.engine then m.engine:free() end
 end
 
-local rows, baseline_ms, comm_ms = {}, nil, nil
+local rows, baseline_ms, baseline_std_ms, comm_ms = {}, nil, nil, nil
+-- progress and the rows so far from rank 0 (the others run the same steps)
+local sweep = tf.report.sweep{ total = #runs, json = rank == 0 and opt.json or nil, results = rows,
+  out = rank == 0 and io.stderr or false,
+  extra = { key = { "variant", "bucket_mb", "world_size", "size", "context", "batch", "precision" },
+    metrics = { "step_ms", "exposed_ms", "hidden_pct", "peak_mib" } } }
 for _, run in ipairs(runs) do
+  sweep:start("%s%s", run.variant, run.bucket_mb and string.format(" %g MB", run.bucket_mb) or "")
   collectgarbage()
   tf.mem.reset_peak()
   tf.seed(1)
@@ -112,11 +119,11 @@ for _, run in ipairs(runs) do
     if not tf.mem.is_oom(stats) then error(stats, 0) end
     row.oom, row.step_ms = true, "OOM"
   else
-    row.step_ms, row.step_min_ms = slowest(stats.median), slowest(stats.min)
+    row.step_ms, row.step_min_ms, row.step_std_ms = slowest(stats.median), slowest(stats.min), slowest(stats.std)
     local mem = m.engine and m.engine:memory() or {}
     row.optimizer_mib = (mem.optimizer or 0) / 2 ^ 20
     row.peak_mib = slowest(tf.mem.stats(device).peak_allocated / 2 ^ 20)
-    if run.variant == "none" then baseline_ms = row.step_ms end
+    if run.variant == "none" then baseline_ms, baseline_std_ms = row.step_ms, row.step_std_ms end
     if not comm_ms and m.engine then
       -- the communication alone: every gradient in one all-reduce
       local grads = tf.zeros(m:num_parameters(), { device = device })
@@ -127,6 +134,7 @@ for _, run in ipairs(runs) do
   end
   rows[#rows + 1] = row
   if m.engine then m.engine:free() end
+  sweep:done(row.oom and "OOM" or "done")
 end
 for _, row in ipairs(rows) do
   if not row.oom then
@@ -140,13 +148,13 @@ end
 
 if rank == 0 then
   tf.report.table(rows, { columns = { "variant", { "bucket_mb", "bucket MB" }, { "world_size", "ranks" },
-    { "step_ms", "step ms", "%.2f" }, { "exposed_ms", "exposed ms", "%.2f" }, { "comm_ms", "comm alone ms", "%.2f" },
-    { "hidden_pct", "hidden %", "%.0f" }, { "peak_mib", "peak MiB", "%.1f" }, { "optimizer_mib", "optimizer MiB", "%.1f" } } })
-  if opt.json then
-    tf.results.write(opt.json, rows, { key = { "variant", "bucket_mb", "world_size", "size", "context", "batch",
-      "precision" }, metrics = { "step_ms", "exposed_ms", "hidden_pct", "peak_mib" } })
-    print("wrote " .. opt.json)
-  end
+    { "step_ms", "step ms", "%.2f" }, { "exposed_ms", "exposed ms", function(v, row)
+      -- a step slower than the baseline by less than their spreads: nothing measurable is exposed
+      local noise = select(2, tf.report.noise(row.step_ms, baseline_ms, row.step_std_ms, baseline_std_ms))
+      return string.format("%.2f", v) .. (noise and " (" .. noise .. ")" or "") end },
+    { "comm_ms", "comm alone ms", "%.2f" }, { "hidden_pct", "hidden %", "%.0f" }, { "peak_mib", "peak MiB", "%.1f" },
+    { "optimizer_mib", "optimizer MiB", "%.1f" } } })
+  sweep:finish()
   if opt.plot then -- the bucket-size sweep (bucket and zero1 rows)
     local swept = {}
     for _, row in ipairs(rows) do

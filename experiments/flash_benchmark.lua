@@ -12,7 +12,8 @@
 -- FLOPs: 4 * batch * heads * seq^2 * d for the forward pass (the two
 -- matmuls), halved when causal; the backward pass counts 2.5 times that.
 --
---   tfhost experiments/flash_benchmark.lua                        (the full CS336 sweep)
+--   tfhost experiments/flash_benchmark.lua                        (the full CS336 sweep; on a CPU: f32,
+--                                                                  seq 128..512, d 16,64: seconds)
 --   tfhost experiments/flash_benchmark.lua --seq 1024,16384 --d 64 --dtype bf16 --json out.json
 --   tfhost experiments/flash_benchmark.lua --quick                (a CPU smoke run in seconds)
 --   tfhost experiments/flash_benchmark.lua --seq 16384 --d 128 --dtype bf16 --impl flash --heads 16 --profile 10
@@ -22,42 +23,25 @@
 -- under tf.prof and prints its kernels (on the CPU: its ops) per call:
 -- calls, ms and share of the call's kernel time; the row's kernel_ms is
 -- their sum, beside fwdbwd_ms (wall time) in the JSON.
-local opt = tf.options{
+local bench = require "tf.attention_bench"
+local decl = bench.options({
   description = "FlashAttention-2 vs naive attention: forward, backward and forward+backward latency and TFLOP/s.",
-  { "seq", "sequence lengths", default = "128,256,512,1024,2048,4096,8192,16384,32768,65536", type = "list:int" },
-  { "d", "head dims", default = "16,32,64,128", type = "list:int" },
-  { "dtype", "dtypes", default = "bf16,f32", type = "list", choices = { "bf16", "f16", "f32" } },
-  { "impl", "implementations", default = "naive,flash", type = "list", choices = { "naive", "flash" } },
-  { "batch", "batch size", default = 1 },
-  { "heads", "heads per problem", default = 1 },
-  { "causal", "causal mask (--no-causal for full attention)", default = true },
-  { "warmup", "untimed calls before timing", default = 5 },
-  { "iters", "timed calls (the median is reported)", default = 20 },
-  { "memory_limit", "cap the device memory tfhost may reserve, in GiB (0: none); shows OOM rows cheaply",
-    default = 0.0 },
+}, {
+  seq = { "128,256,512,1024,2048,4096,8192,16384,32768,65536", "128,256,512" }, d = { "16,32,64,128", "16,64" },
+  dtype = { "bf16,f32", "f32" }, impl = "naive,flash", batch = 1, causal = true, warmup = { 5, 2 },
+  iters = { 20, 5 }, iters_help = "timed calls (the median is reported)", memory_limit = 0.0,
+})
+for _, spec in ipairs({
+  { "heads", "heads per problem", default = 1, min = 1 },
   { "quick", "tiny sizes for a smoke run (seq 64,128; d 16,32; 2 timed calls after 1 warm-up)", type = "bool" },
-  { "profile", "forward + backward calls profiled kernel by kernel after the timing (0: none)", default = 0 },
-  { "json", "write the rows and the environment to this file", type = "string" },
+  { "profile", "forward + backward calls profiled kernel by kernel after the timing (0: none)", default = 0, min = 0 },
+  { "json", "write the rows (as each configuration finishes) and the environment to this file", type = "string" },
   { "plot", "draw latency and TFLOP/s against sequence length into this file (.svg or .html)", type = "string" },
-}
+}) do decl[#decl + 1] = spec end
+local opt = tf.options(decl)
 if opt.quick then
   opt.seq, opt.d, opt.warmup, opt.iters = { 64, 128 }, { 16, 32 }, 1, 2
 end
-for _, name in ipairs({ "batch", "heads", "iters" }) do
-  if opt[name] < 1 then tf.exit(2, "flash_benchmark.lua: --" .. name .. " must be >= 1\n") end
-end
-if opt.warmup < 0 then tf.exit(2, "flash_benchmark.lua: --warmup must be >= 0\n") end
-if opt.profile < 0 then tf.exit(2, "flash_benchmark.lua: --profile must be >= 0\n") end
-for _, list in ipairs({ "d", "seq" }) do
-  for _, n in ipairs(opt[list]) do
-    if n < 1 then tf.exit(2, "flash_benchmark.lua: --" .. list .. " values must be >= 1\n") end
-  end
-end
-if opt.memory_limit > 0 then tf.mem.set_limit(math.floor(opt.memory_limit * 2 ^ 30)) end
-
-
-local progress = tf.report.progress
-
 
 -- One forward + backward call, its output and gradients dropped.
 local function fwdbwd(q, k, v, dout, attn)
@@ -94,19 +78,13 @@ end
 -- the profiles' tables by row (the results file keeps flat rows: kernel_ms)
 local kernels_of = {}
 
-local function measure(dtype, d, seq, impl)
-  local row = { dtype = dtype, d = d, seq = seq, impl = impl, batch = opt.batch, heads = opt.heads,
+local function measure(c)
+  local row = { dtype = c.dtype, d = c.d, seq = c.seq, impl = c.impl, batch = opt.batch, heads = opt.heads,
     causal = opt.causal }
-  local flops = 4 * opt.batch * opt.heads * seq * seq * d * (opt.causal and 0.5 or 1)
-  local attn = { impl = impl, causal = opt.causal }
-  local q, k, v, dout
-  local ok, err = pcall(function()
-    tf.seed(0)
-    local shape, o = { opt.batch, opt.heads, seq, d }, { dtype = dtype }
-    q = tf.randn(shape, o):requires_grad(true)
-    k = tf.randn(shape, o):requires_grad(true)
-    v = tf.randn(shape, o):requires_grad(true)
-    dout = tf.randn(shape, o)
+  local flops = 4 * opt.batch * opt.heads * c.seq * c.seq * c.d * (opt.causal and 0.5 or 1)
+  local attn = { impl = c.impl, causal = opt.causal }
+  bench.guarded(function()
+    local q, k, v, dout = bench.inputs({ opt.batch, opt.heads, c.seq, c.d }, c.dtype)
     local runs = {
       { "fwd", 1, function() return tf.bench(function() tf.attention(q, k, v, attn):free() end,
           { warmup = opt.warmup, iters = opt.iters }) end },
@@ -121,62 +99,47 @@ local function measure(dtype, d, seq, impl)
     for _, r in ipairs(runs) do
       local name, factor, run = r[1], r[2], r[3]
       local s = run()
-      row[name .. "_ms"] = s.median
+      row[name .. "_ms"], row[name .. "_std_ms"] = s.median, s.std
       row[name .. "_tflops"] = factor * flops / (s.median * 1e-3) / 1e12
     end
     if opt.profile > 0 then kernels_of[row], row.kernel_ms = profile(q, k, v, dout, attn) end
-  end)
-  if not ok then
-    if not tf.mem.is_oom(err) then error(err, 0) end
+  end, function()
     row.oom = true
     for _, name in ipairs({ "fwd", "bwd", "fwdbwd" }) do
       if type(row[name .. "_ms"]) ~= "number" then row[name .. "_ms"] = "OOM" end
     end
-  end
-  q, k, v, dout = nil, nil, nil, nil
-  collectgarbage()
-  collectgarbage()
-  tf.mem.empty_cache()
+  end)
   return row
 end
 
-local configs = {}
-for _, dtype in ipairs(opt.dtype) do
-  for _, d in ipairs(opt.d) do
-    for _, seq in ipairs(opt.seq) do
-      for _, impl in ipairs(opt.impl) do configs[#configs + 1] = { dtype, d, seq, impl } end
-    end
-  end
-end
-
 print(string.format("tfhost %s (%s), device %s; batch %d, heads %d, %s; median of %d calls after %d warm-up",
-  tf.version, tf.commit, tf.device(), opt.batch, opt.heads, opt.causal and "causal" or "not causal", opt.iters,
-  opt.warmup))
-local rows, naive_of = {}, {}
-for i, c in ipairs(configs) do
-  local dtype, d, seq, impl = table.unpack(c)
-  progress("[%d/%d] %s d %d seq %d %s ...", i, #configs, dtype, d, seq, impl)
-  local t0 = tf.now()
-  local row = measure(dtype, d, seq, impl)
-  local key = dtype .. "/" .. d .. "/" .. seq
-  if impl == "naive" then naive_of[key] = row end
-  local naive = naive_of[key]
-  if impl == "flash" and naive and type(naive.fwdbwd_ms) == "number" and type(row.fwdbwd_ms) == "number" then
-    row.speedup = naive.fwdbwd_ms / row.fwdbwd_ms
-  end
-  rows[#rows + 1] = row
-  progress(" %s (%.1f s)\n", row.oom and "OOM" or "done", (tf.now() - t0) / 1e3)
-end
+  tf.version, tf.commit, tf.device(), opt.batch, opt.heads, bench.mask(opt), opt.iters, opt.warmup))
+local naive_of, noise_of = {}, {} -- noise_of[row]: "within noise (...)" where the speed-up is inside the spread
+local rows, sweep = bench.run(opt, measure, {
+  extra = { key = { "dtype", "d", "seq", "impl", "batch", "heads", "causal" },
+    metrics = { "fwd_ms", "bwd_ms", "fwdbwd_ms", "fwdbwd_tflops" } },
+  after = function(row, c)
+    local key = c.dtype .. "/" .. c.d .. "/" .. c.seq
+    if c.impl == "naive" then naive_of[key] = row end
+    local naive = naive_of[key]
+    if c.impl == "flash" and naive and type(naive.fwdbwd_ms) == "number" and type(row.fwdbwd_ms) == "number" then
+      row.speedup = naive.fwdbwd_ms / row.fwdbwd_ms
+      noise_of[row] = select(2, tf.report.noise(naive.fwdbwd_ms, row.fwdbwd_ms, naive.fwdbwd_std_ms,
+        row.fwdbwd_std_ms))
+    end
+  end,
+})
 
-local function num(fmt) return function(v) return type(v) == "number" and string.format(fmt, v) or tostring(v) end end
+local num = bench.num
 tf.report.table(rows, {
   title = string.format("Attention latency, batch %d, heads %d, %s", opt.batch, opt.heads,
-    opt.causal and "causal" or "not causal"),
+    bench.mask(opt)),
   columns = { "dtype", "d", "seq", "impl",
     { "fwd_ms", "fwd ms", num("%.3f") }, { "bwd_ms", "bwd ms", num("%.3f") },
     { "fwdbwd_ms", "fwd+bwd ms", num("%.3f") },
     { "fwd_tflops", "fwd TFLOP/s", num("%.3g") }, { "bwd_tflops", "bwd TFLOP/s", num("%.3g") },
-    { "fwdbwd_tflops", "fwd+bwd TFLOP/s", num("%.3g") }, { "speedup", "fwd+bwd speedup vs naive", num("%.2fx") } },
+    { "fwdbwd_tflops", "fwd+bwd TFLOP/s", num("%.3g") }, { "speedup", "fwd+bwd speedup vs naive", function(v, row)
+      return string.format("%.2fx", v) .. (noise_of[row] and " (" .. noise_of[row] .. ")" or "") end } },
 })
 for _, row in ipairs(rows) do
   if kernels_of[row] then
@@ -188,14 +151,10 @@ for _, row in ipairs(rows) do
     })
   end
 end
-if opt.json then
-  tf.results.write(opt.json, rows, { key = { "dtype", "d", "seq", "impl", "batch", "heads", "causal" },
-    metrics = { "fwd_ms", "bwd_ms", "fwdbwd_ms", "fwdbwd_tflops" } })
-  print("wrote " .. opt.json)
-end
+sweep:finish()
 if opt.plot then
   tf.plot.sweep(opt.plot, rows, { x = { "seq", "d" }, y = { "fwd_ms", "bwd_ms", "fwdbwd_ms", "fwdbwd_tflops" },
     series = { "impl", "d", "dtype" }, title = string.format("Attention latency, batch %d, heads %d, %s", opt.batch,
-      opt.heads, opt.causal and "causal" or "not causal") })
+      opt.heads, bench.mask(opt)) })
   print("wrote " .. opt.plot)
 end

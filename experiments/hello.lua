@@ -4,9 +4,9 @@
 --   tfhost experiments/hello.lua [--size N] [--dtype f32|bf16|f16] [--json out.json]
 local opt = tf.options{
   description = "Print the device, multiply two random matrices on it, check against the CPU, and time it.",
-  { "size", "matrix size N (an N x N product)", default = 1024 },
+  { "size", "matrix size N (an N x N product)", default = 1024, min = 1 },
   { "dtype", "element type of the product", default = "f32", choices = { "f32", "f16", "bf16", "f64" } },
-  { "iters", "timed repetitions", default = 10 },
+  { "iters", "timed repetitions", default = 10, min = 1 },
   { "json", "also write the results (with the environment) to this file", type = "string" },
 }
 

@@ -21,16 +21,17 @@
 -- A kernel the byte model does not know is listed with its time and "?"
 -- for bytes, so nothing the step launches is left out of the table.
 local opt = tf.options{
-  description = "Bytes moved, time and fraction of the copy rate of each memory-bound kernel of a training step.",
+  description = "Bytes moved, time and fraction of the copy rate of each memory-bound kernel of a training step. "
+    .. "Needs a CUDA device: on a CPU it refuses to run (exit code 2).",
   { "size", "model size (tiny, small, medium, large, xl, 2.7B)", default = "2.7B" },
-  { "context", "context length", default = 1024 },
+  { "context", "context length", default = 1024, min = 1 },
   { "precision", "precision", default = "bf16", choices = { "f32", "bf16", "f16" } },
   { "attention", "the engine's attention", default = "flash", choices = { "flash", "naive" } },
-  { "batch", "batch size", default = 4 },
-  { "vocab", "vocabulary size", default = 10000 },
-  { "warmup", "warm-up training steps", default = 3 },
-  { "steps", "profiled training steps", default = 3 },
-  { "target", "the fraction of the copy rate a kernel should reach", default = 0.8 },
+  { "batch", "batch size", default = 4, min = 1 },
+  { "vocab", "vocabulary size", default = 10000, min = 1 },
+  { "warmup", "warm-up training steps", default = 3, min = 0 },
+  { "steps", "profiled training steps", default = 3, min = 1 },
+  { "target", "the fraction of the copy rate a kernel should reach", default = 0.8, min = 0 },
   { "json", "write the rows and the environment to this file", type = "string" },
 }
 if tf.default_device() == "cpu" then
@@ -38,7 +39,6 @@ if tf.default_device() == "cpu" then
     .. (tf.cuda.is_available() and "--device cpu was given" or "none is present") .. "\n")
 end
 if not tf.model.presets[opt.size] then tf.exit(2, "kernel_bandwidth.lua: unknown size '" .. opt.size .. "'\n") end
-if opt.steps < 1 then tf.exit(2, "kernel_bandwidth.lua: --steps must be >= 1\n") end
 
 --- Bytes one training step moves through each memory-bound kernel of the
 -- fused engine (host/model/*.c says which kernel runs where and how often):

@@ -8,22 +8,19 @@
 --
 --   tfhost experiments/memory_profile.lua                        (2.7B, ctx 128,256,512, f32+bf16; tiny on a CPU)
 --   tfhost experiments/memory_profile.lua --size tiny --context 32 --out /tmp/mem   (a quick CPU run)
-local gpu = tf.default_device() ~= "cpu" -- what runs here (--device cpu on a GPU machine too)
 local opt = tf.options{
   description = "Peak memory, snapshots and timelines of the Transformer LM's forward pass and training step.",
-  { "size", "model size (small, medium, large, xl, 2.7B; tiny for a quick CPU run; on a CPU the default is tiny)",
-    default = gpu and "2.7B" or "tiny" },
-  { "context", "context lengths (on a CPU the default is 32,64)",
-    default = gpu and "128,256,512" or "32,64", type = "list:int" },
+  { "size", "model size (small, medium, large, xl, 2.7B; tiny for a quick CPU run)", default = "2.7B", cpu = "tiny" },
+  { "context", "context lengths", default = "128,256,512", cpu = "32,64", type = "list:int", min = 1 },
   { "precision", "precisions", default = "f32,bf16", type = "list", choices = { "f32", "bf16", "f16" } },
   { "mode", "what to profile", default = "forward,step", type = "list", choices = { "forward", "step" } },
-  { "batch", "batch size", default = 4 },
-  { "vocab", "vocabulary size", default = 10000 },
+  { "batch", "batch size", default = 4, min = 1 },
+  { "vocab", "vocabulary size", default = 10000, min = 1 },
   { "impl", "model implementation (default: fused when built in)", type = "string", choices = { "fused", "eager" } },
   { "out", "folder for the snapshots (.pickle) and timelines (.html); empty: none", default = "memory_profile" },
-  { "top", "how many of the largest allocations to list", default = 8 },
-  { "memory_limit", "cap the device memory tfhost may reserve, in GiB (0: none)", default = 0.0 },
-  { "json", "write the rows and the environment to this file", type = "string" },
+  { "top", "how many of the largest allocations to list", default = 8, min = 0 },
+  { "memory_limit", "cap the device memory tfhost may reserve, in GiB (0: none)", default = 0.0, min = 0 },
+  { "json", "write the rows (as each configuration finishes) and the environment to this file", type = "string" },
   { "plot", "draw the peak and what it is made of against context length into this file (.svg or .html)",
     type = "string" },
 }
@@ -33,13 +30,9 @@ if opt.out ~= "" then
   tf.mkdir(opt.out)
 end
 
-local GiB, MiB = 2 ^ 30, 2 ^ 20
+local GiB = 2 ^ 30
 local tags = { "parameter", "gradient", "optimizer state", "activation", "workspace", "temporary" }
-local progress = tf.report.progress
-local function bytes(n)
-  if n >= GiB then return string.format("%.2f GiB", n / GiB) end
-  return string.format("%.1f MiB", n / MiB)
-end
+local bytes = tf.units.bytes
 
 local function release(m)
   if m and m.engine then m.engine:free() end
@@ -125,32 +118,35 @@ local function profile(ctx, precision, mode)
   return row
 end
 
-local rows, total, done = {}, #opt.context * #opt.precision * #opt.mode, 0
+local rows, costs = {}, {}
+for _, ctx in ipairs(opt.context) do
+  for _ = 1, #opt.precision * #opt.mode do costs[#costs + 1] = ctx end
+end
+local sweep = tf.report.sweep{ total = #costs, json = opt.json, results = rows, costs = costs,
+  extra = { key = { "size", "context", "precision", "mode", "impl", "batch" }, metrics = { "peak_gib" } } }
 for _, ctx in ipairs(opt.context) do
   for _, precision in ipairs(opt.precision) do
     for _, mode in ipairs(opt.mode) do
-      done = done + 1
-      progress("[%d/%d] %s ctx %d %s %s ...", done, total, opt.size, ctx, precision, mode)
-      local t0 = tf.now()
+      sweep:start("%s ctx %d %s %s", opt.size, ctx, precision, mode)
       local row = profile(ctx, precision, mode)
       rows[#rows + 1] = row
-      progress(" %s (%.1f s; snapshot and timeline written in %.2f s)\n", row.oom and "OOM" or "done",
-        (tf.now() - t0) / 1e3, row.write_s)
+      sweep:done(string.format("%s; snapshot and timeline written in %.2f s", row.oom and "OOM" or "done",
+        row.write_s))
     end
   end
 end
 
 print(string.format("## (a, b, c) Peak memory: %s model, batch %d, device %s\n", opt.size, opt.batch, tf.device()))
-local function gib(v, row) return row.oom and "OOM" or string.format("%.2f", v) end
+local function gib(v, row) return row.oom and "OOM" or bytes(v * GiB) end
 local function at(tag)
-  return { "at_peak", tag, function(v, row) return row.oom and "" or string.format("%.3f", v[tag]) end }
+  return { "at_peak", tag, function(v, row) return row.oom and "" or bytes(v[tag] * GiB) end }
 end
 tf.report.table(rows, {
-  columns = { { "context", "ctx" }, { "precision", "prec" }, "mode", "impl", { "peak_gib", "peak GiB", gib },
+  columns = { { "context", "ctx" }, { "precision", "prec" }, "mode", "impl", { "peak_gib", "peak", gib },
     at("parameter"), at("gradient"), at("optimizer state"), at("activation"), at("workspace"), at("temporary"),
     { "write_s", "write s", "%.2f" } },
 })
-print("\nThe tag columns are GiB live at the peak moment of the recorded history. (a) is each configuration's "
+print("\nThe tag columns are what was live at the peak moment of the recorded history. (a) is each configuration's "
   .. "snapshot and timeline (the files listed at the end), (b) the peak by context and mode, (c) the precision "
   .. "column: f32 against mixed precision at each context.")
 
@@ -176,11 +172,7 @@ if opt.out ~= "" then
   print(string.format("\nSnapshots (.pickle: open at pytorch.org/memory_viz) and timelines (.html) are in %s/",
     opt.out))
 end
-if opt.json then
-  tf.results.write(opt.json, rows, { key = { "size", "context", "precision", "mode", "impl", "batch" },
-    metrics = { "peak_gib" } })
-  print("wrote " .. opt.json)
-end
+sweep:finish()
 if opt.plot then
   -- the peak, then each tag's GiB at the peak (columns named <tag>_gib)
   local prows, ys = {}, { "peak_gib" }

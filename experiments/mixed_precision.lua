@@ -7,12 +7,12 @@
 local opt = tf.options{
   description = "Mixed precision: accumulation, autocast dtypes, LayerNorm precision, f32 vs bf16 timing.",
   { "sections", "which sections to run", default = "1,2,3,4", type = "list:int", choices = { 1, 2, 3, 4 } },
-  { "d_model", "width of the timing model (default: 1024 on a GPU, 256 on the CPU)", type = "int" },
-  { "layers", "blocks of the timing model", default = 4 },
-  { "tokens", "rows per batch of the timing model (default: 8192 on a GPU, 512 on the CPU)", type = "int" },
-  { "warmup", "warm-up steps before timing", default = 3 },
-  { "steps", "timed steps", default = 10 },
-  { "json", "write the results and the environment to this file", type = "string" },
+  { "d_model", "width of the timing model", default = 1024, cpu = 256, min = 1 },
+  { "layers", "blocks of the timing model", default = 4, min = 1 },
+  { "tokens", "rows per batch of the timing model", default = 8192, cpu = 256, min = 1 },
+  { "warmup", "warm-up steps before timing", default = 3, cpu = 1, min = 0 },
+  { "steps", "timed steps", default = 10, cpu = 3, min = 1 },
+  { "json", "write the results (as each section finishes) and the environment to this file", type = "string" },
 }
 
 local on_gpu = tf.default_device():find("cuda") ~= nil
@@ -21,7 +21,16 @@ local function wanted(n)
   for _, s in ipairs(opt.sections) do if s == n then return true end end
   return false
 end
-local function heading(text) print("\n## " .. text .. "\n") end
+-- one progress step per section (section 4, the timing, is most of the run)
+local costs = {}
+for n = 1, 4 do
+  if wanted(n) then costs[#costs + 1] = n == 4 and 20 or 1 end
+end
+local sweep = tf.report.sweep{ total = #costs, json = opt.json, results = results, costs = costs, lines = true }
+local function heading(text)
+  sweep:start("section %s", text:match("^%d+") or text)
+  print("\n## " .. text .. "\n")
+end
 
 print("tfhost " .. tf.version .. " (" .. tf.commit .. "), device " .. tf.device())
 
@@ -54,6 +63,7 @@ increments' own f16 rounding (0.01 -> 0.010002136) is all that is left, and
 casting the increment to f32 first changes nothing: the value was already rounded.
 Low precision is fine for the values; the accumulator is what needs f32.]])
   results.accumulation = rows
+  sweep:done()
 end
 
 -- 2. What autocast does to each dtype: the ToyModel of CS336. ---------------
@@ -110,6 +120,7 @@ list, so it runs on an f32 copy of its input and returns f32; the next Linear
 casts back down, so the logits are low precision; cross-entropy is on the f32
 list, so the loss is f32. The same holds for f16 and bf16.]])
   results.autocast_dtypes = rows
+  sweep:done()
 end
 
 -- 3. Why LayerNorm stays in f32. -------------------------------------------
@@ -159,6 +170,7 @@ autocast arranges (and as tfhost's fused layer_norm does), only the output's own
 rounding is left. Hence LayerNorm (and softmax, log, exp, sum) stay f32 under
 autocast.]])
   results.layer_norm = rows
+  sweep:done()
 end
 
 -- 4. Speed: the same small model in f32 and under bf16 autocast. ------------
@@ -171,8 +183,7 @@ end
 function Block:forward(x) return x + self.down(self.up(self.ln(x)):gelu()) end
 
 if wanted(4) then
-  local d = opt.d_model or (on_gpu and 1024 or 256)
-  local n = opt.tokens or (on_gpu and 8192 or 512)
+  local d, n = opt.d_model, opt.tokens
   local classes = 1000
   heading(string.format("4. Speed: %d blocks of width %d, %d rows, f32 vs bf16 autocast", opt.layers, d, n))
   tf.seed(2)
@@ -197,19 +208,32 @@ if wanted(4) then
     rows[#rows + 1] = { precision = precision, forward_ms = fwd.median, forward_backward_ms = step.median,
       forward_std = fwd.std, forward_backward_std = step.std }
   end
-  rows[2].speedup = rows[1].forward_backward_ms / rows[2].forward_backward_ms
+  local speedup, noise = tf.report.noise(rows[1].forward_backward_ms, rows[2].forward_backward_ms,
+    rows[1].forward_backward_std, rows[2].forward_backward_std)
+  rows[2].speedup = speedup
   tf.report.table(rows, { columns = { "precision", { "forward_ms", "forward ms", "%.3f" },
-    { "forward_backward_ms", "forward+backward ms", "%.3f" }, { "speedup", "fwd+bwd speed-up", "%.2fx" } } })
-  print(on_gpu and [[
-On a GPU the Linear layers dominate and run on bf16 tensor cores; the casts and
-the f32 ops autocast keeps cost memory traffic, so the gain grows with width.]]
+    { "forward_backward_ms", "forward+backward ms", "%.3f" }, { "speedup", "fwd+bwd speed-up", function(v)
+      return string.format("%.2fx", v) .. (noise and " (" .. noise .. ")" or "") end } } })
+  -- what the numbers say, from the numbers
+  local verdict
+  if noise then
+    verdict = "bf16 autocast and f32 take the same time here: the difference is " .. noise .. "."
+  elseif speedup > 1 then
+    verdict = string.format("bf16 autocast is %.2fx as fast as f32 here.", speedup)
+  else
+    verdict = string.format("bf16 autocast is slower than f32 here (%.2fx).", speedup)
+  end
+  print(verdict .. (on_gpu and [[
+
+On a GPU the Linear layers run on bf16 tensor cores; the casts and the f32 ops
+autocast keeps cost memory traffic, so the gain grows with width.]]
     or [[
-On the CPU there are no bf16 matrix units: bf16 autocast only adds casts, so it
-is not faster; the point of this section is the GPU run.]])
+
+The CPU has no bf16 matrix units: bf16 autocast adds casts and can only gain
+from moving fewer bytes; the tensor-core gain is the GPU run's.]]))
   results.timing = rows
+  sweep:done()
 end
 
-if opt.json then
-  tf.results.write(opt.json, results)
-  print("\nwrote " .. opt.json)
-end
+if opt.json then print() end
+sweep:finish()

@@ -9,7 +9,12 @@
 --   }
 --
 -- Types: string, int, number, bool, list (comma-separated strings),
--- list:int, list:number; `choices = {...}` restricts values. Arguments are
+-- list:int, list:number; `choices = {...}` restricts values; `min = n` and
+-- `max = n` bound a number (every value of a list), checked as the
+-- arguments are parsed, so a bad value is refused before anything runs.
+-- `cpu = value` is the default where the default device is the CPU (a
+-- sweep sized for a GPU would take hours there); --help shows both.
+-- Arguments are
 -- --name value, --name=value, --flag, --no-flag. `tfhost script.lua --help`
 -- lists the options; an unknown or malformed option is a usage error (exit
 -- code 2). Positional arguments come back in opt.args. `usage = "..."`
@@ -22,6 +27,12 @@ local TYPES = {
 }
 
 local declared = nil -- the options of the running script, for results files
+
+--- Whether the run's default device is the CPU (where `cpu = ...` defaults apply).
+function M.on_cpu()
+  local ok, dev = pcall(function() return require("tf").default_device() end)
+  return not ok or dev == "cpu"
+end
 
 local function usage_error(script, msg)
   local tf = require "tf"
@@ -74,6 +85,15 @@ local function convert(spec, text)
       end
     end
   end
+  for _, v in ipairs(values) do
+    local each = kind:sub(1, 4) == "list" and "values " or ""
+    if type(v) == "number" and spec.min and v < spec.min then
+      return nil, string.format("%smust be >= %s (got %s)", each, tostring(spec.min), tostring(v))
+    end
+    if type(v) == "number" and spec.max and v > spec.max then
+      return nil, string.format("%smust be <= %s (got %s)", each, tostring(spec.max), tostring(v))
+    end
+  end
   if kind:sub(1, 4) == "list" then return values end
   return values[1]
 end
@@ -89,9 +109,12 @@ local function help_text(script, specs, description, usage)
     if #left > width then width = #left end
     local right = s.help or ""
     if s.choices then right = right .. " [" .. table.concat(s.choices, "|") .. "]" end
-    if s.default ~= nil then
-      local d = type(s.default) == "table" and table.concat(s.default, ",") or tostring(s.default)
-      right = right .. " (default: " .. d .. ")"
+    local function text(v) return type(v) == "table" and table.concat(v, ",") or tostring(v) end
+    if s.cpu ~= nil then
+      right = right .. " (default: " .. (s.default ~= nil and text(s.default) or "none") .. " on a GPU, " ..
+        text(s.cpu) .. " on a CPU)"
+    elseif s.default ~= nil then
+      right = right .. " (default: " .. text(s.default) .. ")"
     end
     rows[#rows + 1] = { left, right }
   end
@@ -107,33 +130,43 @@ local function normalise(decl)
   for i, d in ipairs(decl) do
     local s = {
       name = d[1] or d.name, help = d[2] or d.help, default = d.default,
-      type = d.type, choices = d.choices,
+      type = d.type, choices = d.choices, min = d.min, max = d.max, cpu = d.cpu,
     }
     if type(s.name) ~= "string" or not s.name:match("^[%w][%w_-]*$") then
       error(string.format("tf.options: option %d needs a name of letters, digits, '-' and '_'", i), 3)
     end
     if by_name[s.name] then error("tf.options: option '" .. s.name .. "' is declared twice", 3) end
     if s.type == nil then
-      s.type = math.type(s.default) == "integer" and "int" or type(s.default) == "number" and "number"
-        or type(s.default) == "boolean" and "bool" or "string"
+      local d = s.default
+      if d == nil then d = s.cpu end
+      s.type = math.type(d) == "integer" and "int" or type(d) == "number" and "number"
+        or type(d) == "boolean" and "bool" or "string"
+    end
+    for _, bound in ipairs({ "min", "max" }) do
+      if s[bound] ~= nil and type(s[bound]) ~= "number" then
+        error("tf.options: option '" .. s.name .. "': " .. bound .. " must be a number", 3)
+      end
     end
     if not TYPES[s.type] then
       error("tf.options: option '" .. s.name .. "' has unknown type '" .. tostring(s.type) .. "'", 3)
     end
-    if type(s.default) == "string" and s.type ~= "string" then
-      local v, why = convert(s, s.default)
-      if v == nil then error("tf.options: the default of '" .. s.name .. "' " .. why, 3) end
-      s.default = v
-    elseif s.type == "number" and math.type(s.default) == "integer" then
-      s.default = s.default + 0.0
-    end
-    if s.choices and s.default ~= nil then
-      for _, v in ipairs(type(s.default) == "table" and s.default or { s.default }) do
-        local found = false
-        for _, c in ipairs(s.choices) do found = found or c == v end
-        if not found then
-          error("tf.options: the default of '" .. s.name .. "' must be one of " .. table.concat(s.choices, ", ") ..
-            " (got " .. tostring(v) .. ")", 3)
+    for _, field in ipairs({ "default", "cpu" }) do
+      local what = field == "cpu" and "the CPU default of '" or "the default of '"
+      if type(s[field]) == "string" and s.type ~= "string" then
+        local v, why = convert(s, s[field])
+        if v == nil then error("tf.options: " .. what .. s.name .. "' " .. why, 3) end
+        s[field] = v
+      elseif s.type == "number" and math.type(s[field]) == "integer" then
+        s[field] = s[field] + 0.0
+      end
+      if s.choices and s[field] ~= nil then
+        for _, v in ipairs(type(s[field]) == "table" and s[field] or { s[field] }) do
+          local found = false
+          for _, c in ipairs(s.choices) do found = found or c == v end
+          if not found then
+            error("tf.options: " .. what .. s.name .. "' must be one of " .. table.concat(s.choices, ", ") ..
+              " (got " .. tostring(v) .. ")", 3)
+          end
         end
       end
     end
@@ -151,7 +184,10 @@ function M.declare(decl, argv)
   argv = argv or arg or {}
   local script = (arg and arg[0]) or "script"
   local values, args = {}, {}
-  for _, s in ipairs(specs) do values[s.name] = s.default end
+  local cpu = M.on_cpu()
+  for _, s in ipairs(specs) do
+    if cpu and s.cpu ~= nil then values[s.name] = s.cpu else values[s.name] = s.default end
+  end
   local i, only_positional = 1, false
   while i <= #argv do
     local a = argv[i]

@@ -23,6 +23,7 @@ local function esc(s)
   return (tostring(s):gsub("[&<>\"]", { ["&"] = "&amp;", ["<"] = "&lt;", [">"] = "&gt;", ['"'] = "&quot;" }))
 end
 
+local function kind_of(v) return v == nil and "nothing" or type(v) end
 local function num(v) return math.type(v) ~= nil and v == v and v ~= math.huge and v ~= -math.huge end
 
 --- A number as an axis shows it: 16384 -> "16k", 0.25 -> "0.25", 1e-5 -> "1e-05".
@@ -218,10 +219,12 @@ end
 -- (function(row, y) -> whether the row ran out of memory; default: row.oom
 -- or y == "OOM"), width, height.
 function M.chart(rows, opts)
-  if type(rows) ~= "table" then error("tf.plot.chart: expects a list of rows", 2) end
+  if type(rows) ~= "table" then error("tf.plot.chart: expects a list of rows, got " .. kind_of(rows), 2) end
+  if opts ~= nil and type(opts) ~= "table" then error("tf.plot.chart: opts must be a table, got " .. type(opts), 2) end
   opts = opts or {}
   if type(opts.x) ~= "string" or type(opts.y) ~= "string" then
-    error("tf.plot.chart: opts.x and opts.y must name columns", 2)
+    error("tf.plot.chart: opts.x and opts.y must name columns (strings), got " .. kind_of(opts.x) .. " and " ..
+      kind_of(opts.y), 2)
   end
   local W, H = opts.width or WIDTH, opts.height or HEIGHT
   local list = gather(rows, opts)
@@ -258,7 +261,18 @@ function M.chart(rows, opts)
   local pw, ph = W - left - right, H - top - bottom
   local xs, ys = x_axis(list, opts), y_axis(list, opts)
   local function px(v) return left + xs.map(v) * pw end
-  local function py(v) return top + ph - ys.map(v) * ph end
+  -- out-of-memory crosses stand in a band along the top edge, as many deep as
+  -- the most series that ran out at one x; the values are drawn below it, so
+  -- that no cross covers a point
+  local stacked, band = {}, 0
+  for _, s in ipairs(list) do
+    for _, xv in ipairs(s.oom) do
+      local x = string.format("%.1f", px(xv))
+      stacked[x] = (stacked[x] or 0) + 1
+      band = math.max(band, 10 + 14 * stacked[x])
+    end
+  end
+  local function py(v) return top + ph - ys.map(v) * (ph - band) end
 
   local out = {}
   local function add(fmt, ...) out[#out + 1] = string.format(fmt, ...) end
@@ -311,8 +325,9 @@ function M.chart(rows, opts)
     end
     for _, xv in ipairs(s.oom) do
       local x = px(xv)
-      local k = oom_at[x] or 0
-      oom_at[x] = k + 1
+      local at = string.format("%.1f", x)
+      local k = oom_at[at] or 0
+      oom_at[at] = k + 1
       local y = top + 10 + 14 * k
       add('<g class="oom" data-x="%.1f" data-y="%d"><path d="M%.1f %.1f L%.1f %.1f M%.1f %.1f L%.1f %.1f" ' ..
         'stroke="%s" stroke-width="3"/><title>%s: out of memory</title></g>', x, y, x - 6, y - 6, x + 6, y + 6,
@@ -385,6 +400,13 @@ end
 -- opts.x may be a list: the first column that takes several values is
 -- used (else the first). opts.title heads the page and each chart.
 function M.sweep(path, rows, opts)
+  if type(path) ~= "string" then error("tf.plot.sweep: the first argument is a file path, got " .. kind_of(path), 2) end
+  if type(rows) ~= "table" then
+    error("tf.plot.sweep: the second argument is a list of rows, got " .. kind_of(rows), 2)
+  end
+  if type(opts) ~= "table" or type(opts.y) ~= "table" or opts.x == nil then
+    error("tf.plot.sweep: the third argument is a table {x = column(s), y = {columns}, ...}, got " .. kind_of(opts), 2)
+  end
   local x = opts.x
   if type(x) == "table" then
     local chosen = varying(rows, x)[1]
@@ -408,7 +430,7 @@ end
 -- text) or a list of them, as an .svg file (several are stacked) or an
 -- .html page (opts.title and opts.notes head it).
 function M.write(path, charts, opts)
-  if type(path) ~= "string" then error("tf.plot.write: expects a file path", 2) end
+  if type(path) ~= "string" then error("tf.plot.write: expects a file path, got " .. kind_of(path), 2) end
   if type(charts) == "string" or (type(charts) == "table" and charts.rows) then charts = { charts } end
   if type(charts) ~= "table" or #charts == 0 then error("tf.plot.write: expects one or more charts", 2) end
   local text

@@ -108,8 +108,21 @@ end
 --- Renders rows; writes them to opts.out (a file handle or a path; default
 -- io.stdout) unless opts.out is false, and returns the text.
 function M.table(rows, opts)
-  if type(rows) ~= "table" then error("tf.report.table: expects a list of rows", 2) end
+  if type(rows) ~= "table" then
+    error("tf.report.table: expects a list of rows (tables), got " .. (rows == nil and "nothing" or type(rows)), 2)
+  end
+  for i, r in ipairs(rows) do
+    if type(r) ~= "table" then
+      error(string.format("tf.report.table: rows[%d] is a %s, not a row (a table of columns)", i, type(r)), 2)
+    end
+  end
+  if opts ~= nil and type(opts) ~= "table" then
+    error("tf.report.table: the second argument is a table of options (or nothing), got " .. type(opts), 2)
+  end
   opts = opts or {}
+  if opts.columns ~= nil and type(opts.columns) ~= "table" then
+    error("tf.report.table: opts.columns must be a list of columns, got " .. type(opts.columns), 2)
+  end
   local fmt = opts.format or "markdown"
   local render = M.formats[fmt]
   if not render then
@@ -135,6 +148,23 @@ function M.table(rows, opts)
 end
 
 --- tf.report.progress(fmt, ...): a progress note on stderr (stdout keeps the tables).
-function M.progress(fmt, ...) io.stderr:write(string.format(fmt, ...)) end
+function M.progress(fmt, ...)
+  if type(fmt) ~= "string" then error("tf.report.progress: expects a format string, got " .. type(fmt), 2) end
+  io.stderr:write(string.format(fmt, ...))
+end
+
+--- tf.report.sweep(opts): the loop of a sweep, with a progress line that
+-- says what is left and the rows written to the results file as they
+-- finish (lua/tf/sweep.lua, loaded at the first use: a script that runs no
+-- sweep does not pay for it on the Lua heap, which tfhost's start must keep
+-- small).
+-- tf.report.noise(a, b, spread_a, spread_b) is there too.
+setmetatable(M, { __index = function(t, k)
+  if k ~= "sweep" and k ~= "noise" then return nil end
+  local sweep = require "tf.sweep"
+  rawset(t, "sweep", sweep.new)
+  rawset(t, "noise", sweep.noise)
+  return t[k]
+end })
 
 return M

@@ -91,14 +91,46 @@ end
 -- named parts; extra may add fields: a summary, and `key` (the columns that
 -- name a configuration) and `metrics` (the columns worth comparing first),
 -- which `tfhost compare` reads.
+-- The file is written whole or not at all: into path .. ".part", then
+-- renamed over path, so that a run killed while writing (a sweep writes
+-- its rows as they finish) leaves the last complete file.
+local function kind_of(v) return v == nil and "nothing" or type(v) end
+
 function M.write(path, results, extra)
   local tf = require "tf"
-  writable(path, "tf.results.write")
+  if type(path) ~= "string" or path == "" then
+    error("tf.results.write: the first argument is the file to write, a path; got " .. kind_of(path), 2)
+  end
+  if results ~= nil and type(results) ~= "table" then
+    error("tf.results.write: the second argument is the results, a list of rows (tables) or a table of named " ..
+      "parts; got " .. kind_of(results), 2)
+  end
+  if extra ~= nil and type(extra) ~= "table" then
+    error("tf.results.write: the third argument is a table of extra fields (or nothing); got " .. kind_of(extra), 2)
+  end
   results = results or {}
+  for i, row in ipairs(results) do
+    if type(row) ~= "table" then
+      error(string.format("tf.results.write: results[%d] is a %s, not a row (a table of columns)", i, type(row)), 2)
+    end
+  end
+  writable(path, "tf.results.write")
   local is_list = results[1] ~= nil or next(results) == nil
   local doc = { env = M.env(), results = is_list and tf.json.array(results) or results }
   for k, v in pairs(extra or {}) do doc[k] = v end
-  tf.json.write(path, doc, { indent = true, nan = "null" })
+  local ok, text = pcall(tf.json.encode, doc, { indent = true, nan = "null" })
+  if not ok then error("tf.results.write: " .. tostring(text):gsub("^.-tf%.json%.encode: ", ""), 2) end
+  local part = path .. ".part"
+  writable(part, "tf.results.write")
+  local f, err = io.open(part, "wb")
+  if not f then error("tf.results.write: " .. err, 2) end
+  f:write(text, "\n")
+  f:close()
+  local renamed, why = os.rename(part, path)
+  if not renamed then
+    os.remove(part)
+    error("tf.results.write: " .. tostring(why), 2)
+  end
   return doc
 end
 

@@ -65,4 +65,22 @@ function M.label(name)
   return (text:gsub("_", " "))
 end
 
+--- tf.units.bytes(n) -> "512 B", "32.0 KiB", "1.50 GiB": a size in the
+-- largest binary unit that keeps it at 1 or more, with three significant
+-- digits (so a 32 KiB tensor never prints as "0.0 MiB"). Every size the
+-- experiments and reports print goes through it.
+function M.bytes(n)
+  if type(n) ~= "number" then
+    error("tf.units.bytes: expects a number of bytes, got " .. (n == nil and "nothing" or type(n)), 2)
+  end
+  if n ~= n then return "nan" end
+  local sign, a = n < 0 and "-" or "", math.abs(n)
+  if a == math.huge then return sign .. "inf" end
+  local names, i = { "B", "KiB", "MiB", "GiB", "TiB", "PiB" }, 1
+  while a >= 1024 and i < #names do a, i = a / 1024, i + 1 end
+  if i == 1 then return string.format("%s%d B", sign, math.floor(a + 0.5)) end
+  local fmt = a >= 100 and "%s%.0f %s" or a >= 10 and "%s%.1f %s" or "%s%.2f %s"
+  return string.format(fmt, sign, a, names[i])
+end
+
 return M
