@@ -318,9 +318,14 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) tf_flash_dq_tc_kern
     lse2[h] = row < p.seq_q ? p.lse[b * p.seq_q + row] * TF_FLASH_LOG2E : INFINITY;
     dd[h] = row < p.seq_q ? p.rowdot[b * p.seq_q + row] : 0.f;
   }
-  const uint32_t q_a = tf_flash_a_addr<LD>(sQ, wrow, lane), do_a = tf_flash_a_addr<LD>(sdO, wrow, lane);
-  const uint32_t k_b = tf_flash_b_addr<LD>(sK, lane), k_bt = tf_flash_a_addr<LD>(sK, 0, lane);
-  const uint32_t v_b = tf_flash_b_addr<LD>(sV, lane);
+  /* the ldmatrix addresses spelt out (tf_flash_a_addr's and tf_flash_b_addr's), which keeps
+   * this kernel's schedule as it was (with the helpers ptxas moved 9-35 instructions) */
+  const int a_row = lane & 15, a_col = (lane >> 4) * 8;
+  const int b_row = (lane & 7) + ((lane >> 4) << 3), b_col = ((lane >> 3) & 1) * 8;
+  const uint32_t q_a = tf_flash_smem_addr(sQ + (wrow + a_row) * LD + a_col);
+  const uint32_t do_a = tf_flash_smem_addr(sdO + (wrow + a_row) * LD + a_col);
+  const uint32_t k_b = tf_flash_smem_addr(sK + b_row * LD + b_col), k_bt = tf_flash_smem_addr(sK + a_row * LD + a_col);
+  const uint32_t v_b = tf_flash_smem_addr(sV + b_row * LD + b_col);
   const float sl2 = p.scale_log2;
 
   float dq[DT8][4];
