@@ -24,36 +24,24 @@
  *     (summed by the warp-specialised dQ kernel when it runs, else by the
  *     row-sum kernel);
  *   - on a 9.0 device (H100/H200) with sm_90a code built in, head dims
- *     40..128 (multiples of 8) take the Hopper kernels: the forward pass
- *     the warp-specialised one ([wgmma-ws]; flash_attn_wgmma.cu's [wgmma]
- *     with TF_FLASH_FWD_WS=0), the backward pass the earlier wgmma ones in
- *     this first pass (TF_FLASH_BWD_WS=0, unless the run sets it); those
- *     shapes then run a second time with TF_FLASH_WGMMA=0, so the mma.sync
- *     kernels they replaced stay checked, and a third time with
- *     TF_FLASH_BWD_WS=1 (the default) and TF_FLASH_FWD_WS flipped: the
- *     backward pass by the warp-specialised kernels (dK/dV with dQ by
- *     reductions, or without dQ and the warp-specialised dQ kernel when
- *     deterministic; a run without TF_FLASH_BWD_WS, as under
- *     TF_FLASH_SANITIZE, checks them as they are) and the
- *     forward pass by the other Hopper kernel than the run's, so both
- *     forward kernels are checked in every run (the op names say which
- *     kernel: "forward o [wgmma-ws]");
- *   - a table of the worst error per check, path ([wgmma-ws], [wgmma], [tc]
- *     tensor cores, [simt]) and dtype, and the count of checks.
+ *     40..128 (multiples of 8) take the Hopper kernels ([wgmma-ws]: the
+ *     warp-specialised forward kernel; dK/dV with dQ by reductions, or
+ *     without dQ after the warp-specialised dQ kernel when deterministic);
+ *     those shapes then run a second time with TF_FLASH_WGMMA=0, so the
+ *     mma.sync kernels, the path of other GPUs, stay checked on Hopper too,
+ *     and the forward kernel's blocks of 192 keys at head dims 80 and 96 a
+ *     third time at short lengths (TF_FLASH_FWD_LONG=0);
+ *   - a table of the worst error per check, path ([wgmma-ws], [tc] tensor
+ *     cores, [simt]) and dtype, and the count of checks.
  * With TF_FLASH_BENCH set it then times (CUDA events, 3 warm-up runs,
  * median of 10) bf16 causal attention at (batch, seq, head dim) = (16,
  * 16384, 64), (16, 16384, 128), (8, 4096, 64) and (1, 16384, 64): forward,
  * backward (float atomics and deterministic) and both, in ms and TFLOP/s
  * (forward 4 B S^2 d / 2 FLOPs under the causal mask, backward 2.5 times
  * that), then the forward pass with the mma.sync kernel in place of the
- * wgmma one, then the backward pass by the earlier wgmma kernels
- * (TF_FLASH_BWD_WS=0) at (16, 16384, 64), (16, 16384, 128), (128, 4096,
- * 80) and (16, 16384, 96), then the forward pass by flash_attn_wgmma.cu's
- * kernel and by the warp-specialised one, one after the other, at (16,
- * 16384, 64), (16, 16384, 128), (16, 16384, 96), (128, 4096, 80) and
- * (128, 1024, 80) (TF_FLASH_BENCH=only: the timings alone, no
- * checks, e.g. under a profiler). No timing is asserted. Exits 77 without
- * a GPU. */
+ * wgmma one, and head dim 80 by the mma.sync kernels (TF_FLASH_BENCH=only:
+ * the timings alone, no checks, e.g. under a profiler). No timing is
+ * asserted. Exits 77 without a GPU. */
 #include "backend.h"
 #include "backends.h"
 #include "err_table.h"
@@ -211,32 +199,13 @@ static bool wgmma_on(void) {
  * 64, 80, 96 or 128). */
 static bool wgmma_dim(int64_t d) { return d > 32 && d <= 128; }
 
-/* Whether the forward pass takes the warp-specialised kernel where it
- * takes a wgmma one (flash_attn_fwd.cu's rule): unless TF_FLASH_FWD_WS=0. */
-static bool fwd_ws_on(void) {
-  const char *env = getenv("TF_FLASH_FWD_WS");
-  return !(env && strcmp(env, "0") == 0);
-}
-
-/* The shapes of the wgmma kernels (f16, bf16, causal or not) once more
- * with TF_FLASH_BWD_WS=1, the backward pass by the warp-specialised kernels,
- * and the other forward kernel than the run's (TF_FLASH_FWD_WS flipped):
- * [wgmma-ws] where a pass ran on a warp-specialised kernel. Small shapes
- * only when only_small. */
-static void ws_pass(bool only_small, int first_dtype);
-
-/* Which kernels the GPU runs for the forward pass (forward) or the
- * backward pass, by the backend's rule (flash_attn.cu, flash_attn_fwd.cu,
- * flash_attn_bwd.cu); [wgmma]: the forward pass, the dK/dV (atomic dQ)
- * kernel and the deterministic dQ kernel by wgmma; [wgmma-ws]: the
- * forward pass, or the dK/dV and dQ kernels, warp-specialised. */
-static const char *path_of(tf_dtype dt, int64_t d, int64_t off, bool forward) {
+/* Which kernels the GPU runs, by the backend's rule (flash_attn.cu's
+ * table): [wgmma-ws] the Hopper (warp-specialised) kernels, [tc] the
+ * mma.sync ones, [simt] the SIMT ones; the same for both passes. */
+static const char *path_of(tf_dtype dt, int64_t d, int64_t off) {
   const bool tc = (dt == TF_F16 || dt == TF_BF16) && d % 8 == 0 && d <= 128 && off == 0;
   if (!tc) return "simt";
-  if (!wgmma_on() || !wgmma_dim(d)) return "tc";
-  if (forward) return fwd_ws_on() ? "wgmma-ws" : "wgmma";
-  const char *ws = getenv("TF_FLASH_BWD_WS");
-  return ws && strcmp(ws, "0") == 0 ? "wgmma" : "wgmma-ws";
+  return wgmma_on() && wgmma_dim(d) ? "wgmma-ws" : "tc";
 }
 
 /* Whether a backward pass adds dQ up by reductions into an f32
@@ -368,7 +337,7 @@ static void low_scores(const flash_shape *s, tf_dtype dt, int64_t off, flat_pair
 }
 
 static void flash_case_with(const flash_shape *s, tf_dtype dt, bool causal, int64_t off, bool low) {
-  const char *fpath = path_of(dt, s->d, off, true), *path = path_of(dt, s->d, off, false);
+  const char *fpath = path_of(dt, s->d, off), *path = fpath;
   char note[160], op[48];
   snprintf(note, sizeof note, "%s %s B=%lld Sq=%lld Sk=%lld d=%lld%s%s [forward %s, backward %s]", tf_dtype_name(dt),
            causal ? "causal" : "full", (long long)s->batch, (long long)s->sq, (long long)s->sk, (long long)s->d,
@@ -590,41 +559,12 @@ static void env_restore(saved_env *s) {
   s->value = NULL;
 }
 
-/* The forward pass by the wgmma kernel (TF_FLASH_FWD_WS=0) and the
- * warp-specialised one (=1), one after the other at each shape. */
-static void bench_forward_kernels(void) {
-  static const int64_t shapes[][3] = {{16, 16384, 64}, {16, 16384, 128}, {16, 16384, 96}, {128, 4096, 80}, {128, 1024, 80}};
-  saved_env fwd = env_set("TF_FLASH_FWD_WS", "0");
-  printf("\nforward: the wgmma kernel (TF_FLASH_FWD_WS=0) and the warp-specialised one (=1)\n");
-  for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
-    setenv("TF_FLASH_FWD_WS", "0", 1);
-    bench_run_shape(shapes[i][0], shapes[i][1], shapes[i][2], true, "wgmma     ");
-    setenv("TF_FLASH_FWD_WS", "1", 1);
-    bench_run_shape(shapes[i][0], shapes[i][1], shapes[i][2], true, "wgmma-ws  ");
-  }
-  env_restore(&fwd);
-}
-
-static void ws_pass(bool only_small, int first_dtype) {
-  static const tf_dtype dts[3] = {TF_F32, TF_F16, TF_BF16};
-  saved_env fwd = env_set("TF_FLASH_FWD_WS", fwd_ws_on() ? "0" : "1"), bwd = env_set("TF_FLASH_BWD_WS", "1");
-  for (int di = first_dtype; di < 3; di++)
-    for (int i = 0; i < N_SHAPES; i++) {
-      if ((only_small && SHAPES[i].big) || !wgmma_dim(SHAPES[i].d) || SHAPES[i].d % 8 != 0) continue;
-      if (tiny_run && !tiny_shape(&SHAPES[i])) continue;
-      for (int causal = 0; causal < 2; causal++) flash_case(&SHAPES[i], dts[di], causal, 0);
-    }
-  low_checks(); /* while the warp-specialised backward kernels are asked for */
-  env_restore(&fwd), env_restore(&bwd);
-}
-
 /* The warp-specialised forward kernel's blocks of 192 keys at head dims
  * 80 and 96, which it takes from 4096 keys on: at every length here
  * (TF_FLASH_FWD_LONG=0), on the shapes of head dims 72..104 (tiny: the
  * tiny ones, bf16), so that lengths off 192 and racecheck stay cheap. */
 static void fwd_long_pass(bool only_small) {
   static const tf_dtype dts[2] = {TF_F16, TF_BF16};
-  if (!fwd_ws_on()) return;
   saved_env fwd_long = env_set("TF_FLASH_FWD_LONG", "0");
   for (int di = tiny_run ? 1 : 0; di < 2; di++)
     for (int i = 0; i < N_SHAPES; i++) {
@@ -638,15 +578,9 @@ static void fwd_long_pass(bool only_small) {
 
 /* Every check: each dtype and shape, causal or not, on the kernels the
  * device picks, then the kernels the wgmma ones replace, then the
- * warp-specialised backward kernel, then misaligned buffers. */
+ * forward kernel's long-sequence blocks, then misaligned buffers. */
 static void all_checks(void) {
   static const tf_dtype dts[3] = {TF_F32, TF_F16, TF_BF16};
-  /* By default every Hopper backward pass takes the warp-specialised
-   * kernels (dQ by reductions, or by the dQ kernel in deterministic
-   * passes): the first passes check the earlier kernels
-   * (TF_FLASH_BWD_WS=0), ws_pass the warp-specialised ones both ways. */
-  const char *ws_env = getenv("TF_FLASH_BWD_WS");
-  if (!ws_env) setenv("TF_FLASH_BWD_WS", "0", 1);
   for (int di = 0; di < 3; di++)
     for (int i = 0; i < N_SHAPES; i++) {
       if (small_run && SHAPES[i].big) continue;
@@ -664,9 +598,6 @@ static void all_checks(void) {
     low_checks();
     unsetenv("TF_FLASH_WGMMA");
   }
-  if (!ws_env) unsetenv("TF_FLASH_BWD_WS");
-  /* where the wgmma kernels ran, the warp-specialised backward kernel and the other Hopper forward kernel */
-  if (wgmma_device) ws_pass(small_run, 1);
   if (wgmma_device) fwd_long_pass(small_run);
   /* buffers off a 16-byte boundary: the SIMT kernels for every dtype */
   for (int di = 0; di < 3; di++)
@@ -708,7 +639,7 @@ int main(void) {
                  (long long)SHAPES[i].sk, (long long)SHAPES[i].d, causal ? " causal" : "");
           fflush(stdout);
         }
-    if (wgmma_device) ws_pass(true, 2), fwd_long_pass(true);
+    if (wgmma_device) low_checks(), fwd_long_pass(true);
     CHECK_INT(gctx->alloc.stats.active_blocks, 0);
     return tf_check_done();
   }
@@ -732,14 +663,6 @@ int main(void) {
       printf("\nhead dim 80, the mma.sync kernels (TF_FLASH_WGMMA=0; padded to 96 there)\n");
       bench_shape(128, 4096, 80);
       unsetenv("TF_FLASH_WGMMA");
-      printf("\nthe backward pass by the earlier wgmma kernels (TF_FLASH_BWD_WS=0)\n");
-      setenv("TF_FLASH_BWD_WS", "0", 1);
-      bench_shape(16, 16384, 64);
-      bench_shape(16, 16384, 128);
-      bench_shape(128, 4096, 80);
-      bench_shape(16, 16384, 96);
-      unsetenv("TF_FLASH_BWD_WS");
-      bench_forward_kernels();
     }
   }
   return tf_check_done();

@@ -1,22 +1,56 @@
 /* FlashAttention-2 on the GPU: the backend entry (backend.h's
- * flash_attention and flash_workspace), twin of kernels/cpu/flash.c.
+ * flash_attention and flash_workspace) and the family's map. Every kernel
+ * of the family, in kernels/cuda/flash/ (sm90/: built for sm_90a alone);
+ * the CPU twin of all of them is kernels/cpu/flash.c (its
+ * tf_cpu_flash_forward_block, _dkdv_block, _dq_block), which
+ * tests/c/test_flash.c checks against plain attention, and
+ * tests/c/test_flash_cuda.c checks every kernel below against it (the
+ * path in brackets is the name its table gives the kernel's checks):
  *
- * Paths:
- *   - f16/bf16 with a head dim that is a multiple of 8 up to 128 and
- *     16-byte aligned buffers: the tensor-core kernels of flash_attn_fwd.cu
- *     and flash_attn_bwd.cu (head dims padded to 16, 32, 64, 96 or 128);
- *   - everything else (f32, other head dims 1..128, misaligned buffers):
- *     the SIMT kernels below, f32 arithmetic with FMA, one warp per query
- *     row (lanes over the keys of a block, then over the head dim), slow
- *     but exact to f32 rounding and deterministic.
- * The backward pass first computes D = rowsum(dO * O) (f32) into the
- * workspace. On the tensor-core path dQ is then summed by the dK/dV kernel
- * with float atomics into an f32 workspace (scaled and rounded by a last
- * kernel), or, with deterministic, by a kernel of its own that loops over
- * the key blocks. Where that kernel is the warp-specialised one (a 9.0
- * device, a head dim the Hopper kernels take, seq_k > 0, TF_FLASH_BWD_WS
- * not 0) it runs first and sums D itself, and the dK/dV kernel follows: no
- * row-sum kernel. The SIMT path is always deterministic. */
+ *   kernel (file)                      when it runs
+ *   ---------------------------------  -------------------------------------------------
+ *   tf_flash_fwd_ws_kernel             forward pass on a 9.0 device (H100, H200), f16/bf16,
+ *     (sm90/flash_attn_fwd_ws.cu)      head dim a multiple of 8 in 40..128 (at 64, 80, 96
+ *     [wgmma-ws]                       or 128), 16-byte aligned buffers, TF_FLASH_WGMMA
+ *                                      not 0; blocks of 192 keys at 64, and at 80 and 96
+ *                                      from TF_FLASH_FWD_LONG (4096) keys on
+ *   tf_flash_bwd_ws_kernel             backward pass's dK/dV there, with dQ by bulk
+ *     (sm90/flash_attn_bwd_ws.cu)      reductions (into the swizzled f32 workspace), or
+ *     [wgmma-ws]                       without dQ when deterministic
+ *   tf_flash_dq_ws_kernel              deterministic dQ there (seq_k > 0), first: it also
+ *     (sm90/flash_attn_dq_ws.cu)       sums D, so no row-sum kernel runs
+ *     [wgmma-ws]
+ *   tf_flash_fwd_tc_kernel             forward pass, f16/bf16, head dim a multiple of 8 up
+ *     (flash_attn_fwd.cu) [tc]         to 128 (padded to 16, 32, 64, 96 or 128), aligned
+ *                                      buffers, where the above do not run: every other
+ *                                      GPU, head dims 8..32 on 9.0, TF_FLASH_WGMMA=0
+ *   tf_flash_bwd_tc_kernel             backward pass's dK/dV there (mma.sync), with dQ by
+ *     (flash_attn_bwd.cu) [tc]         float atomics (plain f32 workspace) unless
+ *                                      deterministic
+ *   tf_flash_dq_tc_kernel              deterministic dQ there; also on 9.0 when seq_k = 0
+ *     (flash_attn_bwd.cu) [tc]
+ *   tf_flash_fwd_simt_kernel           forward pass for everything else: f32, head dims
+ *     (below) [simt]                   1..128 not multiples of 8, misaligned buffers; any
+ *                                      GPU; f32 arithmetic with FMA, one warp per query
+ *                                      row, exact to f32 rounding and deterministic
+ *   tf_flash_dkdv_simt_kernel,         the backward pass there (always deterministic)
+ *   tf_flash_dq_simt_kernel (below)
+ *     [simt]
+ *   tf_flash_rowdot_kernel (below)     D = rowsum(dO * O) (f32, into the workspace) first
+ *                                      in every backward pass but the one whose dQ is
+ *                                      tf_flash_dq_ws_kernel's
+ *   tf_flash_dq_convert_kernel         last, where dQ was added up in the f32 workspace
+ *     (below)                          (tensor cores, not deterministic): dq = scale dq_acc
+ *
+ * Chosen per call (environment variables read on every call, so a test
+ * can run all of them): tf_flash_typed below picks the tensor-core or SIMT
+ * path, flash_attn_fwd.cu's tf_cuda_flash_forward_tc and flash_attn_bwd.cu's
+ * tf_cuda_flash_backward_tc and tf_cuda_flash_dq_tc the Hopper or mma.sync
+ * kernels. TF_FLASH_WGMMA=0 exists to check the mma.sync kernels, the
+ * path of every other GPU, on Hopper; TF_FLASH_FWD_LONG, to check the
+ * forward kernel's 192-key blocks at short lengths. (An earlier Hopper
+ * generation, non-specialised wgmma kernels, was retired:
+ * docs/performance.md.) */
 #include "flash_attn_common.cuh"
 #include "nn_common.cuh"
 
@@ -27,14 +61,13 @@ static size_t tf_flash_round256(size_t n) { return (n + 255) / 256 * 256; }
 
 /* ---- D = rowsum(dO * O) and the dQ conversion ---------------------------------------- */
 
-/* D a row at a time, the rows' lanes as tf_flash_rowdot_part has them. A
- * warp per row with 2-byte loads, a third of the lanes idle at head dim
- * 80, ran at a third of the copy rate; one word at a time, at 0.74 of it
- * (2.7B step, H200). Rows go to threads in the order O's layout stores
- * them: with the heads merged (o_group > 1), in the order of the problems'
- * own rows the 2.7B step's 32 calls took 0.63 ms instead of 0.37 (rows 5120
- * bytes apart). Where the warp-specialised dQ kernel runs (deterministic,
- * on 9.0 devices) it sums D itself and this kernel does not run. */
+/* D a row at a time, the rows' lanes as tf_flash_rowdot_part has them (a
+ * 16-byte word a lane, not a warp per row of 2-byte loads: near the copy
+ * rate). Rows go to threads in the order O's layout stores them, so that
+ * with the heads merged (o_group > 1) a warp reads neighbouring rows
+ * (docs/performance.md, FlashAttention's design reasons). Where the
+ * warp-specialised dQ kernel runs (deterministic, on 9.0 devices) it sums
+ * D itself and this kernel does not run. */
 template <int DT, bool VEC>
 __global__ void __launch_bounds__(TF_CUDA_THREADS) tf_flash_rowdot_kernel(const tf_cuda_flash_params p) {
   const int64_t rows = p.batch * p.seq_q, t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -106,6 +139,49 @@ __device__ __forceinline__ void tf_flash_simt_rows(float *dst, int ld, const typ
   }
 }
 
+/* The backward pass's dS of the score of query row `row` and key `key`
+ * (live: both exist): s = q.k and dp = dO.v over the hd columns of the
+ * shared rows q + qs, dout + qs and k + ks, v + ks; P = exp(s scale - lse)
+ * where the key is visible (else 0) into pv; dS = P (dp - d). lse and d
+ * by reference: read after the sums, which keeps the kernels' registers. */
+__device__ __forceinline__ float tf_flash_simt_ds(const tf_cuda_flash_params &p, const float *q, int qs, const float *k,
+                                                  int ks, const float *dout, const float *v, int hd, bool live,
+                                                  int64_t key, int64_t row, const float &lse, const float &d, float &pv) {
+  float s = 0.f, dp = 0.f;
+  for (int c = 0; c < hd; c++) {
+    s = fmaf(q[qs + c], k[ks + c], s);
+    dp = fmaf(dout[qs + c], v[ks + c], dp);
+  }
+  const bool vis = live && (!p.causal || key <= row);
+  pv = vis ? expf(s * p.scale - lse) : 0.f;
+  return pv * (dp - d);
+}
+
+/* Key block k0 (T keys) of K and V into sK and sV (rows of ldk and ldv
+ * floats), between the block's barriers. */
+template <int DT, int T>
+__device__ __forceinline__ void tf_flash_simt_keys(float *sK, int ldk, float *sV, int ldv,
+                                                   const typename tf_cuda_dtype<DT>::storage *K,
+                                                   const typename tf_cuda_dtype<DT>::storage *V, int64_t k0,
+                                                   int64_t seq_k, int hd) {
+  __syncthreads();
+  tf_flash_simt_rows<DT>(sK, ldk, K, k0, T, seq_k, hd);
+  tf_flash_simt_rows<DT>(sV, ldv, V, k0, T, seq_k, hd);
+  __syncthreads();
+}
+
+/* A kernel over query blocks of BR rows: its problem *b and first row
+ * *q0, and Q's rows in sQ (rows of hd). */
+template <int DT, int BR>
+__device__ __forceinline__ void tf_flash_simt_queries(const tf_cuda_flash_params &p, float *sQ, int64_t *b, int64_t *q0) {
+  typedef typename tf_cuda_dtype<DT>::storage S;
+  const int hd = p.head_dim;
+  int64_t qb;
+  tf_flash_block_of((p.seq_q + BR - 1) / BR, true, b, &qb);
+  *q0 = qb * BR;
+  tf_flash_simt_rows<DT>(sQ, hd, static_cast<const S *>(p.q) + *b * p.seq_q * hd, *q0, BR, p.seq_q, hd);
+}
+
 /* Forward: online softmax per row over key blocks of 32. Shared: Q (BR,
  * hd), K (32, ldk), V (32, hd). */
 template <int DT>
@@ -115,11 +191,9 @@ __global__ void __launch_bounds__(TF_FLASH_SIMT_THREADS) tf_flash_fwd_simt_kerne
   constexpr int BR = TF_FLASH_SIMT_BR, T = TF_FLASH_SIMT_TILE, R = TF_FLASH_SIMT_ROWS;
   const int hd = p.head_dim, ldk = hd | 1, warp = (int)threadIdx.x / 32, lane = (int)threadIdx.x % 32;
   float *sQ = reinterpret_cast<float *>(tf_flash_dynamic_smem()), *sK = sQ + BR * hd, *sV = sK + T * ldk;
-  int64_t b, qb;
-  tf_flash_block_of((p.seq_q + BR - 1) / BR, true, &b, &qb);
-  const int64_t q0 = qb * BR;
+  int64_t b, q0;
+  tf_flash_simt_queries<DT, BR>(p, sQ, &b, &q0);
   const S *K = static_cast<const S *>(p.k) + b * p.seq_k * hd, *V = static_cast<const S *>(p.v) + b * p.seq_k * hd;
-  tf_flash_simt_rows<DT>(sQ, hd, static_cast<const S *>(p.q) + b * p.seq_q * hd, q0, BR, p.seq_q, hd);
   int64_t key_end = p.seq_k;
   if (p.causal && q0 + BR < key_end) key_end = q0 + BR;
   float m[R], l[R], o[R][4];
@@ -130,10 +204,7 @@ __global__ void __launch_bounds__(TF_FLASH_SIMT_THREADS) tf_flash_fwd_simt_kerne
     for (int u = 0; u < 4; u++) o[r][u] = 0.f;
   }
   for (int64_t k0 = 0; k0 < key_end; k0 += T) {
-    __syncthreads();
-    tf_flash_simt_rows<DT>(sK, ldk, K, k0, T, p.seq_k, hd);
-    tf_flash_simt_rows<DT>(sV, hd, V, k0, T, p.seq_k, hd);
-    __syncthreads();
+    tf_flash_simt_keys<DT, T>(sK, ldk, sV, hd, K, V, k0, p.seq_k, hd);
     const int64_t key = k0 + lane;
 #pragma unroll
     for (int r = 0; r < R; r++) {
@@ -210,13 +281,9 @@ __global__ void __launch_bounds__(TF_FLASH_SIMT_THREADS) tf_flash_dkdv_simt_kern
       const int lk = warp * R + r;
       const int64_t key = k0 + lk;
       if (key >= p.seq_k) continue;
-      float s = 0.f, dp = 0.f;
-      for (int c = 0; c < hd; c++) {
-        s = fmaf(sQ[lane * ldq + c], sK[lk * hd + c], s);
-        dp = fmaf(sdO[lane * ldq + c], sV[lk * hd + c], dp);
-      }
-      const bool vis = row < p.seq_q && (!p.causal || key <= row);
-      const float pv = vis ? expf(s * p.scale - sLse[lane]) : 0.f, ds = pv * (dp - sD[lane]);
+      float pv;
+      const float ds = tf_flash_simt_ds(p, sQ, lane * ldq, sK, lk * hd, sdO, sV, hd, row < p.seq_q, key, row, sLse[lane],
+                                        sD[lane], pv);
       for (int i = 0; i < T; i++) {
         const float pi = __shfl_sync(0xffffffffu, pv, i), dsi = __shfl_sync(0xffffffffu, ds, i);
 #pragma unroll
@@ -252,11 +319,9 @@ __global__ void __launch_bounds__(TF_FLASH_SIMT_THREADS) tf_flash_dq_simt_kernel
   const int hd = p.head_dim, ldk = hd | 1, warp = (int)threadIdx.x / 32, lane = (int)threadIdx.x % 32;
   float *sQ = reinterpret_cast<float *>(tf_flash_dynamic_smem()), *sdO = sQ + BR * hd, *sK = sdO + BR * hd;
   float *sV = sK + T * ldk;
-  int64_t b, qb;
-  tf_flash_block_of((p.seq_q + BR - 1) / BR, true, &b, &qb);
-  const int64_t q0 = qb * BR;
+  int64_t b, q0;
+  tf_flash_simt_queries<DT, BR>(p, sQ, &b, &q0);
   const S *K = static_cast<const S *>(p.k) + b * p.seq_k * hd, *V = static_cast<const S *>(p.v) + b * p.seq_k * hd;
-  tf_flash_simt_rows<DT>(sQ, hd, static_cast<const S *>(p.q) + b * p.seq_q * hd, q0, BR, p.seq_q, hd);
   const S *dO = static_cast<const S *>(p.dout) + tf_flash_o_offset(p, b); /* O's layout */
   tf_flash_simt_rows<DT>(sdO, hd, dO, q0, BR, p.seq_q, hd, p.o_ld);
   float lse[R], dd[R], dq[R][4];
@@ -271,23 +336,17 @@ __global__ void __launch_bounds__(TF_FLASH_SIMT_THREADS) tf_flash_dq_simt_kernel
   int64_t key_end = p.seq_k;
   if (p.causal && q0 + BR < key_end) key_end = q0 + BR;
   for (int64_t k0 = 0; k0 < key_end; k0 += T) {
-    __syncthreads();
-    tf_flash_simt_rows<DT>(sK, ldk, K, k0, T, p.seq_k, hd);
-    tf_flash_simt_rows<DT>(sV, ldk, V, k0, T, p.seq_k, hd);
-    __syncthreads();
+    tf_flash_simt_keys<DT, T>(sK, ldk, sV, ldk, K, V, k0, p.seq_k, hd);
     const int64_t key = k0 + lane;
 #pragma unroll
     for (int r = 0; r < R; r++) {
       const int lr = warp * R + r;
       const int64_t row = q0 + lr;
       if (row >= p.seq_q) continue;
-      float s = 0.f, dp = 0.f;
-      for (int c = 0; c < hd; c++) {
-        s = fmaf(sQ[lr * hd + c], sK[lane * ldk + c], s);
-        dp = fmaf(sdO[lr * hd + c], sV[lane * ldk + c], dp);
-      }
-      const bool vis = key < p.seq_k && (!p.causal || key <= row);
-      const float pv = vis ? expf(s * p.scale - lse[r]) : 0.f, ds = pv * (dp - dd[r]);
+      float pv;
+      const float ds = tf_flash_simt_ds(p, sQ, lr * hd, sK, lane * ldk, sdO, sV, hd, key < p.seq_k, key, row, lse[r], dd[r],
+                                        pv);
+      (void)pv; /* dQ needs dS alone */
       for (int j = 0; j < T; j++) {
         const float dsj = __shfl_sync(0xffffffffu, ds, j);
 #pragma unroll
@@ -368,9 +427,8 @@ static bool tf_flash_tc_ok(const tf_flash_args *a) {
 }
 
 /* Whether the backward pass computes dQ in a pass of its own (no f32 dQ
- * accumulator): when deterministic, and off the tensor-core path. (On
- * Hopper that pass was faster than dQ by reductions at head dims 80-128
- * until the warp-specialised kernel's dQ order of 2026-11-28.) */
+ * accumulator): when deterministic, and off the tensor-core path (dQ by
+ * reductions is the faster way where the tensor cores run). */
 static bool tf_flash_dq_pass(const tf_flash_args *a) { return a->deterministic || !tf_flash_tc_shape(a); }
 
 /* D (f32 per query row), then, where dQ has no pass of its own, the f32

@@ -29,6 +29,53 @@
  * problem, key block 0 (the longest under the causal mask) first. */
 #include "flash_attn_common.cuh"
 
+/* Two products side by side, c1 += A1 B1 and c2 += A2 B2, over K16 k
+ * steps of 16 and N column tiles of 8: a(kk, x1, x2) gives step kk's A
+ * fragments, b1(kk, n, y) and b2(kk, n, y) the B fragments of tiles n and
+ * n + 1 (one ldmatrix each), in the order the backward kernels issue them. */
+template <int DT, int K16, int N, class FA, class FB1, class FB2>
+__device__ __forceinline__ void tf_flash_mma_pair(float (&c1)[N][4], float (&c2)[N][4], FA a, FB1 b1, FB2 b2) {
+#pragma unroll
+  for (int kk = 0; kk < K16; kk++) {
+    uint32_t x1[4], x2[4];
+    a(kk, x1, x2);
+#pragma unroll
+    for (int n = 0; n < N; n += 2) {
+      uint32_t y1[4], y2[4];
+      b1(kk, n, y1);
+      tf_flash_mma<DT>(c1[n], x1, y1[0], y1[1]);
+      tf_flash_mma<DT>(c1[n + 1], x1, y1[2], y1[3]);
+      b2(kk, n, y2);
+      tf_flash_mma<DT>(c2[n], x2, y2[0], y2[1]);
+      tf_flash_mma<DT>(c2[n + 1], x2, y2[2], y2[3]);
+    }
+  }
+}
+
+/* The two products a backward kernel starts a block with, over the head
+ * dim HD: s = A1 B1^T and dp = A2 B2^T (the dK/dV kernel's S^T = K Q^T and
+ * dP^T = V dO^T, the dQ kernel's S = Q K^T and dP = dO V^T). A fragments
+ * by ldmatrix from a1 and a2 (16 columns a k step), B fragments from b1
+ * and b2 at boff (rows of LD elements), NT column tiles of 8. */
+template <int DT, int HD, int LD, int NT>
+__device__ __forceinline__ void tf_flash_bwd_scores(float (&s)[NT][4], float (&dp)[NT][4], uint32_t a1, uint32_t a2,
+                                                    uint32_t b1, uint32_t b2, uint32_t boff) {
+#pragma unroll
+  for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+    for (int e = 0; e < 4; e++) s[nt][e] = dp[nt][e] = 0.f;
+  auto b_at = [&](uint32_t b, int kk, int nt, uint32_t(&y)[4]) {
+    tf_flash_ldsm4(y, b + (boff + (uint32_t)((nt * 8 * LD + kk * 16) * 2)));
+  };
+  tf_flash_mma_pair<DT, HD / 16, NT>(
+      s, dp,
+      [&](int kk, uint32_t(&x1)[4], uint32_t(&x2)[4]) {
+        tf_flash_ldsm4(x1, a1 + (uint32_t)(kk * 32));
+        tf_flash_ldsm4(x2, a2 + (uint32_t)(kk * 32));
+      },
+      [&](int kk, int nt, uint32_t(&y)[4]) { b_at(b1, kk, nt, y); }, [&](int kk, int nt, uint32_t(&y)[4]) { b_at(b2, kk, nt, y); });
+}
+
 /* The dK/dV configuration: head dim HD (padded), WARPS warps (16 keys
  * each), BR queries per step. */
 template <int HD_, int WARPS_, int BR_, int MIN_BLOCKS_> struct tf_flash_bwd_cfg {
@@ -77,13 +124,9 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) tf_flash_bwd_tc_ker
 
   const int kw = warp * 16; /* the warp's first key in the block */
   const int64_t kw0 = k0 + kw;
-  const int a_row = lane & 15, a_col = (lane >> 4) * 8;
-  const int b_row = (lane & 7) + ((lane >> 4) << 3), b_col = ((lane >> 3) & 1) * 8;
-  const uint32_t k_a = tf_flash_smem_addr(sK + (kw + a_row) * LD + a_col);
-  const uint32_t v_a = tf_flash_smem_addr(sV + (kw + a_row) * LD + a_col);
-  const uint32_t q_b = tf_flash_smem_addr(sQ + b_row * LD + b_col), q_bt = tf_flash_smem_addr(sQ + a_row * LD + a_col);
-  const uint32_t do_b = tf_flash_smem_addr(sdO + b_row * LD + b_col);
-  const uint32_t do_bt = tf_flash_smem_addr(sdO + a_row * LD + a_col);
+  const uint32_t k_a = tf_flash_a_addr<LD>(sK, kw, lane), v_a = tf_flash_a_addr<LD>(sV, kw, lane);
+  const uint32_t q_b = tf_flash_b_addr<LD>(sQ, lane), q_bt = tf_flash_a_addr<LD>(sQ, 0, lane);
+  const uint32_t do_b = tf_flash_b_addr<LD>(sdO, lane), do_bt = tf_flash_a_addr<LD>(sdO, 0, lane);
   const float sl2 = p.scale_log2;
 
   float dk[DT8][4], dv[DT8][4];
@@ -113,28 +156,7 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) tf_flash_bwd_tc_ker
     const bool active = kw0 < p.seq_k && (!MASK || q0 + BR - 1 >= kw0);
     if (active) {
       float s[NT][4], dp[NT][4];
-#pragma unroll
-      for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) s[nt][e] = dp[nt][e] = 0.f;
-      /* S^T = K Q^T and dP^T = V dO^T over the head dim */
-#pragma unroll
-      for (int kk = 0; kk < HD / 16; kk++) {
-        uint32_t ak[4], av[4];
-        tf_flash_ldsm4(ak, k_a + (uint32_t)(kk * 32));
-        tf_flash_ldsm4(av, v_a + (uint32_t)(kk * 32));
-#pragma unroll
-        for (int nt = 0; nt < NT; nt += 2) {
-          uint32_t bq[4], bo[4];
-          const uint32_t off = qs + (uint32_t)((nt * 8 * LD + kk * 16) * 2);
-          tf_flash_ldsm4(bq, q_b + off);
-          tf_flash_mma<DT>(s[nt], ak, bq[0], bq[1]);
-          tf_flash_mma<DT>(s[nt + 1], ak, bq[2], bq[3]);
-          tf_flash_ldsm4(bo, do_b + off);
-          tf_flash_mma<DT>(dp[nt], av, bo[0], bo[1]);
-          tf_flash_mma<DT>(dp[nt + 1], av, bo[2], bo[3]);
-        }
-      }
+      tf_flash_bwd_scores<DT, HD, LD>(s, dp, k_a, v_a, q_b, do_b, qs); /* S^T = K Q^T, dP^T = V dO^T */
       /* P^T (masked where key > query) and dS^T = P^T (dP^T - D); query c
        * of the block is column c; key r of the warp is visible to it iff
        * r - c <= q0 - kw0 (r - c is a constant plus g - 2t) */
@@ -157,24 +179,15 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) tf_flash_bwd_tc_ker
           dp[nt][e] = pv * (dp[nt][e] - D_s[c]);
           s[nt][e] = pv;
         }
-      /* dV += P^T dO and dK += dS^T Q over the block's queries */
-#pragma unroll
-      for (int kk = 0; kk < BR / 16; kk++) {
-        uint32_t ap[4], ad[4];
-        tf_flash_c_to_a<DT>(ap, s[2 * kk], s[2 * kk + 1]);
-        tf_flash_c_to_a<DT>(ad, dp[2 * kk], dp[2 * kk + 1]);
-#pragma unroll
-        for (int dt = 0; dt < DT8; dt += 2) {
-          uint32_t bo[4], bq[4];
-          const uint32_t off = qs + (uint32_t)((kk * 16 * LD + dt * 8) * 2);
-          tf_flash_ldsm4_t(bo, do_bt + off);
-          tf_flash_mma<DT>(dv[dt], ap, bo[0], bo[1]);
-          tf_flash_mma<DT>(dv[dt + 1], ap, bo[2], bo[3]);
-          tf_flash_ldsm4_t(bq, q_bt + off);
-          tf_flash_mma<DT>(dk[dt], ad, bq[0], bq[1]);
-          tf_flash_mma<DT>(dk[dt + 1], ad, bq[2], bq[3]);
-        }
-      }
+      /* dV += P^T dO and dK += dS^T Q over the block's queries (P^T, dS^T from the registers) */
+      tf_flash_mma_pair<DT, BR / 16, DT8>(
+          dv, dk,
+          [&](int kk, uint32_t(&ap)[4], uint32_t(&ad)[4]) {
+            tf_flash_c_to_a<DT>(ap, s[2 * kk], s[2 * kk + 1]);
+            tf_flash_c_to_a<DT>(ad, dp[2 * kk], dp[2 * kk + 1]);
+          },
+          [&](int kk, int dt, uint32_t(&bo)[4]) { tf_flash_ldsm4_t(bo, do_bt + (qs + (uint32_t)((kk * 16 * LD + dt * 8) * 2))); },
+          [&](int kk, int dt, uint32_t(&bq)[4]) { tf_flash_ldsm4_t(bq, q_bt + (qs + (uint32_t)((kk * 16 * LD + dt * 8) * 2))); });
       if constexpr (ATOMIC_DQ) {
 #pragma unroll
         for (int nt = 0; nt < NT; nt++)
@@ -192,8 +205,8 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) tf_flash_bwd_tc_ker
       /* dQ (this block's rows) += dS K: row tile mq, columns cg * NTW * 8 .. */
       const int mq = warp % C::MQ, cg = warp / C::MQ;
       const uint16_t *ds = sdS + stage * BC * LDS;
-      const uint32_t ds_a = tf_flash_smem_addr(ds + b_row * LDS + mq * 16 + b_col);
-      const uint32_t k_bt = tf_flash_smem_addr(sK + a_row * LD + cg * C::NTW * 8 + a_col);
+      const uint32_t ds_a = tf_flash_b_addr<LDS>(ds + mq * 16, lane);
+      const uint32_t k_bt = tf_flash_a_addr<LD>(sK + cg * C::NTW * 8, 0, lane);
       float acc[C::NTW][4];
 #pragma unroll
       for (int n = 0; n < C::NTW; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
@@ -305,6 +318,8 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) tf_flash_dq_tc_kern
     lse2[h] = row < p.seq_q ? p.lse[b * p.seq_q + row] * TF_FLASH_LOG2E : INFINITY;
     dd[h] = row < p.seq_q ? p.rowdot[b * p.seq_q + row] : 0.f;
   }
+  /* the ldmatrix addresses spelt out (tf_flash_a_addr's and tf_flash_b_addr's), which keeps
+   * this kernel's schedule as it was (with the helpers ptxas moved 9-35 instructions) */
   const int a_row = lane & 15, a_col = (lane >> 4) * 8;
   const int b_row = (lane & 7) + ((lane >> 4) << 3), b_col = ((lane >> 3) & 1) * 8;
   const uint32_t q_a = tf_flash_smem_addr(sQ + (wrow + a_row) * LD + a_col);
@@ -331,27 +346,7 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) tf_flash_dq_tc_kern
     const uint32_t ks = (uint32_t)((j & 1) * BC * LD * 2);
 
     float s[NT][4], dp[NT][4];
-#pragma unroll
-    for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-      for (int e = 0; e < 4; e++) s[nt][e] = dp[nt][e] = 0.f;
-#pragma unroll
-    for (int kk = 0; kk < HD / 16; kk++) {
-      uint32_t aq[4], ao[4];
-      tf_flash_ldsm4(aq, q_a + (uint32_t)(kk * 32));
-      tf_flash_ldsm4(ao, do_a + (uint32_t)(kk * 32));
-#pragma unroll
-      for (int nt = 0; nt < NT; nt += 2) {
-        uint32_t kb[4], vb[4];
-        const uint32_t off = ks + (uint32_t)((nt * 8 * LD + kk * 16) * 2);
-        tf_flash_ldsm4(kb, k_b + off);
-        tf_flash_mma<DT>(s[nt], aq, kb[0], kb[1]);
-        tf_flash_mma<DT>(s[nt + 1], aq, kb[2], kb[3]);
-        tf_flash_ldsm4(vb, v_b + off);
-        tf_flash_mma<DT>(dp[nt], ao, vb[0], vb[1]);
-        tf_flash_mma<DT>(dp[nt + 1], ao, vb[2], vb[3]);
-      }
-    }
+    tf_flash_bwd_scores<DT, HD, LD>(s, dp, q_a, do_a, k_b, v_b, ks); /* S = Q K^T, dP = dO V^T */
     const bool mask = (p.causal && k0 + BC - 1 > wq0) || k0 + BC > p.seq_k;
     const int key_lim = (int)(p.seq_k - k0 < BC ? p.seq_k - k0 : BC);
     const int diag = p.causal ? (int)(wq0 - k0) : BC;
@@ -427,7 +422,7 @@ template <int DT, class C> static tf_status tf_flash_dq_launch(tf_cuda_state *st
 }
 
 /* dK/dV: 8 warps (128 keys) a block, 64 queries a step; 128 at head dim 64,
- * where it was 5% faster on an H200 (its registers do not fit above). */
+ * where it is faster (its registers do not fit above). */
 template <int DT>
 static tf_status tf_flash_bwd_dt(tf_cuda_state *st, const tf_cuda_flash_params *p, int hd_pad, bool atomic_dq) {
   switch (hd_pad) {
@@ -454,7 +449,7 @@ template <int DT> static tf_status tf_flash_dq_dt(tf_cuda_state *st, const tf_cu
 
 bool tf_flash_bwd_ws_on(const tf_cuda_state *st, int64_t hd) {
 #ifdef TF_WITH_SM90A
-  return tf_flash_wgmma_dim(hd) > 0 && tf_flash_wgmma_here(st) && !tf_env_is("TF_FLASH_BWD_WS", "0");
+  return tf_flash_wgmma_dim(hd) > 0 && tf_flash_wgmma_here(st);
 #else
   (void)st, (void)hd;
   return false;
@@ -471,21 +466,16 @@ tf_status tf_cuda_flash_backward_tc(tf_cuda_state *st, const tf_cuda_flash_param
     return tf_cuda_flash_backward_ws(st, p, dt, hd_w, atomic_dq);
   }
 #endif
-  /* the other kernels add dQ up in the workspace's plain layout (the choice
-   * above is read from the environment on every call: never mix the two) */
+  /* the mma.sync kernel adds dQ up in the workspace's plain layout (the
+   * choice above is read from the environment on every call: never mix the two) */
   if (atomic_dq && p->dq_acc_swizzled)
     return tf_fail(TF_ERR_STATE, "flash_attention: a swizzled dQ workspace for a kernel that adds dQ up unswizzled");
-#ifdef TF_WITH_SM90A
-  if (hd_w > 0 && tf_flash_wgmma_here(st)) return tf_cuda_flash_backward_wgmma(st, p, dt, hd_w, atomic_dq);
-#endif
   return dt == TF_BF16 ? tf_flash_bwd_dt<TF_BF16>(st, p, hd_pad, atomic_dq)
                        : tf_flash_bwd_dt<TF_F16>(st, p, hd_pad, atomic_dq);
 }
 
+/* Also on a 9.0 device where there are no keys (no warp-specialised dQ
+ * kernel then: it takes seq_k > 0), which writes dq = 0. */
 tf_status tf_cuda_flash_dq_tc(tf_cuda_state *st, const tf_cuda_flash_params *p, tf_dtype dt, int hd_pad) {
-#ifdef TF_WITH_SM90A
-  const int hd_w = tf_flash_wgmma_dim(p->head_dim);
-  if (hd_w > 0 && tf_flash_wgmma_here(st)) return tf_cuda_flash_dq_wgmma(st, p, dt, hd_w);
-#endif
   return dt == TF_BF16 ? tf_flash_dq_dt<TF_BF16>(st, p, hd_pad) : tf_flash_dq_dt<TF_F16>(st, p, hd_pad);
 }

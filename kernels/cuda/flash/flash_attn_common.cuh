@@ -63,6 +63,18 @@ __device__ __forceinline__ void tf_flash_c_to_a(uint32_t (&a)[4], const float (&
   a[3] = tf_flash_pack<DT>(hi[2], hi[3]);
 }
 
+/* A lane's ldmatrix row address in a 16 x 16 tile at row row0 of a shared
+ * tile of LD-element rows: A operands and transposed B operands take
+ * (lane % 16, 8 (lane / 16)); plain B operands (8 (lane / 16) + lane % 8,
+ * 8 ((lane / 8) % 2)). */
+template <int LD> __device__ __forceinline__ uint32_t tf_flash_a_addr(const uint16_t *tile, int row0, int lane) {
+  return tf_flash_smem_addr(tile + (row0 + (lane & 15)) * LD + (lane >> 4) * 8);
+}
+
+template <int LD> __device__ __forceinline__ uint32_t tf_flash_b_addr(const uint16_t *tile, int lane) {
+  return tf_flash_smem_addr(tile + ((lane & 7) + ((lane >> 4) << 3)) * LD + ((lane >> 3) & 1) * 8);
+}
+
 /* Where the warp-specialised backward kernel (sm90/flash_attn_bwd_ws.cu)
  * keeps column c of a dQ row r (r7 = r mod 8) of hd columns in the f32
  * workspace: its 4-column chunks permuted by XOR with 2 r7 mod 8 inside each
@@ -71,8 +83,8 @@ __device__ __forceinline__ void tf_flash_c_to_a(uint32_t (&a)[4], const float (&
  * kernel's shared-memory tile of that range is written without bank
  * conflicts: a warp's 8-byte stores go in two halves of 16 lanes, 4 rows of
  * 8 columns each, which the XOR puts on 4 different pairs of chunks (XOR
- * with r7 put rows 2i and 2i + 1 on the same pair: twice the wavefronts,
- * ncu on an H200). */
+ * with r7 would put rows 2i and 2i + 1 on the same pair: twice the
+ * wavefronts). */
 __host__ __device__ __forceinline__ int tf_flash_dq_col(int c, int r7, int hd) {
   return c < (hd & ~31) ? c ^ ((r7 << 3) & 28) : c;
 }
@@ -286,41 +298,29 @@ static inline int tf_flash_wgmma_dim(int64_t hd) {
 
 /* flash_attn_fwd.cu: O and lse. */
 tf_status tf_cuda_flash_forward_tc(tf_cuda_state *st, const tf_cuda_flash_params *p, tf_dtype dt, int hd_pad);
-/* sm90/flash_attn_wgmma.cu (built for sm_90a where TF_WITH_SM90A), at
- * head dim hd_w = tf_flash_wgmma_dim(head_dim): O and lse by wgmma; the
- * backward pass's dK, dV, and dQ into dq_acc when atomic_dq. */
-tf_status tf_cuda_flash_forward_wgmma(tf_cuda_state *st, const tf_cuda_flash_params *p, tf_dtype dt, int hd_w);
-tf_status tf_cuda_flash_backward_wgmma(tf_cuda_state *st, const tf_cuda_flash_params *p, tf_dtype dt, int hd_w,
-                                       bool atomic_dq);
-/* sm90/flash_attn_fwd_ws.cu: the same O and lse by the warp-specialised
- * kernel (TMA loads, the consumers' products and softmax overlapped). */
+/* The Hopper kernels (sm90/, built for sm_90a where TF_WITH_SM90A), at
+ * head dim hd_w = tf_flash_wgmma_dim(head_dim), warp-specialised (TMA
+ * loads, the consumers' products beside their softmax or exponentials):
+ * sm90/flash_attn_fwd_ws.cu: O and lse. */
 tf_status tf_cuda_flash_forward_ws(tf_cuda_state *st, const tf_cuda_flash_params *p, tf_dtype dt, int hd_w);
-/* sm90/flash_attn_bwd_ws.cu: the same dK, dV and dQ by the warp-specialised
- * kernel (TMA loads, dQ by bulk reductions, dq_acc swizzled). */
+/* sm90/flash_attn_bwd_ws.cu: dK, dV, and dQ into dq_acc (swizzled, by bulk
+ * reductions) when atomic_dq. */
 tf_status tf_cuda_flash_backward_ws(tf_cuda_state *st, const tf_cuda_flash_params *p, tf_dtype dt, int hd_w,
                                     bool atomic_dq);
-/* ... and the deterministic dQ. */
-tf_status tf_cuda_flash_dq_wgmma(tf_cuda_state *st, const tf_cuda_flash_params *p, tf_dtype dt, int hd_w);
-/* sm90/flash_attn_dq_ws.cu: the same dQ by the warp-specialised kernel
- * (TMA loads, the consumers' products and exponentials overlapped); seq_k > 0.
- * It sums D itself (tf_flash_rowdot_part) and writes it to rowdot. */
+/* sm90/flash_attn_dq_ws.cu: the deterministic dQ; seq_k > 0. It sums D
+ * itself (tf_flash_rowdot_part) and writes it to rowdot. */
 tf_status tf_cuda_flash_dq_ws(tf_cuda_state *st, const tf_cuda_flash_params *p, tf_dtype dt, int hd_w);
 /* flash_attn_fwd.cu: whether st's device takes those (compute capability
- * 9.0, and TF_FLASH_WGMMA is not 0). */
+ * 9.0, and TF_FLASH_WGMMA is not 0; read on every call). */
 bool tf_flash_wgmma_here(const tf_cuda_state *st);
-/* flash_attn_fwd.cu: whether the forward pass takes the warp-specialised
- * kernel where it takes a wgmma one (unless TF_FLASH_FWD_WS=0, read on every call). */
-bool tf_flash_fwd_ws_on(void);
-/* flash_attn_bwd.cu: whether the backward pass of head dim hd takes the
- * warp-specialised kernels on st's device (dK/dV with dQ by reductions,
- * or without dQ and the warp-specialised dQ kernel when deterministic):
- * wgmma's devices and head dims, unless TF_FLASH_BWD_WS=0; read on every
- * call. */
+/* flash_attn_bwd.cu: whether head dim hd takes them on st's device: the
+ * device's and the head dim's (tf_flash_wgmma_dim). */
 bool tf_flash_bwd_ws_on(const tf_cuda_state *st, int64_t hd);
 /* flash_attn_bwd.cu: dK and dV, and dQ into dq_acc with float atomics when
  * atomic_dq (else dq is computed with no atomics: before, by
  * tf_cuda_flash_dq_ws, which also sums D, where the warp-specialised
- * kernels run; after, by tf_cuda_flash_dq_tc, elsewhere). */
+ * kernels run; after, by tf_cuda_flash_dq_tc, the mma.sync dQ kernel,
+ * elsewhere and where there are no keys). */
 tf_status tf_cuda_flash_backward_tc(tf_cuda_state *st, const tf_cuda_flash_params *p, tf_dtype dt, int hd_pad,
                                     bool atomic_dq);
 tf_status tf_cuda_flash_dq_tc(tf_cuda_state *st, const tf_cuda_flash_params *p, tf_dtype dt, int hd_pad);

@@ -60,13 +60,9 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) tf_flash_fwd_tc_ker
 
   const int wrow = warp * 16 * MT; /* the warp's first row in the block */
   const int64_t wq0 = q0 + wrow;
-  /* ldmatrix row addresses: A operands and transposed B operands take
-   * (lane % 16, 8 (lane / 16)); plain B operands (8 (lane / 16) + lane % 8, 8 ((lane / 8) % 2)) */
-  const int a_row = lane & 15, a_col = (lane >> 4) * 8;
-  const int b_row = (lane & 7) + ((lane >> 4) << 3), b_col = ((lane >> 3) & 1) * 8;
-  const uint32_t q_addr = tf_flash_smem_addr(sQ + (wrow + a_row) * LD + a_col);
-  const uint32_t k_addr = tf_flash_smem_addr(sK + b_row * LD + b_col);
-  const uint32_t v_addr = tf_flash_smem_addr(sV + a_row * LD + a_col);
+  /* ldmatrix row addresses: Q as A operands, K as B operands, V as transposed B operands */
+  const uint32_t q_addr = tf_flash_a_addr<LD>(sQ, wrow, lane), k_addr = tf_flash_b_addr<LD>(sK, lane);
+  const uint32_t v_addr = tf_flash_a_addr<LD>(sV, 0, lane);
   const float sl2 = p.fwd_scale_log2;
 
   float o[MT][DT8][4];
@@ -270,15 +266,12 @@ template <int DT> static tf_status tf_flash_fwd_dt(tf_cuda_state *st, const tf_c
 bool tf_flash_wgmma_here(const tf_cuda_state *st) {
   return st->cc == 90 && !tf_env_is("TF_FLASH_WGMMA", "0");
 }
-
-bool tf_flash_fwd_ws_on(void) { return !tf_env_is("TF_FLASH_FWD_WS", "0"); }
 #endif
 
 tf_status tf_cuda_flash_forward_tc(tf_cuda_state *st, const tf_cuda_flash_params *p, tf_dtype dt, int hd_pad) {
 #ifdef TF_WITH_SM90A
   const int hd_w = tf_flash_wgmma_dim(p->head_dim);
-  if (hd_w > 0 && tf_flash_wgmma_here(st))
-    return tf_flash_fwd_ws_on() ? tf_cuda_flash_forward_ws(st, p, dt, hd_w) : tf_cuda_flash_forward_wgmma(st, p, dt, hd_w);
+  if (hd_w > 0 && tf_flash_wgmma_here(st)) return tf_cuda_flash_forward_ws(st, p, dt, hd_w);
 #endif
   return dt == TF_BF16 ? tf_flash_fwd_dt<TF_BF16>(st, p, hd_pad) : tf_flash_fwd_dt<TF_F16>(st, p, hd_pad);
 }

@@ -1,9 +1,8 @@
 /* FlashAttention's backward pass on Hopper, warp-specialised (sm_90a):
  * dK and dV of 128 keys a block, and dQ added into the f32 workspace,
- * f16/bf16, head dims (padded to) 64, 80, 96 and 128. Selected over
- * flash_attn_wgmma.cu's dK/dV kernel unless TF_FLASH_BWD_WS=0: without
- * dQ for deterministic passes, with dQ by reductions for the others
- * (tf_flash_bwd_ws_on, flash_attn_bwd.cu).
+ * f16/bf16, head dims (padded to) 64, 80, 96 and 128. The dK/dV kernel
+ * on a 9.0 device: without dQ for deterministic passes, with dQ by
+ * reductions for the others (tf_flash_bwd_ws_on, flash_attn_bwd.cu).
  *
  * A block has three warpgroups and no block-wide barrier after its start:
  *   - warpgroup 0 gives its registers away (setmaxnreg) and loads: its
@@ -40,8 +39,7 @@
  *     (two named barriers, as in the forward kernel).
  * Without ATOMIC_DQ (deterministic) dS^T and dQ are skipped:
  * flash_attn_dq_ws.cu's dQ kernel computes dQ, and D, before this kernel
- * runs. The grid is flash_attn_wgmma.cu's backward one: a block per
- * (problem, 128 keys), problem by problem. */
+ * runs. The grid: a block per (problem, 128 keys), problem by problem. */
 #include "../flash_attn_common.cuh"
 
 #include <string.h>
@@ -89,27 +87,112 @@ struct tf_bwd_ws_params {
   tf_cuda_flash_params p;
 };
 
+/* What the kernel's two parts share of a block: its shared memory (C's
+ * layout from the 1024-byte boundary at base_ptr) and barriers, its head
+ * dim, its problem b and first key k0, and the n_it query blocks from
+ * block `first` on that see its keys (under the causal mask, queries
+ * before k0 see none of them). */
+template <class C> struct tf_bwd_ws_block {
+  unsigned char *base_ptr;
+  uint32_t sK, sV, sQ, sdO, sdS, sdQ;
+  float *sLse, *sD;
+  uint32_t bar_kv, bar_full, bar_empty, bar_dq_full, bar_dq_empty;
+  int64_t b, k0, first;
+  int hd, n_it;
+};
+
+template <class C> __device__ __forceinline__ tf_bwd_ws_block<C> tf_bwd_ws_block_of(const tf_cuda_flash_params &p) {
+  constexpr int BC = C::BC, BR = C::BR, STAGES = C::STAGES;
+  tf_bwd_ws_block<C> k;
+  const uint32_t base = tf_wgmma_smem_base(&k.base_ptr);
+  k.sK = base + C::K_AT, k.sV = base + C::V_AT, k.sQ = base + C::Q_AT, k.sdO = base + C::DO_AT;
+  k.sdS = base + C::DS_AT, k.sdQ = base + C::DQ_AT;
+  k.sLse = reinterpret_cast<float *>(k.base_ptr + C::LSE_AT), k.sD = reinterpret_cast<float *>(k.base_ptr + C::D_AT);
+  k.bar_kv = base + C::BAR_AT, k.bar_full = k.bar_kv + 8, k.bar_empty = k.bar_full + 8 * STAGES;
+  k.bar_dq_full = k.bar_empty + 8 * STAGES, k.bar_dq_empty = k.bar_dq_full + 16;
+  tf_flash_key_block_of<BC>(p, &k.b, &k.k0);
+  k.hd = p.head_dim;
+  const int64_t q_blocks = (p.seq_q + BR - 1) / BR;
+  k.first = p.causal ? k.k0 / BR : 0;
+  k.n_it = (int)(q_blocks > k.first ? q_blocks - k.first : 0);
+  return k;
+}
+
+/* The block's names for its shared memory, barriers and extent, the same in both parts. */
+#define TF_BWD_WS_UNPACK(k)                                                                                           \
+  unsigned char *const base_ptr = (k).base_ptr;                                                                       \
+  const uint32_t sK = (k).sK, sV = (k).sV, sQ = (k).sQ, sdO = (k).sdO, sdS = (k).sdS, sdQ = (k).sdQ;                  \
+  float *const sLse = (k).sLse, *const sD = (k).sD;                                                                   \
+  const uint32_t bar_kv = (k).bar_kv, bar_full = (k).bar_full, bar_empty = (k).bar_empty;                             \
+  const uint32_t bar_dq_full = (k).bar_dq_full, bar_dq_empty = (k).bar_dq_empty;                                      \
+  const int64_t b = (k).b, k0 = (k).k0, first = (k).first;                                                            \
+  const int hd = (k).hd, n_it = (k).n_it;                                                                             \
+  (void)base_ptr, (void)sdS, (void)sdQ /* the dS^T tiles are the consumers', the dQ tiles' address the dQ warp's */
+
+/* The producer, warpgroup 0 (its registers given away): warp 0 loads,
+ * warp 1 (with ATOMIC_DQ) adds the dQ tiles into the workspace. */
+template <class C, bool ATOMIC_DQ>
+__device__ __forceinline__ void tf_bwd_ws_produce(const tf_bwd_ws_params &a, const tf_bwd_ws_block<C> &blk, int lane) {
+  constexpr int BC = C::BC, BR = C::BR, STAGES = C::STAGES, HALVES = C::HDS / 64, DQ_BUFS = C::DQ_BUFS;
+  constexpr uint32_t QO = C::QO;
+  const tf_cuda_flash_params &p = a.p;
+  TF_BWD_WS_UNPACK(blk);
+  const int warp = (int)threadIdx.x / 32;
+  if (warp == 0) {
+    /* the loader: K and V once, then each query block's Q, dO, lse and D */
+    if (lane == 0) {
+      tf_tma_prefetch_map(&a.q);
+      tf_tma_prefetch_map(&a.dout);
+      tf_mbar_arrive_expect_tx(bar_kv, 2 * C::KV);
+      tf_tma_load_pair<HALVES, BC>(sK, &a.k, sV, &a.v, (int)k0, (int)b, bar_kv);
+    }
+    const float *lse = p.lse + b * p.seq_q, *D = p.rowdot + b * p.seq_q;
+    for (int it = 0; it < n_it; it++) {
+      const int s = it % STAGES;
+      if (it >= STAGES) tf_mbar_wait_idle(bar_empty + 8 * s, (uint32_t)((it / STAGES - 1) & 1));
+      const int64_t q0 = (first + it) * BR;
+      /* rows past the end: lse = inf makes their P (and dS) zero */
+#pragma unroll
+      for (int h = 0; h < BR / 32; h++) {
+        const int64_t row = q0 + lane + 32 * h;
+        sLse[s * BR + lane + 32 * h] = row < p.seq_q ? lse[row] * TF_FLASH_LOG2E : INFINITY;
+        sD[s * BR + lane + 32 * h] = row < p.seq_q ? D[row] : 0.f;
+      }
+      const uint32_t full = bar_full + 8 * s;
+      if (lane == 0) {
+        tf_mbar_arrive_expect_tx(full, 2 * QO);
+        tf_tma_load_q_do<HALVES, BR>(sQ + (uint32_t)s * QO, &a.q, sdO + (uint32_t)s * QO, &a.dout, (int)q0, (int)b,
+                                     (int)p.o_group, full);
+      } else {
+        tf_mbar_arrive(full);
+      }
+    }
+  } else if (ATOMIC_DQ && warp == 1 && lane == 0) {
+    /* the dQ warp: each query block's tile (rows of hd f32) added into the workspace */
+    for (int it = 0; it < n_it; it++) {
+      const int buf = it % DQ_BUFS;
+      tf_mbar_wait_idle(bar_dq_full + 8 * buf, (uint32_t)((it / DQ_BUFS) & 1));
+      const int64_t q0 = (first + it) * BR, rows = p.seq_q - q0 < BR ? p.seq_q - q0 : BR;
+      tf_bulk_reduce_add_f32(p.dq_acc + (b * p.seq_q + q0) * hd, sdQ + (uint32_t)buf * C::DQ,
+                             (uint32_t)(rows * hd * 4));
+      tf_bulk_commit();
+      tf_bulk_wait_read<0>();
+      tf_mbar_arrive(bar_dq_empty + 8 * buf);
+    }
+    tf_bulk_wait<0>();
+  }
+}
+
 template <int DT, int HD, int BR_, bool ATOMIC_DQ>
 __global__ void __launch_bounds__(384, 1) tf_flash_bwd_ws_kernel(const __grid_constant__ tf_bwd_ws_params a) {
   using C = tf_bwd_ws_cfg<HD, BR_, ATOMIC_DQ>;
-  constexpr int BC = C::BC, BR = C::BR, NT = BR / 8, STAGES = C::STAGES, HALVES = C::HDS / 64, DQ_BUFS = C::DQ_BUFS;
+  constexpr int BC = C::BC, BR = C::BR, NT = BR / 8, STAGES = C::STAGES, DQ_BUFS = C::DQ_BUFS;
   constexpr uint32_t QO = C::QO;
   /* 64-row query blocks: the head-dim columns of dQ that consumer 0 computes (consumer 1 the rest) */
   constexpr int DQ_N0 = HD == 64 ? 32 : 64;
   const tf_cuda_flash_params &p = a.p;
-  unsigned char *base_ptr;
-  const uint32_t base = tf_wgmma_smem_base(&base_ptr);
-  const uint32_t sK = base + C::K_AT, sV = base + C::V_AT, sQ = base + C::Q_AT, sdO = base + C::DO_AT;
-  const uint32_t sdS = base + C::DS_AT, sdQ = base + C::DQ_AT;
-  float *const sLse = reinterpret_cast<float *>(base_ptr + C::LSE_AT), *const sD = reinterpret_cast<float *>(base_ptr + C::D_AT);
-  const uint32_t bar_kv = base + C::BAR_AT, bar_full = bar_kv + 8, bar_empty = bar_full + 8 * STAGES;
-  const uint32_t bar_dq_full = bar_empty + 8 * STAGES, bar_dq_empty = bar_dq_full + 16;
-  int64_t b, k0;
-  tf_flash_key_block_of<BC>(p, &b, &k0);
-  const int hd = p.head_dim;
-  /* under the causal mask, queries before k0 see none of these keys */
-  const int64_t q_blocks = (p.seq_q + BR - 1) / BR, first = p.causal ? k0 / BR : 0;
-  const int n_it = (int)(q_blocks > first ? q_blocks - first : 0);
+  const tf_bwd_ws_block<C> blk = tf_bwd_ws_block_of<C>(p);
+  TF_BWD_WS_UNPACK(blk);
 
   if (threadIdx.x == 0) {
     tf_mbar_init(bar_kv, 1);
@@ -128,54 +211,15 @@ __global__ void __launch_bounds__(384, 1) tf_flash_bwd_ws_kernel(const __grid_co
   const int wg = tf_wgmma_warpgroup(), lane = (int)threadIdx.x % 32;
   if (wg == 0) {
     tf_setmaxnreg_dec<TF_WS_LOAD_REGS>();
-    const int warp = (int)threadIdx.x / 32;
-    if (warp == 0) {
-      /* the loader: K and V once, then each query block's Q, dO, lse and D */
-      if (lane == 0) {
-        tf_tma_prefetch_map(&a.q);
-        tf_tma_prefetch_map(&a.dout);
-        tf_mbar_arrive_expect_tx(bar_kv, 2 * C::KV);
-        tf_tma_load_pair<HALVES, BC>(sK, &a.k, sV, &a.v, (int)k0, (int)b, bar_kv);
-      }
-      const float *lse = p.lse + b * p.seq_q, *D = p.rowdot + b * p.seq_q;
-      for (int it = 0; it < n_it; it++) {
-        const int s = it % STAGES;
-        if (it >= STAGES) tf_mbar_wait_idle(bar_empty + 8 * s, (uint32_t)((it / STAGES - 1) & 1));
-        const int64_t q0 = (first + it) * BR;
-        /* rows past the end: lse = inf makes their P (and dS) zero */
-#pragma unroll
-        for (int h = 0; h < BR / 32; h++) {
-          const int64_t row = q0 + lane + 32 * h;
-          sLse[s * BR + lane + 32 * h] = row < p.seq_q ? lse[row] * TF_FLASH_LOG2E : INFINITY;
-          sD[s * BR + lane + 32 * h] = row < p.seq_q ? D[row] : 0.f;
-        }
-        const uint32_t full = bar_full + 8 * s;
-        if (lane == 0) {
-          tf_mbar_arrive_expect_tx(full, 2 * QO);
-          tf_tma_load_q_do<HALVES, BR>(sQ + (uint32_t)s * QO, &a.q, sdO + (uint32_t)s * QO, &a.dout, (int)q0, (int)b,
-                                       (int)p.o_group, full);
-        } else {
-          tf_mbar_arrive(full);
-        }
-      }
-    } else if (ATOMIC_DQ && warp == 1 && lane == 0) {
-      /* the dQ warp: each query block's tile (rows of hd f32) added into the workspace */
-      for (int it = 0; it < n_it; it++) {
-        const int buf = it % DQ_BUFS;
-        tf_mbar_wait_idle(bar_dq_full + 8 * buf, (uint32_t)((it / DQ_BUFS) & 1));
-        const int64_t q0 = (first + it) * BR, rows = p.seq_q - q0 < BR ? p.seq_q - q0 : BR;
-        tf_bulk_reduce_add_f32(p.dq_acc + (b * p.seq_q + q0) * hd, sdQ + (uint32_t)buf * C::DQ,
-                               (uint32_t)(rows * hd * 4));
-        tf_bulk_commit();
-        tf_bulk_wait_read<0>();
-        tf_mbar_arrive(bar_dq_empty + 8 * buf);
-      }
-      tf_bulk_wait<0>();
-    }
+    tf_bwd_ws_produce<C, ATOMIC_DQ>(a, blk, lane);
     return;
   }
 
-  /* ---- the consumers ---- */
+  /* ---- the consumers, warpgroups 1 and 2 (cw 0 and 1: 64 keys each). In
+   * the kernel's body, not a function of their own: as one, ptxas
+   * scheduled them differently (73-362 instructions of 1600-2500 moved,
+   * 32 more at head dim 128 with dQ), while the producer's function gives
+   * the very same code. */
   tf_setmaxnreg_inc<TF_WS_MMA_REGS>();
   const int cw = wg - 1, warp = ((int)threadIdx.x / 32) % 4;
   const int g = lane >> 2, t2 = (lane & 3) * 2;
@@ -189,8 +233,8 @@ __global__ void __launch_bounds__(384, 1) tf_flash_bwd_ws_kernel(const __grid_co
 
   /* Without ATOMIC_DQ the consumers take turns issuing their products (named
    * barriers 5 + cw, as the forward kernel's), so that one's exponentials
-   * run beside the other's products: 3-6% faster on an H100 at head dims
-   * 64-128. With ATOMIC_DQ they meet at the dS^T barrier instead. */
+   * run beside the other's products. With ATOMIC_DQ they meet at the dS^T
+   * barrier instead. */
   auto turn_begin = [&]() {
     if constexpr (!ATOMIC_DQ) asm volatile("bar.sync %0, 256;\n" ::"r"(5 + cw) : "memory");
   };
@@ -207,10 +251,8 @@ __global__ void __launch_bounds__(384, 1) tf_flash_bwd_ws_kernel(const __grid_co
     const float *lse_s = sLse + s * BR, *D_s = sD + s * BR;
 
     /* S^T = K Q^T, dP^T = V dO^T. With dQ they are two commit groups, P^T
-     * computed while dP^T is on the tensor cores (ptxas also spills less so:
-     * none at head dims 64-96, where one group spilled 8-76 bytes); without
-     * dQ one group, as two made the pass 8-11% slower at head dims 80-128
-     * (H200, (16, 16384, 128): 4.38 against 3.95 ms) */
+     * computed while dP^T is on the tensor cores (and no spills at head dims
+     * 64-96); without dQ one group, the faster there (docs/performance.md) */
     constexpr bool SPLIT = ATOMIC_DQ;
     float sc[BR / 2], dp[BR / 2];
     turn_begin();
@@ -306,10 +348,8 @@ __global__ void __launch_bounds__(384, 1) tf_flash_bwd_ws_kernel(const __grid_co
         if (it >= DQ_BUFS) tf_mbar_wait(bar_dq_empty + 8 * buf, (uint32_t)((it / DQ_BUFS - 1) & 1));
         /* the row's permutation from a register the compiler cannot see
          * through, so that it does not keep the tile's N / 4 addresses live
-         * across the loop: at head dim 128 that spilled 144 bytes (H200,
-         * (16, 16384, 128): 6.45 -> 5.71 ms), and the kernel is faster so
-         * at 64 and 96 too (3.32 -> 3.19, 4.54 -> 4.31 ms), not at 80
-         * ((128, 4096, 80): 2.13 -> 2.21 ms) */
+         * across the loop (they spilled at head dim 128); not at 80, where
+         * that is slower (docs/performance.md) */
         int r7 = g;
         if constexpr (HD != 80) asm volatile("" : "+r"(r7));
 #pragma unroll
@@ -349,10 +389,8 @@ template <int DT, int HD, int BR, bool ATOMIC_DQ>
 static tf_status tf_bwd_ws_launch(tf_cuda_state *st, const tf_cuda_flash_params *p) {
   using C = tf_bwd_ws_cfg<HD, BR, ATOMIC_DQ>;
   unsigned grid = 0;
-  TF_TRY(tf_flash_grid(p->batch, (p->seq_k + C::BC - 1) / C::BC, &grid));
   tf_bwd_ws_params a;
-  memset(&a, 0, sizeof a);
-  a.p = *p;
+  TF_TRY(tf_ws_params_of(p, (p->seq_k + C::BC - 1) / C::BC, &a, &grid));
   TF_TRY(tf_tma_map_bwd(&a.q, &a.dout, &a.k, &a.v, p, C::BR, C::BC));
   return tf_ws_launch(st, tf_flash_bwd_ws_kernel<DT, HD, BR, ATOMIC_DQ>, grid, C::SMEM, a,
                       "flash_attention backward kernel (warp-specialised)");
@@ -364,10 +402,8 @@ static tf_status tf_bwd_ws_dt(tf_cuda_state *st, const tf_cuda_flash_params *p, 
     constexpr int HD = decltype(hd)::value, BR = decltype(br)::value;
     return atomic_dq ? tf_bwd_ws_launch<DT, HD, BR, true>(st, p) : tf_bwd_ws_launch<DT, HD, BR, false>(st, p);
   };
-  /* 128-row query steps at head dim 64: 3.58 against 5.10 ms (dQ by
-   * reductions) and 4.58 against 4.74 (deterministic) at (16, 16384, 64)
-   * on an H200; 4 Q/dO buffers in deterministic passes (their shared
-   * memory has room) changed nothing clear of the noise */
+  /* 128-row query steps at head dim 64, the faster both ways
+   * (docs/performance.md) */
   constexpr auto rows64 = tf_flash_int<64>();
   switch (hd_w) {
     case 64: return with(tf_flash_int<64>(), tf_flash_int<128>());

@@ -1,8 +1,7 @@
 /* FlashAttention's deterministic dQ on Hopper, warp-specialised (sm_90a):
- * the same dQ as flash_attn_wgmma.cu's dQ kernel (same products, masks,
- * rounding: wgmma_softmax.cuh), f16/bf16, head dims (padded to) 64, 80,
- * 96 and 128. The dQ pass on a 9.0 device when there are keys, unless
- * TF_FLASH_BWD_WS=0 (tf_flash_backward, flash_attn.cu; 16-byte aligned
+ * products, masks and rounding as wgmma_softmax.cuh has them, f16/bf16,
+ * head dims (padded to) 64, 80, 96 and 128. The dQ pass on a 9.0 device
+ * when there are keys (tf_flash_backward, flash_attn.cu; 16-byte aligned
  * buffers and head dims of whole 16-byte words, as the Hopper kernels
  * take). It also sums D = rowsum(dO * O) of its rows, with the row-sum
  * kernel's arithmetic, and writes it for the dK/dV kernel, which runs
@@ -63,9 +62,9 @@ static_assert(TF_FLASH_ROWDOT_TPR == 4, "D is summed by the four lanes that hold
 
 template <int DT, class C>
 __global__ void __launch_bounds__(384, 1) tf_flash_dq_ws_kernel(const __grid_constant__ tf_dq_ws_params a) {
+  const tf_cuda_flash_params &p = a.p;
   constexpr int HD = C::HD, BR = C::BR, BC = C::BC, STAGES = C::STAGES, HALVES = C::HDS / 64;
   constexpr uint32_t KV = C::KV;
-  const tf_cuda_flash_params &p = a.p;
   unsigned char *base_ptr;
   const uint32_t base = tf_wgmma_smem_base(&base_ptr);
   const uint32_t sQ = base + C::Q_AT, sdO = base + C::DO_AT, sK = base + C::K_AT, sV = base + C::V_AT;
@@ -74,24 +73,14 @@ __global__ void __launch_bounds__(384, 1) tf_flash_dq_ws_kernel(const __grid_con
   int n_tiles;
   tf_flash_query_block_of<BR, BC>(p, &b, &q0, &n_tiles);
 
-  if (threadIdx.x == 0) {
-    tf_mbar_init(bar_q, 1);
-    for (int s = 0; s < STAGES; s++) {
-      tf_mbar_init(bar_full + 8 * s, 1);    /* the loading thread, with the copies' bytes */
-      tf_mbar_init(bar_empty + 8 * s, 256); /* the consumers' threads */
-    }
-    tf_mbar_init_fence();
-  }
-  __syncthreads();
+  tf_ws_query_bars<STAGES, 1>(bar_q); /* Q/dO full; full and empty a buffer */
 
   const int wg = tf_wgmma_warpgroup(), lane = (int)threadIdx.x % 32;
   if (wg == 0) {
     tf_setmaxnreg_dec<TF_WS_LOAD_REGS>();
     if (threadIdx.x == 0) {
       /* the loader: Q and dO once, then block j's K and V into buffer j mod STAGES */
-      tf_tma_prefetch_map(&a.k);
-      tf_tma_prefetch_map(&a.v);
-      tf_mbar_arrive_expect_tx(bar_q, 2 * C::ROWS);
+      tf_ws_loader_begin(&a.k, &a.v, bar_q, 2 * C::ROWS);
       tf_tma_load_q_do<HALVES, BR>(sQ, &a.q, sdO, &a.dout, (int)q0, (int)b, (int)p.o_group, bar_q);
       for (int j = 0; j < n_tiles; j++) {
         const int s = j % STAGES;
@@ -201,20 +190,16 @@ __global__ void __launch_bounds__(384, 1) tf_flash_dq_ws_kernel(const __grid_con
 
 template <int DT, class C> static tf_status tf_dq_ws_launch(tf_cuda_state *st, const tf_cuda_flash_params *p) {
   unsigned grid = 0;
-  TF_TRY(tf_flash_grid(p->batch, (p->seq_q + C::BR - 1) / C::BR, &grid));
   tf_dq_ws_params a;
-  memset(&a, 0, sizeof a);
-  a.p = *p;
+  TF_TRY(tf_ws_params_of(p, (p->seq_q + C::BR - 1) / C::BR, &a, &grid));
   TF_TRY(tf_tma_map_bwd(&a.q, &a.dout, &a.k, &a.v, p, C::BR, C::BC));
   return tf_ws_launch(st, tf_flash_dq_ws_kernel<DT, C>, grid, C::SMEM, a, "flash_attention dq kernel (warp-specialised)");
 }
 
-/* The configuration of head dim HD, chosen on an H200 (docs/performance.md):
- * at 64, 128 keys a block and three K/V buffers; above, 64 keys (S, dP
- * and dQ in one thread's registers) and four buffers. A buffer more than
- * two took (16, 16384, d) from 3.08 to 2.17 ms at head dim 128 and from
- * 1.51 to 1.27 at 64; at 80 and 96 four buffers of 64 keys beat two of
- * 128 by 10-15%. */
+/* The configuration of head dim HD, the fastest measured
+ * (docs/performance.md): at 64, 128 keys a block and three K/V buffers;
+ * above, 64 keys (S, dP and dQ in one thread's registers) and four
+ * buffers. */
 template <int DT> static tf_status tf_dq_ws_dt(tf_cuda_state *st, const tf_cuda_flash_params *p, int hd_w) {
   switch (hd_w) {
     case 64: return tf_dq_ws_launch<DT, tf_dq_ws_cfg<64, 128, 3>>(st, p);

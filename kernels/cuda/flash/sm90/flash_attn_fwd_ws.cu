@@ -1,8 +1,7 @@
 /* FlashAttention's forward pass on Hopper, warp-specialised (sm_90a): O and
- * lse exactly as flash_attn_wgmma.cu's forward kernel writes them (same
- * masks, scaling, rounding of P and lse; wgmma_softmax.cuh), f16/bf16, head
- * dims (padded to) 64, 80, 96 and 128. The forward kernel on a 9.0
- * device; TF_FLASH_FWD_WS=0 selects flash_attn_wgmma.cu's (flash_attn_fwd.cu).
+ * lse (masks, scaling, rounding of P and lse: wgmma_softmax.cuh), f16/bf16,
+ * head dims (padded to) 64, 80, 96 and 128. The forward kernel on a 9.0
+ * device (flash_attn_fwd.cu).
  *
  * A block owns BR = 128 query rows of one problem and has three
  * warpgroups, with no block-wide barrier after its start:
@@ -33,18 +32,11 @@
  *   - scale < 0: each consumer flips the signs of its own Q rows once;
  *   - O / sum is staged through the consumer's own Q rows and written with
  *     16-byte stores; lse = max |scale| + ln(sum).
- * The grid is flash_attn_wgmma.cu's: a block per (problem, query block),
- * problem by problem, the query blocks last-first.
- *
- * Measured on an H200 at (16, 16384, d), causal (docs/performance.md):
- * without the overlap within a consumer the kernel is 8% slower at head
- * dim 64, 16% at 96 and 28% at 128; without the turns 9-10% slower at 64
- * and 1-9% at 128; 192 keys a block beat 128 at head dim 64 by 8-10%
- * (half the waits and turns per key; at 128, S of 192 keys beside O
- * and P would not fit the registers; at 80 and 96 they fit, see
- * tf_fwd_ws_hd); a third K/V buffer at head dim 128
- * costs 8-10% (not investigated further), and
- * changes nothing clear of the noise at 64, 80 and 96. */
+ * The grid is the mma.sync kernel's (flash_attn_fwd.cu): a block per
+ * (problem, query block), problem by problem, the query blocks last-first.
+ * OVERLAP, PINGPONG and 192-key blocks (half the waits and turns a key)
+ * are each faster than the kernel without them; at 128, S of 192 keys
+ * beside O and P would not fit the registers (docs/performance.md). */
 #include "../flash_attn_common.cuh"
 
 #include <stdlib.h>
@@ -90,26 +82,14 @@ __global__ void __launch_bounds__(384, 1) tf_flash_fwd_ws_kernel(const __grid_co
   int n_tiles;
   tf_flash_query_block_of<BR, BC>(p, &b, &q0, &n_tiles);
 
-  if (threadIdx.x == 0) {
-    tf_mbar_init(bar_q, 1);
-    for (int s = 0; s < STAGES; s++) {
-      tf_mbar_init(bar_kf + 8 * s, 1); /* the loading thread, with the copies' bytes */
-      tf_mbar_init(bar_vf + 8 * s, 1);
-      tf_mbar_init(bar_ke + 8 * s, 256); /* the consumers' threads */
-      tf_mbar_init(bar_ve + 8 * s, 256);
-    }
-    tf_mbar_init_fence();
-  }
-  __syncthreads();
+  tf_ws_query_bars<STAGES, 2>(bar_q); /* Q full; K full, V full, K empty, V empty a buffer */
 
   const int wg = tf_wgmma_warpgroup(), lane = (int)threadIdx.x % 32;
   if (wg == 0) {
     tf_setmaxnreg_dec<TF_WS_LOAD_REGS>();
     if (threadIdx.x == 0) {
       /* the loader: Q once, then block j's K and V into buffer j mod STAGES */
-      tf_tma_prefetch_map(&a.k);
-      tf_tma_prefetch_map(&a.v);
-      tf_mbar_arrive_expect_tx(bar_q, C::ROWS);
+      tf_ws_loader_begin(&a.k, &a.v, bar_q, C::ROWS);
       for (int h = 0; h < HALVES; h++) tf_tma_load_3d(sQ + (uint32_t)(h * BR * 128), &a.q, h * 64, (int)q0, (int)b, bar_q);
       for (int j = 0; j < n_tiles; j++) {
         const int s = j % STAGES;
@@ -272,10 +252,8 @@ __global__ void __launch_bounds__(384, 1) tf_flash_fwd_ws_kernel(const __grid_co
 
 template <int DT, class C> static tf_status tf_fwd_ws_launch(tf_cuda_state *st, const tf_cuda_flash_params *p) {
   unsigned grid = 0;
-  TF_TRY(tf_flash_grid(p->batch, (p->seq_q + C::BR - 1) / C::BR, &grid));
   tf_fwd_ws_params a;
-  memset(&a, 0, sizeof a);
-  a.p = *p;
+  TF_TRY(tf_ws_params_of(p, (p->seq_q + C::BR - 1) / C::BR, &a, &grid));
   TF_TRY(tf_tma_map_rows(&a.q, p->q, p->seq_q, p->batch, p->head_dim, C::BR));
   TF_TRY(tf_tma_map_rows(&a.k, p->k, p->seq_k, p->batch, p->head_dim, C::BC));
   TF_TRY(tf_tma_map_rows(&a.v, p->v, p->seq_k, p->batch, p->head_dim, C::BC));
@@ -285,13 +263,9 @@ template <int DT, class C> static tf_status tf_fwd_ws_launch(tf_cuda_state *st, 
 /* The configuration of head dim HD: at 64, 192 keys a block and three
  * buffers; above, two buffers (the O accumulator takes 40 to 64 registers
  * a thread more), of 192 keys at 80 and 96 from TF_FWD_WS_LONG keys on
- * (no spills; 224 KiB of shared memory) and of 128 keys below that and at
- * 128. On an H200, bf16 causal, two runs each: 192 keys took the forward
- * pass at (1, 16, 16384, 80) from 1.416-1.430 ms to 1.318-1.321, at
- * (1, 16, 16384, 96) from 1.438 to 1.383-1.400, at (4, 32, 4096, 80) from
- * 0.833-0.837 to 0.812-0.815, and made (4, 32, 1024, 80) slower, 0.103-0.110
- * against 0.099 (1024 keys are five blocks of 192 and one of 64):
- * docs/performance.md. */
+ * (no spills; 224 KiB of shared memory: faster on long sequences, slower
+ * on short ones, whose last block of 192 is mostly empty) and of 128 keys
+ * below that and at 128 (docs/performance.md). */
 enum { TF_FWD_WS_LONG = 4096 };
 
 /* The keys from which 80 and 96 take blocks of 192: TF_FWD_WS_LONG, or

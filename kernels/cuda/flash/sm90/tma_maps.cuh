@@ -84,6 +84,17 @@ static tf_status tf_tma_map_bwd(CUtensorMap *q, CUtensorMap *dout, CUtensorMap *
   return tf_tma_map_rows(v, p->v, p->seq_k, p->batch, p->head_dim, bc);
 }
 
+/* A warp-specialised kernel's parameters *a (P: its tensor maps, zeroed
+ * for the caller to fill, then p) and its grid of `blocks` blocks a
+ * problem. */
+template <class P>
+static tf_status tf_ws_params_of(const tf_cuda_flash_params *p, int64_t blocks, P *a, unsigned *grid) {
+  TF_TRY(tf_flash_grid(p->batch, blocks, grid));
+  memset(a, 0, sizeof *a);
+  a->p = *p;
+  return TF_OK;
+}
+
 /* A warp-specialised kernel (384 threads, one block an SM, smem bytes of
  * dynamic shared memory) on `grid` blocks on st's stream, its parameters
  * (tensor maps among them) passed by value. */

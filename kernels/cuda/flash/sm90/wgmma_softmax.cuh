@@ -1,12 +1,11 @@
 /* The forward pass's online softmax on a warpgroup's S accumulator (64
  * rows, BC keys, mma.sync's C layout: the thread's rows row_in and
- * row_in + 8, h = 0 and 1), shared by the Hopper forward kernels
- * (flash_attn_wgmma.cu, flash_attn_fwd_ws.cu) so that they round and
- * scale alike: the causal / key-end mask, the running max and sum (a
+ * row_in + 8, h = 0 and 1), of the Hopper forward kernel
+ * (flash_attn_fwd_ws.cu): the causal / key-end mask, the running max and sum (a
  * row's max and sum over its 4-lane quad, exp2 by FFMA + MUFU.EX2), O's
  * rescaling, P rounded to 16 bits as the register A operand of O += P V,
- * and lse; and the backward kernels' (flash_attn_wgmma.cu,
- * flash_attn_bwd_ws.cu) dV += P^T dO and dK += dS^T Q from the same
+ * and lse; and the backward kernels' (flash_attn_bwd_ws.cu,
+ * flash_attn_dq_ws.cu) dV += P^T dO and dK += dS^T Q from the same
  * packing. Include after flash_attn_common.cuh and wgmma_ptx.cuh. */
 #ifndef TF_WGMMA_SOFTMAX_CUH
 #define TF_WGMMA_SOFTMAX_CUH
@@ -149,17 +148,6 @@ __device__ __forceinline__ void tf_wgmma_dq_lse(const tf_cuda_flash_params &p, i
   }
 }
 
-/* ... and D, from the workspace (0 past the last row). */
-__device__ __forceinline__ void tf_wgmma_dq_row_stats(const tf_cuda_flash_params &p, int64_t b, int64_t wq0, int row_in,
-                                                      float (&lse_l2)[2], float (&dd)[2]) {
-  tf_wgmma_dq_lse(p, b, wq0, row_in, lse_l2);
-#pragma unroll
-  for (int h = 0; h < 2; h++) {
-    const int64_t row = wq0 + row_in + 8 * h;
-    dd[h] = row < p.seq_q ? p.rowdot[b * p.seq_q + row] : 0.f;
-  }
-}
-
 /* The dQ kernels' dS = P (dP - D) into dp for a warpgroup's 64 query rows
  * over BC keys (the thread's rows h = 0 and 1: lse log2(e) and D of each),
  * P = exp2(S scale log2 e - lse log2 e), zero where the mask hides the
@@ -176,19 +164,6 @@ __device__ __forceinline__ void tf_wgmma_dq_grads(const float (&s)[BC / 2], floa
       if (MASK && m.hidden(nt, e)) pv = 0.f;
       dp[i] = pv * (dp[i] - dd[h]);
     }
-}
-
-/* The dK/dV kernels' S^T = K Q^T and dP^T = V dO^T for a warpgroup's 64
- * keys (K and V rows from k_w and v_w, BC rows a half) over BR queries (Q
- * and dO from q_st and do_st, BR rows a half); waited for, the
- * accumulators held. */
-template <int DT, int HD, int BC, int BR>
-__device__ __forceinline__ void tf_wgmma_bwd_s_dp(float (&st)[BR / 2], float (&dpt)[BR / 2], uint32_t k_w, uint32_t v_w,
-                                                  uint32_t q_st, uint32_t do_st) {
-  tf_wgmma_issue_s_dp<DT, HD, BC, BR>(st, dpt, k_w, v_w, q_st, do_st);
-  tf_wgmma_wait<0>();
-  tf_wgmma_hold(st);
-  tf_wgmma_hold(dpt);
 }
 
 /* The backward pass's dV += P^T dO and dK += dS^T Q for a warpgroup's 64

@@ -1,5 +1,5 @@
 /* The swizzled shared-memory tiles the Hopper FlashAttention kernels
- * (flash_attn_wgmma.cu, flash_attn_bwd_ws.cu) share: rows of 64 16-bit
+ * (flash_attn_fwd_ws.cu, flash_attn_bwd_ws.cu, flash_attn_dq_ws.cu) share: rows of 64 16-bit
  * elements (128 bytes), the 16-byte chunk c of row r stored at chunk
  * c ^ (r mod 8) (the layout wgmma's 128-byte swizzle mode reads and TMA's
  * writes), head dims above 64 as two such halves ROWS rows apart; tiles
@@ -127,6 +127,35 @@ __device__ __forceinline__ void tf_wgmma_bwd_store_dk_dv(const tf_cuda_flash_par
                               bar);
   tf_wgmma_store_rows<BC, HD>(static_cast<uint16_t *>(p.dv) + b * p.seq_k * hd, v_tile, w * 64, key0, p.seq_k, hd, hd,
                               bar);
+}
+
+/* The barriers of a kernel over query blocks (tf_ws_query_cfg), set up
+ * by thread 0 before the block's one barrier: at bar_q the rows' (the
+ * loading thread's), then KINDS full barriers of STAGES buffers each (the
+ * loading thread, with the copies' bytes), then KINDS empty ones (the
+ * consumers' 256 threads), a buffer's of one kind 8 bytes apart. Needs
+ * tma_ptx.cuh. */
+template <int STAGES, int KINDS> __device__ __forceinline__ void tf_ws_query_bars(uint32_t bar_q) {
+  if (threadIdx.x == 0) {
+    tf_mbar_init(bar_q, 1);
+    for (int s = 0; s < STAGES; s++) {
+#pragma unroll
+      for (int k = 0; k < KINDS; k++) tf_mbar_init(bar_q + 8 + 8 * (k * STAGES + s), 1);
+#pragma unroll
+      for (int k = 0; k < KINDS; k++) tf_mbar_init(bar_q + 8 + 8 * ((KINDS + k) * STAGES + s), 256);
+    }
+    tf_mbar_init_fence();
+  }
+  __syncthreads();
+}
+
+/* The loading thread's first steps in such a kernel: the K and V maps
+ * prefetched, and the rows' barrier told to expect their bytes. */
+__device__ __forceinline__ void tf_ws_loader_begin(const CUtensorMap *k, const CUtensorMap *v, uint32_t bar_q,
+                                                   uint32_t bytes) {
+  tf_tma_prefetch_map(k);
+  tf_tma_prefetch_map(v);
+  tf_mbar_arrive_expect_tx(bar_q, bytes);
 }
 
 #endif
