@@ -218,6 +218,7 @@ M.entries = {
   { "tf.units.of", "tf.units.of(name)", "what a column measures: {kind, unit, better}" },
   { "tf.units.label", "tf.units.label(name)", "a column's axis label: fwd (ms), tokens/s, ..." },
   { "tf.units.add", "tf.units.add(pattern, spec)", "teaches tf.units a new column name" },
+  { "tf.units.bytes", "tf.units.bytes(n)", "a size in the unit that shows it: 512 B, 64.0 KiB, 1.50 GiB" },
   { "tf.sha256", "tf.sha256(text)", "the SHA-256 of a string, as 64 hex digits" },
   { "tf.sha256_file", "tf.sha256_file(path)", "the SHA-256 of a file's bytes" },
   { "tf.options", "tf.options(spec [, args])", "declares a script's command-line options" },
