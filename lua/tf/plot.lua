@@ -8,6 +8,7 @@
 --   tf.plot.write("attention.html", {{rows = rows, x = "seq", y = "fwd_ms"}, {rows = rows, x = "seq", y = "bwd_ms"}})
 local units = require "tf.units"
 
+local check = require "tf.check"
 local M = {}
 local write_file = require("tf.safe").write_file -- taken when the module loads, as tf's other writers
 
@@ -210,6 +211,9 @@ local function y_axis(list, opts)
   return linear_scale(lo, hi, lo >= 0)
 end
 
+-- The options a chart takes (tf.plot.chart, and the specs of page and write).
+local CHART_KEYS = { "x", "y", "rows", "series", "title", "xlabel", "ylabel", "width", "height", "group", "ignore", "logx", "logy", "oom" }
+
 --- tf.plot.chart(rows, opts) -> the SVG text of one chart. opts: x and y
 -- (column names; required), series (a list of columns, or function(row) ->
 -- label; default: the varying non-metric columns), group (function(row) ->
@@ -221,7 +225,7 @@ end
 function M.chart(rows, opts)
   if type(rows) ~= "table" then error("tf.plot.chart: expects a list of rows, got " .. kind_of(rows), 2) end
   if opts ~= nil and type(opts) ~= "table" then error("tf.plot.chart: opts must be a table, got " .. type(opts), 2) end
-  opts = opts or {}
+  opts = check.keys(opts, "tf.plot.chart", CHART_KEYS)
   if type(opts.x) ~= "string" or type(opts.y) ~= "string" then
     error("tf.plot.chart: opts.x and opts.y must name columns (strings), got " .. kind_of(opts.x) .. " and " ..
       kind_of(opts.y), 2)
@@ -369,7 +373,7 @@ end
 -- charts (SVG texts or chart specs) under opts.title, with opts.notes
 -- (a list of lines) below the title.
 function M.page(charts, opts)
-  opts = opts or {}
+  opts = check.keys(opts, "tf.plot.page", { "title", "notes" })
   local out = { '<!DOCTYPE html>\n<html><head><meta charset="utf-8"><title>' .. esc(opts.title or "tfhost plots") ..
     '</title>\n<style>body{font-family:"DejaVu Sans",Arial,sans-serif;margin:16px;background:#ffffff;color:#222222}' ..
     'figure{margin:0 0 20px 0}p.note{margin:2px 0;color:#444444}</style></head>\n<body>' }
@@ -407,6 +411,7 @@ function M.sweep(path, rows, opts)
   if type(opts) ~= "table" or type(opts.y) ~= "table" or opts.x == nil then
     error("tf.plot.sweep: the third argument is a table {x = column(s), y = {columns}, ...}, got " .. kind_of(opts), 2)
   end
+  check.keys(opts, "tf.plot.sweep", { "x", "y", "series", "title", "notes" })
   local x = opts.x
   if type(x) == "table" then
     local chosen = varying(rows, x)[1]

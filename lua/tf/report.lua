@@ -105,6 +105,9 @@ function M.formats.json(rows, columns)
   return tf.json.encode(out, { indent = true }) .. "\n"
 end
 
+-- The reporters tfhost ships, whose options tf.report.table knows.
+local BUILTIN = { markdown = M.formats.markdown, csv = M.formats.csv, json = M.formats.json }
+
 --- Renders rows; writes them to opts.out (a file handle or a path; default
 -- io.stdout) unless opts.out is false, and returns the text.
 function M.table(rows, opts)
@@ -120,6 +123,10 @@ function M.table(rows, opts)
     error("tf.report.table: the second argument is a table of options (or nothing), got " .. type(opts), 2)
   end
   opts = opts or {}
+  local named = opts.format or "markdown"
+  if BUILTIN[named] and M.formats[named] == BUILTIN[named] then -- a reporter of the user's may take options of its own
+    require("tf.check").keys(opts, "tf.report.table", { "columns", "format", "out", "title" })
+  end
   if opts.columns ~= nil and type(opts.columns) ~= "table" then
     error("tf.report.table: opts.columns must be a list of columns, got " .. type(opts.columns), 2)
   end

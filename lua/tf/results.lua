@@ -151,7 +151,7 @@ end
 function M.read(path, opts)
   local tf = require "tf"
   if type(path) ~= "string" then error("tf.results.read: expects a file path", 2) end
-  opts = opts or {}
+  opts = require("tf.check").keys(opts, "tf.results.read", { "part" })
   local f, err = io.open(path, "r")
   if not f then error("tf.results.read: " .. err, 2) end
   local text = f:read("a")

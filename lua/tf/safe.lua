@@ -149,8 +149,8 @@ end
 -- a limit not given is --safe's default, "none" turns it off.
 function M.run(script, opts)
   if type(script) ~= "string" then error("tf.safe_run: expected a script path or Lua source", 2) end
-  if opts ~= nil and type(opts) ~= "table" then error("tf.safe_run: options must be a table", 2) end
-  opts = opts or {}
+  opts = require("tf.check").keys(opts, "tf.safe_run",
+    { "args", "timeout", "memory_limit", "allow_write", "device", "seed" })
   local argv = { "--safe" }
   for _, o in ipairs { { "timeout", "--timeout" }, { "memory_limit", "--memory-limit" },
                        { "allow_write", "--allow-write" }, { "device", "--device" }, { "seed", "--seed" } } do

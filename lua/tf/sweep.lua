@@ -44,6 +44,7 @@ end
 -- each configuration, for scripts that print while they run).
 function M.new(opts)
   if type(opts) ~= "table" then error("tf.report.sweep: expects a table of options, got " .. kind_of(opts), 2) end
+  require("tf.check").keys(opts, "tf.report.sweep", { "total", "json", "results", "costs", "extra", "lines", "out" })
   if math.type(opts.total) ~= "integer" or opts.total < 0 then
     error("tf.report.sweep: opts.total must be the number of configurations (an integer >= 0), got " ..
       tostring(opts.total), 2)

@@ -126,4 +126,27 @@ T.test("the checker itself: a near spelling, several unknown keys, a non-table",
   T.eq(check.choice(nil, "f", "k", { "a" }), nil, "an absent choice passes")
 end)
 
+T.test("reports, plots, results files, sweeps and tf.safe_run", function()
+  local rows = { { x = 1, y = 2 }, { x = 2, y = 3 } }
+  refused("report.table", function() tf.report.table(rows, { formt = "csv", out = false }) end, "formt",
+    { "columns", "format", "out", "title" })
+  -- a reporter of the script's own may take options tfhost does not know
+  tf.report.formats.upper = function(r) return tostring(#r) end
+  T.eq(tf.report.table(rows, { format = "upper", out = false, shout = true }), "2")
+  tf.report.formats.upper = nil
+  refused("plot.chart", function() tf.plot.chart(rows, { x = "x", y = "y", colour = "red" }) end, "colour",
+    { "x", "y", "series", "title", "logx" })
+  refused("plot.page", function() tf.plot.page({}, { titel = "t" }) end, "titel", { "title", "notes" })
+  refused("plot.sweep", function() tf.plot.sweep(os.tmpname() .. ".svg", rows, { x = "x", y = { "y" }, serie = "s" }) end,
+    "serie", { "x", "y", "series", "title", "notes" })
+  local path = os.tmpname() .. ".json"
+  tf.results.write(path, rows)
+  refused("results.read", function() tf.results.read(path, { prat = "a" }) end, "prat", { "part" })
+  os.remove(path)
+  refused("report.sweep", function() tf.report.sweep{ total = 1, jsn = "x.json" } end, "jsn",
+    { "total", "json", "results", "costs" })
+  refused("safe_run", function() tf.safe_run("print(1)", { timout = 1 }) end, "timout",
+    { "args", "timeout", "memory_limit", "allow_write" })
+end)
+
 T.run()
