@@ -382,13 +382,23 @@ static size_t tf_lua_heap_cap(bool safe) {
   return safe && (half == 0 || half > TF_SAFE_LUA_HEAP) ? TF_SAFE_LUA_HEAP : half;
 }
 
-/* A BLAS on generic kernels where the CPU has far better ones: tfhost starts
- * again with them (OpenBLAS chooses when it loads, before main); if that
- * fails, it goes on as it is. */
-static void tf_blas_restart(char **argv) {
+/* Settings the CPU libraries read when they load, before main: tfhost starts
+ * again with them set (once: the second start finds them set); if that
+ * fails, it goes on as it is.
+ * - A BLAS on generic kernels where the CPU has far better ones: the better
+ *   ones (OPENBLAS_CORETYPE).
+ * - OpenMP's threads sleep when they wait (OMP_WAIT_POLICY=passive) unless
+ *   the environment chose (OMP_WAIT_POLICY or GOMP_SPINCOUNT set): spinning
+ *   saves microseconds a parallel loop on an idle machine, but where the
+ *   cores are shared (a test suite, a login node) each loop waits for a
+ *   descheduled thread, and small ops took 100 to 1000 times as long. */
+static void tf_cpu_libs_restart(char **argv) {
+  bool again = false;
   const char *core = tf_cpu_blas_better_core();
-  if (!core || setenv("OPENBLAS_CORETYPE", core, 1) != 0) return;
-  execv("/proc/self/exe", argv);
+  if (core && setenv("OPENBLAS_CORETYPE", core, 1) == 0) again = true;
+  if (!getenv("OMP_WAIT_POLICY") && !getenv("GOMP_SPINCOUNT") && setenv("OMP_WAIT_POLICY", "passive", 1) == 0)
+    again = true;
+  if (again) execv("/proc/self/exe", argv);
 }
 
 /* tfhost --nproc N ...: the same command line, less --nproc, as N ranks. */
@@ -411,7 +421,7 @@ static int tf_launch_ranks(tf_cli *cli) {
 }
 
 int main(int argc, char **argv) {
-  tf_blas_restart(argv);
+  tf_cpu_libs_restart(argv);
   tf_backends_init();
   tf_cli cli = {.argc = argc, .argv = argv};
   int code = tf_cli_parse(&cli);

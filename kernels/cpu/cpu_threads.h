@@ -23,6 +23,8 @@ bool tf_cpu_threads_parse(const char *text, int *n);
 /* The CPU backend's loops run in parallel (each output by one thread, so
  * results do not depend on the thread count) only past this many elements. */
 enum { TF_CPU_PARALLEL_MIN = 1 << 15 };
+/* Multiply-adds below which a batched product stays on one thread. */
+enum { TF_CPU_GEMM_PARALLEL_MIN = 1 << 18 };
 
 /* The BLAS the CPU backend's products run on, with its build options. */
 const char *tf_cpu_blas_name(void);

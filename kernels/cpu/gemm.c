@@ -252,7 +252,11 @@ static tf_status tf_cpu_gemm_run(const tf_gemm_args *g) {
     return TF_OK;
   }
   const tf_gemm_plan plan = tf_gemm_plan_for(g->m, g->n, g->k);
-  const bool spread = g->batch > 1 && plan.tiles_m * plan.tiles_n * plan.chunks == 1 && tf_cpu_threads() > 1;
+  /* Batches of one tile each are spread over the threads, unless the whole
+   * product is too small to pay for waking them (on a loaded machine a
+   * fork and join waits for a descheduled thread: milliseconds). */
+  const bool spread = g->batch > 1 && plan.tiles_m * plan.tiles_n * plan.chunks == 1 && tf_cpu_threads() > 1 &&
+                      g->batch * g->m * g->n * g->k >= TF_CPU_GEMM_PARALLEL_MIN;
   if (!spread) {
     for (int64_t bi = 0; bi < g->batch; bi++) TF_TRY(tf_gemm_one(g, bi, false));
     return TF_OK;

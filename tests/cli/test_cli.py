@@ -200,6 +200,21 @@ class ExitCodesAndUsage(TfhostTest):
                         env=dict(self.env(), OPENBLAS_CORETYPE="Prescott"))
         self.assertEqual(r.stdout, "24.0\n")
 
+    def test_omp_wait_policy(self):
+        # OpenMP's threads sleep when they wait unless the environment chose: tfhost starts again
+        # with OMP_WAIT_POLICY=passive where neither it nor GOMP_SPINCOUNT is set
+        probe = "print(os.getenv('OMP_WAIT_POLICY'), os.getenv('GOMP_SPINCOUNT'))"
+        bare = {k: v for k, v in self.env().items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+        for extra, want in (({}, "passive\tnil\n"), ({"OMP_WAIT_POLICY": "active"}, "active\tnil\n"),
+                            ({"GOMP_SPINCOUNT": "1000"}, "nil\t1000\n")):
+            with self.subTest(env=extra):
+                r = self.tfhost("-e", probe, env=dict(bare, **extra))
+                self.assertEqual((r.returncode, r.stdout), (0, want), r.stderr)
+        # the arguments survive the second start
+        script = self.write("args.lua", "print(select('#', ...), ...)\n")
+        r = self.tfhost(script, "a b", "", "-x", env=bare)
+        self.assertEqual((r.returncode, r.stdout), (0, "3\ta b\t\t-x\n"), r.stderr)
+
     def test_help(self):
         for option in ("--help", "-h"):
             with self.subTest(option=option):
