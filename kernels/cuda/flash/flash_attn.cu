@@ -126,6 +126,13 @@ __device__ __forceinline__ float tf_flash_warp_sum(float v) {
   return v;
 }
 
+/* f(u) for the lane's columns lane + 32 u (u < 4) below hd. */
+template <class F> __device__ __forceinline__ void tf_flash_simt_cols(int lane, int hd, F &&f) {
+#pragma unroll
+  for (int u = 0; u < 4; u++)
+    if (lane + 32 * u < hd) f(u);
+}
+
 /* Rows [row0, row0 + rows) of a (nrows, hd) matrix (rows src_ld elements
  * apart; 0: hd) into shared f32 rows of ld floats, zeros past nrows; by
  * the whole block. */
@@ -223,9 +230,7 @@ __global__ void __launch_bounds__(TF_FLASH_SIMT_THREADS) tf_flash_fwd_simt_kerne
       for (int u = 0; u < 4; u++) o[r][u] *= alpha;
       for (int j = 0; j < T; j++) {
         const float pj = __shfl_sync(0xffffffffu, pv, j);
-#pragma unroll
-        for (int u = 0; u < 4; u++)
-          if (lane + 32 * u < hd) o[r][u] = fmaf(pj, sV[j * hd + lane + 32 * u], o[r][u]);
+        tf_flash_simt_cols(lane, hd, [&](int u) { o[r][u] = fmaf(pj, sV[j * hd + lane + 32 * u], o[r][u]); });
       }
     }
   }
@@ -235,9 +240,7 @@ __global__ void __launch_bounds__(TF_FLASH_SIMT_THREADS) tf_flash_fwd_simt_kerne
     const int64_t row = q0 + warp * R + r;
     if (row >= p.seq_q) continue;
     const float inv = l[r] > 0.f ? 1.f / l[r] : 0.f;
-#pragma unroll
-    for (int u = 0; u < 4; u++)
-      if (lane + 32 * u < hd) O[row * p.o_ld + lane + 32 * u] = D::store(o[r][u] * inv);
+    tf_flash_simt_cols(lane, hd, [&](int u) { O[row * p.o_ld + lane + 32 * u] = D::store(o[r][u] * inv); });
     if (lane == 0) p.lse[b * p.seq_q + row] = l[r] > 0.f ? m[r] + logf(l[r]) : -INFINITY;
   }
 }
@@ -286,12 +289,10 @@ __global__ void __launch_bounds__(TF_FLASH_SIMT_THREADS) tf_flash_dkdv_simt_kern
                                         sD[lane], pv);
       for (int i = 0; i < T; i++) {
         const float pi = __shfl_sync(0xffffffffu, pv, i), dsi = __shfl_sync(0xffffffffu, ds, i);
-#pragma unroll
-        for (int u = 0; u < 4; u++)
-          if (lane + 32 * u < hd) {
-            dv[r][u] = fmaf(pi, sdO[i * ldq + lane + 32 * u], dv[r][u]);
-            dk[r][u] = fmaf(dsi, sQ[i * ldq + lane + 32 * u], dk[r][u]);
-          }
+        tf_flash_simt_cols(lane, hd, [&](int u) {
+          dv[r][u] = fmaf(pi, sdO[i * ldq + lane + 32 * u], dv[r][u]);
+          dk[r][u] = fmaf(dsi, sQ[i * ldq + lane + 32 * u], dk[r][u]);
+        });
       }
     }
   }
@@ -300,12 +301,10 @@ __global__ void __launch_bounds__(TF_FLASH_SIMT_THREADS) tf_flash_dkdv_simt_kern
   for (int r = 0; r < R; r++) {
     const int64_t key = k0 + warp * R + r;
     if (key >= p.seq_k) continue;
-#pragma unroll
-    for (int u = 0; u < 4; u++)
-      if (lane + 32 * u < hd) {
-        dK[key * hd + lane + 32 * u] = D::store(dk[r][u] * p.scale);
-        dV[key * hd + lane + 32 * u] = D::store(dv[r][u]);
-      }
+    tf_flash_simt_cols(lane, hd, [&](int u) {
+      dK[key * hd + lane + 32 * u] = D::store(dk[r][u] * p.scale);
+      dV[key * hd + lane + 32 * u] = D::store(dv[r][u]);
+    });
   }
 }
 
@@ -349,9 +348,7 @@ __global__ void __launch_bounds__(TF_FLASH_SIMT_THREADS) tf_flash_dq_simt_kernel
       (void)pv; /* dQ needs dS alone */
       for (int j = 0; j < T; j++) {
         const float dsj = __shfl_sync(0xffffffffu, ds, j);
-#pragma unroll
-        for (int u = 0; u < 4; u++)
-          if (lane + 32 * u < hd) dq[r][u] = fmaf(dsj, sK[j * ldk + lane + 32 * u], dq[r][u]);
+        tf_flash_simt_cols(lane, hd, [&](int u) { dq[r][u] = fmaf(dsj, sK[j * ldk + lane + 32 * u], dq[r][u]); });
       }
     }
   }
@@ -360,9 +357,7 @@ __global__ void __launch_bounds__(TF_FLASH_SIMT_THREADS) tf_flash_dq_simt_kernel
   for (int r = 0; r < R; r++) {
     const int64_t row = q0 + warp * R + r;
     if (row >= p.seq_q) continue;
-#pragma unroll
-    for (int u = 0; u < 4; u++)
-      if (lane + 32 * u < hd) dQ[row * hd + lane + 32 * u] = D::store(dq[r][u] * p.scale);
+    tf_flash_simt_cols(lane, hd, [&](int u) { dQ[row * hd + lane + 32 * u] = D::store(dq[r][u] * p.scale); });
   }
 }
 

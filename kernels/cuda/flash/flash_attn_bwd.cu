@@ -333,14 +333,7 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) tf_flash_dq_tc_kern
   for (int dt = 0; dt < DT8; dt++) dq[dt][0] = dq[dt][1] = dq[dt][2] = dq[dt][3] = 0.f;
 
   for (int j = 0; j < n_tiles; j++) {
-    tf_flash_cp_wait<0>();
-    __syncthreads();
-    if (j + 1 < n_tiles) {
-      const int nxt = (j + 1) & 1;
-      tf_flash_load_rows<BC, HD, LD, C::THREADS>(sK + nxt * BC * LD, K, (int64_t)(j + 1) * BC, p.seq_k, hd);
-      tf_flash_load_rows<BC, HD, LD, C::THREADS>(sV + nxt * BC * LD, V, (int64_t)(j + 1) * BC, p.seq_k, hd);
-      tf_flash_cp_commit();
-    }
+    tf_flash_kv_step<BC, HD, LD, C::THREADS>(p, sK, sV, K, V, j + 1, n_tiles, hd);
     const int64_t k0 = (int64_t)j * BC;
     if (wq0 >= p.seq_q || (p.causal && k0 > wq0 + 15)) continue;
     const uint32_t ks = (uint32_t)((j & 1) * BC * LD * 2);

@@ -251,6 +251,23 @@ __device__ __forceinline__ void tf_flash_load_rows(uint16_t *dst, const uint16_t
   }
 }
 
+/* The K/V double buffer's step at the top of a key block's iteration:
+ * wait until the block has landed and every warp is done with the one
+ * before, then start the copy of block `next` (the one after: BC rows
+ * into buffer next & 1) where there is one. */
+template <int BC, int HD, int LD, int THREADS>
+__device__ __forceinline__ void tf_flash_kv_step(const tf_cuda_flash_params &p, uint16_t *sK, uint16_t *sV, const uint16_t *K,
+                                                 const uint16_t *V, int next, int n_tiles, int hd) {
+  tf_flash_cp_wait<0>();
+  __syncthreads();
+  if (next < n_tiles) {
+    const int buf = next & 1;
+    tf_flash_load_rows<BC, HD, LD, THREADS>(sK + buf * BC * LD, K, (int64_t)next * BC, p.seq_k, hd);
+    tf_flash_load_rows<BC, HD, LD, THREADS>(sV + buf * BC * LD, V, (int64_t)next * BC, p.seq_k, hd);
+    tf_flash_cp_commit();
+  }
+}
+
 /* ROWS f32 values of a row statistic (lse, D) from row0, zero past nrows. */
 template <int ROWS, int THREADS>
 __device__ __forceinline__ void tf_flash_load_stat(float *dst, const float *src, int64_t row0, int64_t nrows) {

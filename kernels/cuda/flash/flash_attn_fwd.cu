@@ -88,14 +88,7 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) tf_flash_fwd_tc_ker
    * their loop has no mask code at all). */
   auto key_block = [&](int j, auto mask_tag) {
     constexpr bool MASK = decltype(mask_tag)::value;
-    tf_flash_cp_wait<0>();
-    __syncthreads(); /* block j has landed; every warp is done with block j - 1 */
-    if (j + 1 < n_tiles) {
-      const int nxt = (j + 1) & 1;
-      tf_flash_load_rows<BC, HD, LD, C::THREADS>(sK + nxt * BC * LD, K, (int64_t)(j + 1) * BC, p.seq_k, hd);
-      tf_flash_load_rows<BC, HD, LD, C::THREADS>(sV + nxt * BC * LD, V, (int64_t)(j + 1) * BC, p.seq_k, hd);
-      tf_flash_cp_commit();
-    }
+    tf_flash_kv_step<BC, HD, LD, C::THREADS>(p, sK, sV, K, V, j + 1, n_tiles, hd);
     const int64_t k0 = (int64_t)j * BC;
     if (MASK && (wq0 >= p.seq_q || (p.causal && k0 > wq0 + 16 * MT - 1))) return; /* nothing this warp sees */
     const uint32_t kst = k_addr + (uint32_t)((j & 1) * BC * LD * 2), vst = v_addr + (uint32_t)((j & 1) * BC * LD * 2);

@@ -183,45 +183,18 @@ __device__ __forceinline__ void tf_bwd_ws_produce(const tf_bwd_ws_params &a, con
   }
 }
 
-template <int DT, int HD, int BR_, bool ATOMIC_DQ>
-__global__ void __launch_bounds__(384, 1) tf_flash_bwd_ws_kernel(const __grid_constant__ tf_bwd_ws_params a) {
-  using C = tf_bwd_ws_cfg<HD, BR_, ATOMIC_DQ>;
-  constexpr int BC = C::BC, BR = C::BR, NT = BR / 8, STAGES = C::STAGES, DQ_BUFS = C::DQ_BUFS;
+/* The consumers, warpgroups 1 and 2 (cw 0 and 1: 64 keys each, their
+ * registers raised): per query block S^T, dP^T, P^T, dS^T, then dV, dQ
+ * and dK's products, and at the end dK and dV out. */
+template <int DT, class C, bool ATOMIC_DQ>
+__device__ __forceinline__ void tf_bwd_ws_consume(const tf_cuda_flash_params &p, const tf_bwd_ws_block<C> &blk, int cw,
+                                                  int lane) {
+  constexpr int HD = C::HD, BC = C::BC, BR = C::BR, NT = BR / 8, STAGES = C::STAGES, DQ_BUFS = C::DQ_BUFS;
   constexpr uint32_t QO = C::QO;
   /* 64-row query blocks: the head-dim columns of dQ that consumer 0 computes (consumer 1 the rest) */
   constexpr int DQ_N0 = HD == 64 ? 32 : 64;
-  const tf_cuda_flash_params &p = a.p;
-  const tf_bwd_ws_block<C> blk = tf_bwd_ws_block_of<C>(p);
   TF_BWD_WS_UNPACK(blk);
-
-  if (threadIdx.x == 0) {
-    tf_mbar_init(bar_kv, 1);
-    for (int s = 0; s < STAGES; s++) {
-      tf_mbar_init(bar_full + 8 * s, 32); /* the loading warp's lanes (lse, D), one of them with Q and dO's bytes */
-      tf_mbar_init(bar_empty + 8 * s, 256); /* the consumers' threads (each has read lse and D) */
-    }
-    for (int i = 0; i < DQ_BUFS; i++) {
-      tf_mbar_init(bar_dq_full + 8 * i, 256); /* the consumers' threads */
-      tf_mbar_init(bar_dq_empty + 8 * i, 1);  /* the dQ warp */
-    }
-    tf_mbar_init_fence();
-  }
-  __syncthreads();
-
-  const int wg = tf_wgmma_warpgroup(), lane = (int)threadIdx.x % 32;
-  if (wg == 0) {
-    tf_setmaxnreg_dec<TF_WS_LOAD_REGS>();
-    tf_bwd_ws_produce<C, ATOMIC_DQ>(a, blk, lane);
-    return;
-  }
-
-  /* ---- the consumers, warpgroups 1 and 2 (cw 0 and 1: 64 keys each). In
-   * the kernel's body, not a function of their own: as one, ptxas
-   * scheduled them differently (73-362 instructions of 1600-2500 moved,
-   * 32 more at head dim 128 with dQ), while the producer's function gives
-   * the very same code. */
-  tf_setmaxnreg_inc<TF_WS_MMA_REGS>();
-  const int cw = wg - 1, warp = ((int)threadIdx.x / 32) % 4;
+  const int warp = ((int)threadIdx.x / 32) % 4;
   const int g = lane >> 2, t2 = (lane & 3) * 2;
   /* the consumer's 64 keys: K and V rows (in each 64-column half) */
   const uint32_t k_w = sK + (uint32_t)cw * 64 * 128, v_w = sV + (uint32_t)cw * 64 * 128;
@@ -260,8 +233,10 @@ __global__ void __launch_bounds__(384, 1) tf_flash_bwd_ws_kernel(const __grid_co
     turn_end();
 
     /* P^T, masked where the key is after the query or past the keys (rows
-     * past the queries have lse = inf); then dS^T = P^T (dP^T - D) */
-    const bool edge = (p.causal && q0 < k0 + BC) || k0 + BC > p.seq_k;
+     * past the queries have lse = inf); then dS^T = P^T (dP^T - D). `|`, not
+     * `||`: p is a reference, whose seq_k the compiler would not read before
+     * the test, and it would branch (a different schedule) */
+    const bool edge = (p.causal && q0 < k0 + BC) | (k0 + BC > p.seq_k);
     tf_wgmma_wait<SPLIT ? 1 : 0>();
     tf_wgmma_hold(sc);
     if constexpr (!SPLIT) tf_wgmma_hold(dp);
@@ -381,6 +356,39 @@ __global__ void __launch_bounds__(384, 1) tf_flash_bwd_ws_kernel(const __grid_co
   /* dK (times scale) and dV through the consumer's own K and V rows, once both consumers are done with K */
   asm volatile("bar.sync 1, 256;\n" ::: "memory");
   tf_wgmma_bwd_store_dk_dv<DT, BC, HD>(p, b, k0, cw, warp, hd, base_ptr + C::K_AT, base_ptr + C::V_AT, dk, dv, 2 + cw);
+}
+
+/* The block's state and barriers, then its producer or consumer part. */
+template <int DT, int HD, int BR_, bool ATOMIC_DQ>
+__global__ void __launch_bounds__(384, 1) tf_flash_bwd_ws_kernel(const __grid_constant__ tf_bwd_ws_params a) {
+  using C = tf_bwd_ws_cfg<HD, BR_, ATOMIC_DQ>;
+  constexpr int STAGES = C::STAGES, DQ_BUFS = C::DQ_BUFS;
+  const tf_cuda_flash_params &p = a.p;
+  const tf_bwd_ws_block<C> blk = tf_bwd_ws_block_of<C>(p);
+  TF_BWD_WS_UNPACK(blk);
+
+  if (threadIdx.x == 0) {
+    tf_mbar_init(bar_kv, 1);
+    for (int s = 0; s < STAGES; s++) {
+      tf_mbar_init(bar_full + 8 * s, 32); /* the loading warp's lanes (lse, D), one of them with Q and dO's bytes */
+      tf_mbar_init(bar_empty + 8 * s, 256); /* the consumers' threads (each has read lse and D) */
+    }
+    for (int i = 0; i < DQ_BUFS; i++) {
+      tf_mbar_init(bar_dq_full + 8 * i, 256); /* the consumers' threads */
+      tf_mbar_init(bar_dq_empty + 8 * i, 1);  /* the dQ warp */
+    }
+    tf_mbar_init_fence();
+  }
+  __syncthreads();
+
+  const int wg = tf_wgmma_warpgroup(), lane = (int)threadIdx.x % 32;
+  if (wg == 0) {
+    tf_setmaxnreg_dec<TF_WS_LOAD_REGS>();
+    tf_bwd_ws_produce<C, ATOMIC_DQ>(a, blk, lane);
+  } else {
+    tf_setmaxnreg_inc<TF_WS_MMA_REGS>();
+    tf_bwd_ws_consume<DT, C, ATOMIC_DQ>(p, blk, wg - 1, lane);
+  }
 }
 
 /* ---- launch ------------------------------------------------------------------------------- */
