@@ -152,15 +152,24 @@ size_t tf_lua_heap_used(lua_State *L) { return tf_lua_heap_of(L)->used; }
  * raises "interrupted!" at the next Lua instruction. ---- */
 
 static lua_State *tf_running_L;
+/* The hook Ctrl-C's replaced (--timeout's count, or none), put back when the
+ * chunk stops, so that the next chunk is still timed. */
+static lua_Hook tf_sigint_saved_hook;
+static int tf_sigint_saved_mask, tf_sigint_saved_count;
 
 static void tf_lua_stop(lua_State *L, lua_Debug *ar) {
   (void)ar;
-  lua_sethook(L, NULL, 0, 0);
+  lua_sethook(L, tf_sigint_saved_hook, tf_sigint_saved_mask, tf_sigint_saved_count);
   luaL_error(L, "interrupted!");
 }
 
 static void tf_lua_sigint(int sig) {
   signal(sig, SIG_DFL); /* a second Ctrl-C terminates */
+  if (lua_gethook(tf_running_L) != tf_lua_stop) {
+    tf_sigint_saved_hook = lua_gethook(tf_running_L);
+    tf_sigint_saved_mask = lua_gethookmask(tf_running_L);
+    tf_sigint_saved_count = lua_gethookcount(tf_running_L);
+  }
   lua_sethook(tf_running_L, tf_lua_stop, LUA_MASKCALL | LUA_MASKRET | LUA_MASKCOUNT, 1);
 }
 

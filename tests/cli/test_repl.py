@@ -112,6 +112,23 @@ class CtrlC(cli.TfhostTest):
         self.leave(repl)
 
 
+    def test_ctrl_c_keeps_the_timeout_of_the_next_chunk(self):
+        # --timeout's clock is a count hook; Ctrl-C's hook replaced it, so the chunks after an
+        # interrupted one ran untimed. The next endless chunk must still be stopped.
+        env = self.env(TERM="dumb", TFHOST_NO_EDITLINE="1")
+        repl = PlainPtyRepl(self, ("--device", "cpu", "--safe", "--timeout", "3"), env)
+        repl.expect("tf> ")
+        repl.send("print('spin' .. 'ning') while true do end\r")
+        repl.expect("spinning\r\n")
+        repl.send("\x03")
+        self.assertRegex(repl.expect("tf> "), r"interrupted!")
+        repl.send("while true do end\r")
+        repl.expect("stopped after 3 s of wall-clock time", timeout=30)
+        self.assertEqual(repl.wait(), 124)
+        # stopped by the hook in Lua, not by the clock's last resort after its grace period
+        self.assertNotIn(b"ended at once", repl.buf)
+
+
 class HelpCompletionAndPrinting(cli.TfhostTest):
     def test_tab_completes_a_tensors_fields(self):
         repl = cli.PtyRepl(self, ("--device", "cpu"), self.env(TERM="dumb"))
