@@ -212,8 +212,8 @@ static tf_status tf_st_parse_entry(const char *path, const cJSON *item, tf_safet
   for (const cJSON *d = shape->child; d; d = d->next) {
     uint64_t v;
     if (!tf_st_uint(d, &v))
-      return tf_st_fail(TF_ERR_IO, path, "tensor '%s': shape entry %d is %s, not a non-negative integer", name,
-                        e->shape.ndim + 1, tf_st_describe(d, vb, sizeof vb));
+      return tf_st_fail(TF_ERR_IO, path, "tensor '%s': dimension %d of its shape is %s, not a non-negative integer",
+                        name, e->shape.ndim, tf_st_describe(d, vb, sizeof vb));
     e->shape.dims[e->shape.ndim++] = (int64_t)v;
     if (v && numel > (UINT64_MAX / 64) / v) overflow = true;
     numel *= v;
