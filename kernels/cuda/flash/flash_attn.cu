@@ -177,6 +177,25 @@ __device__ __forceinline__ void tf_flash_simt_keys(float *sK, int ldk, float *sV
   __syncthreads();
 }
 
+/* Key blocks k0 of T keys below key_end, each loaded (tf_flash_simt_keys),
+ * then f(r, lr, row, key) for the warp's R query rows lr = warp R + r
+ * (row q0 + lr of the problem) and the lane's key k0 + lane. */
+template <int DT, int T, int R, class F>
+__device__ __forceinline__ void tf_flash_simt_key_blocks(float *sK, int ldk, float *sV, int ldv,
+                                                         const typename tf_cuda_dtype<DT>::storage *K,
+                                                         const typename tf_cuda_dtype<DT>::storage *V, int64_t key_end,
+                                                         int64_t seq_k, int hd, int warp, int lane, int64_t q0, F &&f) {
+  for (int64_t k0 = 0; k0 < key_end; k0 += T) {
+    tf_flash_simt_keys<DT, T>(sK, ldk, sV, ldv, K, V, k0, seq_k, hd);
+    const int64_t key = k0 + lane;
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+      const int lr = warp * R + r;
+      f(r, lr, q0 + lr, key);
+    }
+  }
+}
+
 /* A kernel over query blocks of BR rows: its problem *b and first row
  * *q0, and Q's rows in sQ (rows of hd). */
 template <int DT, int BR>
@@ -210,30 +229,24 @@ __global__ void __launch_bounds__(TF_FLASH_SIMT_THREADS) tf_flash_fwd_simt_kerne
 #pragma unroll
     for (int u = 0; u < 4; u++) o[r][u] = 0.f;
   }
-  for (int64_t k0 = 0; k0 < key_end; k0 += T) {
-    tf_flash_simt_keys<DT, T>(sK, ldk, sV, hd, K, V, k0, p.seq_k, hd);
-    const int64_t key = k0 + lane;
+  tf_flash_simt_key_blocks<DT, T, R>(sK, ldk, sV, hd, K, V, key_end, p.seq_k, hd, warp, lane, q0,
+                                     [&](int r, int lr, int64_t row, int64_t key) {
+    float s = 0.f;
+    for (int c = 0; c < hd; c++) s = fmaf(sQ[lr * hd + c], sK[lane * ldk + c], s);
+    const bool vis = key < p.seq_k && (!p.causal || key <= row);
+    s = vis ? s * p.scale : -INFINITY;
+    const float mx = fmaxf(m[r], tf_flash_warp_max(s));
+    if (mx == -INFINITY) return; /* nothing visible yet (the same in every lane) */
+    const float alpha = expf(m[r] - mx), pv = vis ? expf(s - mx) : 0.f;
+    l[r] = l[r] * alpha + tf_flash_warp_sum(pv);
+    m[r] = mx;
 #pragma unroll
-    for (int r = 0; r < R; r++) {
-      const int lr = warp * R + r;
-      const int64_t row = q0 + lr;
-      float s = 0.f;
-      for (int c = 0; c < hd; c++) s = fmaf(sQ[lr * hd + c], sK[lane * ldk + c], s);
-      const bool vis = key < p.seq_k && (!p.causal || key <= row);
-      s = vis ? s * p.scale : -INFINITY;
-      const float mx = fmaxf(m[r], tf_flash_warp_max(s));
-      if (mx == -INFINITY) continue; /* nothing visible yet (the same in every lane) */
-      const float alpha = expf(m[r] - mx), pv = vis ? expf(s - mx) : 0.f;
-      l[r] = l[r] * alpha + tf_flash_warp_sum(pv);
-      m[r] = mx;
-#pragma unroll
-      for (int u = 0; u < 4; u++) o[r][u] *= alpha;
-      for (int j = 0; j < T; j++) {
-        const float pj = __shfl_sync(0xffffffffu, pv, j);
-        tf_flash_simt_cols(lane, hd, [&](int u) { o[r][u] = fmaf(pj, sV[j * hd + lane + 32 * u], o[r][u]); });
-      }
+    for (int u = 0; u < 4; u++) o[r][u] *= alpha;
+    for (int j = 0; j < T; j++) {
+      const float pj = __shfl_sync(0xffffffffu, pv, j);
+      tf_flash_simt_cols(lane, hd, [&](int u) { o[r][u] = fmaf(pj, sV[j * hd + lane + 32 * u], o[r][u]); });
     }
-  }
+  });
   S *O = tf_flash_o_of<S>(p, b);
 #pragma unroll
   for (int r = 0; r < R; r++) {
@@ -334,24 +347,18 @@ __global__ void __launch_bounds__(TF_FLASH_SIMT_THREADS) tf_flash_dq_simt_kernel
   }
   int64_t key_end = p.seq_k;
   if (p.causal && q0 + BR < key_end) key_end = q0 + BR;
-  for (int64_t k0 = 0; k0 < key_end; k0 += T) {
-    tf_flash_simt_keys<DT, T>(sK, ldk, sV, ldk, K, V, k0, p.seq_k, hd);
-    const int64_t key = k0 + lane;
-#pragma unroll
-    for (int r = 0; r < R; r++) {
-      const int lr = warp * R + r;
-      const int64_t row = q0 + lr;
-      if (row >= p.seq_q) continue;
-      float pv;
-      const float ds = tf_flash_simt_ds(p, sQ, lr * hd, sK, lane * ldk, sdO, sV, hd, key < p.seq_k, key, row, lse[r], dd[r],
-                                        pv);
-      (void)pv; /* dQ needs dS alone */
-      for (int j = 0; j < T; j++) {
-        const float dsj = __shfl_sync(0xffffffffu, ds, j);
-        tf_flash_simt_cols(lane, hd, [&](int u) { dq[r][u] = fmaf(dsj, sK[j * ldk + lane + 32 * u], dq[r][u]); });
-      }
+  tf_flash_simt_key_blocks<DT, T, R>(sK, ldk, sV, ldk, K, V, key_end, p.seq_k, hd, warp, lane, q0,
+                                     [&](int r, int lr, int64_t row, int64_t key) {
+    if (row >= p.seq_q) return;
+    float pv;
+    const float ds = tf_flash_simt_ds(p, sQ, lr * hd, sK, lane * ldk, sdO, sV, hd, key < p.seq_k, key, row, lse[r], dd[r],
+                                      pv);
+    (void)pv; /* dQ needs dS alone */
+    for (int j = 0; j < T; j++) {
+      const float dsj = __shfl_sync(0xffffffffu, ds, j);
+      tf_flash_simt_cols(lane, hd, [&](int u) { dq[r][u] = fmaf(dsj, sK[j * ldk + lane + 32 * u], dq[r][u]); });
     }
-  }
+  });
   S *dQ = static_cast<S *>(p.dq) + b * p.seq_q * hd;
 #pragma unroll
   for (int r = 0; r < R; r++) {

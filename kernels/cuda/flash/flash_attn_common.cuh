@@ -206,6 +206,16 @@ __device__ __forceinline__ void tf_flash_query_block_of(const tf_cuda_flash_para
   *n_tiles = (int)((key_end + BC - 1) / BC);
 }
 
+/* The same, with its problem's tensors returned (the mma.sync forward
+ * kernel; the dQ kernel reads p.head_dim between the two calls, and its
+ * code changes when that read moves). */
+template <int BR, int BC>
+__device__ __forceinline__ tf_flash_problem tf_flash_query_problem_of(const tf_cuda_flash_params &p, int64_t *b,
+                                                                      int64_t *q0, int *n_tiles) {
+  tf_flash_query_block_of<BR, BC>(p, b, q0, n_tiles);
+  return tf_flash_problem_of(p, *b);
+}
+
 /* ... and one over key blocks of BC keys (the backward pass's dK/dV): its
  * problem b and first key k0. */
 template <int BC> __device__ __forceinline__ void tf_flash_key_block_of(const tf_cuda_flash_params &p, int64_t *b, int64_t *k0) {

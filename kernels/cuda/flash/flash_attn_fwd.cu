@@ -46,9 +46,8 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) tf_flash_fwd_tc_ker
   const int warp = (int)threadIdx.x / 32, lane = (int)threadIdx.x % 32;
   int64_t b, q0;
   int n_tiles;
-  tf_flash_query_block_of<BR, BC>(p, &b, &q0, &n_tiles);
+  const tf_flash_problem pr = tf_flash_query_problem_of<BR, BC>(p, &b, &q0, &n_tiles);
   const int hd = p.head_dim;
-  const tf_flash_problem pr = tf_flash_problem_of(p, b);
   const uint16_t *Q = pr.q, *K = pr.k, *V = pr.v;
 
   tf_flash_load_rows<BR, HD, LD, C::THREADS>(sQ, Q, q0, p.seq_q, hd);
