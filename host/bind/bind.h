@@ -18,10 +18,6 @@ typedef struct tf_lua_tensor {
   tf_tensor *t;
 } tf_lua_tensor;
 
-/* Raises the core's last error as a Lua error from function fname, at the
- * user's line: "file:line: fname: message". Out of memory errors read
- * "file:line: out of memory: ... (in fname)", so scripts recognise them by
- * the words after the position (tf.mem.is_oom). Never returns. */
 /* Errors that point at the user's line: the position pushed by
  * tf_lua_where is that of the first function at `level` or above that is
  * neither C nor one of tfhost's Lua modules (luaL_where's, past tfhost's
@@ -31,6 +27,10 @@ typedef struct tf_lua_tensor {
 void tf_lua_where(lua_State *L, int level);
 int tf_lua_error(lua_State *L, const char *fmt, ...);
 void tf_lua_replace_error(lua_State *L);
+/* Raises the core's last error as a Lua error from function fname, at the
+ * user's line: "file:line: fname: message". Out of memory errors read
+ * "file:line: out of memory: ... (in fname)", so scripts recognise them by
+ * the words after the position (tf.mem.is_oom). Never returns. */
 int tf_lua_raise(lua_State *L, tf_status st, const char *fname);
 #define TF_LUA_CHECK(L, expr, fname)                        \
   do {                                                      \

@@ -1,7 +1,5 @@
 #include "luahost.h"
 
-#include "bind.h"
-
 #include <lauxlib.h>
 #include <lualib.h>
 #include <signal.h>
@@ -13,12 +11,24 @@
 
 #define TF_EXIT_TYPE "tf.Exit"
 
+/* A thread's hook, kept while another one stands in for it (the full
+ * heap's, Ctrl-C's) and put back after. */
+typedef struct tf_lua_hookstate {
+  lua_Hook hook;
+  int mask, count;
+} tf_lua_hookstate;
+
+static tf_lua_hookstate tf_lua_hook_save(lua_State *L) {
+  return (tf_lua_hookstate){lua_gethook(L), lua_gethookmask(L), lua_gethookcount(L)};
+}
+
+static void tf_lua_hook_restore(lua_State *L, tf_lua_hookstate s) { lua_sethook(L, s.hook, s.mask, s.count); }
+
 typedef struct tf_lua_heap {
   size_t used, limit;
   lua_State *L; /* the main thread: its hook reports a full heap */
   bool armed;   /* the hook below is set and will look at the heap */
-  lua_Hook saved_hook;
-  int saved_mask, saved_count;
+  tf_lua_hookstate saved;
 } tf_lua_heap;
 
 /* Past the limit an allocation may still take this much more, so that the
@@ -32,7 +42,7 @@ static void tf_lua_heap_hook(lua_State *L, lua_Debug *ar);
 /* Puts back the hook the arming replaced, unless another one (Ctrl-C's) has
  * replaced ours since. */
 static void tf_lua_heap_disarm(tf_lua_heap *h) {
-  if (h->armed && lua_gethook(h->L) == tf_lua_heap_hook) lua_sethook(h->L, h->saved_hook, h->saved_mask, h->saved_count);
+  if (h->armed && lua_gethook(h->L) == tf_lua_heap_hook) tf_lua_hook_restore(h->L, h->saved);
   h->armed = false;
 }
 
@@ -67,9 +77,7 @@ static bool tf_lua_heap_soft(tf_lua_heap *h, size_t total) {
     return false;
   }
   if (!h->armed || lua_gethook(h->L) != tf_lua_heap_hook) { /* ours runs first, then the one it replaced */
-    h->saved_hook = lua_gethook(h->L);
-    h->saved_mask = lua_gethookmask(h->L);
-    h->saved_count = lua_gethookcount(h->L);
+    h->saved = tf_lua_hook_save(h->L);
     h->armed = true;
     lua_sethook(h->L, tf_lua_heap_hook, LUA_MASKCOUNT, 1);
   }
@@ -154,22 +162,17 @@ size_t tf_lua_heap_used(lua_State *L) { return tf_lua_heap_of(L)->used; }
 static lua_State *tf_running_L;
 /* The hook Ctrl-C's replaced (--timeout's count, or none), put back when the
  * chunk stops, so that the next chunk is still timed. */
-static lua_Hook tf_sigint_saved_hook;
-static int tf_sigint_saved_mask, tf_sigint_saved_count;
+static tf_lua_hookstate tf_sigint_saved;
 
 static void tf_lua_stop(lua_State *L, lua_Debug *ar) {
   (void)ar;
-  lua_sethook(L, tf_sigint_saved_hook, tf_sigint_saved_mask, tf_sigint_saved_count);
+  tf_lua_hook_restore(L, tf_sigint_saved);
   luaL_error(L, "interrupted!");
 }
 
 static void tf_lua_sigint(int sig) {
   signal(sig, SIG_DFL); /* a second Ctrl-C terminates */
-  if (lua_gethook(tf_running_L) != tf_lua_stop) {
-    tf_sigint_saved_hook = lua_gethook(tf_running_L);
-    tf_sigint_saved_mask = lua_gethookmask(tf_running_L);
-    tf_sigint_saved_count = lua_gethookcount(tf_running_L);
-  }
+  if (lua_gethook(tf_running_L) != tf_lua_stop) tf_sigint_saved = tf_lua_hook_save(tf_running_L);
   lua_sethook(tf_running_L, tf_lua_stop, LUA_MASKCALL | LUA_MASKRET | LUA_MASKCOUNT, 1);
 }
 

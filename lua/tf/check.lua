@@ -51,6 +51,10 @@ function M.choice(value, fname, key, choices)
     type(value) == "string" and string.format("%q", value) or tostring(value)), 2)
 end
 
+--- What v is in a message about a missing or wrong argument: "nothing"
+-- for nil, else its Lua type ("number", "table").
+function M.kind(v) return v == nil and "nothing" or type(v) end
+
 -- What v is, as messages say it: "a tf.Tensor", "nil", "a number".
 local function what_is(v)
   if v == nil then return "nil" end

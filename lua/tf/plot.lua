@@ -24,7 +24,7 @@ local function esc(s)
   return (tostring(s):gsub("[&<>\"]", { ["&"] = "&amp;", ["<"] = "&lt;", [">"] = "&gt;", ['"'] = "&quot;" }))
 end
 
-local function kind_of(v) return v == nil and "nothing" or type(v) end
+local kind_of = check.kind
 local function num(v) return math.type(v) ~= nil and v == v and v ~= math.huge and v ~= -math.huge end
 
 --- A number as an axis shows it: 16384 -> "16k", 0.25 -> "0.25", 1e-5 -> "1e-05".

@@ -94,7 +94,7 @@ end
 -- The file is written whole or not at all: into path .. ".part", then
 -- renamed over path, so that a run killed while writing (a sweep writes
 -- its rows as they finish) leaves the last complete file.
-local function kind_of(v) return v == nil and "nothing" or type(v) end
+local kind_of = require("tf.check").kind
 
 function M.write(path, results, extra)
   local tf = require "tf"

@@ -21,7 +21,8 @@ local M = {}
 local Sweep = {}
 Sweep.__index = Sweep
 
-local function kind_of(v) return v == nil and "nothing" or type(v) end
+local check = require "tf.check"
+local kind_of = check.kind
 
 --- "0.4 s", "12 s", "3 min 20 s", "1 h 5 min".
 function M.duration(s)
@@ -44,7 +45,7 @@ end
 -- each configuration, for scripts that print while they run).
 function M.new(opts)
   if type(opts) ~= "table" then error("tf.report.sweep: expects a table of options, got " .. kind_of(opts), 2) end
-  require("tf.check").keys(opts, "tf.report.sweep", { "total", "json", "results", "costs", "extra", "lines", "out" })
+  check.keys(opts, "tf.report.sweep", { "total", "json", "results", "costs", "extra", "lines", "out" })
   if math.type(opts.total) ~= "integer" or opts.total < 0 then
     error("tf.report.sweep: opts.total must be the number of configurations (an integer >= 0), got " ..
       tostring(opts.total), 2)
