@@ -6,6 +6,7 @@
 #include "backend.h"
 #include "cpu.h"
 #include "prof.h"
+#include "rtc.h"
 #ifdef TF_WITH_CUDA
 #include "cuda_backend.h"
 #endif
@@ -15,5 +16,6 @@ void tf_backends_init(void) {
 #ifdef TF_WITH_CUDA
   tf_device_register_backend(TF_DEV_CUDA, tf_cuda_backend());
   tf_prof_set_gpu_source(tf_cuda_prof_source());
+  tf_rtc_register(tf_cuda_rtc());
 #endif
 }

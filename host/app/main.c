@@ -447,6 +447,7 @@ int main(int argc, char **argv) {
     cli.exit_code = TF_EXIT_SCRIPT;
   }
   fflush(stdout);
+  tf_lua_exit_if_context_lost(); /* a script that caught the fault's errors still ends with exit 1 */
   tf_lua_close(L);
   tf_dist_shutdown(cli.exit_code != TF_EXIT_OK);
   tf_devices_shutdown();

@@ -15,6 +15,8 @@ const char tf_safe_cli_usage[] =
     "                 host's and 90 % of each GPU's, wall clock <= 600 s (TFHOST_SAFE_TIMEOUT sets\n"
     "                 another default; docs/safe.md)\n"
     "  --allow-write DIR  under --safe, the folder scripts may write in (default: the current one)\n"
+    "  --allow-kernels    under --safe, let scripts compile and launch CUDA kernels (tf.cuda.compile):\n"
+    "                 a kernel can read and write any GPU memory of the process\n"
     "  --timeout S    stop the script after S seconds of wall-clock time (exit code " TF_EXIT_STR(TF_EXIT_TIMEOUT) ");\n"
     "                 none: no limit (the default without --safe)\n"
     "  --memory-limit G   cap every device's memory (the allocator's) at G GiB; none: no cap\n";
@@ -43,6 +45,10 @@ int tf_safe_cli_option(int argc, char **argv, int *i, tf_safe_settings *s, char 
     s->safe = true;
     return 1;
   }
+  if (strcmp(a, "--allow-kernels") == 0) {
+    s->allow_kernels = true;
+    return 1;
+  }
   for (int k = 0; k < TF_SAFE_NVALUED; k++) {
     const char *name = tf_safe_valued[k];
     size_t n = strlen(name);
@@ -67,6 +73,10 @@ int tf_safe_cli_option(int argc, char **argv, int *i, tf_safe_settings *s, char 
 }
 
 int tf_safe_cli_finish(tf_safe_settings *s, char *err, size_t err_size) {
+  if (s->allow_kernels && !s->safe) {
+    snprintf(err, err_size, "--allow-kernels needs --safe (without it, kernels are allowed)");
+    return -1;
+  }
   if (s->allow_write) {
     if (!s->safe) {
       snprintf(err, err_size, "--allow-write needs --safe");

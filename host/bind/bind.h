@@ -97,6 +97,7 @@ void tf_open_nn(lua_State *L);        /* the NN ops, as functions and methods */
 void tf_open_model(lua_State *L);     /* tf._model: the fused Transformer engine */
 void tf_open_dist(lua_State *L);      /* tf._dist: ranks and collectives, for tf.dist */
 void tf_open_prof(lua_State *L);      /* tf._prof: ranges and the profiler */
+void tf_open_rtc(lua_State *L);       /* tf._rtc: kernels compiled at run time, for tf.cuda */
 void tf_lua_open_exit(lua_State *L);  /* tf.exit (luahost.c) */
 void tf_open_safe(lua_State *L);      /* the sandbox's functions (safe.c) */
 int luaopen_tf_core(lua_State *L);

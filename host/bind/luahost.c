@@ -1,11 +1,15 @@
 #include "luahost.h"
 
+#include "exit_codes.h"
+#include "rtc.h"
+
 #include <lauxlib.h>
 #include <lualib.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "bind.h"
 
@@ -214,7 +218,22 @@ int tf_lua_report(lua_State *L, int status) {
     fprintf(stderr, "tfhost: %s\n", msg);
   fflush(stderr);
   lua_pop(L, 1);
+  tf_lua_exit_if_context_lost();
   return status;
+}
+
+void tf_lua_exit_if_context_lost(void) {
+  char why[1024];
+  if (!tf_rtc() || !tf_rtc()->context_lost(why, sizeof why)) return;
+  fprintf(stderr,
+          "tfhost: a kernel faulted and the CUDA context is now unusable (%s). Nothing more can run on the GPU in "
+          "this process: tfhost stops here (exit %d). CUDA_LAUNCH_BLOCKING=1 stops at the faulting launch; "
+          "compute-sanitizer tfhost ... names the faulting line.\n",
+          why, TF_EXIT_SCRIPT);
+  fflush(stdout);
+  fflush(stderr);
+  /* not exit(): freeing memory and flushing the profiler on a context in this state can block */
+  _exit(TF_EXIT_SCRIPT);
 }
 
 /* ---- tf.exit: a clean, deliberate exit that unwinds (closing <close>

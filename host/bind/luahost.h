@@ -27,6 +27,11 @@ int tf_lua_docall(lua_State *L, int narg, int nres);
  * prefixed by the program name, and pops it. Returns status. */
 int tf_lua_report(lua_State *L, int status);
 
+/* When a kernel fault made the CUDA context unusable: says so on stderr, with what is known of the
+ * kernel, and ends the process with exit code 1 (TF_EXIT_SCRIPT) at once. tf_lua_report calls it
+ * after every error it prints; main calls it when a script ends. */
+void tf_lua_exit_if_context_lost(void);
+
 /* The error value on top of the stack is a tf.Exit request (tf.exit or a
  * usage error from tf.options): its code, after printing its message. */
 bool tf_lua_exit_request(lua_State *L, int *code);

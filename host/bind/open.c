@@ -21,6 +21,7 @@ static const struct tf_opener {
     {"tf._model", tf_open_model},
     {"tf._dist", tf_open_dist},
     {"tf._prof", tf_open_prof},
+    {"tf._rtc", tf_open_rtc},
     {"tf.exit", tf_lua_open_exit},
     {"the sandbox's functions", tf_open_safe},
 };

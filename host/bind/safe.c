@@ -28,6 +28,17 @@ bool tf_safe_active(lua_State *L) {
   return active;
 }
 
+bool tf_safe_kernels_allowed(lua_State *L) {
+  if (lua_rawgetp(L, LUA_REGISTRYINDEX, &tf_safe_key) != LUA_TTABLE) {
+    lua_pop(L, 1);
+    return true;
+  }
+  lua_getfield(L, -1, "kernels");
+  bool allowed = lua_toboolean(L, -1);
+  lua_pop(L, 2);
+  return allowed;
+}
+
 /* The absolute, link-free form of path in out[PATH_MAX]. A file that does
  * not exist yet resolves through its folder, so a new file can be checked
  * before it is created; a link to a missing file is refused (it could name
@@ -158,6 +169,8 @@ void tf_safe_enter(lua_State *L, const tf_safe_settings *s, const char *script) 
   lua_rawseti(L, -2, 1);
   lua_setfield(L, -3, "write");
   lua_setfield(L, -2, "read");
+  lua_pushboolean(L, s->allow_kernels);
+  lua_setfield(L, -2, "kernels");
   lua_rawsetp(L, LUA_REGISTRYINDEX, &tf_safe_key);
   /* the policy: lua/tf/safe.lua replaces, refuses and wraps the libraries */
   lua_getglobal(L, "require");

@@ -21,6 +21,7 @@ typedef struct tf_safe_settings {
   bool safe;               /* --safe */
   bool repl;               /* the REPL follows: --safe sets no default wall clock */
   const char *allow_write; /* --allow-write DIR (NULL: the current folder) */
+  bool allow_kernels;      /* --allow-kernels: tf.cuda.compile under --safe */
   double timeout;          /* --timeout SECONDS (0: not given) */
   double memory_gib;       /* --memory-limit GiB (0: not given) */
   bool timeout_default;    /* timeout is --safe's default, not --timeout's */
@@ -56,6 +57,8 @@ void tf_safe_enter(lua_State *L, const tf_safe_settings *s, const char *script);
 
 /* Whether L runs under --safe. */
 bool tf_safe_active(lua_State *L);
+/* Whether L may compile and launch its own CUDA kernels: not under --safe without --allow-kernels. */
+bool tf_safe_kernels_allowed(lua_State *L);
 
 /* The one check of every file a script names (io.open, loadfile, require,
  * tf.results.write, tf.mem.dump, p:trace, plots, safetensors): under --safe

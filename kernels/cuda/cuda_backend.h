@@ -5,6 +5,7 @@
 
 #include "backend.h"
 #include "prof.h"
+#include "rtc.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -21,6 +22,8 @@ int tf_cuda_backend_device_count(void);
 tf_status tf_cublas_load(void);
 /* cuBLAS's name for a cublasStatus_t ("cuBLAS status N" before the library is loaded). */
 const char *tf_cublas_status(int status);
+/* Kernels compiled at run time: NVRTC, loading and launching (rtc.cu). */
+const tf_rtc_api *tf_cuda_rtc(void);
 /* The profiler's GPU side: CUPTI's activity records (prof.cu). */
 const tf_prof_gpu_source *tf_cuda_prof_source(void);
 

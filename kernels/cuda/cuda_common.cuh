@@ -81,6 +81,12 @@ void tf_cuda_report(cudaError_t err, const char *call);
     if (tf_cublas_err_ != CUBLAS_STATUS_SUCCESS) return tf_cublas_error(tf_cublas_err_, #call); \
   } while (0)
 
+/* The fault that made the CUDA context unusable ("an illegal memory access ... (seen in cudaMemcpy)"),
+ * NULL while there was none. */
+const char *tf_cuda_fault(void);
+/* CUDA_LAUNCH_BLOCKING=1: every launch waits for its kernel, so a fault is seen at its own launch. */
+bool tf_cuda_launch_blocking(void);
+
 /* After a <<<>>> launch: a bad configuration or an earlier asynchronous
  * fault shows up here, named after the kernel. */
 tf_status tf_cuda_launched(const char *kernel);

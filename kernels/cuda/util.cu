@@ -7,6 +7,7 @@
 #include "cuda_backend.h"
 
 #include <mutex>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -20,9 +21,40 @@ const char *tf_cublas_status(int status) {
   return unnamed;
 }
 
+/* A fault in a kernel (an illegal address, a trap, a failed device assert) leaves the CUDA context
+ * unusable: every later call of the process fails with it. The first one seen is kept. */
+static std::atomic<bool> tf_cuda_faulted{false};
+static char tf_cuda_fault_text[256];
+
+static bool tf_cuda_sticky(cudaError_t err) {
+  switch (err) {
+  case cudaErrorIllegalAddress: case cudaErrorLaunchFailure: case cudaErrorAssert: case cudaErrorIllegalInstruction:
+  case cudaErrorMisalignedAddress: case cudaErrorInvalidAddressSpace: case cudaErrorInvalidPc:
+  case cudaErrorHardwareStackError: case cudaErrorLaunchTimeout: case cudaErrorECCUncorrectable:
+    return true;
+  default:
+    return false;
+  }
+}
+
+const char *tf_cuda_fault(void) { return tf_cuda_faulted.load() ? tf_cuda_fault_text : NULL; }
+
+bool tf_cuda_launch_blocking(void) {
+  static int on = -1;
+  if (on < 0) {
+    const char *v = getenv("CUDA_LAUNCH_BLOCKING");
+    on = v && strcmp(v, "1") == 0;
+  }
+  return on != 0;
+}
+
 tf_status tf_cuda_error(cudaError_t err, const char *call) {
   int len = tf_cuda_call_name_len(call);
   (void)cudaGetLastError(); /* reported here: later calls must not see it again */
+  if (tf_cuda_sticky(err) && !tf_cuda_faulted.load()) {
+    snprintf(tf_cuda_fault_text, sizeof tf_cuda_fault_text, "%s (seen in %.*s)", cudaGetErrorString(err), len, call);
+    tf_cuda_faulted.store(true);
+  }
   if (err == cudaErrorMemoryAllocation)
     return tf_fail(TF_ERR_OOM, "out of memory: CUDA error in %.*s: %s", len, call, cudaGetErrorString(err));
   return tf_fail(TF_ERR_BACKEND, "CUDA error in %.*s: %s", len, call, cudaGetErrorString(err));

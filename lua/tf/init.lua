@@ -30,6 +30,13 @@ tf.cuda = {
   compiled = C.cuda_compiled,
   gemm_tuning = C.cuda_gemm_tuning,
 }
+do -- kernels compiled at run time (lua/tf/cuda.lua, host/bind/l_rtc.c)
+  local rtc = require "tf.cuda"
+  rtc.bind(tf, C._rtc)
+  for _, name in ipairs { "compile", "compile_file", "nvrtc_version", "context_lost", "cache_dir" } do
+    tf.cuda[name] = rtc[name]
+  end
+end
 
 local json = C.json
 --- Reads and decodes a JSON file.

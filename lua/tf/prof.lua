@@ -107,6 +107,8 @@ local function match_class(s)
   end
 end
 
+local user_kernels = require("tf.cuda").kernel_classes
+
 --- The class of a kernel from its short and full names. cache (optional)
 -- is a table that remembers answers.
 function M.classify(short_name, full_name, cache)
@@ -114,8 +116,9 @@ function M.classify(short_name, full_name, cache)
   local c = cache and cache[key]
   if c then return c end
   local op = short_name:gsub("^tf_cuda_", ""):gsub("_kernel$", ""):gsub(":.*$", "")
-  c = M.op_classes[op] or match_class(short_name:lower()) or (full_name and match_class(full_name:lower()))
-      or "other"
+  -- a script's own kernels (tf.cuda.compile) are in their class ("user", or the one the script named)
+  c = user_kernels[short_name:match("^[%w_]+") or short_name] or M.op_classes[op] or match_class(short_name:lower())
+      or (full_name and match_class(full_name:lower())) or "other"
   if cache then cache[key] = c end
   return c
 end

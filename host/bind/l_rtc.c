@@ -1,0 +1,456 @@
+/* tf._rtc: kernels compiled at run time, for tf.cuda.compile (lua/tf/cuda.lua). That module reads
+ * options, keeps the cache and reads the kernels' declarations; this file compiles (NVRTC), loads
+ * a compiled image on a device (tf.CudaLibrary) and launches its kernels (tf.CudaKernel) after
+ * checking every argument against the declared parameter list and the device's limits. The launch
+ * is all C: a script launching a small kernel in a loop pays for the checks and one
+ * cudaLaunchKernel. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bind.h"
+#include "clock.h"
+#include "rtc.h"
+#include "safe.h"
+
+#define TF_LIBRARY_TYPE "tf.CudaLibrary"
+#define TF_KERNEL_TYPE "tf.CudaKernel"
+
+/* The run-time compiler, or a Lua error naming fname when the build has none. Under --safe without
+ * --allow-kernels, compiling and loading are refused (guarded); reading versions is not. */
+static const tf_rtc_api *tf_l_rtc_api_of(lua_State *L, const char *fname, bool guarded) {
+  if (guarded && !tf_safe_kernels_allowed(L))
+    tf_lua_error(L, "--safe: %s is not available (a kernel can read and write any GPU memory of the process; "
+                    "tfhost --safe --allow-kernels allows it)",
+                 fname);
+  const tf_rtc_api *api = tf_rtc();
+  if (!api)
+    tf_lua_error(L, "%s: this tfhost was built without the CUDA backend (no CUDA Toolkit at build time), so it "
+                    "cannot compile kernels",
+                 fname);
+  return api;
+}
+
+static const tf_rtc_api *tf_l_rtc_api(lua_State *L, const char *fname) { return tf_l_rtc_api_of(L, fname, true); }
+
+/* tf._rtc.version() -> major, minor of NVRTC */
+static int tf_l_rtc_version(lua_State *L) {
+  const tf_rtc_api *api = tf_l_rtc_api_of(L, "tf.cuda.nvrtc_version", false);
+  int major = 0, minor = 0;
+  TF_LUA_CHECK(L, api->version(&major, &minor), "tf.cuda.nvrtc_version");
+  lua_pushinteger(L, major);
+  lua_pushinteger(L, minor);
+  return 2;
+}
+
+/* tf._rtc.targets() -> {75, 80, ..., 90, ...}: the real targets NVRTC compiles for */
+static int tf_l_rtc_targets(lua_State *L) {
+  const tf_rtc_api *api = tf_l_rtc_api_of(L, "tf.cuda.targets", false);
+  int t[128], n = 0;
+  TF_LUA_CHECK(L, api->targets(t, 128, &n), "tf.cuda.targets");
+  lua_createtable(L, n, 0);
+  for (int i = 0; i < n; i++) {
+    lua_pushinteger(L, t[i]);
+    lua_rawseti(L, -2, i + 1);
+  }
+  return 1;
+}
+
+/* The strings of the list at idx (NULL-free), into a Lua-owned array on the stack. */
+static const char **tf_l_strings(lua_State *L, int idx, int *n) {
+  *n = (int)luaL_len(L, idx);
+  const char **s = lua_newuserdatauv(L, sizeof *s * (size_t)(*n + 1), 0);
+  for (int i = 0; i < *n; i++) {
+    lua_rawgeti(L, idx, i + 1);
+    s[i] = lua_tostring(L, -1); /* the list keeps the string alive */
+    lua_pop(L, 1);
+    if (!s[i]) luaL_error(L, "tf._rtc.compile: entry %d of argument %d is not a string", i + 1, idx);
+  }
+  return s;
+}
+
+static void tf_l_free_result(void *p) {
+  tf_rtc_result *r = p;
+  tf_rtc()->result_free(r);
+  free(r);
+}
+
+/* tf._rtc.compile(text, name, options, header_names, headers, expressions)
+ *   -> {ok = bool, log = string, code = string, cubin = bool, lowered = {...}, ms = compile time} */
+static int tf_l_rtc_compile(lua_State *L) {
+  const tf_rtc_api *api = tf_l_rtc_api(L, "tf.cuda.compile");
+  tf_rtc_source src = {0};
+  src.text = luaL_checkstring(L, 1);
+  src.name = luaL_checkstring(L, 2);
+  for (int i = 3; i <= 6; i++) luaL_checktype(L, i, LUA_TTABLE);
+  src.options = tf_l_strings(L, 3, &src.noptions);
+  src.header_names = tf_l_strings(L, 4, &src.nheaders);
+  int nh;
+  src.headers = tf_l_strings(L, 5, &nh);
+  if (nh != src.nheaders) return luaL_error(L, "tf._rtc.compile: %d header names for %d headers", src.nheaders, nh);
+  src.expressions = tf_l_strings(L, 6, &src.nexpressions);
+  void **slot = tf_lua_push_owner(L, tf_l_free_result);
+  tf_rtc_result *r = calloc(1, sizeof *r);
+  if (!r) return luaL_error(L, "tf.cuda.compile: out of memory");
+  *slot = r;
+  int64_t t0 = tf_clock_ns();
+  TF_LUA_CHECK(L, api->compile(&src, r), "tf.cuda.compile");
+  double ms = (double)(tf_clock_ns() - t0) / 1e6;
+  lua_createtable(L, 0, 6);
+  TF_SET_BOOL(L, "ok", r->ok);
+  TF_SET_STR(L, "log", r->log ? r->log : "");
+  lua_pushnumber(L, ms);
+  lua_setfield(L, -2, "ms");
+  if (r->ok) {
+    lua_pushlstring(L, r->code, r->is_cubin ? r->size : strlen(r->code));
+    lua_setfield(L, -2, "code");
+    TF_SET_BOOL(L, "cubin", r->is_cubin);
+    lua_createtable(L, r->nlowered, 0);
+    for (int i = 0; i < r->nlowered; i++) {
+      lua_pushstring(L, r->lowered[i]);
+      lua_rawseti(L, -2, i + 1);
+    }
+    lua_setfield(L, -2, "lowered");
+  }
+  return 1;
+}
+
+/* ---- tf.CudaLibrary: a compiled image loaded on one device ------------------------------------ */
+
+typedef struct tf_l_library {
+  void *lib; /* NULL once unloaded */
+  tf_device device;
+} tf_l_library;
+
+static tf_l_library *tf_l_checklibrary(lua_State *L, int idx) {
+  tf_l_library *l = luaL_checkudata(L, idx, TF_LIBRARY_TYPE);
+  if (!l->lib) luaL_argerror(L, idx, "the library was unloaded");
+  return l;
+}
+
+/* tf._rtc.load(code, device) -> library */
+static int tf_l_rtc_load(lua_State *L) {
+  const tf_rtc_api *api = tf_l_rtc_api(L, "tf.cuda.compile");
+  size_t n;
+  const char *code = luaL_checklstring(L, 1, &n);
+  tf_device d = tf_lua_checkdevice(L, 2);
+  if (d.type != TF_DEV_CUDA) return tf_lua_error(L, "tf.cuda.compile: kernels are loaded on a CUDA device, not the CPU");
+  tf_device_ctx *ctx;
+  TF_LUA_CHECK(L, tf_device_ctx_get(d, &ctx), "tf.cuda.compile");
+  tf_l_library *l = lua_newuserdatauv(L, sizeof *l, 0);
+  *l = (tf_l_library){NULL, d};
+  luaL_setmetatable(L, TF_LIBRARY_TYPE);
+  (void)n;
+  TF_LUA_CHECK(L, api->load(ctx, code, &l->lib), "tf.cuda.compile");
+  return 1;
+}
+
+static int tf_l_library_gc(lua_State *L) {
+  tf_l_library *l = luaL_checkudata(L, 1, TF_LIBRARY_TYPE);
+  if (l->lib && tf_rtc()) tf_rtc()->unload(l->lib);
+  l->lib = NULL;
+  return 0;
+}
+
+/* ---- tf.CudaKernel: one kernel, its parameter list and its device's limits --------------------- */
+
+typedef enum { TF_P_POINTER, TF_P_VIEW, TF_P_INT, TF_P_UINT, TF_P_FLOAT, TF_P_BOOL } tf_param_kind;
+
+typedef struct tf_l_param {
+  tf_param_kind kind;
+  int bytes;       /* of a number: 1, 2, 4, 8 */
+  int dtype;       /* of a pointer or view: a tf_dtype, or -1 for any (void *) */
+  int ndim;        /* of a view */
+  char name[48];   /* as declared, for messages */
+} tf_l_param;
+
+typedef struct tf_l_kernel {
+  void *kernel;
+  tf_device_ctx *ctx;
+  tf_rtc_kernel_info info;
+  tf_rtc_limits limits;
+  size_t shared_allowed;
+  int nparams;
+  tf_l_param params[TF_RTC_MAX_PARAMS];
+  char name[160]; /* as the script names it: "row_softmax<256, float>" */
+} tf_l_kernel;
+
+static const char *const tf_l_kind_names[] = {"pointer", "view", "int", "uint", "float", "bool", NULL};
+
+/* The parameter list from Lua: {{name =, kind =, bytes =, dtype =, ndim =}, ...} */
+static void tf_l_read_params(lua_State *L, int idx, tf_l_kernel *k) {
+  int n = (int)luaL_len(L, idx);
+  if (n > TF_RTC_MAX_PARAMS) luaL_error(L, "kernel %s: more than %d parameters", k->name, TF_RTC_MAX_PARAMS);
+  for (int i = 0; i < n; i++) {
+    tf_l_param *p = &k->params[i];
+    lua_rawgeti(L, idx, i + 1);
+    lua_getfield(L, -1, "kind");
+    p->kind = (tf_param_kind)luaL_checkoption(L, -1, NULL, tf_l_kind_names);
+    lua_getfield(L, -2, "bytes");
+    p->bytes = (int)luaL_optinteger(L, -1, 8);
+    lua_getfield(L, -3, "dtype");
+    p->dtype = -1;
+    if (!lua_isnil(L, -1)) {
+      tf_dtype dt;
+      if (tf_dtype_parse(luaL_checkstring(L, -1), &dt) != TF_OK)
+        luaL_error(L, "kernel %s: parameter %d has an unknown dtype %s", k->name, i + 1, lua_tostring(L, -1));
+      p->dtype = (int)dt;
+    }
+    lua_getfield(L, -4, "ndim");
+    p->ndim = (int)luaL_optinteger(L, -1, 0);
+    lua_getfield(L, -5, "name");
+    snprintf(p->name, sizeof p->name, "%s", lua_isstring(L, -1) ? lua_tostring(L, -1) : "?");
+    lua_pop(L, 6);
+    if (p->kind == TF_P_VIEW && (p->ndim < 1 || p->ndim > TF_MAX_DIMS))
+      luaL_error(L, "kernel %s: parameter %s is a tf::view of %d dimensions (1 to %d)", k->name, p->name, p->ndim,
+                 TF_MAX_DIMS);
+  }
+  k->nparams = n;
+}
+
+/* The bytes a parameter takes in the kernel's parameter buffer. */
+static size_t tf_l_param_bytes(const tf_l_param *p) {
+  switch (p->kind) {
+  case TF_P_POINTER: return sizeof(void *);
+  case TF_P_VIEW: return sizeof(void *) + 16 * (size_t)p->ndim;
+  default: return (size_t)p->bytes;
+  }
+}
+
+/* lib:kernel(lowered, name, params) -> kernel: checks the declared list against the driver's. */
+static int tf_l_library_kernel(lua_State *L) {
+  const tf_rtc_api *api = tf_l_rtc_api(L, "tf.cuda.compile");
+  tf_l_library *lib = tf_l_checklibrary(L, 1);
+  const char *lowered = luaL_checkstring(L, 2);
+  const char *name = luaL_checkstring(L, 3);
+  luaL_checktype(L, 4, LUA_TTABLE);
+  tf_l_kernel *k = lua_newuserdatauv(L, sizeof *k, 1);
+  memset(k, 0, sizeof *k);
+  luaL_setmetatable(L, TF_KERNEL_TYPE);
+  lua_pushvalue(L, 1); /* the kernel keeps its library loaded */
+  lua_setiuservalue(L, -2, 1);
+  snprintf(k->name, sizeof k->name, "%s", name);
+  TF_LUA_CHECK(L, tf_device_ctx_get(lib->device, &k->ctx), "mod:kernel");
+  TF_LUA_CHECK(L, api->kernel(lib->lib, lowered, &k->kernel, &k->info), "mod:kernel");
+  TF_LUA_CHECK(L, api->limits(k->ctx, &k->limits), "mod:kernel");
+  tf_l_read_params(L, 4, k);
+  if (k->nparams != k->info.nparams)
+    return tf_lua_error(L, "mod:kernel: kernel %s is declared with %d parameters but its compiled code has %d", name,
+                        k->nparams, k->info.nparams);
+  for (int i = 0; i < k->nparams; i++)
+    if (tf_l_param_bytes(&k->params[i]) != k->info.param_size[i])
+      return tf_lua_error(L, "mod:kernel: kernel %s: parameter %d (%s) is read as %zu bytes but the compiled code "
+                             "takes %zu",
+                          name, i + 1, k->params[i].name, tf_l_param_bytes(&k->params[i]), k->info.param_size[i]);
+  return 1;
+}
+
+static tf_l_kernel *tf_l_checkkernel(lua_State *L, int idx) { return luaL_checkudata(L, idx, TF_KERNEL_TYPE); }
+
+/* {x [, y [, z]]} or a number, at field `field` of the table at idx, each >= 1 and within max. */
+static void tf_l_dims(lua_State *L, int idx, const char *field, const tf_l_kernel *k, const unsigned max[3],
+                      unsigned out[3]) {
+  out[0] = out[1] = out[2] = 1;
+  int t = lua_getfield(L, idx, field);
+  int n = t == LUA_TTABLE ? (int)luaL_len(L, -1) : 1;
+  if (t == LUA_TNIL) tf_lua_error(L, "kernel %s: the launch needs %s = n or {x, y, z}", k->name, field);
+  if (t != LUA_TTABLE && t != LUA_TNUMBER)
+    tf_lua_error(L, "kernel %s: %s must be a number or {x, y, z}, not a %s", k->name, field, luaL_typename(L, -1));
+  if (n < 1 || n > 3) tf_lua_error(L, "kernel %s: %s has %d sizes (1 to 3)", k->name, field, n);
+  static const char axis[] = "xyz";
+  for (int i = 0; i < n; i++) {
+    if (t == LUA_TTABLE) lua_rawgeti(L, -1, i + 1);
+    int isint;
+    lua_Integer v = lua_tointegerx(L, -1, &isint);
+    if (!isint) tf_lua_error(L, "kernel %s: %s.%c must be an integer", k->name, field, axis[i]);
+    if (v < 1 || (lua_Unsigned)v > max[i])
+      tf_lua_error(L, "kernel %s: %s.%c = %lld is outside 1..%u, the device's limit", k->name, field, axis[i],
+                   (long long)v, max[i]);
+    out[i] = (unsigned)v;
+    if (t == LUA_TTABLE) lua_pop(L, 1);
+  }
+  lua_pop(L, 1);
+}
+
+/* One argument into its slot of the parameter buffer; a Lua error naming the parameter when it does not fit. */
+static void tf_l_pack(lua_State *L, int idx, const tf_l_kernel *k, int i, unsigned char *slot) {
+  const tf_l_param *p = &k->params[i];
+  if (p->kind == TF_P_POINTER || p->kind == TF_P_VIEW) {
+    tf_lua_tensor *u = luaL_testudata(L, idx, TF_TENSOR_TYPE);
+    if (!u)
+      tf_lua_error(L, "kernel %s: parameter %d (%s) takes a tensor, got %s", k->name, i + 1, p->name, luaL_typename(L, idx));
+    const tf_tensor *t = u->t;
+    if (!t) tf_lua_error(L, "kernel %s: parameter %d (%s): the tensor has been freed", k->name, i + 1, p->name);
+    if (t->device.type != k->ctx->device.type || t->device.index != k->ctx->device.index) {
+      char have[32], want[32];
+      tf_device_format(t->device, have, sizeof have);
+      tf_device_format(k->ctx->device, want, sizeof want);
+      tf_lua_error(L, "kernel %s: parameter %d (%s): the tensor is on %s, the kernel on %s", k->name, i + 1, p->name,
+                   have, want);
+    }
+    if (p->dtype >= 0 && (int)t->dtype != p->dtype)
+      tf_lua_error(L, "kernel %s: parameter %d (%s) is declared %s, the tensor is %s", k->name, i + 1, p->name,
+                   tf_dtype_name((tf_dtype)p->dtype), tf_dtype_name(t->dtype));
+    void *data = tf_tensor_data(t);
+    memcpy(slot, &data, sizeof data);
+    if (p->kind == TF_P_POINTER) {
+      if (!tf_tensor_is_contiguous(t))
+        tf_lua_error(L, "kernel %s: parameter %d (%s) is a pointer, so the tensor must be contiguous (call "
+                        ":contiguous(), or declare the parameter tf::view<T, N> to pass its strides)",
+                     k->name, i + 1, p->name);
+      return;
+    }
+    if (t->ndim != p->ndim)
+      tf_lua_error(L, "kernel %s: parameter %d (%s) is a view of %d dimensions, the tensor has %d", k->name, i + 1,
+                   p->name, p->ndim, t->ndim);
+    int64_t dims[2 * TF_MAX_DIMS];
+    for (int d = 0; d < t->ndim; d++) dims[d] = t->shape[d], dims[t->ndim + d] = t->strides[d];
+    memcpy(slot + sizeof data, dims, 16 * (size_t)t->ndim);
+    return;
+  }
+  if (p->kind == TF_P_BOOL) {
+    if (!lua_isboolean(L, idx))
+      tf_lua_error(L, "kernel %s: parameter %d (%s) takes a boolean, got %s", k->name, i + 1, p->name, luaL_typename(L, idx));
+    *slot = (unsigned char)lua_toboolean(L, idx);
+    return;
+  }
+  if (lua_type(L, idx) != LUA_TNUMBER)
+    tf_lua_error(L, "kernel %s: parameter %d (%s) takes a number, got %s", k->name, i + 1, p->name, luaL_typename(L, idx));
+  if (p->kind == TF_P_FLOAT) {
+    double v = lua_tonumber(L, idx);
+    if (p->bytes == 4) {
+      float f = (float)v;
+      memcpy(slot, &f, 4);
+    } else {
+      memcpy(slot, &v, 8);
+    }
+    return;
+  }
+  int isint;
+  lua_Integer v = lua_tointegerx(L, idx, &isint);
+  if (!isint)
+    tf_lua_error(L, "kernel %s: parameter %d (%s) takes an integer, got %s", k->name, i + 1, p->name,
+                 lua_tostring(L, idx));
+  int bits = 8 * p->bytes;
+  bool fits = p->kind == TF_P_UINT ? v >= 0 && (bits == 64 || (uint64_t)v < ((uint64_t)1 << bits))
+                                   : bits == 64 || (v >= -((int64_t)1 << (bits - 1)) && v < ((int64_t)1 << (bits - 1)));
+  if (!fits)
+    tf_lua_error(L, "kernel %s: parameter %d (%s) is a %d-bit %s integer: %lld does not fit", k->name, i + 1, p->name,
+                 bits, p->kind == TF_P_UINT ? "unsigned" : "signed", (long long)v);
+  memcpy(slot, &v, (size_t)p->bytes); /* little-endian: the low bytes */
+}
+
+/* kernel:launch({grid = ..., block = ..., shared = bytes}, args...) */
+static int tf_l_kernel_launch(lua_State *L) {
+  tf_l_kernel *k = tf_l_checkkernel(L, 1);
+  if (!lua_istable(L, 2))
+    return tf_lua_error(L, "kernel %s: launch takes {grid = ..., block = ... [, shared = bytes]} and then the "
+                           "arguments",
+                        k->name);
+  int nargs = lua_gettop(L) - 2;
+  if (nargs != k->nparams)
+    return tf_lua_error(L, "kernel %s takes %d arguments, got %d", k->name, k->nparams, nargs);
+  tf_rtc_launch l = {0};
+  tf_l_dims(L, 2, "grid", k, k->limits.max_grid, l.grid);
+  tf_l_dims(L, 2, "block", k, k->limits.max_block, l.block);
+  unsigned long long threads = (unsigned long long)l.block[0] * l.block[1] * l.block[2];
+  if (threads > (unsigned long long)k->info.max_threads)
+    return tf_lua_error(L, "kernel %s: a block of %llu threads is over the kernel's limit of %d (%d registers a "
+                           "thread)",
+                        k->name, threads, k->info.max_threads, k->info.registers);
+  if (lua_getfield(L, 2, "shared") != LUA_TNIL) {
+    int isint;
+    lua_Integer s = lua_tointegerx(L, -1, &isint);
+    if (!isint || s < 0) return tf_lua_error(L, "kernel %s: shared must be a number of bytes >= 0", k->name);
+    l.shared = (size_t)s;
+  }
+  lua_pop(L, 1);
+  size_t limit = (size_t)k->limits.max_shared_optin > k->info.static_shared
+                     ? (size_t)k->limits.max_shared_optin - k->info.static_shared
+                     : 0;
+  if (l.shared > limit)
+    return tf_lua_error(L, "kernel %s: %zu bytes of dynamic shared memory is over the device's limit of %zu a block "
+                           "(%d bytes with the opt-in, less %zu static)",
+                        k->name, l.shared, limit, k->limits.max_shared_optin, k->info.static_shared);
+  static const char *const keys[] = {"grid", "block", "shared", NULL};
+  tf_lua_checkkeys(L, 2, "kernel:launch", keys);
+  unsigned char buf[TF_RTC_MAX_PARAMS * 16 + 64 * 16] __attribute__((aligned(16)));
+  void *args[TF_RTC_MAX_PARAMS];
+  for (int i = 0; i < k->nparams; i++) {
+    unsigned char *slot = buf + k->info.param_offset[i];
+    if (k->info.param_offset[i] + k->info.param_size[i] > sizeof buf)
+      return tf_lua_error(L, "kernel %s: its parameters take more than %zu bytes", k->name, sizeof buf);
+    tf_l_pack(L, 3 + i, k, i, slot);
+    args[i] = slot;
+  }
+  l.args = args;
+  l.shared_allowed = &k->shared_allowed;
+  l.name = k->name;
+  char site[256] = "?";
+  lua_Debug ar;
+  if (lua_getstack(L, 1, &ar) && lua_getinfo(L, "Sl", &ar) && ar.currentline > 0)
+    snprintf(site, sizeof site, "%s:%d", ar.short_src, ar.currentline);
+  l.site = site;
+  TF_LUA_CHECK(L, tf_rtc()->launch(k->ctx, k->kernel, &l), k->name);
+  return 0;
+}
+
+/* kernel:attributes() -> {registers, max_threads, static_shared, local_bytes, max_dynamic_shared, params} */
+static int tf_l_kernel_attributes(lua_State *L) {
+  tf_l_kernel *k = tf_l_checkkernel(L, 1);
+  lua_createtable(L, 0, 8);
+  TF_SET_STR(L, "name", k->name);
+  TF_SET_INT(L, "registers", k->info.registers);
+  TF_SET_INT(L, "max_threads", k->info.max_threads);
+  TF_SET_INT(L, "static_shared", k->info.static_shared);
+  TF_SET_INT(L, "local_bytes", k->info.local_bytes);
+  size_t limit = (size_t)k->limits.max_shared_optin > k->info.static_shared
+                     ? (size_t)k->limits.max_shared_optin - k->info.static_shared
+                     : 0;
+  TF_SET_INT(L, "max_dynamic_shared", limit);
+  TF_SET_INT(L, "params", k->nparams);
+  TF_SET_INT(L, "binary_version", k->info.binary_version);
+  return 1;
+}
+
+static int tf_l_kernel_tostring(lua_State *L) {
+  tf_l_kernel *k = tf_l_checkkernel(L, 1);
+  char dev[32];
+  tf_device_format(k->ctx->device, dev, sizeof dev);
+  lua_pushfstring(L, "tf.CudaKernel(%s, %s, %d registers)", k->name, dev, k->info.registers);
+  return 1;
+}
+
+/* tf._rtc.context_lost() -> why, or nil while the CUDA context works */
+static int tf_l_rtc_context_lost(lua_State *L) {
+  char why[1024];
+  if (tf_rtc() && tf_rtc()->context_lost(why, sizeof why))
+    lua_pushstring(L, why);
+  else
+    lua_pushnil(L);
+  return 1;
+}
+
+void tf_open_rtc(lua_State *L) {
+  static const luaL_Reg functions[] = {
+      {"version", tf_l_rtc_version}, {"targets", tf_l_rtc_targets}, {"compile", tf_l_rtc_compile},
+      {"load", tf_l_rtc_load},       {"context_lost", tf_l_rtc_context_lost}, {NULL, NULL},
+  };
+  lua_newtable(L);
+  luaL_setfuncs(L, functions, 0);
+  lua_pushboolean(L, tf_rtc() != NULL);
+  lua_setfield(L, -2, "built");
+  if (tf_rtc()) {
+    lua_pushstring(L, tf_rtc()->cuda_include);
+    lua_setfield(L, -2, "cuda_include");
+  }
+  lua_setfield(L, -2, "_rtc");
+  static const luaL_Reg lib_meta[] = {{"__gc", tf_l_library_gc}, {NULL, NULL}};
+  static const luaL_Reg lib_methods[] = {{"kernel", tf_l_library_kernel}, {"unload", tf_l_library_gc}, {NULL, NULL}};
+  tf_lua_newclass(L, TF_LIBRARY_TYPE, lib_meta, lib_methods);
+  static const luaL_Reg kernel_meta[] = {{"__tostring", tf_l_kernel_tostring}, {NULL, NULL}};
+  static const luaL_Reg kernel_methods[] = {
+      {"launch", tf_l_kernel_launch}, {"attributes", tf_l_kernel_attributes}, {NULL, NULL}};
+  tf_lua_newclass(L, TF_KERNEL_TYPE, kernel_meta, kernel_methods);
+}
