@@ -387,11 +387,12 @@ static int tf_l_kernel_launch(lua_State *L) {
   l.args = args;
   l.shared_allowed = &k->shared_allowed;
   l.name = k->name;
-  char site[256] = "?";
   lua_Debug ar;
-  if (lua_getstack(L, 1, &ar) && lua_getinfo(L, "Sl", &ar) && ar.currentline > 0)
-    snprintf(site, sizeof site, "%s:%d", ar.short_src, ar.currentline);
-  l.site = site;
+  if (lua_getstack(L, 1, &ar) && lua_getinfo(L, "Sl", &ar)) {
+    /* the chunk's name as Lua keeps it ("@path"): a pointer that stays the same launch after launch */
+    l.site_file = ar.source[0] == '@' || ar.source[0] == '=' ? ar.source + 1 : "(a chunk of Lua source)";
+    l.site_line = ar.currentline;
+  }
   TF_LUA_CHECK(L, tf_rtc()->launch(k->ctx, k->kernel, &l), k->name);
   return 0;
 }

@@ -63,8 +63,11 @@ typedef struct tf_rtc_launch {
   size_t shared; /* dynamic shared memory, bytes */
   void **args;   /* one pointer a parameter, as cudaLaunchKernel takes them */
   size_t *shared_allowed; /* the kernel's dynamic shared-memory limit as last set (0: the default 48 KiB) */
-  const char *name;  /* the kernel, and */
-  const char *site;  /* the script line that launched it, for the message of a fault seen later */
+  /* the kernel, and the script line that launched it, for the message of a fault seen later: kept
+   * as pointers and copied only when they change, so that a loop of launches copies nothing */
+  const char *name;
+  const char *site_file;
+  int site_line;
 } tf_rtc_launch;
 
 /* Device limits a launch is checked against before it is made. */

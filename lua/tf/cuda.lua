@@ -49,7 +49,7 @@ local function caller()
     if not info then break end
     local src = info.source
     if src:sub(1, 1) == "@" and not src:find("^@lua/tf/") then return src:sub(2), info.currentline end
-    if src:sub(1, 1) ~= "@" and src:sub(1, 1) ~= "=" then return nil, info.currentline, info.short_src end
+    if src:sub(1, 1) ~= "@" then return nil, info.currentline, info.short_src end
   end
   return nil, 0
 end
@@ -275,7 +275,8 @@ function M.compile(source, opts)
       error(string.format("%s: %s must be true or false, not %s", fname, flag, type(opts[flag])), 2)
     end
   end
-  local device = opts.device and tf_ref.device(opts.device) or default_device()
+  local device = opts.device and tf_ref.device(opts.device):match("^%S+") or default_device()
+  if not device:find("^cuda") then error(fname .. ": kernels run on a CUDA device, not " .. device, 2) end
   local target = opts.target or device_target(device)
   if type(target) ~= "string" or not (target:match("^sm_%d+a?$") or target:match("^compute_%d+a?$")) then
     error(fname .. ": target must be like \"sm_90a\", \"sm_80\" or \"compute_90\", not " .. tostring(target), 2)

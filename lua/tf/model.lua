@@ -391,7 +391,7 @@ function Model:save(path)
   local meta = {}
   for _, k in ipairs(FIELDS) do meta[k] = tostring(self.config[k]) end
   meta.precision, meta.impl = self.precision, self.impl
-  meta.attention = self.attention
+  meta.attention = self.attention ~= "function" and self.attention or nil -- a function is the script's, not saved
   meta.graphs = tostring(self.graphs)
   tf.safetensors.save(path, self:parameters(), meta)
 end
@@ -487,7 +487,8 @@ end
 
 --- tf.model.new{preset = "small" | ... or explicit sizes, context_length, vocab_size,
 --- precision = "f32" | "bf16" | "f16", impl = "fused" | "eager", device,
---- attention = "flash" | "naive" (default: flash under bf16/f16, naive in f32),
+--- attention = "flash" | "naive" (default: flash under bf16/f16, naive in f32), or for the eager model a
+--- function(q, k, v) -> out of (B, H, T, head_dim) tensors, causal, in place of its own (a script's kernel),
 --- graphs = true | false (fused: CUDA graph replay of fixed shapes, default true where the
 --- device has graphs; self.graphs says whether it is on; the eager model has none),
 --- parallel = "ddp" | "zero1" (data parallel over tf.dist's ranks; docs/distributed.md),
@@ -498,16 +499,21 @@ function M.new(spec)
   local cfg = M.config(spec)
   local precision = check.choice(spec.precision, "tf.model.new", "precision", { "f32", "bf16", "f16" }) or "f32"
   local impl = resolve_impl(check.choice(spec.impl, "tf.model.new", "impl", { "fused", "eager" }))
-  check.choice(spec.attention, "tf.model.new", "attention", { "flash", "naive" })
+  local attend_fn = type(spec.attention) == "function" and spec.attention or nil
+  if attend_fn and impl ~= "eager" then
+    error("tf.model.new: attention as a function replaces the eager model's attention: use impl = \"eager\" " ..
+      "(the fused engine runs its own kernels)", 2)
+  end
+  if not attend_fn then check.choice(spec.attention, "tf.model.new", "attention", { "flash", "naive" }) end
   if spec.graphs ~= nil and type(spec.graphs) ~= "boolean" then
     error("tf.model.new: graphs must be true or false", 2)
   end
   local device = spec.device or tf.default_device()
-  local self = { config = cfg, precision = precision, impl = impl, device = device, attention = spec.attention,
-    graphs = false }
+  local self = { config = cfg, precision = precision, impl = impl, device = device,
+    attention = attend_fn and "function" or spec.attention, graphs = false }
   if impl == "eager" then
     local T = require "tf.models.transformer"
-    self.module = T.TransformerLM(cfg, { device = device })
+    self.module = T.TransformerLM(cfg, { device = device, attention = attend_fn })
     setmetatable(self, Eager)
     make_parallel(self, spec)
     return self

@@ -87,7 +87,7 @@ class Kernels(unittest.TestCase):
                 with self.subTest(fault=name, flags=flags):
                     path = self.script(f"fault_{name}.lua", "\n".join([
                         "local mod = tf.cuda.compile([[",
-                        "#include <assert.h>",
+                        "#include <tfhost.cuh>",
                         'extern "C" __global__ void faulty(float *x) {',
                         f"  {body}",
                         "}]])",

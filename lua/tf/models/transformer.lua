@@ -22,6 +22,7 @@ local Attention = nn.Module:extend("CausalMultiHeadSelfAttention")
 function Attention:init(cfg, opts)
   local d = cfg.d_model
   self.num_heads, self.head_dim, self.theta = cfg.num_heads, d // cfg.num_heads, cfg.rope_theta
+  self.attend_fn = opts.attention -- a function(q, k, v) of the script's in place of attend's own ops
   for _, name in ipairs({ "q_proj", "k_proj", "v_proj", "output_proj" }) do
     self:add(name, nn.Linear(d, d, { bias = false, device = opts.device }))
   end
@@ -47,6 +48,14 @@ end
 -- softmax(Q K^T / sqrt(d_k)) V under a causal mask, in the ranges CS336's
 -- annotated attention uses.
 function Attention:attend(q, k, v, t, device)
+  if self.attend_fn then
+    local out = self.attend_fn(q, k, v)
+    if not tf.is_tensor(out) or tostring(out.shape) ~= tostring(q.shape) then
+      error(string.format("tf.model: the attention function must return a tensor of q's shape %s, got %s",
+        tostring(q.shape), tf.is_tensor(out) and tostring(out.shape) or type(out)), 0)
+    end
+    return out
+  end
   local scores = tf.range("computing attention scores", function()
     return tf.matmul(q, k:transpose(-1, -2)) / math.sqrt(self.head_dim)
   end)
