@@ -9,8 +9,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend.h"
 #include "bind.h"
 #include "clock.h"
+#include "model_kernels.h"
 #include "rtc.h"
 #include "safe.h"
 
@@ -433,10 +435,85 @@ static int tf_l_rtc_context_lost(lua_State *L) {
   return 1;
 }
 
+/* ---- tf.CudaGraph: a function's GPU work, captured once and replayed -------------------------- */
+
+#define TF_GRAPH_TYPE "tf.CudaGraph"
+
+typedef struct tf_l_graph {
+  tf_graph *g; /* NULL once freed */
+  tf_device_ctx *ctx;
+} tf_l_graph;
+
+static void tf_l_graph_free(tf_l_graph *u) {
+  if (u->g) u->ctx->backend->model->graph_destroy(u->ctx, u->g);
+  u->g = NULL;
+}
+
+/* tf._rtc.capture(fn, device) -> graph: fn's launches on the device's stream, not run but captured
+ * (the backend's thread-local capture: an allocation from the device, a copy to the host or a wait
+ * inside fn fails and spoils it). A tensor made inside fn from the allocator's cache would let the
+ * replays write into memory handed to others later: that is refused too. */
+static int tf_l_rtc_capture(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TFUNCTION);
+  tf_device d = tf_lua_checkdevice(L, 2);
+  if (d.type != TF_DEV_CUDA) return tf_lua_error(L, "tf.cuda.graph: graphs are CUDA's: the device must be a GPU");
+  tf_device_ctx *ctx;
+  TF_LUA_CHECK(L, tf_device_ctx_get(d, &ctx), "tf.cuda.graph");
+  const tf_model_kernels *mk = ctx->backend->model;
+  if (!mk || !mk->capture_begin) return tf_lua_error(L, "tf.cuda.graph: this device's backend has no CUDA graphs");
+  tf_l_graph *u = lua_newuserdatauv(L, sizeof *u, 0);
+  *u = (tf_l_graph){NULL, ctx};
+  luaL_setmetatable(L, TF_GRAPH_TYPE);
+  uint64_t allocs = ctx->alloc.stats.num_allocs;
+  TF_LUA_CHECK(L, mk->capture_begin(ctx), "tf.cuda.graph");
+  lua_pushvalue(L, 1);
+  int st = lua_pcall(L, 0, 0, 0);
+  tf_status ended = mk->capture_end(ctx, &u->g);
+  if (st != LUA_OK) {
+    tf_l_graph_free(u);
+    if (ended != TF_OK) (void)tf_last_error(); /* the function's own error says more */
+    return lua_error(L);
+  }
+  if (ended != TF_OK) {
+    const char *why = tf_last_error();
+    return tf_lua_error(L, "tf.cuda.graph: the function's GPU work could not be captured (%s): inside a capture, "
+                           "no tensor may be made, copied to the host or read (item, tolist), and nothing may wait",
+                        why);
+  }
+  if (ctx->alloc.stats.num_allocs != allocs) {
+    tf_l_graph_free(u);
+    return tf_lua_error(L, "tf.cuda.graph: the function made %llu tensor(s) while it was captured: a graph's replays "
+                           "write into the memory they had, which goes to other tensors afterwards; make the "
+                           "tensors before tf.cuda.graph and only launch into them inside",
+                        (unsigned long long)(ctx->alloc.stats.num_allocs - allocs));
+  }
+  lua_settop(L, 3);
+  return 1;
+}
+
+static tf_l_graph *tf_l_checkgraph(lua_State *L, int idx) {
+  tf_l_graph *u = luaL_checkudata(L, idx, TF_GRAPH_TYPE);
+  if (!u->g) luaL_argerror(L, idx, "the graph was freed");
+  return u;
+}
+
+/* graph:replay(): queues the captured work again on the device's stream. */
+static int tf_l_graph_replay(lua_State *L) {
+  tf_l_graph *u = tf_l_checkgraph(L, 1);
+  TF_LUA_CHECK(L, u->ctx->backend->model->graph_launch(u->ctx, u->g), "graph:replay");
+  return 0;
+}
+
+static int tf_l_graph_gc(lua_State *L) {
+  tf_l_graph_free(luaL_checkudata(L, 1, TF_GRAPH_TYPE));
+  return 0;
+}
+
 void tf_open_rtc(lua_State *L) {
   static const luaL_Reg functions[] = {
       {"version", tf_l_rtc_version}, {"targets", tf_l_rtc_targets}, {"compile", tf_l_rtc_compile},
-      {"load", tf_l_rtc_load},       {"context_lost", tf_l_rtc_context_lost}, {NULL, NULL},
+      {"load", tf_l_rtc_load},       {"context_lost", tf_l_rtc_context_lost}, {"capture", tf_l_rtc_capture},
+      {NULL, NULL},
   };
   lua_newtable(L);
   luaL_setfuncs(L, functions, 0);
@@ -454,4 +531,7 @@ void tf_open_rtc(lua_State *L) {
   static const luaL_Reg kernel_methods[] = {
       {"launch", tf_l_kernel_launch}, {"attributes", tf_l_kernel_attributes}, {NULL, NULL}};
   tf_lua_newclass(L, TF_KERNEL_TYPE, kernel_meta, kernel_methods);
+  static const luaL_Reg graph_meta[] = {{"__gc", tf_l_graph_gc}, {"__close", tf_l_graph_gc}, {NULL, NULL}};
+  static const luaL_Reg graph_methods[] = {{"replay", tf_l_graph_replay}, {"free", tf_l_graph_gc}, {NULL, NULL}};
+  tf_lua_newclass(L, TF_GRAPH_TYPE, graph_meta, graph_methods);
 }

@@ -358,6 +358,25 @@ function Module:_build(expr)
   return b
 end
 
+--- mod:instantiate{"name<args>", ...}: compiles, in one compile, the instantiations the module has not
+-- got yet (mod:kernel compiles one it lacks on its own; several at once share the compile's fixed
+-- cost). Returns the module.
+function Module:instantiate(exprs)
+  local missing = {}
+  for _, e in ipairs(list_of(exprs, "the instantiations", "mod:instantiate")) do
+    if not self._builds[e] then
+      local k, why = decl.instance(self._decls, e)
+      if not k then error("mod:instantiate: " .. e .. ": " .. why, 2) end
+      missing[#missing + 1] = e
+    end
+  end
+  if #missing == 0 then return self end
+  local built = build(self._unit, missing)
+  for i, e in ipairs(missing) do self._builds[e] = { entry = built, lowered = built.lowered[i] } end
+  self.compile_ms = self.compile_ms + built.ms
+  return self
+end
+
 local kernel_classes = {} -- the function names of every user kernel, for tf.prof's classes
 M.kernel_classes = kernel_classes
 
@@ -418,6 +437,15 @@ function Module:kernels()
   for n, k in pairs(self._decls) do out[#out + 1] = k.template and (n .. "<...>") or n end
   table.sort(out)
   return out
+end
+
+--- tf.cuda.graph(fn [, device]) -> graph: fn's GPU work (a script's kernels, tfhost's ops on tensors
+-- made before) captured once as a CUDA graph, not run; graph:replay() queues it again, with one launch
+-- for the whole of it. Inside fn no tensor may be made, read back or copied to the host.
+function M.graph(fn, device)
+  check.arg(fn, "tf.cuda.graph", "fn", "function")
+  local dev = device and tf_ref.device(device):match("^%S+") or default_device()
+  return R.capture(fn, dev)
 end
 
 --- tf.cuda.nvrtc_version() -> "13.0"

@@ -89,6 +89,7 @@ M.entries = {
   { "tf.cuda.compile", "tf.cuda.compile(source [, {target, defines, include, instantiate, fast_math, ...}])",
     "CUDA C++ compiled by NVRTC, cached; mod:kernel(name):launch{grid, block}, args (docs/kernels.md)" },
   { "tf.cuda.compile_file", "tf.cuda.compile_file(path [, opts])", "tf.cuda.compile of a .cu file" },
+  { "tf.cuda.graph", "tf.cuda.graph(fn [, dev])", "fn's GPU work captured once as a CUDA graph; g:replay() runs it again" },
   { "tf.cuda.nvrtc_version", "tf.cuda.nvrtc_version()", "NVRTC's version, \"13.0\"" },
   { "tf.cuda.context_lost", "tf.cuda.context_lost()", "why the CUDA context is unusable after a kernel fault, or nil" },
   { "tf.cuda.cache_dir", "tf.cuda.cache_dir()", "the folder of compiled kernels kept between runs (TFHOST_KERNEL_CACHE)" },

@@ -197,4 +197,31 @@ T.test("a module is loaded once per device, and a kernel handle is reused", func
   T.ok(again.cached == "memory" or again.cached == nil, "compiled or from memory")
 end)
 
+T.test("tf.cuda.graph: a user kernel captured once, replayed; what cannot be captured is refused", function()
+  local n = 4096
+  local x, y = tf.ones(n, { device = "cuda" }), tf.zeros(n, { device = "cuda" })
+  local k = mod:kernel("axpy")
+  local g = tf.cuda.graph(function()
+    k:launch({ grid = n // 256, block = 256 }, y, x, 1.0, n)
+    k:launch({ grid = n // 256, block = 256 }, y, x, 2.0, n)
+  end)
+  T.eq(y:sum():item(), 0, "capturing runs nothing")
+  for _ = 1, 5 do g:replay() end
+  T.eq(y:sum():item(), 15 * n, "each replay adds 3")
+  -- the profiler sees a replay's kernels inside the range open at the replay
+  local p = tf.prof.start()
+  tf.range("replays", function() g:replay() end)
+  p:stop()
+  local rows = p:kernels { range = "replays" }
+  T.eq(#rows, 1)
+  T.eq(rows[1].instances, 2)
+  T.raises(function() tf.cuda.graph(function() local _ = tf.zeros(8, { device = "cuda" }) + 1 end) end,
+    "tf.cuda.graph: ")
+  T.raises(function() tf.cuda.graph(function() return y:sum():item() end) end, "could not be captured")
+  T.raises(function() tf.cuda.graph(function() error("mine") end) end, "mine")
+  -- the device works after a refused capture
+  k:launch({ grid = n // 256, block = 256 }, y, x, 1.0, n)
+  T.eq(y:sum():item(), 16 * n)
+end)
+
 T.run()
