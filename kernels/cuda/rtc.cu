@@ -237,8 +237,25 @@ static tf_status tf_rtc_device_limits(tf_device_ctx *ctx, tf_rtc_limits *out) {
 }
 
 /* The last user kernel launched, for the message of a fault that shows up later (faults are
- * asynchronous: the call that sees one is rarely the launch that caused it). */
-static char tf_rtc_last_launch[512];
+ * asynchronous: the call that sees one is rarely the launch that caused it). The texts are copied
+ * when their pointers change; a loop launching one kernel from one line copies nothing. */
+static struct {
+  const char *name_seen, *file_seen;
+  char name[160], file[256];
+  int line;
+} tf_rtc_last;
+
+static void tf_rtc_note_launch(const tf_rtc_launch *l) {
+  if (l->name != tf_rtc_last.name_seen) {
+    snprintf(tf_rtc_last.name, sizeof tf_rtc_last.name, "%s", l->name);
+    tf_rtc_last.name_seen = l->name;
+  }
+  if (l->site_file != tf_rtc_last.file_seen) {
+    snprintf(tf_rtc_last.file, sizeof tf_rtc_last.file, "%s", l->site_file ? l->site_file : "?");
+    tf_rtc_last.file_seen = l->site_file;
+  }
+  tf_rtc_last.line = l->site_line;
+}
 
 static tf_status tf_rtc_launch_kernel(tf_device_ctx *ctx, void *kernel, const tf_rtc_launch *l) {
   tf_status st = tf_cuda_use_device(ctx);
@@ -247,7 +264,7 @@ static tf_status tf_rtc_launch_kernel(tf_device_ctx *ctx, void *kernel, const tf
     TF_CUDA_CHECK(cudaFuncSetAttribute((const void *)kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)l->shared));
     *l->shared_allowed = l->shared;
   }
-  snprintf(tf_rtc_last_launch, sizeof tf_rtc_last_launch, "%s, launched at %s", l->name, l->site ? l->site : "?");
+  tf_rtc_note_launch(l);
   dim3 grid(l->grid[0], l->grid[1], l->grid[2]), block(l->block[0], l->block[1], l->block[2]);
   cudaError_t err = cudaLaunchKernel((const void *)kernel, grid, block, l->args, l->shared, tf_cuda_state_of(ctx)->stream);
   if (err != cudaSuccess) return tf_cuda_error(err, l->name);
@@ -258,8 +275,9 @@ static tf_status tf_rtc_launch_kernel(tf_device_ctx *ctx, void *kernel, const tf
 static bool tf_rtc_context_lost(char *why, size_t n) {
   const char *fault = tf_cuda_fault();
   if (!fault) return false;
-  if (tf_rtc_last_launch[0])
-    snprintf(why, n, "%s; the last kernel of a script launched before it was seen: %s", fault, tf_rtc_last_launch);
+  if (tf_rtc_last.name[0])
+    snprintf(why, n, "%s; the last kernel of a script launched before it was seen: %s, launched at %s:%d", fault,
+             tf_rtc_last.name, tf_rtc_last.file, tf_rtc_last.line);
   else
     snprintf(why, n, "%s", fault);
   return true;
