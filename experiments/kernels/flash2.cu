@@ -123,43 +123,64 @@ template <int N> __device__ __forceinline__ void zero(float (&c)[N][4]) {
   for (int n = 0; n < N; n++) c[n][0] = c[n][1] = c[n][2] = c[n][3] = 0.f;
 }
 
-/* c[n] += A B_n^T over KD columns: A a 16-row tile at a_addr (ldmatrix
- * address of its lane, rows of LD elements), B^T the N 8-row tiles at
- * b_addr (frag_b_offset address), both row-major with k along the rows. */
-template <int N, int KD, int LD>
-__device__ __forceinline__ void mma_abt(float (&c)[N][4], unsigned a_addr, unsigned b_addr) {
+/* c[m][n] += A_m B_n^T over KD columns: A_m the 16-row tile m of M at
+ * a_addr (the lane's ldmatrix address, rows of LD elements), B^T the N
+ * 8-row tiles at b_addr (frag_b_offset address); both row-major with k
+ * along the rows. Each B fragment feeds all M row tiles. */
+template <int M, int N, int KD, int LD>
+__device__ __forceinline__ void mma_abt(float (&c)[M][N][4], unsigned a_addr, unsigned b_addr) {
   static_assert(N % 2 == 0 && KD % 16 == 0, "whole fragment pairs");
 #pragma unroll
   for (int kk = 0; kk < KD / 16; kk++) {
-    unsigned a[4];
-    tf::ldmatrix_x4(a, a_addr + byte_offset(kk * 16));
+    unsigned a[M][4];
+#pragma unroll
+    for (int m = 0; m < M; m++) tf::ldmatrix_x4(a[m], a_addr + byte_offset(m * 16 * LD + kk * 16));
 #pragma unroll
     for (int n = 0; n < N; n += 2) {
       unsigned b[4];
       tf::ldmatrix_x4(b, b_addr + byte_offset(n * 8 * LD + kk * 16));
-      tf::mma_16816<bf16>(c[n], a, b[0], b[1]);
-      tf::mma_16816<bf16>(c[n + 1], a, b[2], b[3]);
+#pragma unroll
+      for (int m = 0; m < M; m++) {
+        tf::mma_16816<bf16>(c[m][n], a[m], b[0], b[1]);
+        tf::mma_16816<bf16>(c[m][n + 1], a[m], b[2], b[3]);
+      }
     }
   }
 }
 
-/* c[n] += A B over K16 steps of 16: A from the accumulators x (16 rows,
- * 16 K16 columns, in registers), B a [k][n] row-major tile at bt_addr
- * (frag_a_offset address, rows of LD elements), N 8-column tiles. */
-template <int N, int K16, int LD>
-__device__ __forceinline__ void mma_acc_b(float (&c)[N][4], const float (&x)[2 * K16][4], unsigned bt_addr) {
+/* c[m][n] += X_m B over K16 steps of 16: X_m from the accumulators x[m]
+ * (16 rows, 16 K16 columns, in registers), B a [k][n] row-major tile at
+ * bt_addr (frag_a_offset address, rows of LD elements), N 8-column tiles.
+ * Each B fragment feeds all M row tiles. */
+template <int M, int N, int K16, int LD>
+__device__ __forceinline__ void mma_acc_b(float (&c)[M][N][4], const float (&x)[M][2 * K16][4], unsigned bt_addr) {
 #pragma unroll
   for (int kk = 0; kk < K16; kk++) {
-    unsigned a[4];
-    acc_to_a(a, x[2 * kk], x[2 * kk + 1]);
+    unsigned a[M][4];
+#pragma unroll
+    for (int m = 0; m < M; m++) acc_to_a(a[m], x[m][2 * kk], x[m][2 * kk + 1]);
 #pragma unroll
     for (int n = 0; n < N; n += 2) {
       unsigned b[4];
       tf::ldmatrix_x4_trans(b, bt_addr + byte_offset(kk * 16 * LD + n * 8));
-      tf::mma_16816<bf16>(c[n], a, b[0], b[1]);
-      tf::mma_16816<bf16>(c[n + 1], a, b[2], b[3]);
+#pragma unroll
+      for (int m = 0; m < M; m++) {
+        tf::mma_16816<bf16>(c[m][n], a[m], b[0], b[1]);
+        tf::mma_16816<bf16>(c[m][n + 1], a[m], b[2], b[3]);
+      }
     }
   }
+}
+
+/* The same for one row tile (the backward kernels: a warp's 16 rows). */
+template <int N, int KD, int LD> __device__ __forceinline__ void mma_abt(float (&c)[N][4], unsigned a_addr, unsigned b_addr) {
+  mma_abt<1, N, KD, LD>(reinterpret_cast<float (&)[1][N][4]>(c), a_addr, b_addr);
+}
+
+template <int N, int K16, int LD>
+__device__ __forceinline__ void mma_acc_b(float (&c)[N][4], const float (&x)[2 * K16][4], unsigned bt_addr) {
+  mma_acc_b<1, N, K16, LD>(reinterpret_cast<float (&)[1][N][4]>(c), reinterpret_cast<const float (&)[1][2 * K16][4]>(x),
+                           bt_addr);
 }
 
 } /* namespace flash2 */
@@ -227,23 +248,21 @@ __global__ void __launch_bounds__(128, 2) flash2_fwd(const __nv_bfloat16 *q, con
 
     float s[MT][NT][4];
 #pragma unroll
-    for (int mt = 0; mt < MT; mt++) {
-      zero(s[mt]);
-      mma_abt<NT, D, LD>(s[mt], q_a + byte_offset(mt * 16 * LD), k_b + kv);
-    }
-    /* log2 units; keys past T and (causal) past the row masked */
+    for (int mt = 0; mt < MT; mt++) zero(s[mt]);
+    mma_abt<MT, NT, D, LD>(s, q_a, k_b + kv);
+    /* log2 units; keys past T and (causal) past the row masked: element
+     * (mt, nt, e) is key k0 + t2 + c of row wq0 + g + r, c and r the
+     * constants below, masked iff c >= T - k0 - t2 or c - r > wq0 + g - k0 - t2 */
+    const int key_lim = T - k0 - t2, diag = CAUSAL ? wq0 + g - k0 - t2 : BC;
 #pragma unroll
     for (int mt = 0; mt < MT; mt++)
 #pragma unroll
       for (int nt = 0; nt < NT; nt++)
 #pragma unroll
         for (int e = 0; e < 4; e++) {
-          float x = s[mt][nt][e] * sl2;
-          if (masked) {
-            const int key = k0 + nt * 8 + t2 + (e & 1), row = wq0 + mt * 16 + g + (e >> 1) * 8;
-            if (key >= T || (CAUSAL && key > row)) x = -tf::infinity();
-          }
-          s[mt][nt][e] = x;
+          const int c = nt * 8 + (e & 1), r = mt * 16 + (e >> 1) * 8;
+          s[mt][nt][e] *= sl2;
+          if (masked && (c >= key_lim || c - r > diag)) s[mt][nt][e] = -tf::infinity();
         }
 
     /* online softmax: rows g and g + 8 of each tile, reduced over the lane quad */
@@ -283,8 +302,7 @@ __global__ void __launch_bounds__(128, 2) flash2_fwd(const __nv_bfloat16 *q, con
         }
     }
     /* O += P V with P straight from the registers */
-#pragma unroll
-    for (int mt = 0; mt < MT; mt++) mma_acc_b<DN, BC / 16, LD>(acc[mt], s[mt], v_bt + kv);
+    mma_acc_b<MT, DN, BC / 16, LD>(acc, s, v_bt + kv);
   }
 
   /* O / sum through the warp's own Q rows (only this warp reads them), lse for rows inside T */
