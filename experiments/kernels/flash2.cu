@@ -24,9 +24,11 @@
  *     D 64: 55296, D 128: 104448.
  *     64 queries a block (16 a warp), key tiles of 64 double-buffered.
  *
- * The host sets cudaFuncAttributeMaxDynamicSharedMemorySize where the bytes
- * exceed 48 KiB (all but prep). The backward pass runs prep, then dkdv and
- * dq (either order): no atomics, the same bits every run.
+ * Above 48 KiB the kernel's cudaFuncAttributeMaxDynamicSharedMemorySize
+ * must be raised first (tfhost's launcher does it from the launch's
+ * `shared`; tests/gpu/own_kernel_nvcc.cu does it itself). At D 128 two
+ * blocks of any kernel fit an SM's 227 KiB. The backward pass runs prep,
+ * then dkdv and dq (either order): no atomics, the same bits every run.
  *
  * Fragments (tfhost.cuh's comment, PTX ISA "mma.m16n8k16"): lane = 4 g + t
  * holds rows g and g + 8 of a 16 x 8 f32 accumulator, columns 2t and 2t + 1
