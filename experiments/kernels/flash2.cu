@@ -51,10 +51,12 @@ namespace flash2 {
 
 typedef __nv_bfloat16 bf16;
 
-constexpr int THREADS = 128;   /* 4 warps */
-constexpr int FWD_ROWS = 128;  /* queries a forward block: 2 row tiles of 16 a warp */
-constexpr int BWD_TILE = 64;   /* keys a dK/dV block, queries a dQ block, and the tiles they walk */
-constexpr int KEY_TILE = 64;   /* keys a forward step */
+enum {
+  THREADS = 128,  /* 4 warps */
+  FWD_ROWS = 128, /* queries a forward block: 2 row tiles of 16 a warp */
+  BWD_TILE = 64,  /* keys a dK/dV block, queries a dQ block, and the tiles they walk */
+  KEY_TILE = 64,  /* keys a forward step */
+};
 
 template <int D> struct dims {
   static_assert(D == 64 || D == 128, "head dim 64 or 128");

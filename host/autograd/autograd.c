@@ -42,6 +42,7 @@ static void tf_node_free_saved(tf_node *n) {
     tf_tensor_release(n->saved[i]);
     n->saved[i] = NULL;
   }
+  if (n->ext && n->ext->free_saved) n->ext->free_saved(n->ext_data);
 }
 
 /* Releases iteratively: a long chain of nodes must not recurse once per op. */
@@ -53,6 +54,7 @@ void tf_node_release(tf_node *n) {
     tf_node *x = work[--top];
     if (--x->refcount > 0) continue;
     tf_node_free_saved(x);
+    if (x->ext && x->ext->release) x->ext->release(x->ext_data);
     tf_tensor_release(x->gsum);
     for (int i = 0; i < x->ninputs; i++) {
       tf_tensor_release(x->leaf[i]);
@@ -102,6 +104,19 @@ tf_status tf_node_begin(const char *name, tf_backward_fn backward, tf_tensor *co
     }
   }
   *out = n;
+  return TF_OK;
+}
+
+tf_status tf_node_relay(const char *name, tf_backward_fn backward, tf_node *next, tf_node **out) {
+  tf_node *n = calloc(1, sizeof *n);
+  *out = n;
+  if (!n) return tf_fail(TF_ERR_OOM, "out of memory: no host memory for an autograd node");
+  n->refcount = 1;
+  n->name = name;
+  n->backward = backward;
+  n->ninputs = 1;
+  n->next[0] = next;
+  next->refcount++;
   return TF_OK;
 }
 
@@ -261,6 +276,7 @@ static tf_status tf_run_node(tf_node *x, bool retain, tf_node_list *ready, const
   }
   tf_tensor *gin[TF_NODE_MAX_INPUTS] = {0};
   tf_mem_scope outer = tf_mem_scope_enter(TF_TAG_TEMPORARY, x->name);
+  x->retaining = retain;
   tf_status st = x->backward(x, x->gsum, gin);
   tf_mem_scope_leave(outer);
   /* The node's gradient is released before its inputs' are handed on, so

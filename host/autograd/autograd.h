@@ -21,11 +21,19 @@
 extern "C" {
 #endif
 
-enum { TF_NODE_MAX_INPUTS = 4, TF_NODE_MAX_SAVED = 6 };
+enum { TF_NODE_MAX_INPUTS = 8, TF_NODE_MAX_SAVED = 6 };
 
 /* Computes the gradients of the node's inputs from the gradient of its
  * output: gin[i] receives a new tensor, or stays NULL (no gradient). */
 typedef tf_status (*tf_backward_fn)(tf_node *n, const tf_tensor *gout, tf_tensor **gin);
+
+/* What a node made outside the C ops holds (an autograd function a script
+ * defines, host/bind/l_function.c): free_saved drops its saved tensors when
+ * a backward pass is done with them, release everything when the node goes. */
+typedef struct tf_node_ext {
+  void (*free_saved)(void *data);
+  void (*release)(void *data);
+} tf_node_ext;
 
 struct tf_node {
   int refcount;
@@ -42,6 +50,9 @@ struct tf_node {
   double scalar[4]; /* op parameters (eps, theta, scalar operands, ...) */
   int64_t param[6];
   bool freed;       /* saved tensors released by a backward pass */
+  const tf_node_ext *ext; /* with ext_data: a node of a script's function (NULL: a C op's) */
+  void *ext_data;
+  bool retaining;   /* the pass running the backward keeps saved tensors (retain_graph) */
   /* during tf_backward */
   uint64_t epoch;   /* the backward pass that last visited this node */
   int pending;      /* gradients still to arrive from consumers */
@@ -69,6 +80,10 @@ tf_status tf_node_begin(const char *name, tf_backward_fn backward, tf_tensor *co
 tf_status tf_node_save(tf_node *n, const tf_tensor *t);
 /* Makes out the node's output (out->grad_fn = n, taking the reference). */
 void tf_node_finish(tf_node *n, tf_tensor *out);
+/* A node with one input, next (retained): each output of a node with
+ * several outputs gets one, whose backward hands its gradient to next's
+ * own bookkeeping (next's backward then runs once, after all of them). */
+tf_status tf_node_relay(const char *name, tf_backward_fn backward, tf_node *next, tf_node **out);
 /* Abandons a node begun but not finished. */
 void tf_node_discard(tf_node *n);
 /* Saved tensor i, after checking nothing modified it in place since. */

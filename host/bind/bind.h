@@ -98,9 +98,14 @@ void tf_open_model(lua_State *L);     /* tf._model: the fused Transformer engine
 void tf_open_dist(lua_State *L);      /* tf._dist: ranks and collectives, for tf.dist */
 void tf_open_prof(lua_State *L);      /* tf._prof: ranges and the profiler */
 void tf_open_rtc(lua_State *L);       /* tf._rtc: kernels compiled at run time, for tf.cuda */
+void tf_open_function(lua_State *L);  /* tf._function: autograd functions written in Lua, for tf.autograd */
 void tf_lua_open_exit(lua_State *L);  /* tf.exit (luahost.c) */
 void tf_open_safe(lua_State *L);      /* the sandbox's functions (safe.c) */
 int luaopen_tf_core(lua_State *L);
+
+/* The Lua state whose x:backward() is running (NULL outside one): the
+ * backward of a function written in Lua runs on it. Returns the previous. */
+lua_State *tf_lua_set_backward_state(lua_State *L);
 
 /* The running Lua state's main thread, for the allocator's reclaim hook. */
 void tf_lua_install_reclaim(lua_State *L);

@@ -65,7 +65,10 @@ static int tf_l_backward(lua_State *L) {
     return luaL_argerror(L, opts, "expected a gradient tensor or an options table");
   }
   const tf_grad_hook hook = {tf_l_on_grad, &h};
-  TF_LUA_CHECK(L, tf_backward_hooked(t, grad, retain, h.fn ? &hook : NULL), "backward");
+  lua_State *outer = tf_lua_set_backward_state(L); /* functions written in Lua run their backward on L */
+  tf_status st = tf_backward_hooked(t, grad, retain, h.fn ? &hook : NULL);
+  tf_lua_set_backward_state(outer);
+  TF_LUA_CHECK(L, st, "backward");
   return 0;
 }
 

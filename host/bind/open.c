@@ -22,6 +22,7 @@ static const struct tf_opener {
     {"tf._dist", tf_open_dist},
     {"tf._prof", tf_open_prof},
     {"tf._rtc", tf_open_rtc},
+    {"tf._function", tf_open_function},
     {"tf.exit", tf_lua_open_exit},
     {"the sandbox's functions", tf_open_safe},
 };

@@ -145,6 +145,7 @@ end
 -- ---- the cache --------------------------------------------------------------------------------------
 
 local memory_cache = {} -- key -> {code, cubin, lowered, log}
+local parsed = setmetatable({}, { __mode = "v" }) -- source -> its kernels' declarations, while a module has them
 local notes_given = {}
 
 local function note(text)
@@ -227,7 +228,7 @@ local function build(unit, exprs)
   for _, e in ipairs(exprs) do key_parts[#key_parts + 1] = "expr:" .. e end
   local key = tf_ref.sha256(table.concat(key_parts, "\0"))
   local t0 = tf_ref.now()
-  local entry = memory_cache[key]
+  local entry = not unit.uncached and memory_cache[key] or nil
   local from = entry and "memory"
   if not entry and unit.cache_dir then
     entry = cache_read(unit.cache_dir, key)
@@ -250,7 +251,7 @@ local function build(unit, exprs)
     from = nil
     if unit.cache_dir then cache_write(unit.cache_dir, key, entry) end
   end
-  memory_cache[key] = entry
+  if not unit.uncached then memory_cache[key] = entry end
   return { code = entry.code, cubin = entry.cubin, lowered = entry.lowered, log = entry.log, cached = from,
     ms = tf_ref.now() - t0 }
 end
@@ -290,12 +291,14 @@ function M.compile(source, opts)
     nvrtc = nvrtc_major .. "." .. nvrtc_minor,
     driver = tf_ref.cuda.is_available() and tostring(tf_ref.device_info(device).driver_version) or "none",
     cache_dir = opts.cache ~= false and (opts.cache_dir or M.cache_dir()) or nil,
+    uncached = opts.cache == false, -- neither cache is read or written: a cold compile
   }
   if opts.cache_dir then
     check.arg(opts.cache_dir, fname, "cache_dir", "string")
     require("tf.safe").writable(opts.cache_dir, fname)
   end
-  local kernels = decl.parse(source)
+  local kernels = parsed[source] or decl.parse(source)
+  parsed[source] = kernels
   -- every plain kernel now, and the instantiations asked for
   local exprs = {}
   local names = {}

@@ -13,27 +13,34 @@ local M = {}
 local function strip(src)
   local out, i, n = {}, 1, #src
   while i <= n do
-    local c, d = src:sub(i, i), src:sub(i + 1, i + 1)
+    local j = src:find("[/\"']", i)
+    if not j then
+      out[#out + 1] = src:sub(i)
+      break
+    end
+    out[#out + 1] = src:sub(i, j - 1)
+    local c, d = src:sub(j, j), src:sub(j + 1, j + 1)
     if c == "/" and d == "/" then
-      local j = src:find("\n", i, true) or n + 1
-      out[#out + 1] = string.rep(" ", j - i)
-      i = j
+      local e = src:find("\n", j, true) or n + 1
+      out[#out + 1] = string.rep(" ", e - j)
+      i = e
     elseif c == "/" and d == "*" then
-      local _, j = src:find("*/", i + 2, true)
-      j = j or n
-      out[#out + 1] = src:sub(i, j):gsub("[^\n]", " ")
-      i = j + 1
-    elseif c == '"' or c == "'" then
-      local j = i + 1
-      while j <= n and src:sub(j, j) ~= c do
-        if src:sub(j, j) == "\\" then j = j + 1 end
-        j = j + 1
-      end
-      out[#out + 1] = c .. string.rep(" ", j - i - 1) .. c
-      i = j + 1
-    else
+      local _, e = src:find("*/", j + 2, true)
+      e = e or n
+      out[#out + 1] = (src:sub(j, e):gsub("[^\n]+", function(run) return string.rep(" ", #run) end))
+      i = e + 1
+    elseif c == "/" then
       out[#out + 1] = c
-      i = i + 1
+      i = j + 1
+    else -- a string or character literal, to its closing quote (escapes skipped)
+      local k = j + 1
+      while k <= n do
+        k = src:find(c == '"' and '[\\"]' or "[\\']", k) or n + 1
+        if k > n or src:sub(k, k) == c then break end
+        k = k + 2
+      end
+      out[#out + 1] = c .. string.rep(" ", k - j - 1) .. c
+      i = k + 1
     end
   end
   return table.concat(out)
@@ -96,9 +103,11 @@ function M.parse(source)
   local kernels = {}
   local pos = 1
   while true do
-    local s, e = code:find("%f[%w_]__global__%f[^%w_]", pos)
+    -- a plain search, then the word's boundaries (a pattern tried at every position costs ms)
+    local s, e = code:find("__global__", pos, true)
     if not s then break end
     pos = e + 1
+    if s > 1 and code:sub(s - 1, s - 1):find("[%w_]") or code:sub(e + 1, e + 1):find("[%w_]") then goto next end
     -- the name: the identifier before the parameter list's "(", past attributes such as
     -- __launch_bounds__(256) and the return type
     local j = e + 1
@@ -136,7 +145,13 @@ function M.parse(source)
         -- a template: "template <...>" just before (extern "C" and static may stand between)
         local before = code:sub(math.max(1, s - 2000), s - 1)
         local template
-        local ts = before:match(".*()template%s*<")
+        local ts, from = nil, 1
+        while true do -- the last "template <" before the kernel
+          local a, b = before:find("template", from, true)
+          if not a then break end
+          if before:find("^%s*<", b + 1) then ts = a end
+          from = b + 1
+        end
         if ts then
           local lt = before:find("<", ts)
           local gt = closing(before, lt, "<", ">")
@@ -149,6 +164,7 @@ function M.parse(source)
         pos = close + 1
       end
     end
+    ::next::
   end
   return kernels
 end

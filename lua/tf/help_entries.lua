@@ -76,6 +76,10 @@ M.entries = {
   { "tf.no_grad", "tf.no_grad(fn)", "runs fn without recording autograd history" },
   { "tf.enable_grad", "tf.enable_grad([fn])", "records autograd history again inside a no_grad region" },
   { "tf.is_grad_enabled", "tf.is_grad_enabled()", "whether ops record autograd history now" },
+  { "tf.autograd.Function", "tf.autograd.Function{name, forward = fn(ctx, ...), backward = fn(ctx, grads...)}",
+    "a differentiable op written in Lua, as torch.autograd.Function (ctx:save, ctx:saved)" },
+  { "tf.autograd.gradcheck", "tf.autograd.gradcheck(fn, inputs [, {eps, atol, rtol, check, raise}])",
+    "fn's gradients against finite differences in f64: true, or an error naming the element" },
   { "tf.allow_tf32", "tf.allow_tf32(on [, dev])", "lets f32 matmuls use TF32; returns the previous setting" },
   -- devices and the host
   { "tf.device", "tf.device([dev])", "the current (or dev's) device name" },

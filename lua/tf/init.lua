@@ -38,6 +38,12 @@ do -- kernels compiled at run time (lua/tf/cuda.lua, host/bind/l_rtc.c)
   end
 end
 
+-- differentiable ops written in Lua, gradcheck (lua/tf/autograd.lua, host/bind/l_function.c)
+do
+  local autograd = require("tf.autograd").bind(tf, C)
+  tf.autograd = { Function = autograd.Function, gradcheck = autograd.gradcheck }
+end
+
 local json = C.json
 --- Reads and decodes a JSON file.
 function json.read(path)

@@ -21,6 +21,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 TFHOST = None
 LIMIT_S = 90  # each experiment's CPU defaults; on an idle 2-core machine each takes 0.3 to 10 s
 NEEDS_GPU = {"kernel_bandwidth.lua"}
+NEEDS_CUDA_BUILD = {"own_kernel.lua"}  # compiles its kernels on a CPU too, with the CUDA backend's NVRTC
 NOT_HERE = {"profile_kernels.lua"}  # its defaults are tested with it (tests of tf.prof)
 MODELS = {"benchmark.lua", "memory_profile.lua", "mixed_precision.lua", "overhead.lua", "ddp.lua"}
 
@@ -36,6 +37,8 @@ class CpuDefaults(unittest.TestCase):
 
     def test_every_experiment_finishes_quickly_at_its_cpu_defaults(self):
         times = {}
+        compiled = subprocess.run([TFHOST, "-e", "io.write(tostring(tf.cuda.compiled()))"], capture_output=True,
+                                  text=True).stdout == "true"
         for script in experiments(self.MODELS):
             with self.subTest(experiment=script), tempfile.TemporaryDirectory() as tmp:
                 out = os.path.join(tmp, "r.json")
@@ -46,6 +49,10 @@ class CpuDefaults(unittest.TestCase):
                 if script in NEEDS_GPU:
                     self.assertEqual(r.returncode, 2, r.stderr)
                     self.assertIn("needs a CUDA device", r.stderr)
+                    continue
+                if script in NEEDS_CUDA_BUILD and not compiled:
+                    self.assertEqual(r.returncode, 2, r.stderr)
+                    self.assertIn("built without CUDA", r.stderr)
                     continue
                 self.assertEqual(r.returncode, 0, r.stderr[-3000:])
                 self.assertLess(times[script], LIMIT_S, f"{script} at its CPU defaults")
