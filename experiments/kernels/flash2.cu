@@ -60,10 +60,13 @@ enum {
 
 template <int D> struct dims {
   static_assert(D == 64 || D == 128, "head dim 64 or 128");
-  static constexpr int LD = D + 8; /* 16 bytes of padding: ldmatrix rows in distinct banks */
-  static constexpr int FWD_SMEM = (FWD_ROWS + 4 * KEY_TILE) * LD * 2;
-  static constexpr int DKDV_SMEM = (2 * BWD_TILE + 4 * BWD_TILE) * LD * 2 + 4 * BWD_TILE * 4;
-  static constexpr int DQ_SMEM = (2 * BWD_TILE + 4 * BWD_TILE) * LD * 2;
+  /* enumerators, not static constexpr members: NVRTC makes those device variables */
+  enum {
+    LD = D + 8, /* 16 bytes of padding: ldmatrix rows in distinct banks */
+    FWD_SMEM = (FWD_ROWS + 4 * KEY_TILE) * LD * 2,
+    DKDV_SMEM = (2 * BWD_TILE + 4 * BWD_TILE) * LD * 2 + 4 * BWD_TILE * 4,
+    DQ_SMEM = (2 * BWD_TILE + 4 * BWD_TILE) * LD * 2,
+  };
 };
 
 template <bool B> struct flag {

@@ -2,8 +2,9 @@
  * options, keeps the cache and reads the kernels' declarations; this file compiles (NVRTC), loads
  * a compiled image on a device (tf.CudaLibrary) and launches its kernels (tf.CudaKernel) after
  * checking every argument against the declared parameter list and the device's limits. The launch
- * is all C: a script launching a small kernel in a loop pays for the checks and one
- * cudaLaunchKernel. */
+ * is all C: a script launching a small kernel in a loop pays for the checks and one driver
+ * launch (kernels/cuda/rtc.cu). */
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +17,18 @@
 #include "rtc.h"
 #include "safe.h"
 
+/* tf_lua_error with printf's conversions (%zu, %llu, %u: this file's messages use them), which
+ * lua_pushfstring lacks. */
+static int tf_l_error(lua_State *L, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int tf_l_error(lua_State *L, const char *fmt, ...) {
+  char msg[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  return tf_lua_error(L, "%s", msg);
+}
+
 #define TF_LIBRARY_TYPE "tf.CudaLibrary"
 #define TF_KERNEL_TYPE "tf.CudaKernel"
 
@@ -23,12 +36,12 @@
  * --allow-kernels, compiling and loading are refused (guarded); reading versions is not. */
 static const tf_rtc_api *tf_l_rtc_api_of(lua_State *L, const char *fname, bool guarded) {
   if (guarded && !tf_safe_kernels_allowed(L))
-    tf_lua_error(L, "--safe: %s is not available (a kernel can read and write any GPU memory of the process; "
+    tf_l_error(L, "--safe: %s is not available (a kernel can read and write any GPU memory of the process; "
                     "tfhost --safe --allow-kernels allows it)",
                  fname);
   const tf_rtc_api *api = tf_rtc();
   if (!api)
-    tf_lua_error(L, "%s: this tfhost was built without the CUDA backend (no CUDA Toolkit at build time), so it "
+    tf_l_error(L, "%s: this tfhost was built without the CUDA backend (no CUDA Toolkit at build time), so it "
                     "cannot compile kernels",
                  fname);
   return api;
@@ -137,7 +150,7 @@ static int tf_l_rtc_load(lua_State *L) {
   size_t n;
   const char *code = luaL_checklstring(L, 1, &n);
   tf_device d = tf_lua_checkdevice(L, 2);
-  if (d.type != TF_DEV_CUDA) return tf_lua_error(L, "tf.cuda.compile: kernels are loaded on a CUDA device, not the CPU");
+  if (d.type != TF_DEV_CUDA) return tf_l_error(L, "tf.cuda.compile: kernels are loaded on a CUDA device, not the CPU");
   tf_device_ctx *ctx;
   TF_LUA_CHECK(L, tf_device_ctx_get(d, &ctx), "tf.cuda.compile");
   tf_l_library *l = lua_newuserdatauv(L, sizeof *l, 0);
@@ -173,6 +186,7 @@ typedef struct tf_l_kernel {
   tf_rtc_kernel_info info;
   tf_rtc_limits limits;
   size_t shared_allowed;
+  void *function; /* what the backend launches, found on the first launch */
   int nparams;
   tf_l_param params[TF_RTC_MAX_PARAMS];
   char name[160]; /* as the script names it: "row_softmax<256, float>" */
@@ -220,7 +234,8 @@ static size_t tf_l_param_bytes(const tf_l_param *p) {
   }
 }
 
-/* lib:kernel(lowered, name, params) -> kernel: checks the declared list against the driver's. */
+/* lib:kernel(lowered, name, params, probe_more) -> kernel: checks the declared list against the
+ * driver's (probe_more: a list the script declared, which may be short, so one more is asked for). */
 static int tf_l_library_kernel(lua_State *L) {
   const tf_rtc_api *api = tf_l_rtc_api(L, "tf.cuda.compile");
   tf_l_library *lib = tf_l_checklibrary(L, 1);
@@ -234,15 +249,15 @@ static int tf_l_library_kernel(lua_State *L) {
   lua_setiuservalue(L, -2, 1);
   snprintf(k->name, sizeof k->name, "%s", name);
   TF_LUA_CHECK(L, tf_device_ctx_get(lib->device, &k->ctx), "mod:kernel");
-  TF_LUA_CHECK(L, api->kernel(lib->lib, lowered, &k->kernel, &k->info), "mod:kernel");
-  TF_LUA_CHECK(L, api->limits(k->ctx, &k->limits), "mod:kernel");
   tf_l_read_params(L, 4, k);
+  TF_LUA_CHECK(L, api->kernel(lib->lib, lowered, k->nparams, lua_toboolean(L, 5), &k->kernel, &k->info), "mod:kernel");
+  TF_LUA_CHECK(L, api->limits(k->ctx, &k->limits), "mod:kernel");
   if (k->nparams != k->info.nparams)
-    return tf_lua_error(L, "mod:kernel: kernel %s is declared with %d parameters but its compiled code has %d", name,
+    return tf_l_error(L, "mod:kernel: kernel %s is declared with %d parameters but its compiled code has %d", name,
                         k->nparams, k->info.nparams);
   for (int i = 0; i < k->nparams; i++)
     if (tf_l_param_bytes(&k->params[i]) != k->info.param_size[i])
-      return tf_lua_error(L, "mod:kernel: kernel %s: parameter %d (%s) is read as %zu bytes but the compiled code "
+      return tf_l_error(L, "mod:kernel: kernel %s: parameter %d (%s) is read as %zu bytes but the compiled code "
                              "takes %zu",
                           name, i + 1, k->params[i].name, tf_l_param_bytes(&k->params[i]), k->info.param_size[i]);
   return 1;
@@ -256,18 +271,18 @@ static void tf_l_dims(lua_State *L, int idx, const char *field, const tf_l_kerne
   out[0] = out[1] = out[2] = 1;
   int t = lua_getfield(L, idx, field);
   int n = t == LUA_TTABLE ? (int)luaL_len(L, -1) : 1;
-  if (t == LUA_TNIL) tf_lua_error(L, "kernel %s: the launch needs %s = n or {x, y, z}", k->name, field);
+  if (t == LUA_TNIL) tf_l_error(L, "kernel %s: the launch needs %s = n or {x, y, z}", k->name, field);
   if (t != LUA_TTABLE && t != LUA_TNUMBER)
-    tf_lua_error(L, "kernel %s: %s must be a number or {x, y, z}, not a %s", k->name, field, luaL_typename(L, -1));
-  if (n < 1 || n > 3) tf_lua_error(L, "kernel %s: %s has %d sizes (1 to 3)", k->name, field, n);
+    tf_l_error(L, "kernel %s: %s must be a number or {x, y, z}, not a %s", k->name, field, luaL_typename(L, -1));
+  if (n < 1 || n > 3) tf_l_error(L, "kernel %s: %s has %d sizes (1 to 3)", k->name, field, n);
   static const char axis[] = "xyz";
   for (int i = 0; i < n; i++) {
     if (t == LUA_TTABLE) lua_rawgeti(L, -1, i + 1);
     int isint;
     lua_Integer v = lua_tointegerx(L, -1, &isint);
-    if (!isint) tf_lua_error(L, "kernel %s: %s.%c must be an integer", k->name, field, axis[i]);
+    if (!isint) tf_l_error(L, "kernel %s: %s.%c must be an integer", k->name, field, axis[i]);
     if (v < 1 || (lua_Unsigned)v > max[i])
-      tf_lua_error(L, "kernel %s: %s.%c = %lld is outside 1..%u, the device's limit", k->name, field, axis[i],
+      tf_l_error(L, "kernel %s: %s.%c = %lld is outside 1..%u, the device's limit", k->name, field, axis[i],
                    (long long)v, max[i]);
     out[i] = (unsigned)v;
     if (t == LUA_TTABLE) lua_pop(L, 1);
@@ -281,30 +296,30 @@ static void tf_l_pack(lua_State *L, int idx, const tf_l_kernel *k, int i, unsign
   if (p->kind == TF_P_POINTER || p->kind == TF_P_VIEW) {
     tf_lua_tensor *u = luaL_testudata(L, idx, TF_TENSOR_TYPE);
     if (!u)
-      tf_lua_error(L, "kernel %s: parameter %d (%s) takes a tensor, got %s", k->name, i + 1, p->name, luaL_typename(L, idx));
+      tf_l_error(L, "kernel %s: parameter %d (%s) takes a tensor, got %s", k->name, i + 1, p->name, luaL_typename(L, idx));
     const tf_tensor *t = u->t;
-    if (!t) tf_lua_error(L, "kernel %s: parameter %d (%s): the tensor has been freed", k->name, i + 1, p->name);
+    if (!t) tf_l_error(L, "kernel %s: parameter %d (%s): the tensor has been freed", k->name, i + 1, p->name);
     if (t->device.type != k->ctx->device.type || t->device.index != k->ctx->device.index) {
       char have[32], want[32];
       tf_device_format(t->device, have, sizeof have);
       tf_device_format(k->ctx->device, want, sizeof want);
-      tf_lua_error(L, "kernel %s: parameter %d (%s): the tensor is on %s, the kernel on %s", k->name, i + 1, p->name,
+      tf_l_error(L, "kernel %s: parameter %d (%s): the tensor is on %s, the kernel on %s", k->name, i + 1, p->name,
                    have, want);
     }
     if (p->dtype >= 0 && (int)t->dtype != p->dtype)
-      tf_lua_error(L, "kernel %s: parameter %d (%s) is declared %s, the tensor is %s", k->name, i + 1, p->name,
+      tf_l_error(L, "kernel %s: parameter %d (%s) is declared %s, the tensor is %s", k->name, i + 1, p->name,
                    tf_dtype_name((tf_dtype)p->dtype), tf_dtype_name(t->dtype));
     void *data = tf_tensor_data(t);
     memcpy(slot, &data, sizeof data);
     if (p->kind == TF_P_POINTER) {
       if (!tf_tensor_is_contiguous(t))
-        tf_lua_error(L, "kernel %s: parameter %d (%s) is a pointer, so the tensor must be contiguous (call "
+        tf_l_error(L, "kernel %s: parameter %d (%s) is a pointer, so the tensor must be contiguous (call "
                         ":contiguous(), or declare the parameter tf::view<T, N> to pass its strides)",
                      k->name, i + 1, p->name);
       return;
     }
     if (t->ndim != p->ndim)
-      tf_lua_error(L, "kernel %s: parameter %d (%s) is a view of %d dimensions, the tensor has %d", k->name, i + 1,
+      tf_l_error(L, "kernel %s: parameter %d (%s) is a view of %d dimensions, the tensor has %d", k->name, i + 1,
                    p->name, p->ndim, t->ndim);
     int64_t dims[2 * TF_MAX_DIMS];
     for (int d = 0; d < t->ndim; d++) dims[d] = t->shape[d], dims[t->ndim + d] = t->strides[d];
@@ -313,12 +328,12 @@ static void tf_l_pack(lua_State *L, int idx, const tf_l_kernel *k, int i, unsign
   }
   if (p->kind == TF_P_BOOL) {
     if (!lua_isboolean(L, idx))
-      tf_lua_error(L, "kernel %s: parameter %d (%s) takes a boolean, got %s", k->name, i + 1, p->name, luaL_typename(L, idx));
+      tf_l_error(L, "kernel %s: parameter %d (%s) takes a boolean, got %s", k->name, i + 1, p->name, luaL_typename(L, idx));
     *slot = (unsigned char)lua_toboolean(L, idx);
     return;
   }
   if (lua_type(L, idx) != LUA_TNUMBER)
-    tf_lua_error(L, "kernel %s: parameter %d (%s) takes a number, got %s", k->name, i + 1, p->name, luaL_typename(L, idx));
+    tf_l_error(L, "kernel %s: parameter %d (%s) takes a number, got %s", k->name, i + 1, p->name, luaL_typename(L, idx));
   if (p->kind == TF_P_FLOAT) {
     double v = lua_tonumber(L, idx);
     if (p->bytes == 4) {
@@ -332,13 +347,13 @@ static void tf_l_pack(lua_State *L, int idx, const tf_l_kernel *k, int i, unsign
   int isint;
   lua_Integer v = lua_tointegerx(L, idx, &isint);
   if (!isint)
-    tf_lua_error(L, "kernel %s: parameter %d (%s) takes an integer, got %s", k->name, i + 1, p->name,
+    tf_l_error(L, "kernel %s: parameter %d (%s) takes an integer, got %s", k->name, i + 1, p->name,
                  lua_tostring(L, idx));
   int bits = 8 * p->bytes;
   bool fits = p->kind == TF_P_UINT ? v >= 0 && (bits == 64 || (uint64_t)v < ((uint64_t)1 << bits))
                                    : bits == 64 || (v >= -((int64_t)1 << (bits - 1)) && v < ((int64_t)1 << (bits - 1)));
   if (!fits)
-    tf_lua_error(L, "kernel %s: parameter %d (%s) is a %d-bit %s integer: %lld does not fit", k->name, i + 1, p->name,
+    tf_l_error(L, "kernel %s: parameter %d (%s) is a %d-bit %s integer: %lld does not fit", k->name, i + 1, p->name,
                  bits, p->kind == TF_P_UINT ? "unsigned" : "signed", (long long)v);
   memcpy(slot, &v, (size_t)p->bytes); /* little-endian: the low bytes */
 }
@@ -347,24 +362,24 @@ static void tf_l_pack(lua_State *L, int idx, const tf_l_kernel *k, int i, unsign
 static int tf_l_kernel_launch(lua_State *L) {
   tf_l_kernel *k = tf_l_checkkernel(L, 1);
   if (!lua_istable(L, 2))
-    return tf_lua_error(L, "kernel %s: launch takes {grid = ..., block = ... [, shared = bytes]} and then the "
+    return tf_l_error(L, "kernel %s: launch takes {grid = ..., block = ... [, shared = bytes]} and then the "
                            "arguments",
                         k->name);
   int nargs = lua_gettop(L) - 2;
   if (nargs != k->nparams)
-    return tf_lua_error(L, "kernel %s takes %d arguments, got %d", k->name, k->nparams, nargs);
+    return tf_l_error(L, "kernel %s takes %d arguments, got %d", k->name, k->nparams, nargs);
   tf_rtc_launch l = {0};
   tf_l_dims(L, 2, "grid", k, k->limits.max_grid, l.grid);
   tf_l_dims(L, 2, "block", k, k->limits.max_block, l.block);
   unsigned long long threads = (unsigned long long)l.block[0] * l.block[1] * l.block[2];
   if (threads > (unsigned long long)k->info.max_threads)
-    return tf_lua_error(L, "kernel %s: a block of %llu threads is over the kernel's limit of %d (%d registers a "
+    return tf_l_error(L, "kernel %s: a block of %llu threads is over the kernel's limit of %d (%d registers a "
                            "thread)",
                         k->name, threads, k->info.max_threads, k->info.registers);
   if (lua_getfield(L, 2, "shared") != LUA_TNIL) {
     int isint;
     lua_Integer s = lua_tointegerx(L, -1, &isint);
-    if (!isint || s < 0) return tf_lua_error(L, "kernel %s: shared must be a number of bytes >= 0", k->name);
+    if (!isint || s < 0) return tf_l_error(L, "kernel %s: shared must be a number of bytes >= 0", k->name);
     l.shared = (size_t)s;
   }
   lua_pop(L, 1);
@@ -372,7 +387,7 @@ static int tf_l_kernel_launch(lua_State *L) {
                      ? (size_t)k->limits.max_shared_optin - k->info.static_shared
                      : 0;
   if (l.shared > limit)
-    return tf_lua_error(L, "kernel %s: %zu bytes of dynamic shared memory is over the device's limit of %zu a block "
+    return tf_l_error(L, "kernel %s: %zu bytes of dynamic shared memory is over the device's limit of %zu a block "
                            "(%d bytes with the opt-in, less %zu static)",
                         k->name, l.shared, limit, k->limits.max_shared_optin, k->info.static_shared);
   static const char *const keys[] = {"grid", "block", "shared", NULL};
@@ -382,12 +397,13 @@ static int tf_l_kernel_launch(lua_State *L) {
   for (int i = 0; i < k->nparams; i++) {
     unsigned char *slot = buf + k->info.param_offset[i];
     if (k->info.param_offset[i] + k->info.param_size[i] > sizeof buf)
-      return tf_lua_error(L, "kernel %s: its parameters take more than %zu bytes", k->name, sizeof buf);
+      return tf_l_error(L, "kernel %s: its parameters take more than %zu bytes", k->name, sizeof buf);
     tf_l_pack(L, 3 + i, k, i, slot);
     args[i] = slot;
   }
   l.args = args;
   l.shared_allowed = &k->shared_allowed;
+  l.function = &k->function;
   l.name = k->name;
   lua_Debug ar;
   if (lua_getstack(L, 1, &ar) && lua_getinfo(L, "Sl", &ar)) {
@@ -456,11 +472,11 @@ static void tf_l_graph_free(tf_l_graph *u) {
 static int tf_l_rtc_capture(lua_State *L) {
   luaL_checktype(L, 1, LUA_TFUNCTION);
   tf_device d = tf_lua_checkdevice(L, 2);
-  if (d.type != TF_DEV_CUDA) return tf_lua_error(L, "tf.cuda.graph: graphs are CUDA's: the device must be a GPU");
+  if (d.type != TF_DEV_CUDA) return tf_l_error(L, "tf.cuda.graph: graphs are CUDA's: the device must be a GPU");
   tf_device_ctx *ctx;
   TF_LUA_CHECK(L, tf_device_ctx_get(d, &ctx), "tf.cuda.graph");
   const tf_model_kernels *mk = ctx->backend->model;
-  if (!mk || !mk->capture_begin) return tf_lua_error(L, "tf.cuda.graph: this device's backend has no CUDA graphs");
+  if (!mk || !mk->capture_begin) return tf_l_error(L, "tf.cuda.graph: this device's backend has no CUDA graphs");
   tf_l_graph *u = lua_newuserdatauv(L, sizeof *u, 0);
   *u = (tf_l_graph){NULL, ctx};
   luaL_setmetatable(L, TF_GRAPH_TYPE);
@@ -476,13 +492,13 @@ static int tf_l_rtc_capture(lua_State *L) {
   }
   if (ended != TF_OK) {
     const char *why = tf_last_error();
-    return tf_lua_error(L, "tf.cuda.graph: the function's GPU work could not be captured (%s): inside a capture, "
+    return tf_l_error(L, "tf.cuda.graph: the function's GPU work could not be captured (%s): inside a capture, "
                            "no tensor may be made, copied to the host or read (item, tolist), and nothing may wait",
                         why);
   }
   if (ctx->alloc.stats.num_allocs != allocs) {
     tf_l_graph_free(u);
-    return tf_lua_error(L, "tf.cuda.graph: the function made %llu tensor(s) while it was captured: a graph's replays "
+    return tf_l_error(L, "tf.cuda.graph: the function made %llu tensor(s) while it was captured: a graph's replays "
                            "write into the memory they had, which goes to other tensors afterwards; make the "
                            "tensors before tf.cuda.graph and only launch into them inside",
                         (unsigned long long)(ctx->alloc.stats.num_allocs - allocs));

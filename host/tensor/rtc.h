@@ -63,6 +63,7 @@ typedef struct tf_rtc_launch {
   size_t shared; /* dynamic shared memory, bytes */
   void **args;   /* one pointer a parameter, as cudaLaunchKernel takes them */
   size_t *shared_allowed; /* the kernel's dynamic shared-memory limit as last set (0: the default 48 KiB) */
+  void **function;        /* the kernel as its device's context has it, found on the first launch (NULL before) */
   /* the kernel, and the script line that launched it, for the message of a fault seen later: kept
    * as pointers and copied only when they change, so that a loop of launches copies nothing */
   const char *name;
@@ -91,8 +92,12 @@ typedef struct tf_rtc_api {
   /* Loads a compiled image (CUBIN or PTX) on the context's device; *lib is freed by unload. */
   tf_status (*load)(tf_device_ctx *ctx, const void *code, void **lib);
   void (*unload)(void *lib);
-  /* A kernel of a loaded library by its (lowered) name; TF_ERR_ARG naming it when it is not there. */
-  tf_status (*kernel)(void *lib, const char *name, void **kernel, tf_rtc_kernel_info *info);
+  /* A kernel of a loaded library by its (lowered) name; TF_ERR_ARG naming it when it is not there.
+   * Its parameters are asked for up to the declared count (info->nparams comes back smaller when
+   * the code has fewer), and one past it when probe_more (the driver has no count to ask, and the
+   * failing question it answers shows up in compute-sanitizer's report as an API error). */
+  tf_status (*kernel)(void *lib, const char *name, int declared, bool probe_more, void **kernel,
+                      tf_rtc_kernel_info *info);
   tf_status (*limits)(tf_device_ctx *ctx, tf_rtc_limits *out);
   /* Launches on the context's stream; raises the kernel's dynamic shared-memory limit first when the
    * launch asks for more than *l->shared_allowed (the opt-in above 48 KiB). */

@@ -1,14 +1,17 @@
 /* Kernels compiled at run time (host/tensor/rtc.h): NVRTC compiles, the runtime's library API
- * (cudaLibraryLoadData) loads, cudaLaunchKernel launches on the device's stream.
+ * (cudaLibraryLoadData) loads, the driver's cuLaunchKernel launches on the device's stream.
  *
  * NVRTC is opened at run time on the first compile, as cuBLAS is (cublas_load.cu): tfhost starts
  * where it is absent and says where it looked when asked to compile. Compiling needs no GPU.
- * Kernels are launched through the runtime, not the driver API, so that the profiler's runtime
- * records, the range correlation and stream capture treat them like every kernel of tfhost. */
+ * A launch is one driver call on the kernel's function in its device's context (found once, on the
+ * first launch): the runtime's cudaLaunchKernel on a library's kernel finds that function again at
+ * every launch. The driver's launch calls are what the profiler follows (prof.cu) and what stream
+ * capture records, so these kernels are timed, correlated and captured like every other. */
 #include "cuda_common.cuh"
 #include "cuda_backend.h"
 #include "rtc.h"
 
+#include <cuda.h>
 #include <dlfcn.h>
 #include <nvrtc.h>
 #include <pthread.h>
@@ -44,7 +47,7 @@ static void tf_nvrtc_open(void) {
   void *lib = NULL;
   char first[384] = "";
   for (size_t i = 0; i < sizeof where / sizeof where[0] && !lib; i++) {
-    lib = dlopen(where[i], RTLD_NOW | RTLD_LOCAL);
+    lib = dlopen(where[i], RTLD_LAZY | RTLD_LOCAL);
     if (!lib && i == 0) snprintf(first, sizeof first, "%s", dlerror());
   }
   if (!lib) {
@@ -188,7 +191,8 @@ static void tf_rtc_unload(void *lib) {
   if (lib) tf_cuda_report(cudaLibraryUnload((cudaLibrary_t)lib), "cudaLibraryUnload");
 }
 
-static tf_status tf_rtc_kernel(void *lib, const char *name, void **kernel, tf_rtc_kernel_info *info) {
+static tf_status tf_rtc_kernel(void *lib, const char *name, int declared, bool probe_more, void **kernel,
+                               tf_rtc_kernel_info *info) {
   cudaKernel_t k;
   cudaError_t err = cudaLibraryGetKernel(&k, (cudaLibrary_t)lib, name);
   if (err == cudaErrorSymbolNotFound || err == cudaErrorInvalidDeviceFunction) {
@@ -198,12 +202,13 @@ static tf_status tf_rtc_kernel(void *lib, const char *name, void **kernel, tf_rt
   TF_CUDA_CHECK(err);
   memset(info, 0, sizeof *info);
   /* the parameter list as the compiled code has it: cudaFuncGetParamInfo fails past the last */
-  int n = 0;
-  while (n <= TF_RTC_MAX_PARAMS &&
-         cudaFuncGetParamInfo((const void *)k, (size_t)n, &info->param_offset[n < TF_RTC_MAX_PARAMS ? n : 0],
-                              &info->param_size[n < TF_RTC_MAX_PARAMS ? n : 0]) == cudaSuccess)
+  int n = 0, last = declared + (probe_more ? 1 : 0);
+  size_t spare_offset, spare_size;
+  while (n < last && n <= TF_RTC_MAX_PARAMS &&
+         cudaFuncGetParamInfo((const void *)k, (size_t)n, n < TF_RTC_MAX_PARAMS ? &info->param_offset[n] : &spare_offset,
+                              n < TF_RTC_MAX_PARAMS ? &info->param_size[n] : &spare_size) == cudaSuccess)
     n++;
-  (void)cudaGetLastError();
+  if (n < last) (void)cudaGetLastError(); /* the question past the last parameter */
   if (n > TF_RTC_MAX_PARAMS) return tf_fail(TF_ERR_ARG, "kernel %s has more than %d parameters", name, TF_RTC_MAX_PARAMS);
   info->nparams = n;
   cudaFuncAttributes a;
@@ -257,17 +262,59 @@ static void tf_rtc_note_launch(const tf_rtc_launch *l) {
   tf_rtc_last.line = l->site_line;
 }
 
+/* The driver's calls a launch makes, found through the runtime (tfhost does not link libcuda). */
+static struct {
+  CUresult (*launch)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
+                     void **, void **);
+  CUresult (*function)(CUfunction *, CUkernel);
+  CUresult (*set_attribute)(CUfunction, CUfunction_attribute, int);
+} tf_cu;
+static pthread_once_t tf_cu_once = PTHREAD_ONCE_INIT;
+
+static void tf_cu_open(void) {
+  void *p[3] = {NULL, NULL, NULL};
+  static const char *const names[3] = {"cuLaunchKernel", "cuKernelGetFunction", "cuFuncSetAttribute"};
+  for (int i = 0; i < 3; i++) {
+    cudaDriverEntryPointQueryResult found;
+    if (cudaGetDriverEntryPointByVersion(names[i], &p[i], 12000, cudaEnableDefault, &found) != cudaSuccess ||
+        found != cudaDriverEntryPointSuccess)
+      p[i] = NULL;
+  }
+  (void)cudaGetLastError();
+  if (!p[0] || !p[1] || !p[2]) return; /* launches go through the runtime then */
+  tf_cu.launch = (decltype(tf_cu.launch))p[0];
+  tf_cu.function = (decltype(tf_cu.function))p[1];
+  tf_cu.set_attribute = (decltype(tf_cu.set_attribute))p[2];
+}
+
+/* The kernel's function in the current context, once; NULL where the driver's calls are not there. */
+static CUfunction tf_rtc_function(void *kernel, void **slot) {
+  if (*slot) return (CUfunction)*slot;
+  pthread_once(&tf_cu_once, tf_cu_open);
+  CUfunction f = NULL;
+  if (tf_cu.function && tf_cu.function(&f, (CUkernel)kernel) == CUDA_SUCCESS) *slot = (void *)f;
+  return (CUfunction)*slot;
+}
+
 static tf_status tf_rtc_launch_kernel(tf_device_ctx *ctx, void *kernel, const tf_rtc_launch *l) {
   tf_status st = tf_cuda_use_device(ctx);
   if (st != TF_OK) return st;
+  CUfunction f = tf_rtc_function(kernel, l->function);
   if (l->shared > *l->shared_allowed && l->shared > 48 * 1024) {
     TF_CUDA_CHECK(cudaFuncSetAttribute((const void *)kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)l->shared));
+    if (f && tf_cu.set_attribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)l->shared) != CUDA_SUCCESS)
+      f = NULL; /* the runtime's launch below, which has the limit */
     *l->shared_allowed = l->shared;
   }
   tf_rtc_note_launch(l);
-  dim3 grid(l->grid[0], l->grid[1], l->grid[2]), block(l->block[0], l->block[1], l->block[2]);
-  cudaError_t err = cudaLaunchKernel((const void *)kernel, grid, block, l->args, l->shared, tf_cuda_state_of(ctx)->stream);
-  if (err != cudaSuccess) return tf_cuda_error(err, l->name);
+  cudaStream_t stream = tf_cuda_state_of(ctx)->stream;
+  bool launched = f && tf_cu.launch(f, l->grid[0], l->grid[1], l->grid[2], l->block[0], l->block[1], l->block[2],
+                                    (unsigned)l->shared, (CUstream)stream, l->args, NULL) == CUDA_SUCCESS;
+  if (!launched) { /* the runtime's launch: a failure then comes with the runtime's error, and a fault is noted */
+    dim3 grid(l->grid[0], l->grid[1], l->grid[2]), block(l->block[0], l->block[1], l->block[2]);
+    cudaError_t err = cudaLaunchKernel((const void *)kernel, grid, block, l->args, l->shared, stream);
+    if (err != cudaSuccess) return tf_cuda_error(err, l->name);
+  }
   if (tf_cuda_launch_blocking()) return tf_cuda_launched(l->name);
   return TF_OK;
 }

@@ -249,7 +249,13 @@ local function build(unit, exprs)
     end
     entry = { code = r.code, cubin = r.cubin, lowered = r.lowered, log = r.log }
     from = nil
-    if unit.cache_dir then cache_write(unit.cache_dir, key, entry) end
+  end
+  -- the disk cache holds what this process compiled, whichever folder a compile names
+  entry.on_disk = entry.on_disk or {}
+  if from == "disk" then entry.on_disk[unit.cache_dir] = true end
+  if unit.cache_dir and not entry.on_disk[unit.cache_dir] then
+    cache_write(unit.cache_dir, key, entry)
+    entry.on_disk[unit.cache_dir] = true
   end
   if not unit.uncached then memory_cache[key] = entry end
   return { code = entry.code, cubin = entry.cubin, lowered = entry.lowered, log = entry.log, cached = from,
@@ -423,7 +429,8 @@ function Module:kernel(name, opts)
     lib = R.load(entry.code, self.device)
     entry.libs[self.device] = lib
   end
-  local kern = lib:kernel(b.lowered, name, params)
+  -- a list read from the source has the count the code has; one the script declared is checked for more
+  local kern = lib:kernel(b.lowered, name, params, opts.params ~= nil)
   kernel_classes[base] = opts.class or "user"
   if not opts.params then self._kernels[name] = kern end
   return kern

@@ -35,7 +35,13 @@ EXPERIMENTS = [
     ("allreduce.lua", ["--sizes", "1", "--iters", "1", "--warmup", "0"], []),
     ("ddp.lua", ["--context", "16", "--batch", "1", "--steps", "1", "--warmup", "0", "--variants", "none,flat,zero1",
                  "--bucket_mb", "1"], []),
+    ("own_kernel.lua", ["--parts", "softmax,flash", "--rows", "8", "--widths", "256", "--shapes", "1x1x64x64",
+                        "--iters", "1"], []),
 ]
+# What --safe needs beside it for an experiment to run at all: own_kernel.lua compiles kernels.
+SAFE_FLAGS = {"own_kernel.lua": ["--allow-kernels"]}
+# Experiments that refuse, with and without --safe, on a tfhost built without the CUDA backend.
+NEEDS_CUDA_BUILD = {"own_kernel.lua"}
 # Fields ranked or clamped by measured time (which kernel leads, which come next, and so how many
 # come next): two plain runs can agree on them by chance and a third differ, so they are not results
 # a run must reproduce.
@@ -101,6 +107,7 @@ class Experiments(Sandbox):
         names = sorted(os.path.basename(p) for p in glob.glob(os.path.join(ROOT, "experiments", "*.lua")))
         self.assertEqual(names, sorted(e[0] for e in EXPERIMENTS), "an experiment is missing from this test")
         gpu = self.tfhost("-e", "io.write(tostring(tf.cuda.is_available()))").stdout == "true"
+        compiled = self.tfhost("-e", "io.write(tostring(tf.cuda.compiled()))").stdout == "true"
         for script, args, outputs in EXPERIMENTS:
             with self.subTest(experiment=script):
                 if script in NEEDS_GPU and not gpu:
@@ -112,9 +119,20 @@ class Experiments(Sandbox):
                     self.assertEqual(safe.returncode, 2, script)
                     self.assertIn("needs a CUDA device", safe.stderr)
                     continue
+                if script in NEEDS_CUDA_BUILD and not compiled:
+                    path = os.path.join(ROOT, "experiments", script)
+                    for mode in ([], ["--safe"] + SAFE_FLAGS.get(script, [])):
+                        r = self.tfhost(*mode, path, *args)
+                        self.assertEqual(r.returncode, 2, f"{script} {mode}: {r.stderr}")
+                        self.assertIn("built without CUDA", r.stderr)
+                    continue
+                if script in SAFE_FLAGS:  # without its flag --safe refuses, naming it
+                    r = self.tfhost("--safe", os.path.join(ROOT, "experiments", script), *args)
+                    self.assertEqual(r.returncode, 1, f"{script} --safe: {r.stderr[-2000:]}")
+                    self.assertIn(SAFE_FLAGS[script][0], r.stderr)
                 plain = self.results(script, args, outputs, [], 1)
                 again = self.results(script, args, outputs, [], 2)
-                safe = self.results(script, args, outputs, ["--safe"], 3)
+                safe = self.results(script, args, outputs, ["--safe"] + SAFE_FLAGS.get(script, []), 3)
                 ranked = TIME_RANKED.get(script, ())
                 # how many kernels a time-ranked list holds (those past a share of the time) can differ too
                 self.assertEqual(untimed_fields(safe, ranked), untimed_fields(plain, ranked),

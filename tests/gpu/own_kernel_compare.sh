@@ -36,7 +36,7 @@ def load(name):
     path = os.path.join(out, name)
     return json.load(open(path)) if os.path.exists(path) else None
 own = load("own_kernel.json")
-rows = own["results"]["rows"] if own and "results" in own else (own or {}).get("rows", [])
+rows = (own or {}).get("results", [])
 launch = next((r for r in rows if r.get("part") == "launch" and "us" in r), None)
 triton = load("triton_launch.json")
 print("\n| measure | tfhost | reference | ratio |\n|---|---|---|---|")
