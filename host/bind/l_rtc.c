@@ -487,8 +487,11 @@ static int tf_l_rtc_capture(lua_State *L) {
   tf_status ended = mk->capture_end(ctx, &u->g);
   if (st != LUA_OK) {
     tf_l_graph_free(u);
-    if (ended != TF_OK) (void)tf_last_error(); /* the function's own error says more */
-    return lua_error(L);
+    if (ended == TF_OK) return lua_error(L); /* the function's own error, the capture aside */
+    (void)tf_last_error();
+    return tf_l_error(L, "tf.cuda.graph: the function's GPU work could not be captured: inside a capture, no tensor "
+                         "may be made, copied to the host or read (item, tolist), and nothing may wait; the function "
+                         "stopped with: %s", lua_tostring(L, -1) ? lua_tostring(L, -1) : "(an error object)");
   }
   if (ended != TF_OK) {
     const char *why = tf_last_error();

@@ -94,8 +94,8 @@ typedef struct tf_rtc_api {
   void (*unload)(void *lib);
   /* A kernel of a loaded library by its (lowered) name; TF_ERR_ARG naming it when it is not there.
    * Its parameters are asked for up to the declared count (info->nparams comes back smaller when
-   * the code has fewer), and one past it when probe_more (the driver has no count to ask, and the
-   * failing question it answers shows up in compute-sanitizer's report as an API error). */
+   * the code has fewer), or, when probe_more, until the driver says there is none (it has no count
+   * to ask for, and that failing question shows up in compute-sanitizer's report as an API error). */
   tf_status (*kernel)(void *lib, const char *name, int declared, bool probe_more, void **kernel,
                       tf_rtc_kernel_info *info);
   tf_status (*limits)(tf_device_ctx *ctx, tf_rtc_limits *out);

@@ -202,7 +202,7 @@ static tf_status tf_rtc_kernel(void *lib, const char *name, int declared, bool p
   TF_CUDA_CHECK(err);
   memset(info, 0, sizeof *info);
   /* the parameter list as the compiled code has it: cudaFuncGetParamInfo fails past the last */
-  int n = 0, last = declared + (probe_more ? 1 : 0);
+  int n = 0, last = probe_more ? TF_RTC_MAX_PARAMS + 1 : declared;
   size_t spare_offset, spare_size;
   while (n < last && n <= TF_RTC_MAX_PARAMS &&
          cudaFuncGetParamInfo((const void *)k, (size_t)n, n < TF_RTC_MAX_PARAMS ? &info->param_offset[n] : &spare_offset,

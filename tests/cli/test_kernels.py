@@ -7,6 +7,7 @@ dump, under --safe --allow-kernels too. Each fault runs in a child tfhost.
     python3 tests/cli/test_kernels.py /path/to/tfhost
 """
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -120,6 +121,31 @@ class Kernels(unittest.TestCase):
         self.assertIn("after", r.stdout)
         self.assertIn("the CUDA context is now unusable", r.stderr)
         self.assertIn(f"bad, launched at {path}:3", r.stderr)
+
+
+    def test_compute_sanitizer_names_the_scripts_line(self):
+        if not cuda_present(TFHOST):
+            self.skipTest("no GPU is present: compute-sanitizer needs one")
+        sanitizer = shutil.which("compute-sanitizer") or "/usr/local/cuda/bin/compute-sanitizer"
+        if not os.path.exists(sanitizer):
+            self.skipTest("compute-sanitizer is not installed (CUDA Toolkit, on PATH or in /usr/local/cuda/bin)")
+        path = self.script("oob.lua", "\n".join([
+            "local mod = tf.cuda.compile([[",
+            'extern "C" __global__ void oob(float *x, int n) {',
+            "  int i = blockIdx.x * blockDim.x + threadIdx.x;",
+            "  x[i + n] = 1.0f;",
+            "}]])",
+            "local x = tf.zeros(32, {device = 'cuda'})",
+            "mod:kernel('oob'):launch({grid = 1, block = 32}, x, 1 << 20)",
+            "tf.sync()",
+        ]) + "\n")
+        r = subprocess.run([sanitizer, "--tool", "memcheck", "--print-limit", "1", TFHOST, path], capture_output=True,
+                           text=True, timeout=300, cwd=self.dir, env=self.env)
+        out = r.stdout + r.stderr
+        self.assertNotEqual(r.returncode, 0, out)
+        self.assertIn("Invalid __global__ write of size 4 bytes", out)
+        self.assertIn("in oob.lua:4", out)  # the kernel's line in the script, through lineinfo
+        self.assertNotIn("on CUDA API call", out, "tfhost's own calls must not show up as API errors")
 
 
 if __name__ == "__main__":
