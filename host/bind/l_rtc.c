@@ -528,8 +528,16 @@ static int tf_l_graph_gc(lua_State *L) {
   return 0;
 }
 
+/* tf._rtc.allowed(fname): nothing, or --safe's refusal naming fname (a compile the cache answers
+ * is refused as one NVRTC makes: what is refused is running a script's kernel at all). */
+static int tf_l_rtc_allowed(lua_State *L) {
+  tf_l_rtc_api(L, luaL_checkstring(L, 1));
+  return 0;
+}
+
 void tf_open_rtc(lua_State *L) {
   static const luaL_Reg functions[] = {
+      {"allowed", tf_l_rtc_allowed},
       {"version", tf_l_rtc_version}, {"targets", tf_l_rtc_targets}, {"compile", tf_l_rtc_compile},
       {"load", tf_l_rtc_load},       {"context_lost", tf_l_rtc_context_lost}, {"capture", tf_l_rtc_capture},
       {NULL, NULL},

@@ -277,6 +277,7 @@ function M.compile(source, opts)
     error(fname .. ": this tfhost was built without the CUDA backend (no CUDA Toolkit at build time), so it " ..
       "cannot compile kernels", 2)
   end
+  R.allowed(fname) -- --safe without --allow-kernels refuses here, before either cache is read
   for _, flag in ipairs { "lineinfo", "debug", "fast_math", "cache", "quiet" } do
     if opts[flag] ~= nil and type(opts[flag]) ~= "boolean" then
       error(string.format("%s: %s must be true or false, not %s", fname, flag, type(opts[flag])), 2)

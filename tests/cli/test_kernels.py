@@ -74,6 +74,14 @@ class Kernels(unittest.TestCase):
         self.assertEqual(r.returncode, 2, r.stderr)
         self.assertIn("--allow-kernels needs --safe", r.stderr)
 
+    def test_safe_refuses_a_kernel_the_cache_holds(self):
+        path = self.script("cached.lua", 'tf.cuda.compile([[extern "C" __global__ void c(float *x) {}]])\nprint("ok")\n')
+        self.assertEqual(self.run_tfhost(path).returncode, 0)  # now in the disk cache
+        r = self.run_tfhost("--safe", path)
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertIn("--safe: tf.cuda.compile is not available", r.stderr)
+        self.assertNotIn("ok", r.stdout)
+
     FAULTS = {
         "out_of_bounds": ("x[(long long)1 << 36] = 1.0f;", "illegal memory access"),
         "trap": ("__trap();", "unspecified launch failure"),
