@@ -76,15 +76,17 @@ template <bool B> struct flag {
 __device__ __forceinline__ unsigned byte_offset(int elements) { return (unsigned)(elements * 2); }
 
 /* Rows [row0, row0 + ROWS) of a (T, D) bf16 matrix into shared rows of LD
- * elements by the block's THREADS threads, 16 bytes a cp.async; rows past
- * T are zero-filled (their source is the matrix's first element, never
- * read). Not committed. */
+ * elements at the shared address dst by the block's THREADS threads, 16
+ * bytes a cp.async; rows past T are zero-filled (their source is the
+ * matrix's first element, never read). Not committed. Shared addresses are
+ * 32-bit numbers taken once from the tile's base: NVRTC, unlike nvcc, keeps
+ * pointer arithmetic on shared memory in 64 bits. */
 template <int ROWS, int D, int LD>
-__device__ __forceinline__ void load_tile(bf16 *dst, const bf16 *src, int row0, int T) {
+__device__ __forceinline__ void load_tile(unsigned dst, const bf16 *src, int row0, int T) {
   constexpr int CHUNKS = D / 8, STEP = THREADS / CHUNKS;
   static_assert(THREADS % CHUNKS == 0 && ROWS % STEP == 0, "the tile splits evenly over the threads");
   const int r = (int)threadIdx.x / CHUNKS, ch = (int)threadIdx.x % CHUNKS;
-  const unsigned s = tf::smem_addr(dst + r * LD + ch * 8);
+  const unsigned s = dst + byte_offset(r * LD + ch * 8);
 #pragma unroll
   for (int i = 0; i < ROWS / STEP; i++) {
     const int row = row0 + r + i * STEP;
@@ -94,12 +96,12 @@ __device__ __forceinline__ void load_tile(bf16 *dst, const bf16 *src, int row0, 
 }
 
 /* ROWS f32 statistics (lse, delta) from row0 into shared memory, 0 past T. Not committed. */
-template <int ROWS> __device__ __forceinline__ void load_stat(float *dst, const float *src, int row0, int T) {
+template <int ROWS> __device__ __forceinline__ void load_stat(unsigned dst, const float *src, int row0, int T) {
   static_assert(ROWS <= THREADS, "one value a thread");
   const int r = (int)threadIdx.x;
   if (r < ROWS) {
     const bool in = row0 + r < T;
-    tf::cp_async4(tf::smem_addr(dst + r), in ? src + row0 + r : src, in);
+    tf::cp_async4(dst + 4u * (unsigned)r, in ? src + row0 + r : src, in);
   }
 }
 
@@ -205,7 +207,8 @@ __global__ void __launch_bounds__(128, 2) flash2_fwd(const __nv_bfloat16 *q, con
                                                      __nv_bfloat16 *o, float *lse, int T, float scale) {
   using namespace flash2;
   constexpr int LD = dims<D>::LD, BR = FWD_ROWS, BC = KEY_TILE, MT = 2, NT = BC / 8, DN = D / 8;
-  bf16 *sQ = tf::dynamic_smem<bf16>(), *sK = sQ + BR * LD, *sV = sK + 2 * BC * LD;
+  bf16 *sQ = tf::dynamic_smem<bf16>(); /* Q's rows, then K's and V's (two buffers each) */
+  const unsigned sQ_a = tf::smem_addr(sQ), sK_a = sQ_a + byte_offset(BR * LD), sV_a = sK_a + byte_offset(2 * BC * LD);
   const int warp = (int)threadIdx.x / 32, lane = (int)threadIdx.x % 32;
   const int qblock = CAUSAL ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x;
   const int q0 = qblock * BR;
@@ -218,15 +221,15 @@ __global__ void __launch_bounds__(128, 2) flash2_fwd(const __nv_bfloat16 *q, con
   int n_full = T / BC;
   if (CAUSAL && (q0 + 1) / BC < n_full) n_full = (q0 + 1) / BC;
 
-  load_tile<BR, D, LD>(sQ, Q, q0, T);
-  load_tile<BC, D, LD>(sK, K, 0, T);
-  load_tile<BC, D, LD>(sV, V, 0, T);
+  load_tile<BR, D, LD>(sQ_a, Q, q0, T);
+  load_tile<BC, D, LD>(sK_a, K, 0, T);
+  load_tile<BC, D, LD>(sV_a, V, 0, T);
   tf::cp_async_commit();
 
   const int wrow = warp * 16 * MT, wq0 = q0 + wrow;
-  const unsigned q_a = tf::smem_addr(sQ + wrow * LD + tf::frag_a_offset(lane, LD));
-  const unsigned k_b = tf::smem_addr(sK + tf::frag_b_offset(lane, LD));
-  const unsigned v_bt = tf::smem_addr(sV + tf::frag_a_offset(lane, LD));
+  const unsigned q_a = sQ_a + byte_offset(wrow * LD + tf::frag_a_offset(lane, LD));
+  const unsigned k_b = sK_a + byte_offset(tf::frag_b_offset(lane, LD));
+  const unsigned v_bt = sV_a + byte_offset(tf::frag_a_offset(lane, LD));
   const float sl2 = scale * tf::log2e;
   const int g = lane / 4, t2 = (lane % 4) * 2;
 
@@ -244,8 +247,8 @@ __global__ void __launch_bounds__(128, 2) flash2_fwd(const __nv_bfloat16 *q, con
     __syncthreads(); /* tile j landed; every warp is done with tile j - 1's buffer */
     if (j + 1 < n_tiles) {
       const int buf = (j + 1) & 1;
-      load_tile<BC, D, LD>(sK + buf * BC * LD, K, (j + 1) * BC, T);
-      load_tile<BC, D, LD>(sV + buf * BC * LD, V, (j + 1) * BC, T);
+      load_tile<BC, D, LD>(sK_a + byte_offset(buf * BC * LD), K, (j + 1) * BC, T);
+      load_tile<BC, D, LD>(sV_a + byte_offset(buf * BC * LD), V, (j + 1) * BC, T);
       tf::cp_async_commit();
     }
     const int k0 = j * BC;
@@ -366,6 +369,9 @@ __global__ void __launch_bounds__(128, 2)
   constexpr int LD = dims<D>::LD, BC = BWD_TILE, BR = BWD_TILE, NT = BR / 8, DN = D / 8;
   bf16 *sK = tf::dynamic_smem<bf16>(), *sV = sK + BC * LD, *sQ = sV + BC * LD, *sdO = sQ + 2 * BR * LD;
   float *sL = reinterpret_cast<float *>(sdO + 2 * BR * LD), *sDelta = sL + 2 * BR;
+  const unsigned sK_a = tf::smem_addr(sK), sV_a = sK_a + byte_offset(BC * LD), sQ_a = sV_a + byte_offset(BC * LD),
+                 sdO_a = sQ_a + byte_offset(2 * BR * LD), sL_a = sdO_a + byte_offset(2 * BR * LD),
+                 sDelta_a = sL_a + 4u * (unsigned)(2 * BR);
   const int warp = (int)threadIdx.x / 32, lane = (int)threadIdx.x % 32;
   const int k0 = (int)blockIdx.x * BC;
   const long long base = (long long)blockIdx.y * T;
@@ -373,23 +379,23 @@ __global__ void __launch_bounds__(128, 2)
   const float *L = lse + base, *Dl = delta + base;
 
   const int first = CAUSAL ? k0 / BR : 0, n_tiles = (T + BR - 1) / BR - first;
-  load_tile<BC, D, LD>(sK, K, k0, T);
-  load_tile<BC, D, LD>(sV, V, k0, T);
+  load_tile<BC, D, LD>(sK_a, K, k0, T);
+  load_tile<BC, D, LD>(sV_a, V, k0, T);
   auto load_queries = [&](int it) {
     const int buf = it & 1, r0 = (first + it) * BR;
-    load_tile<BR, D, LD>(sQ + buf * BR * LD, Q, r0, T);
-    load_tile<BR, D, LD>(sdO + buf * BR * LD, dO, r0, T);
-    load_stat<BR>(sL + buf * BR, L, r0, T);
-    load_stat<BR>(sDelta + buf * BR, Dl, r0, T);
+    load_tile<BR, D, LD>(sQ_a + byte_offset(buf * BR * LD), Q, r0, T);
+    load_tile<BR, D, LD>(sdO_a + byte_offset(buf * BR * LD), dO, r0, T);
+    load_stat<BR>(sL_a + 4u * (unsigned)(buf * BR), L, r0, T);
+    load_stat<BR>(sDelta_a + 4u * (unsigned)(buf * BR), Dl, r0, T);
   };
   load_queries(0); /* n_tiles >= 1: k0 < T */
   tf::cp_async_commit();
 
   const int kw = warp * 16, kw0 = k0 + kw;
-  const unsigned k_a = tf::smem_addr(sK + kw * LD + tf::frag_a_offset(lane, LD));
-  const unsigned v_a = tf::smem_addr(sV + kw * LD + tf::frag_a_offset(lane, LD));
-  const unsigned q_b = tf::smem_addr(sQ + tf::frag_b_offset(lane, LD)), q_bt = tf::smem_addr(sQ + tf::frag_a_offset(lane, LD));
-  const unsigned do_b = tf::smem_addr(sdO + tf::frag_b_offset(lane, LD)), do_bt = tf::smem_addr(sdO + tf::frag_a_offset(lane, LD));
+  const unsigned k_a = sK_a + byte_offset(kw * LD + tf::frag_a_offset(lane, LD));
+  const unsigned v_a = sV_a + byte_offset(kw * LD + tf::frag_a_offset(lane, LD));
+  const unsigned q_b = sQ_a + byte_offset(tf::frag_b_offset(lane, LD)), q_bt = sQ_a + byte_offset(tf::frag_a_offset(lane, LD));
+  const unsigned do_b = sdO_a + byte_offset(tf::frag_b_offset(lane, LD)), do_bt = sdO_a + byte_offset(tf::frag_a_offset(lane, LD));
   const float sl2 = scale * tf::log2e;
   const int g = lane / 4, t2 = (lane % 4) * 2;
 
@@ -462,7 +468,9 @@ __global__ void __launch_bounds__(128, 2)
                   const float *lse, const float *delta, __nv_bfloat16 *dq, int T, float scale) {
   using namespace flash2;
   constexpr int LD = dims<D>::LD, BR = BWD_TILE, BC = BWD_TILE, NT = BC / 8, DN = D / 8;
-  bf16 *sQ = tf::dynamic_smem<bf16>(), *sdO = sQ + BR * LD, *sK = sdO + BR * LD, *sV = sK + 2 * BC * LD;
+  bf16 *sQ = tf::dynamic_smem<bf16>(); /* Q's rows, dO's, then K's and V's (two buffers each) */
+  const unsigned sQ_a = tf::smem_addr(sQ), sdO_a = sQ_a + byte_offset(BR * LD), sK_a = sdO_a + byte_offset(BR * LD),
+                 sV_a = sK_a + byte_offset(2 * BC * LD);
   const int warp = (int)threadIdx.x / 32, lane = (int)threadIdx.x % 32;
   const int qblock = CAUSAL ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x;
   const int q0 = qblock * BR;
@@ -471,10 +479,10 @@ __global__ void __launch_bounds__(128, 2)
 
   const int key_end = CAUSAL && q0 + BR < T ? q0 + BR : T;
   const int n_tiles = (key_end + BC - 1) / BC;
-  load_tile<BR, D, LD>(sQ, Q, q0, T);
-  load_tile<BR, D, LD>(sdO, dO, q0, T);
-  load_tile<BC, D, LD>(sK, K, 0, T);
-  load_tile<BC, D, LD>(sV, V, 0, T);
+  load_tile<BR, D, LD>(sQ_a, Q, q0, T);
+  load_tile<BR, D, LD>(sdO_a, dO, q0, T);
+  load_tile<BC, D, LD>(sK_a, K, 0, T);
+  load_tile<BC, D, LD>(sV_a, V, 0, T);
   tf::cp_async_commit();
 
   const int wrow = warp * 16, wq0 = q0 + wrow;
@@ -487,10 +495,10 @@ __global__ void __launch_bounds__(128, 2)
     lse2[h] = row < T ? lse[base + row] * tf::log2e : tf::infinity();
     dl[h] = row < T ? delta[base + row] : 0.f;
   }
-  const unsigned q_a = tf::smem_addr(sQ + wrow * LD + tf::frag_a_offset(lane, LD));
-  const unsigned do_a = tf::smem_addr(sdO + wrow * LD + tf::frag_a_offset(lane, LD));
-  const unsigned k_b = tf::smem_addr(sK + tf::frag_b_offset(lane, LD)), k_bt = tf::smem_addr(sK + tf::frag_a_offset(lane, LD));
-  const unsigned v_b = tf::smem_addr(sV + tf::frag_b_offset(lane, LD));
+  const unsigned q_a = sQ_a + byte_offset(wrow * LD + tf::frag_a_offset(lane, LD));
+  const unsigned do_a = sdO_a + byte_offset(wrow * LD + tf::frag_a_offset(lane, LD));
+  const unsigned k_b = sK_a + byte_offset(tf::frag_b_offset(lane, LD)), k_bt = sK_a + byte_offset(tf::frag_a_offset(lane, LD));
+  const unsigned v_b = sV_a + byte_offset(tf::frag_b_offset(lane, LD));
   const float sl2 = scale * tf::log2e;
 
   float acc[DN][4];
@@ -501,8 +509,8 @@ __global__ void __launch_bounds__(128, 2)
     __syncthreads(); /* tile j landed; every warp is done with tile j - 1's buffer */
     if (j + 1 < n_tiles) {
       const int buf = (j + 1) & 1;
-      load_tile<BC, D, LD>(sK + buf * BC * LD, K, (j + 1) * BC, T);
-      load_tile<BC, D, LD>(sV + buf * BC * LD, V, (j + 1) * BC, T);
+      load_tile<BC, D, LD>(sK_a + byte_offset(buf * BC * LD), K, (j + 1) * BC, T);
+      load_tile<BC, D, LD>(sV_a + byte_offset(buf * BC * LD), V, (j + 1) * BC, T);
       tf::cp_async_commit();
     }
     const int k0 = j * BC;

@@ -528,6 +528,21 @@ static int tf_l_graph_gc(lua_State *L) {
   return 0;
 }
 
+/* tf._rtc.device(device) -> compute capability major, minor, driver version: what a compile's target
+ * and cache key need, from the device's attributes (tf.device_info's full property query costs
+ * milliseconds on a GPU, more than a compile the cache answers). */
+static int tf_l_rtc_device(lua_State *L) {
+  const tf_rtc_api *api = tf_l_rtc_api_of(L, "tf.cuda.compile", false);
+  tf_device_ctx *ctx;
+  TF_LUA_CHECK(L, tf_device_ctx_get(tf_lua_checkdevice(L, 1), &ctx), "tf.cuda.compile");
+  tf_rtc_limits lim;
+  TF_LUA_CHECK(L, api->limits(ctx, &lim), "tf.cuda.compile");
+  lua_pushinteger(L, lim.cc_major);
+  lua_pushinteger(L, lim.cc_minor);
+  lua_pushinteger(L, lim.driver_version);
+  return 3;
+}
+
 /* tf._rtc.allowed(fname): nothing, or --safe's refusal naming fname (a compile the cache answers
  * is refused as one NVRTC makes: what is refused is running a script's kernel at all). */
 static int tf_l_rtc_allowed(lua_State *L) {
@@ -537,7 +552,7 @@ static int tf_l_rtc_allowed(lua_State *L) {
 
 void tf_open_rtc(lua_State *L) {
   static const luaL_Reg functions[] = {
-      {"allowed", tf_l_rtc_allowed},
+      {"allowed", tf_l_rtc_allowed},       {"device", tf_l_rtc_device},
       {"version", tf_l_rtc_version}, {"targets", tf_l_rtc_targets}, {"compile", tf_l_rtc_compile},
       {"load", tf_l_rtc_load},       {"context_lost", tf_l_rtc_context_lost}, {"capture", tf_l_rtc_capture},
       {NULL, NULL},

@@ -77,6 +77,7 @@ typedef struct tf_rtc_limits {
   int max_threads_block;
   int max_shared_optin; /* bytes a block, with the opt-in */
   int cc_major, cc_minor;
+  int driver_version; /* cudaDriverGetVersion's: 13000 for CUDA 13.0 */
 } tf_rtc_limits;
 
 typedef struct tf_rtc_api {

@@ -238,6 +238,7 @@ static tf_status tf_rtc_device_limits(tf_device_ctx *ctx, tf_rtc_limits *out) {
   TF_CUDA_CHECK(cudaDeviceGetAttribute(&out->max_shared_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, d));
   TF_CUDA_CHECK(cudaDeviceGetAttribute(&out->cc_major, cudaDevAttrComputeCapabilityMajor, d));
   TF_CUDA_CHECK(cudaDeviceGetAttribute(&out->cc_minor, cudaDevAttrComputeCapabilityMinor, d));
+  TF_CUDA_CHECK(cudaDriverGetVersion(&out->driver_version));
   return TF_OK;
 }
 

@@ -83,15 +83,22 @@ end
 
 -- The device's target: sm_90a on compute capability 9.0 (wgmma and TMA), sm_XY elsewhere; without a
 -- GPU, sm_90a (the H100/H200 this build is for).
-local function device_target(device)
-  if not tf_ref.cuda.is_available() then return "sm_90a" end
-  local info = tf_ref.device_info(device)
-  local cc = info.compute_capability
-  local major, minor = cc:match("^(%d+)%.(%d+)$")
-  local t = "sm_" .. major .. minor
-  if tonumber(major) >= 9 then t = t .. "a" end
-  return t
+local facts = {} -- device -> {target, driver}, asked once a process
+
+local function device_facts(device)
+  local f = facts[device]
+  if f then return f end
+  if not tf_ref.cuda.is_available() then
+    f = { target = "sm_90a", driver = "none" }
+  else
+    local major, minor, driver = R.device(device)
+    f = { target = "sm_" .. major .. minor .. (major >= 9 and "a" or ""), driver = tostring(driver) }
+  end
+  facts[device] = f
+  return f
 end
+
+local function device_target(device) return device_facts(device).target end
 
 local function list_of(v, what, fname)
   if v == nil then return {} end
@@ -296,7 +303,7 @@ function M.compile(source, opts)
   local unit = {
     text = text, file = file, options = nvrtc_options(opts, target, script_dir, fname),
     nvrtc = nvrtc_major .. "." .. nvrtc_minor,
-    driver = tf_ref.cuda.is_available() and tostring(tf_ref.device_info(device).driver_version) or "none",
+    driver = device_facts(device).driver,
     cache_dir = opts.cache ~= false and (opts.cache_dir or M.cache_dir()) or nil,
     uncached = opts.cache == false, -- neither cache is read or written: a cold compile
   }

@@ -49,17 +49,20 @@ M.strip = strip
 
 -- Splits s at top-level commas (outside <>, (), [] and {}); pieces trimmed.
 local function split_top(s)
-  local parts, depth, start = {}, 0, 1
-  for i = 1, #s do
+  local parts, depth, start, i = {}, 0, 1, 1
+  while true do -- from bracket to bracket: a character at a time costs milliseconds on a long source
+    i = s:find("[<>%(%)%[%]{},]", i)
+    if not i then break end
     local c = s:sub(i, i)
     if c == "<" or c == "(" or c == "[" or c == "{" then
       depth = depth + 1
     elseif c == ">" or c == ")" or c == "]" or c == "}" then
       depth = depth - 1
-    elseif c == "," and depth == 0 then
+    elseif depth == 0 then
       parts[#parts + 1] = s:sub(start, i - 1)
       start = i + 1
     end
+    i = i + 1
   end
   parts[#parts + 1] = s:sub(start)
   for i, p in ipairs(parts) do parts[i] = p:match("^%s*(.-)%s*$") end
@@ -70,17 +73,18 @@ M.split_top = split_top
 
 -- The index just past the bracket that closes the one at i (open/close: "(" ")" or "<" ">").
 local function closing(s, i, open, close)
-  local depth = 0
-  for j = i, #s do
-    local c = s:sub(j, j)
-    if c == open then
+  local depth, pattern, j = 0, "[%" .. open .. "%" .. close .. "]", i
+  while true do
+    j = s:find(pattern, j)
+    if not j then return nil end
+    if s:sub(j, j) == open then
       depth = depth + 1
-    elseif c == close then
+    else
       depth = depth - 1
       if depth == 0 then return j end
     end
+    j = j + 1
   end
-  return nil
 end
 
 -- A template parameter list's entries: {kind = "type" | "value", name, default}
@@ -101,7 +105,7 @@ end
 function M.parse(source)
   local code = strip(source)
   local kernels = {}
-  local pos = 1
+  local pos, line, counted = 1, 1, 1 -- the line of code:sub(counted, counted): strip keeps the newlines
   while true do
     -- a plain search, then the word's boundaries (a pattern tried at every position costs ms)
     local s, e = code:find("__global__", pos, true)
@@ -159,7 +163,8 @@ function M.parse(source)
             template = template_params(before:sub(lt + 1, gt - 1))
           end
         end
-        local line = select(2, source:sub(1, s):gsub("\n", "")) + 1
+        for _ in code:sub(counted, s - 1):gmatch("\n") do line = line + 1 end -- lines up to the kernel
+        counted = s
         kernels[name] = kernels[name] or { name = name, template = template, params = params, line = line }
         pos = close + 1
       end
@@ -199,7 +204,7 @@ local SCALAR = {
 local function normalise(t)
   t = " " .. t .. " "
   for _, q in ipairs { "const", "volatile", "__restrict__", "__restrict", "struct", "__grid_constant__" } do
-    t = t:gsub("%f[%w_]" .. q .. "%f[^%w_]", " ")
+    if t:find(q, 1, true) then t = t:gsub("%f[%w_]" .. q .. "%f[^%w_]", " ") end -- a plain look first: cheap
   end
   t = t:gsub("std::", ""):gsub("::", "\1"):gsub("%s*%*%s*", "*"):gsub("%s+", " "):gsub("\1", "::")
   return (t:match("^%s*(.-)%s*$"))

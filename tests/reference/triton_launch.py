@@ -26,9 +26,11 @@ def host_us(fn, bursts=200, burst=256, repeats=5):
     """The median over repeats of the host time of one call of fn, in microseconds: bursts of calls
     shorter than the device's launch queue, each timed on the host and followed by a wait, so that
     the time is the host's and never the GPU's rate of starting kernels (as own_kernel.lua does)."""
-    for _ in range(2000):
-        fn()
-    torch.cuda.synchronize()
+    start = time.perf_counter()  # half a second of calls first: the host's clocks settle
+    while time.perf_counter() - start < 0.5:
+        for _ in range(burst):
+            fn()
+        torch.cuda.synchronize()
     samples = []
     for _ in range(repeats):
         host = 0.0
