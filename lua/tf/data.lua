@@ -12,6 +12,9 @@ local check = require "tf.check"
 
 local M = {}
 
+local Dataset = {} -- tf.data.TokenDataset, the class of what tf.data.tokens returns
+M.TokenDataset = Dataset
+
 local core -- tf._data, bound once by tf/init.lua
 
 --- bind(c): takes the C half (once; later calls change nothing).
@@ -34,7 +37,6 @@ local function splitmix64(state)
   return state, z ~ (z >> 31)
 end
 
-local Dataset = {}
 Dataset.__index = Dataset
 Dataset.__name = "tf.data.TokenDataset"
 

@@ -172,7 +172,7 @@ tf.model = require "tf.model"
 tf.prof = require "tf.prof"
 do -- token datasets (lua/tf/data.lua, host/bind/l_data.c)
   local data = require("tf.data").bind(C._data)
-  tf.data = { tokens = data.tokens, files = data.files }
+  tf.data = { tokens = data.tokens, files = data.files, TokenDataset = data.TokenDataset }
 end
 tf.range = tf.prof.range
 --- tf.optim.adamw(model, opts): the model's own AdamW (fused over all
