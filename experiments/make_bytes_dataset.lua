@@ -23,8 +23,10 @@ local opt = tf.options{
   { "json", "write the parts (as each is done) and the environment to this file", type = "string" },
 }
 
--- The newest Python standard library of the machine: /usr/lib/python3.N/ with its os.py.
+-- The newest Python standard library of the machine: /usr/lib/python3.N/ with its os.py; nil and
+-- whether --safe refused to look.
 local function python_library()
+  local refused = false
   for minor = 40, 0, -1 do
     local folder = string.format("/usr/lib/python3.%d", minor)
     local ok, f = pcall(io.open, folder .. "/os.py", "rb")
@@ -32,18 +34,19 @@ local function python_library()
       f:close()
       return folder
     end
+    refused = refused or not ok
   end
-  return nil
+  return nil, refused
 end
 
 local folders, from_python = {}, false
 for f in (opt.from or ""):gmatch("[^,]+") do folders[#folders + 1] = f end
 for _, f in ipairs(opt.args) do folders[#folders + 1] = f end
 if #folders == 0 then
-  local lib = python_library()
+  local lib, refused = python_library()
   if not lib then
-    tf.exit(2, "make_bytes_dataset.lua: no Python standard library in /usr/lib/python3.N/; name the text files' " ..
-      "folder with --from\n")
+    tf.exit(2, "make_bytes_dataset.lua: " .. (refused and "--safe may not read /usr/lib/python3.N/" or
+      "no Python standard library in /usr/lib/python3.N/") .. "; name the text files' folder with --from\n")
   end
   folders, from_python = { lib }, true
 end
