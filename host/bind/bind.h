@@ -90,6 +90,7 @@ void tf_open_mem(lua_State *L);       /* tf.mem */
 void tf_open_timer(lua_State *L);     /* tf.timer, tf.sync, tf.now */
 void tf_open_json(lua_State *L);      /* tf.json */
 void tf_open_safetensors(lua_State *L); /* tf.safetensors */
+void tf_open_data(lua_State *L);      /* tf._data: token files and folders, for tf.data */
 void tf_open_sys(lua_State *L);       /* devices, seeds, versions, tf.mkdir */
 void tf_open_hash(lua_State *L);      /* tf.sha256, tf.sha256_file, tf.executable */
 void tf_open_autograd(lua_State *L);  /* grad scopes, autocast, x:backward() */

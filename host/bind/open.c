@@ -14,6 +14,7 @@ static const struct tf_opener {
     {"tf.timer, tf.sync, tf.now", tf_open_timer},
     {"tf.json", tf_open_json},
     {"tf.safetensors", tf_open_safetensors},
+    {"tf._data: token files, folders", tf_open_data},
     {"devices, seeds, versions, tf.mkdir", tf_open_sys},
     {"tf.sha256, tf.sha256_file, tf.executable", tf_open_hash},
     {"autograd and autocast", tf_open_autograd},

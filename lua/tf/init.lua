@@ -170,6 +170,10 @@ tf.amp = require "tf.amp"
 tf.dist = require "tf.dist"
 tf.model = require "tf.model"
 tf.prof = require "tf.prof"
+do -- token datasets (lua/tf/data.lua, host/bind/l_data.c)
+  local data = require("tf.data").bind(C._data)
+  tf.data = { tokens = data.tokens, files = data.files, TokenDataset = data.TokenDataset }
+end
 tf.range = tf.prof.range
 --- tf.optim.adamw(model, opts): the model's own AdamW (fused over all
 -- parameters in the C engine), torch.optim.AdamW's semantics and defaults.

@@ -35,6 +35,8 @@ EXPERIMENTS = [
     ("allreduce.lua", ["--sizes", "1", "--iters", "1", "--warmup", "0"], []),
     ("ddp.lua", ["--context", "16", "--batch", "1", "--steps", "1", "--warmup", "0", "--variants", "none,flat,zero1",
                  "--bucket_mb", "1"], []),
+    ("make_bytes_dataset.lua", ["--from", os.path.join(ROOT, "experiments", "kernels"), "--ext", "cu", "--out",
+                                "bytes", "--parts", "2"], ["bytes"]),
     ("own_kernel.lua", ["--parts", "softmax,flash", "--rows", "8", "--widths", "256", "--shapes", "1x1x64x64",
                         "--iters", "1"], []),
 ]
