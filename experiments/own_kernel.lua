@@ -88,7 +88,7 @@ for _, d in ipairs { 64, 128 } do
   FLASH_EXPRS[#FLASH_EXPRS + 1] = string.format("flash2_bwd_prep<%d>", d)
 end
 -- dynamic shared memory of each kernel, by head dim (flash2.cu's opening comment)
-local SHARED = { fwd = { [64] = 55296, [128] = 104448 }, dkdv = { [64] = 56320, [128] = 105472 },
+local SHARED = { fwd = { [64] = 55296, [128] = 69632 }, dkdv = { [64] = 56320, [128] = 105472 },
   dq = { [64] = 55296, [128] = 104448 } }
 
 -- the kernels of one (head dim, causal) configuration, compiled together on first use

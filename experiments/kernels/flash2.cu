@@ -10,9 +10,10 @@
  * LD = D + 8 elements a shared row; bytes of dynamic shared memory):
  *
  *   flash2_fwd<D, CAUSAL>(q, k, v, o, lse, T, scale)
- *     grid (ceil(T / 128), B H), block 128; shared (128 + 4 64) LD 2:
- *     D 64: 55296, D 128: 104448.
- *     128 queries a block (32 a warp), key tiles of 64 double-buffered.
+ *     grid (ceil(T / 128), B H), block 128; shared (128 + 4 KT) LD 2:
+ *     D 64: 55296 (KT 64), D 128: 69632 (KT 32).
+ *     128 queries a block (32 a warp), key tiles of KT double-buffered (32
+ *     at D 128: 241 registers a thread and no spills, where 64 spilled).
  *   flash2_bwd_prep<D>(o, dout, delta, T)
  *     grid (ceil(T / 8), B H), block 256, no shared memory: a warp a row.
  *   flash2_bwd_dkdv<D, CAUSAL>(q, k, v, dout, lse, delta, dk, dv, T, scale)
@@ -55,7 +56,6 @@ enum {
   THREADS = 128,  /* 4 warps */
   FWD_ROWS = 128, /* queries a forward block: 2 row tiles of 16 a warp */
   BWD_TILE = 64,  /* keys a dK/dV block, queries a dQ block, and the tiles they walk */
-  KEY_TILE = 64,  /* keys a forward step */
 };
 
 template <int D> struct dims {
@@ -63,6 +63,7 @@ template <int D> struct dims {
   /* enumerators, not static constexpr members: NVRTC makes those device variables */
   enum {
     LD = D + 8, /* 16 bytes of padding: ldmatrix rows in distinct banks */
+    KEY_TILE = D == 128 ? 32 : 64, /* keys a forward step: 32 at D 128 keep its registers under 255, unspilled */
     FWD_SMEM = (FWD_ROWS + 4 * KEY_TILE) * LD * 2,
     DKDV_SMEM = (2 * BWD_TILE + 4 * BWD_TILE) * LD * 2 + 4 * BWD_TILE * 4,
     DQ_SMEM = (2 * BWD_TILE + 4 * BWD_TILE) * LD * 2,
@@ -206,7 +207,7 @@ template <int D, bool CAUSAL>
 __global__ void __launch_bounds__(128, 2) flash2_fwd(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v,
                                                      __nv_bfloat16 *o, float *lse, int T, float scale) {
   using namespace flash2;
-  constexpr int LD = dims<D>::LD, BR = FWD_ROWS, BC = KEY_TILE, MT = 2, NT = BC / 8, DN = D / 8;
+  constexpr int LD = dims<D>::LD, BR = FWD_ROWS, BC = dims<D>::KEY_TILE, MT = 2, NT = BC / 8, DN = D / 8;
   bf16 *sQ = tf::dynamic_smem<bf16>(); /* Q's rows, then K's and V's (two buffers each) */
   const unsigned sQ_a = tf::smem_addr(sQ), sK_a = sQ_a + byte_offset(BR * LD), sV_a = sK_a + byte_offset(2 * BC * LD);
   const int warp = (int)threadIdx.x / 32, lane = (int)threadIdx.x % 32;
