@@ -265,13 +265,11 @@ static int tf_l_library_kernel(lua_State *L) {
 
 static tf_l_kernel *tf_l_checkkernel(lua_State *L, int idx) { return luaL_checkudata(L, idx, TF_KERNEL_TYPE); }
 
-/* {x [, y [, z]]} or a number, at field `field` of the table at idx, each >= 1 and within max. */
-static void tf_l_dims(lua_State *L, int idx, const char *field, const tf_l_kernel *k, const unsigned max[3],
-                      unsigned out[3]) {
+/* {x [, y [, z]]} or a number, on top of the stack (the launch's `field`), each >= 1 and within max. */
+static void tf_l_dims(lua_State *L, const char *field, const tf_l_kernel *k, const unsigned max[3], unsigned out[3]) {
   out[0] = out[1] = out[2] = 1;
-  int t = lua_getfield(L, idx, field);
+  int t = lua_type(L, -1);
   int n = t == LUA_TTABLE ? (int)luaL_len(L, -1) : 1;
-  if (t == LUA_TNIL) tf_l_error(L, "kernel %s: the launch needs %s = n or {x, y, z}", k->name, field);
   if (t != LUA_TTABLE && t != LUA_TNUMBER)
     tf_l_error(L, "kernel %s: %s must be a number or {x, y, z}, not a %s", k->name, field, luaL_typename(L, -1));
   if (n < 1 || n > 3) tf_l_error(L, "kernel %s: %s has %d sizes (1 to 3)", k->name, field, n);
@@ -287,14 +285,24 @@ static void tf_l_dims(lua_State *L, int idx, const char *field, const tf_l_kerne
     out[i] = (unsigned)v;
     if (t == LUA_TTABLE) lua_pop(L, 1);
   }
+}
+
+/* What a launch checks on every call, found without the registry's lookup by name: the kernels' and
+ * the tensors' metatables are the launch's upvalues. */
+enum { TF_L_KERNEL_MT = 1, TF_L_TENSOR_MT = 2 };
+
+static bool tf_l_is(lua_State *L, int idx, int upvalue) {
+  if (!lua_getmetatable(L, idx)) return false;
+  bool same = lua_rawequal(L, -1, lua_upvalueindex(upvalue));
   lua_pop(L, 1);
+  return same;
 }
 
 /* One argument into its slot of the parameter buffer; a Lua error naming the parameter when it does not fit. */
 static void tf_l_pack(lua_State *L, int idx, const tf_l_kernel *k, int i, unsigned char *slot) {
   const tf_l_param *p = &k->params[i];
   if (p->kind == TF_P_POINTER || p->kind == TF_P_VIEW) {
-    tf_lua_tensor *u = luaL_testudata(L, idx, TF_TENSOR_TYPE);
+    tf_lua_tensor *u = tf_l_is(L, idx, TF_L_TENSOR_MT) ? lua_touserdata(L, idx) : NULL;
     if (!u)
       tf_l_error(L, "kernel %s: parameter %d (%s) takes a tensor, got %s", k->name, i + 1, p->name, luaL_typename(L, idx));
     const tf_tensor *t = u->t;
@@ -360,7 +368,7 @@ static void tf_l_pack(lua_State *L, int idx, const tf_l_kernel *k, int i, unsign
 
 /* kernel:launch({grid = ..., block = ..., shared = bytes}, args...) */
 static int tf_l_kernel_launch(lua_State *L) {
-  tf_l_kernel *k = tf_l_checkkernel(L, 1);
+  tf_l_kernel *k = tf_l_is(L, 1, TF_L_KERNEL_MT) ? lua_touserdata(L, 1) : tf_l_checkkernel(L, 1);
   if (!lua_istable(L, 2))
     return tf_l_error(L, "kernel %s: launch takes {grid = ..., block = ... [, shared = bytes]} and then the "
                            "arguments",
@@ -369,20 +377,36 @@ static int tf_l_kernel_launch(lua_State *L) {
   if (nargs != k->nparams)
     return tf_l_error(L, "kernel %s takes %d arguments, got %d", k->name, k->nparams, nargs);
   tf_rtc_launch l = {0};
-  tf_l_dims(L, 2, "grid", k, k->limits.max_grid, l.grid);
-  tf_l_dims(L, 2, "block", k, k->limits.max_block, l.block);
+  /* the configuration in one pass over its keys */
+  bool grid = false, block = false;
+  lua_pushnil(L);
+  while (lua_next(L, 2)) {
+    const char *key = lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : "";
+    if (strcmp(key, "grid") == 0) {
+      tf_l_dims(L, "grid", k, k->limits.max_grid, l.grid);
+      grid = true;
+    } else if (strcmp(key, "block") == 0) {
+      tf_l_dims(L, "block", k, k->limits.max_block, l.block);
+      block = true;
+    } else if (strcmp(key, "shared") == 0) {
+      int isint;
+      lua_Integer bytes = lua_tointegerx(L, -1, &isint);
+      if (!isint || bytes < 0) return tf_l_error(L, "kernel %s: shared must be a number of bytes >= 0", k->name);
+      l.shared = (size_t)bytes;
+    } else {
+      static const char *const keys[] = {"grid", "block", "shared", NULL};
+      lua_pop(L, 2);
+      tf_lua_checkkeys(L, 2, "kernel:launch", keys); /* the unknown key's message */
+    }
+    lua_pop(L, 1);
+  }
+  if (!grid || !block)
+    return tf_l_error(L, "kernel %s: the launch needs %s = n or {x, y, z}", k->name, grid ? "block" : "grid");
   unsigned long long threads = (unsigned long long)l.block[0] * l.block[1] * l.block[2];
   if (threads > (unsigned long long)k->info.max_threads)
     return tf_l_error(L, "kernel %s: a block of %llu threads is over the kernel's limit of %d (%d registers a "
                            "thread)",
                         k->name, threads, k->info.max_threads, k->info.registers);
-  if (lua_getfield(L, 2, "shared") != LUA_TNIL) {
-    int isint;
-    lua_Integer s = lua_tointegerx(L, -1, &isint);
-    if (!isint || s < 0) return tf_l_error(L, "kernel %s: shared must be a number of bytes >= 0", k->name);
-    l.shared = (size_t)s;
-  }
-  lua_pop(L, 1);
   size_t limit = (size_t)k->limits.max_shared_optin > k->info.static_shared
                      ? (size_t)k->limits.max_shared_optin - k->info.static_shared
                      : 0;
@@ -390,8 +414,6 @@ static int tf_l_kernel_launch(lua_State *L) {
     return tf_l_error(L, "kernel %s: %zu bytes of dynamic shared memory is over the device's limit of %zu a block "
                            "(%d bytes with the opt-in, less %zu static)",
                         k->name, l.shared, limit, k->limits.max_shared_optin, k->info.static_shared);
-  static const char *const keys[] = {"grid", "block", "shared", NULL};
-  tf_lua_checkkeys(L, 2, "kernel:launch", keys);
   unsigned char buf[TF_RTC_MAX_PARAMS * 16 + 64 * 16] __attribute__((aligned(16)));
   void *args[TF_RTC_MAX_PARAMS];
   for (int i = 0; i < k->nparams; i++) {
@@ -570,9 +592,16 @@ void tf_open_rtc(lua_State *L) {
   static const luaL_Reg lib_methods[] = {{"kernel", tf_l_library_kernel}, {"unload", tf_l_library_gc}, {NULL, NULL}};
   tf_lua_newclass(L, TF_LIBRARY_TYPE, lib_meta, lib_methods);
   static const luaL_Reg kernel_meta[] = {{"__tostring", tf_l_kernel_tostring}, {NULL, NULL}};
-  static const luaL_Reg kernel_methods[] = {
-      {"launch", tf_l_kernel_launch}, {"attributes", tf_l_kernel_attributes}, {NULL, NULL}};
+  static const luaL_Reg kernel_methods[] = {{"attributes", tf_l_kernel_attributes}, {NULL, NULL}};
   tf_lua_newclass(L, TF_KERNEL_TYPE, kernel_meta, kernel_methods);
+  /* launch: a closure over the two metatables it checks (tf_l_is) */
+  luaL_getmetatable(L, TF_KERNEL_TYPE);
+  lua_getfield(L, -1, "__index");
+  luaL_getmetatable(L, TF_KERNEL_TYPE);
+  luaL_getmetatable(L, TF_TENSOR_TYPE);
+  lua_pushcclosure(L, tf_l_kernel_launch, 2);
+  lua_setfield(L, -2, "launch");
+  lua_pop(L, 2);
   static const luaL_Reg graph_meta[] = {{"__gc", tf_l_graph_gc}, {"__close", tf_l_graph_gc}, {NULL, NULL}};
   static const luaL_Reg graph_methods[] = {{"replay", tf_l_graph_replay}, {"free", tf_l_graph_gc}, {NULL, NULL}};
   tf_lua_newclass(L, TF_GRAPH_TYPE, graph_meta, graph_methods);
