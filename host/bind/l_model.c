@@ -214,6 +214,26 @@ static int tf_l_model_backward_adamw(lua_State *L) {
   return 0;
 }
 
+/* m:set_max_grad_norm(max_norm): global gradient-norm clipping before each AdamW step (0: off; math.huge: measure). */
+static int tf_l_model_set_max_grad_norm(lua_State *L) {
+  tf_model *m = tf_l_checkmodel(L, 1);
+  TF_LUA_CHECK(L, tf_model_set_max_grad_norm(m, luaL_checknumber(L, 2)), "model:set_max_grad_norm");
+  return 0;
+}
+
+/* m:grad_norm() -> the last clipped step's norm before clipping (a new 0-dim f32 tensor; nothing waits), or nil. */
+static int tf_l_model_grad_norm(lua_State *L) {
+  tf_model *m = tf_l_checkmodel(L, 1);
+  tf_tensor *norm = NULL;
+  TF_LUA_CHECK(L, tf_model_grad_norm(m, &norm), "model:grad_norm");
+  if (!norm) {
+    lua_pushnil(L);
+    return 1;
+  }
+  tf_lua_pushtensor(L, norm);
+  return 1;
+}
+
 /* A list of {name, view, name = name, tensor = view} for parameters or gradients. */
 static int tf_l_model_views(lua_State *L, bool grads) {
   tf_model *m = tf_l_checkmodel(L, 1);
@@ -354,6 +374,7 @@ static const luaL_Reg tf_model_methods[] = {
     {"sync_weights", tf_l_model_sync_weights}, {"set_graphs", tf_l_model_set_graphs},
     {"set_overlap", tf_l_model_set_overlap}, {"set_data_parallel", tf_l_model_set_data_parallel},
     {"set_recompute_residual", tf_l_model_set_recompute_residual},
+    {"set_max_grad_norm", tf_l_model_set_max_grad_norm}, {"grad_norm", tf_l_model_grad_norm},
     {"free", tf_l_model_release},
     {NULL, NULL},
 };

@@ -271,7 +271,8 @@ void tf_model_free(tf_model *m) {
     tf_tensor_release(m->tensors[i].param);
     tf_tensor_release(m->tensors[i].grad);
   }
-  tf_tensor *bufs[] = {m->matmul_params, m->params, m->grads, m->adam_m, m->adam_v, m->low, m->adam_consts, m->ring};
+  tf_tensor *bufs[] = {m->matmul_params, m->params, m->grads,  m->adam_m,       m->adam_v,
+                       m->low,           m->adam_consts, m->ring, m->clip, m->clip_partial};
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) tf_tensor_release(bufs[i]);
   for (int i = 0; i < m->nworks; i++) tf_dist_work_free(m->works[i]); /* waits for each */
   free(m->works);
@@ -496,7 +497,97 @@ static tf_status tf_model_adamw_shard(tf_model *m, const tf_adamw_args *args) {
   return tf_model_sync_weights(m);
 }
 
+/* ---- global gradient-norm clipping -------------------------------------------------------- */
+
+tf_status tf_model_set_max_grad_norm(tf_model *m, double max_norm) {
+  if (!(max_norm >= 0)) /* NaN too */
+    return tf_fail(TF_ERR_ARG, "model: max_norm must be a number > 0 (or 0: no clipping), not %g", max_norm);
+  if (max_norm > 0 && !(m->k->grad_norm && m->k->adamw && m->k->adamw_constants))
+    return tf_fail(TF_ERR_DEVICE, "model: the %s backend cannot clip gradients", m->ctx->backend->name);
+  m->max_grad_norm = max_norm;
+  return TF_OK;
+}
+
+double tf_model_max_grad_norm(const tf_model *m) { return m->max_grad_norm; }
+
+tf_status tf_model_grad_norm(tf_model *m, tf_tensor **out) {
+  *out = NULL;
+  if (!m->clipped) return TF_OK;
+  tf_tensor *norm = NULL, *copy = NULL;
+  const tf_shape scalar = {0, {0}};
+  TF_TRY(tf_tensor_view(m->clip, &scalar, NULL, TF_GRAD_NORM, &norm));
+  tf_status st = tf_tensor_empty(&scalar, TF_F32, m->device, &copy);
+  if (st == TF_OK) st = tf_copy_into(copy, norm);
+  tf_tensor_release(norm);
+  if (st != TF_OK) {
+    tf_tensor_release(copy);
+    return st;
+  }
+  *out = copy;
+  return TF_OK;
+}
+
+tf_status tf_model_ensure_clip(tf_model *m) {
+  if (!m->adam_consts)
+    TF_TRY(tf_model_alloc(m, TF_ADAMW_CONSTS, TF_F32, TF_TAG_OPTIMIZER, "model AdamW constants", &m->adam_consts));
+  if (!m->clip_partial)
+    TF_TRY(tf_model_alloc(m, TF_GRAD_NORM_BLOCKS, TF_F64, TF_TAG_OPTIMIZER, "model gradient norm (partial sums)",
+                          &m->clip_partial));
+  if (!m->clip) {
+    TF_TRY(tf_model_alloc(m, TF_GRAD_NORM_OUT, TF_F32, TF_TAG_OPTIMIZER, "model gradient norm", &m->clip));
+    tf_status st = tf_model_fill(m, m->clip, 0.0);
+    if (st != TF_OK) {
+      tf_tensor_release(m->clip);
+      m->clip = NULL;
+      return st;
+    }
+  }
+  return TF_OK;
+}
+
+tf_status tf_model_clip_update(tf_model *m, bool low, bool zero_g) {
+  float *clip = tf_tensor_data(m->clip), *grads = tf_tensor_data(m->grads);
+  tf_grad_norm_args n = {.g = grads, .n = m->total, .max_norm = m->max_grad_norm,
+                         .partial = tf_tensor_data(m->clip_partial), .out = clip};
+  TF_RANGED("gradient clipping", m->k->grad_norm(m->ctx, &n));
+  tf_model_adamw_args a = {.p = tf_tensor_data(m->params), .m = tf_tensor_data(m->adam_m),
+                           .v = tf_tensor_data(m->adam_v), .g = grads, .n = m->total,
+                           .consts = tf_tensor_data(m->adam_consts), .zero_g = zero_g, .grad_scale = clip};
+  if (low && m->low) {
+    a.low = tf_tensor_data(m->low);
+    a.low_dtype = m->dtype;
+    a.n_low = m->matmul_total;
+  }
+  TF_RANGED("optimizer", m->k->adamw(m->ctx, &a));
+  m->clipped = true;
+  return TF_OK;
+}
+
+/* ZeRO-1 updates a shard from a shard of the averaged gradients: no whole norm to clip by. */
+tf_status tf_model_adamw_step_check(const tf_model *m) {
+  if (m->max_grad_norm > 0 && m->zero1)
+    return tf_fail(TF_ERR_ARG, "model: gradient clipping (max_norm) needs every gradient: not with parallel = zero1");
+  return TF_OK;
+}
+
+/* tf_model_adamw_step with clipping: the norm, then one update over the flat buffers. */
+static tf_status tf_model_run_clipped(tf_model *m, const tf_adamw_args *args) {
+  tf_adamw_update u = {0};
+  TF_TRY(tf_adamw_constants("model:adamw_step", args, &u));
+  TF_TRY(tf_model_ensure_moments(m));
+  TF_TRY(tf_model_ensure_grads(m));
+  TF_TRY(tf_model_ensure_clip(m));
+  TF_TRY(m->k->adamw_constants(m->ctx, tf_tensor_data(m->adam_consts), &u));
+  const bool in_step = m->low && m->low_version == m->params->storage->version;
+  TF_TRY(tf_model_clip_update(m, in_step, false));
+  m->params->storage->version++; /* an in-place write, as autograd counts them */
+  if (in_step) m->low_version = m->params->storage->version;
+  return tf_model_sync_weights(m);
+}
+
 tf_status tf_model_adamw_step(tf_model *m, const tf_adamw_args *args) {
+  TF_TRY(tf_model_adamw_step_check(m));
+  if (m->max_grad_norm > 0) return tf_model_run_clipped(m, args); /* its kernels open their ranges */
   TF_RANGED("optimizer", m->zero1 ? tf_model_adamw_shard(m, args) : tf_model_run_adamw(m, args));
   return TF_OK;
 }

@@ -137,6 +137,22 @@ tf_status tf_model_adamw_step(tf_model *m, const tf_adamw_args *args);
  * over several backward passes go through tf_model_backward, then
  * tf_model_adamw_step). */
 tf_status tf_model_backward_adamw(tf_model *m, const tf_adamw_args *args);
+/* Global gradient-norm clipping (CS336's gradient_clipping) in every AdamW
+ * step of tf_model_adamw_step and tf_model_backward_adamw from now on: the
+ * L2 norm of all the gradients together, and where it is above max_norm
+ * every gradient multiplied by max_norm / (norm + 1e-6) before the update.
+ * The norm and the factor are worked out on the device and read there by
+ * the update (no wait for the host; inside the backward graph on a GPU),
+ * so tf_model_backward_adamw then updates after the whole pass instead of
+ * beside it, and zeroes the gradients as it reads them. max_norm > 0;
+ * INFINITY measures the norm without clipping; 0 turns clipping off.
+ * Not with ZeRO-1 (each rank holds part of the gradients). */
+tf_status tf_model_set_max_grad_norm(tf_model *m, double max_norm);
+double tf_model_max_grad_norm(const tf_model *m);
+/* *out: a new 0-dim f32 tensor on the model's device holding the norm
+ * before clipping of the last clipped step (a copy queued on the stream:
+ * reading its value waits for the step); NULL when no step clipped yet. */
+tf_status tf_model_grad_norm(tf_model *m, tf_tensor **out);
 /* Where tf_model_backward_adamw updates a layer's parameters: on the second
  * stream beside the rest of the pass (on, the default), or on the pass's
  * own stream before it goes on (off: the same kernels, the same bits, each

@@ -97,7 +97,7 @@ static tf_status tf_model_layer_backward(tf_model *m, int64_t l) {
  * refreshed as it goes. */
 static tf_status tf_model_step_region(tf_model *m, int64_t off, int64_t end, int mark) {
   if (m->grad_sync != TF_GRAD_SYNC_NONE && !m->step_in_backward) return tf_model_grads_ready(m, off, end);
-  if (!m->step_in_backward || end <= off) return TF_OK;
+  if (!m->step_in_backward || m->clip_in_step || end <= off) return TF_OK; /* clipped: after the whole pass */
   const tf_model_kernels *k = m->k;
   tf_model_adamw_args a = {.p = tf_model_pw(m, off), .m = (float *)tf_tensor_data(m->adam_m) + off,
                            .v = (float *)tf_tensor_data(m->adam_v) + off, .g = tf_model_gw(m, off), .n = end - off,
@@ -148,6 +148,7 @@ static tf_status tf_model_backward_steps(tf_model *m) {
 static tf_status tf_model_backward_pass(tf_model *m, bool keep) {
   (void)keep;
   tf_status st = tf_model_backward_steps(m);
+  if (m->clip_in_step) return st == TF_OK ? tf_model_clip_update(m, true, true) : st;
   if (m->step_in_backward && m->overlap) {
     char why[256];
     snprintf(why, sizeof why, "%s", tf_last_error());
@@ -174,10 +175,43 @@ static bool tf_model_can_overlap(const tf_model *m) {
          k->adamw_constants && (!m->low || m->low_version == m->params->storage->version);
 }
 
+/* The clipped step in one phase (one graph on a GPU): the backward pass
+ * into the flat gradients, then their norm, then AdamW over every
+ * parameter reading the factor from the device, the gradients zeroed as
+ * they are read. */
+static tf_status tf_model_backward_clipped(tf_model *m, const tf_adamw_update *u) {
+  TF_TRY(tf_model_ensure_moments(m));
+  TF_TRY(tf_model_ensure_grads(m));
+  TF_TRY(tf_model_ensure_clip(m));
+  TF_TRY(m->k->adamw_constants(m->ctx, tf_tensor_data(m->adam_consts), u));
+  m->loss_ready = false;
+  m->grads_dirty = true; /* until the update has zeroed them */
+  m->step_in_backward = m->clip_in_step = true;
+  m->use_ring = false;
+  const bool ranged = tf_range_push("backward") == TF_OK;
+  tf_status st = tf_model_run_phase(m, TF_MODEL_PHASE_BACKWARD, true, tf_model_backward_pass);
+  if (ranged) (void)tf_range_pop();
+  m->step_in_backward = m->clip_in_step = false;
+  TF_TRY(st);
+  m->grads_dirty = false;
+  m->params->storage->version++; /* an in-place write, as autograd counts them */
+  if (m->low) m->low_version = m->params->storage->version;
+  return TF_OK;
+}
+
 tf_status tf_model_backward_adamw(tf_model *m, const tf_adamw_args *args) {
   TF_TRY(tf_model_need_loss(m));
   tf_adamw_update u = {0};
   TF_TRY(tf_adamw_constants("model:backward_adamw", args, &u));
+  if (m->max_grad_norm > 0) {
+    /* data parallel, the gradients are averaged after the pass; a stale low copy is converted whole */
+    if (m->zero1 || m->grad_sync != TF_GRAD_SYNC_NONE || (m->low && m->low_version != m->params->storage->version)) {
+      TF_TRY(tf_model_adamw_step_check(m));
+      TF_TRY(tf_model_backward(m));
+      return tf_model_adamw_step(m, args);
+    }
+    return tf_model_backward_clipped(m, &u);
+  }
   if (!tf_model_can_overlap(m)) {
     TF_TRY(tf_model_backward(m));
     return tf_model_adamw_step(m, args);

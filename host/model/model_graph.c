@@ -39,13 +39,14 @@ void tf_model_graphs_drop(tf_model *m) {
 static tf_model_graph_key tf_model_graph_key_now(const tf_model *m, bool keep) {
   return (tf_model_graph_key){.batch = m->plan.batch, .seq = m->plan.seq, .training_plan = m->plan.training,
                               .keep = keep, .flash = m->flash, .tf32 = m->ctx->allow_tf32,
-                              .optimizer = m->step_in_backward, .ring = m->use_ring};
+                              .optimizer = m->step_in_backward, .ring = m->use_ring,
+                              .clip = m->clip_in_step, .max_norm = m->clip_in_step ? m->max_grad_norm : 0};
 }
 
 static bool tf_model_graph_key_eq(const tf_model_graph_key *a, const tf_model_graph_key *b) {
   return a->batch == b->batch && a->seq == b->seq && a->training_plan == b->training_plan && a->keep == b->keep &&
          a->flash == b->flash && a->tf32 == b->tf32 && a->optimizer == b->optimizer &&
-         a->ring == b->ring;
+         a->ring == b->ring && a->clip == b->clip && a->max_norm == b->max_norm;
 }
 
 /* Captures body into g->exec. On failure nothing has run: the failure is

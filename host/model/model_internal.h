@@ -114,6 +114,8 @@ typedef struct tf_model_graph_key {
   bool training_plan, keep, flash, tf32;
   bool optimizer; /* the backward pass with AdamW beside it */
   bool ring;      /* ... writing the gradients into the ring (tf_model.ring) */
+  bool clip;       /* ... or after it, clipped */
+  double max_norm; /* clipping's threshold, baked into the norm kernel */
 } tf_model_graph_key;
 
 /* One phase's graph: the first call of a key runs eagerly (it warms
@@ -155,6 +157,11 @@ struct tf_model {
   bool step_in_backward;    /* the backward pass being run also steps the optimizer (and refreshes
                                the low copy, which tf_model_backward_adamw requires in step) */
   bool overlap;             /* ... on the second stream (tf_model_set_overlap) */
+  double max_grad_norm;     /* clipping before each AdamW step (tf_model_set_max_grad_norm); 0: off */
+  tf_tensor *clip;          /* f32 (TF_GRAD_NORM_OUT,): the last clipped step's norm and factor */
+  tf_tensor *clip_partial;  /* f64 (TF_GRAD_NORM_BLOCKS,): grad_norm's workspace */
+  bool clipped;             /* a step has written clip */
+  bool clip_in_step;        /* the backward pass being run ends with the clipped update of every parameter */
   bool recompute_residual;  /* training plans keep x_l only; x_l + attention is recomputed
                                (tf_model_set_recompute_residual) */
   tf_tensor *low;           /* flat dtype (matmul_total,), or NULL under f32 */
@@ -192,6 +199,15 @@ tf_status tf_model_ensure_moments(tf_model *m);
 tf_status tf_model_alloc(tf_model *m, int64_t n, tf_dtype d, int tag, const char *what, tf_tensor **out);
 tf_status tf_model_ensure_grads(tf_model *m);
 tf_status tf_model_ensure_ring(tf_model *m);
+/* Clipping's buffers and AdamW's device constants, made on first use. */
+tf_status tf_model_ensure_clip(tf_model *m);
+/* The clipped update, kernels only (capturable): the norm of the flat
+ * gradients, then AdamW over every parameter reading its factor (the low
+ * copy refreshed when low; the gradients zeroed when zero_g). The
+ * constants must have been written (adamw_constants). */
+tf_status tf_model_clip_update(tf_model *m, bool low, bool zero_g);
+/* Whether tf_model_adamw_step can run in this state (before a backward pass is spent on it). */
+tf_status tf_model_adamw_step_check(const tf_model *m);
 
 /* model_graph.c: CUDA graph replay. */
 /* The body of a phase: kernels only, over the plan and the model's buffers

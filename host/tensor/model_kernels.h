@@ -212,7 +212,31 @@ typedef struct tf_model_adamw_args {
   int64_t n, n_low;
   const float *consts; /* TF_ADAMW_CONSTS floats on the device */
   bool zero_g;         /* g is zeroed after it is read (a gradient buffer used again) */
+  /* NULL, or grad_norm's output on the device: each gradient is multiplied
+   * by grad_scale[TF_GRAD_SCALE] (f32, rounded) before the update */
+  const float *grad_scale;
 } tf_model_adamw_args;
+
+/* Global gradient-norm clipping (CS336's gradient_clipping): the L2 norm of
+ * n f32 gradients and the factor that clips them, written into out on the
+ * device (nothing waits for them): out[TF_GRAD_NORM] = sqrt(sum g^2),
+ * out[TF_GRAD_SCALE] = max_norm / (norm + 1e-6) where norm > max_norm, else
+ * 1. The squares are summed in double in one fixed order, the same on every
+ * backend: TF_GRAD_NORM_BLOCKS blocks of TF_GRAD_NORM_THREADS threads, thread
+ * t of block b adding elements b T + t, b T + t + B T, ... one after the
+ * other, then a halving tree over each block's threads (x[t] += x[t + s],
+ * s = T/2 ... 1) into partial[b], then the partials, thread t adding
+ * partial[t], partial[t + T], ... and the same tree; norm and scale in
+ * double, rounded to f32 once. partial holds TF_GRAD_NORM_BLOCKS doubles. */
+enum { TF_GRAD_NORM, TF_GRAD_SCALE, TF_GRAD_NORM_OUT };
+enum { TF_GRAD_NORM_BLOCKS = 1024, TF_GRAD_NORM_THREADS = 256 };
+typedef struct tf_grad_norm_args {
+  const float *g;
+  int64_t n;
+  double max_norm; /* > 0; infinity measures without clipping */
+  double *partial; /* TF_GRAD_NORM_BLOCKS doubles of workspace on the device */
+  float *out;      /* TF_GRAD_NORM_OUT floats on the device */
+} tf_grad_norm_args;
 
 /* A captured, instantiated CUDA graph: work queued on a device's stream
  * once, replayed as one launch. */
@@ -264,9 +288,11 @@ typedef struct tf_model_kernels {
   tf_status (*graph_launch)(tf_device_ctx *ctx, tf_graph *g);
   void (*graph_destroy)(tf_device_ctx *ctx, tf_graph *g);
 
-  /* The optimizer beside the backward pass, all NULL where a backend runs
-   * one stream (the engine then steps after the backward pass).
-   * adamw_constants queues the write of u's constants, rounded to f32, into
+  /* The optimizer beside the backward pass: the side_* and main_wait
+   * entries NULL where a backend runs one stream (the engine then steps
+   * after the backward pass); adamw_constants, adamw and grad_norm also run
+   * the clipped step, which updates after the whole pass (every backend
+   * has them). adamw_constants queues the write of u's constants, rounded to f32, into
    * consts (TF_ADAMW_CONSTS floats), and readies the side stream; it is
    * not capturable. side_enter makes the device's work from now on go to
    * a second stream, after everything queued so far on the main one;
@@ -279,6 +305,9 @@ typedef struct tf_model_kernels {
    * after the wait). */
   tf_status (*adamw_constants)(tf_device_ctx *ctx, float *consts, const struct tf_adamw_update *u);
   tf_status (*adamw)(tf_device_ctx *ctx, const tf_model_adamw_args *a);
+  /* Clipping (tf_grad_norm_args), capturable; NULL where a backend has none
+   * (the engine then refuses max_norm). */
+  tf_status (*grad_norm)(tf_device_ctx *ctx, const tf_grad_norm_args *a);
   tf_status (*side_enter)(tf_device_ctx *ctx);
   tf_status (*side_leave)(tf_device_ctx *ctx);
   tf_status (*side_join)(tf_device_ctx *ctx);

@@ -16,6 +16,10 @@ tf_status tf_cpu_lm_loss(tf_device_ctx *ctx, const tf_lm_loss_args *a);         
 tf_status tf_cpu_encoder(tf_device_ctx *ctx, const tf_encoder_args *a);               /* embedding.c */
 tf_status tf_cpu_index_check(tf_device_ctx *ctx, const int64_t *idx, int64_t n, int64_t limit, int64_t *bad);
 tf_status tf_cpu_swiglu(tf_device_ctx *ctx, const tf_swiglu_args *a); /* swiglu.c */
+/* adamw.c: the engine's AdamW with its constants in memory, and clipping */
+tf_status tf_cpu_model_adamw_constants(tf_device_ctx *ctx, float *consts, const struct tf_adamw_update *u);
+tf_status tf_cpu_model_adamw(tf_device_ctx *ctx, const tf_model_adamw_args *a);
+tf_status tf_cpu_grad_norm(tf_device_ctx *ctx, const tf_grad_norm_args *a);
 
 /* The table backend.c registers (model_backend.c). */
 extern const tf_model_kernels tf_cpu_model_kernels;

@@ -16,5 +16,8 @@ const tf_model_kernels tf_cpu_model_kernels = {
     .heads = tf_cpu_heads,
     .causal_softmax = tf_cpu_causal_softmax,
     .lm_loss = tf_cpu_lm_loss,
+    .adamw_constants = tf_cpu_model_adamw_constants,
+    .adamw = tf_cpu_model_adamw,
+    .grad_norm = tf_cpu_grad_norm,
     .gemm_use_lt = NULL,
 };

@@ -15,6 +15,7 @@ template <typename P> struct tf_cuda_adamw_params {
   P c[TF_ADAMW_CONSTS]; /* the step's constants, by enum tf_adamw_const */
   const P *consts;      /* or NULL: c from device memory instead */
   bool zero_g;     /* write zeros over g after reading it (f32 g only) */
+  const float *grad_scale; /* or NULL: each gradient times grad_scale[TF_GRAD_SCALE] first (clipping) */
 };
 
 /* Correctly rounded operations, none fused, so that every kernel below
@@ -55,6 +56,16 @@ template <typename P> __device__ __forceinline__ void tf_cuda_adamw_load(tf_cuda
   for (int k = 0; k < TF_ADAMW_CONSTS; k++) a.c[k] = a.consts[k];
 }
 
+/* The clipping factor grad_norm wrote, or 1 (not applied) without one. */
+template <typename P> __device__ __forceinline__ float tf_cuda_adamw_scale(const tf_cuda_adamw_params<P> &a) {
+  return a.grad_scale ? a.grad_scale[TF_GRAD_SCALE] : 1.f;
+}
+
+/* A gradient clipped as CS336's gradient_clipping scales it in place (one f32 product). */
+__device__ __forceinline__ float tf_cuda_clipped(const float *grad_scale, float s, float g) {
+  return grad_scale ? __fmul_rn(g, s) : g;
+}
+
 /* An element of the low-precision copy, rounded as the conversion kernels round. */
 template <typename P> __device__ __forceinline__ uint16_t tf_cuda_adamw_low(const tf_cuda_adamw_params<P> &a, P p) {
   return a.low_bf16 ? tf_cuda_dtype<TF_BF16>::store((float)p) : tf_cuda_dtype<TF_F16>::store((float)p);
@@ -67,9 +78,11 @@ __global__ void __launch_bounds__(TF_CUDA_THREADS) tf_cuda_adamw_kernel(tf_cuda_
   typedef tf_cuda_dtype<GDT> G;
   const typename G::storage *g = (const typename G::storage *)a.g;
   tf_cuda_adamw_load(a);
+  const float s = tf_cuda_adamw_scale(a);
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < a.n; i += (int64_t)gridDim.x * blockDim.x) {
     P p = a.p[i], m = a.m[i], v = a.v[i];
-    tf_cuda_adamw_one<P>(a, (P)G::load(g[i]), p, m, v);
+    const P gv = GDT == TF_F32 ? (P)tf_cuda_clipped(a.grad_scale, s, (float)G::load(g[i])) : (P)G::load(g[i]);
+    tf_cuda_adamw_one<P>(a, gv, p, m, v);
     a.p[i] = p;
     if (i < a.n_low) ((uint16_t *)a.low)[i] = tf_cuda_adamw_low(a, p);
     a.m[i] = m;
@@ -97,6 +110,7 @@ static tf_status tf_cuda_adamw_typed(tf_cuda_state *st, const tf_adamw_update *u
   tf_cuda_adamw_params<P> a;
   a.consts = NULL;
   a.zero_g = false;
+  a.grad_scale = NULL;
   a.p = (P *)tf_tensor_data(u->p);
   a.m = (P *)tf_tensor_data(u->m);
   a.v = (P *)tf_tensor_data(u->v);
@@ -159,16 +173,17 @@ tf_status tf_cuda_adamw_constants(tf_device_ctx *ctx, float *consts, const tf_ad
  * 16-byte aligned), the tail one by one; the bits of tf_cuda_adamw_kernel. */
 __global__ void __launch_bounds__(TF_CUDA_THREADS) tf_cuda_adamw4_kernel(tf_cuda_adamw_params<float> a) {
   tf_cuda_adamw_load(a);
+  const float s = tf_cuda_adamw_scale(a);
   const float *g = (const float *)a.g;
   uint16_t *low = (uint16_t *)a.low;
   const int64_t words = a.n / 4, stride = (int64_t)gridDim.x * blockDim.x;
   for (int64_t w = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; w < words; w += stride) {
     float4 p = ((const float4 *)a.p)[w], m = ((const float4 *)a.m)[w], v = ((const float4 *)a.v)[w];
     const float4 gv = ((const float4 *)g)[w];
-    tf_cuda_adamw_one<float>(a, gv.x, p.x, m.x, v.x);
-    tf_cuda_adamw_one<float>(a, gv.y, p.y, m.y, v.y);
-    tf_cuda_adamw_one<float>(a, gv.z, p.z, m.z, v.z);
-    tf_cuda_adamw_one<float>(a, gv.w, p.w, m.w, v.w);
+    tf_cuda_adamw_one<float>(a, tf_cuda_clipped(a.grad_scale, s, gv.x), p.x, m.x, v.x);
+    tf_cuda_adamw_one<float>(a, tf_cuda_clipped(a.grad_scale, s, gv.y), p.y, m.y, v.y);
+    tf_cuda_adamw_one<float>(a, tf_cuda_clipped(a.grad_scale, s, gv.z), p.z, m.z, v.z);
+    tf_cuda_adamw_one<float>(a, tf_cuda_clipped(a.grad_scale, s, gv.w), p.w, m.w, v.w);
     ((float4 *)a.p)[w] = p;
     ((float4 *)a.m)[w] = m;
     ((float4 *)a.v)[w] = v;
@@ -184,7 +199,7 @@ __global__ void __launch_bounds__(TF_CUDA_THREADS) tf_cuda_adamw4_kernel(tf_cuda
   }
   for (int64_t i = 4 * words + (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < a.n; i += stride) {
     float p = a.p[i], m = a.m[i], v = a.v[i];
-    tf_cuda_adamw_one<float>(a, g[i], p, m, v);
+    tf_cuda_adamw_one<float>(a, tf_cuda_clipped(a.grad_scale, s, g[i]), p, m, v);
     a.p[i] = p;
     a.m[i] = m;
     a.v[i] = v;
@@ -222,6 +237,7 @@ tf_status tf_cuda_model_adamw(tf_device_ctx *ctx, const tf_model_adamw_args *m) 
   a.low_bf16 = m->low_dtype == TF_BF16;
   a.consts = m->consts;
   a.zero_g = m->zero_g;
+  a.grad_scale = m->grad_scale;
   /* p, g, m and v read; p, m and v written; the low copy written; g zeroed where asked */
   const double bytes = 28.0 * (double)a.n + (a.zero_g ? 4.0 * (double)a.n : 0) +
                        (double)a.n_low * (double)tf_dtype_size(m->low_dtype);
@@ -234,4 +250,59 @@ tf_status tf_cuda_model_adamw(tf_device_ctx *ctx, const tf_model_adamw_args *m) 
     tf_cuda_traffic("tf_cuda_adamw_kernel", bytes);
   }
   return tf_cuda_launched("adamw kernel");
+}
+
+/* ---- global gradient-norm clipping (model_kernels.h's tf_grad_norm_args) ----------------------- */
+
+/* The halving tree over a block's TF_GRAD_NORM_THREADS sums (x[t] += x[t + s]): the order the CPU
+ * twin repeats. */
+__device__ __forceinline__ double tf_cuda_grad_norm_tree(double *x) {
+  const int t = threadIdx.x;
+  for (int s = TF_GRAD_NORM_THREADS / 2; s > 0; s /= 2) {
+    __syncthreads();
+    if (t < s) x[t] = __dadd_rn(x[t], x[t + s]);
+  }
+  __syncthreads();
+  return x[0];
+}
+
+/* Block b's sum of squares into partial[b]; each product of two floats is exact in double. */
+__global__ void __launch_bounds__(TF_GRAD_NORM_THREADS) tf_cuda_grad_norm_partial(const float *g, int64_t n,
+                                                                                 double *partial) {
+  __shared__ double x[TF_GRAD_NORM_THREADS];
+  const int64_t stride = (int64_t)TF_GRAD_NORM_BLOCKS * TF_GRAD_NORM_THREADS;
+  double acc = 0;
+  for (int64_t i = (int64_t)blockIdx.x * TF_GRAD_NORM_THREADS + threadIdx.x; i < n; i += stride) {
+    const double v = g[i];
+    acc = __dadd_rn(acc, __dmul_rn(v, v));
+  }
+  x[threadIdx.x] = acc;
+  const double sum = tf_cuda_grad_norm_tree(x);
+  if (threadIdx.x == 0) partial[blockIdx.x] = sum;
+}
+
+/* The partials in the same order, then the norm and the clipping factor. */
+__global__ void __launch_bounds__(TF_GRAD_NORM_THREADS) tf_cuda_grad_norm_final(const double *partial,
+                                                                               double max_norm, float *out) {
+  __shared__ double x[TF_GRAD_NORM_THREADS];
+  double acc = 0;
+  for (int b = threadIdx.x; b < TF_GRAD_NORM_BLOCKS; b += TF_GRAD_NORM_THREADS) acc = __dadd_rn(acc, partial[b]);
+  x[threadIdx.x] = acc;
+  const double sum = tf_cuda_grad_norm_tree(x);
+  if (threadIdx.x == 0) {
+    const double norm = __dsqrt_rn(sum);
+    out[TF_GRAD_NORM] = (float)norm;
+    out[TF_GRAD_SCALE] = norm > max_norm ? (float)__ddiv_rn(max_norm, __dadd_rn(norm, 1e-6)) : 1.f;
+  }
+}
+
+/* Two kernels on the stream, nothing waits: the step's AdamW reads out after them. */
+tf_status tf_cuda_grad_norm(tf_device_ctx *ctx, const tf_grad_norm_args *a) {
+  TF_TRY(tf_cuda_use_device(ctx));
+  tf_cuda_state *st = tf_cuda_state_of(ctx);
+  tf_cuda_grad_norm_partial<<<TF_GRAD_NORM_BLOCKS, TF_GRAD_NORM_THREADS, 0, st->stream>>>(a->g, a->n, a->partial);
+  TF_TRY(tf_cuda_launched("gradient norm kernel (partial sums)"));
+  tf_cuda_traffic("tf_cuda_grad_norm_partial", 4.0 * (double)a->n);
+  tf_cuda_grad_norm_final<<<1, TF_GRAD_NORM_THREADS, 0, st->stream>>>(a->partial, a->max_norm, a->out);
+  return tf_cuda_launched("gradient norm kernel (final)");
 }

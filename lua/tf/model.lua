@@ -255,10 +255,15 @@ function Eager:named_parameters() return self.module:named_parameters() end
 
 function Eager:make_optimizer(opts) return tf.optim.AdamW(self.module, opts) end
 
+--- The gradient norm before clipping of the last step of an optimizer with
+--- max_norm (a 0-dim f32 tensor), or nil.
+function Eager:last_grad_norm() return self._optimizer and self._optimizer.grad_norm end
+
 -- ---- the fused implementation -------------------------------------------------
 
 local Fused = setmetatable({}, { __index = Model })
 Fused.__index = Fused
+local FusedOptimizer = {}
 
 function Fused:forward(ids)
   check_batch(self, "model:forward", ids)
@@ -318,31 +323,53 @@ function Fused:grads()
 end
 
 function Fused:make_optimizer(opts)
-  opts = check.keys(opts, "model:optimizer", { "lr", "betas", "eps", "weight_decay" })
+  opts = check.keys(opts, "model:optimizer", { "lr", "betas", "eps", "weight_decay", "schedule", "max_norm" })
   local betas = opts.betas or { 0.9, 0.999 }
   local engine = self.engine
-  local o = { lr = opts.lr or 1e-3, beta1 = betas[1], beta2 = betas[2], eps = opts.eps or 1e-8,
-    weight_decay = opts.weight_decay or 0.01, t = 0 }
-  local function args(opt)
-    return { lr = opt.lr, beta1 = opt.beta1, beta2 = opt.beta2, eps = opt.eps, weight_decay = opt.weight_decay,
-      step = opt.t }
-  end
-  function o.step(opt)
-    opt.t = opt.t + 1 -- the engine opens the "optimizer" range itself
-    engine:adamw_step(args(opt))
-  end
-  -- The backward pass with this step beside it (one backward per step).
-  function o.backward_step(opt)
-    opt.t = opt.t + 1
-    local ok, err = pcall(engine.backward_adamw, engine, args(opt))
-    if not ok then
-      opt.t = opt.t - 1
-      error(err, 0)
-    end
-  end
-  function o.zero_grad() engine:zero_grad() end
+  local o = setmetatable({ lr = opts.lr or 1e-3, beta1 = betas[1], beta2 = betas[2], eps = opts.eps or 1e-8,
+    weight_decay = opts.weight_decay or 0.01, t = 0 }, { __index = FusedOptimizer })
+  tf.optim._schedule_opts(o, opts, "model:optimizer", 3)
+  engine:set_max_grad_norm(o.max_norm or 0) -- the engine clips inside its step
+  o.engine = engine
   return o
 end
+
+-- The fused model's AdamW: the engine's step, its learning rate from the
+-- schedule at the steps taken so far.
+FusedOptimizer.__index = FusedOptimizer
+function FusedOptimizer.next_lr(opt)
+  if opt.schedule then return opt.schedule(opt.t) end
+  return opt.lr
+end
+
+function FusedOptimizer.args(opt)
+  local lr = opt:next_lr()
+  if type(lr) ~= "number" or not (lr >= 0) then
+    error("model:optimizer: the schedule gave " .. tostring(lr) .. " at step " .. opt.t .. " (a learning rate >= 0)", 3)
+  end
+  return { lr = lr, beta1 = opt.beta1, beta2 = opt.beta2, eps = opt.eps, weight_decay = opt.weight_decay,
+    step = opt.t + 1 }, lr
+end
+
+function FusedOptimizer.step(opt)
+  local args, lr = opt:args() -- the engine opens the "optimizer" range itself
+  opt.engine:adamw_step(args)
+  opt.t, opt.lr = opt.t + 1, lr
+end
+
+-- The backward pass with this step beside it (one backward per step).
+function FusedOptimizer.backward_step(opt)
+  local args, lr = opt:args()
+  local ok, err = pcall(opt.engine.backward_adamw, opt.engine, args)
+  if not ok then error(err, 0) end
+  opt.t, opt.lr = opt.t + 1, lr
+end
+
+function FusedOptimizer.zero_grad(opt) opt.engine:zero_grad() end
+
+--- The gradient norm before clipping of the last clipped step (a 0-dim f32
+-- tensor on the model's device, queued after the step: :item() waits), or nil.
+function Fused:last_grad_norm() return self.engine:grad_norm() end
 
 -- ---- shared ------------------------------------------------------------------------
 

@@ -11,6 +11,8 @@
  *     1e-4, 1e-5; bf16/f16: logits 2e-2, loss 5e-3, gradients 1e-1 and
  *     parameters 5e-2, where one rounding flip of a tiny gradient moves an
  *     AdamW update by up to 2 lr), both GEMM paths;
+ *   - global gradient-norm clipping: the norm kernel's norm and factor
+ *     bit-identical, the engine's AdamW reading the factor within 1e-6;
  *   - the GEMM's timed choice of algorithm: the product of a timed call has
  *     the bits of the heuristic's first algorithm, however the clock chose;
  *     a product added into C and a call under capture are not timed;
@@ -518,6 +520,46 @@ static void test_loss_and_embedding(void) {
   flat_pair_free(&ids), flat_pair_free(&wte), flat_pair_free(&out), flat_pair_free(&dout), flat_pair_free(&dwte);
 }
 
+/* ---- clipping ---------------------------------------------------------------------------------- */
+
+/* grad_norm on both backends: the same norm and factor in every bit (one fixed order of double
+ * additions); then the engine's AdamW reading that factor, p, m and v compared. */
+static void clip_case(int64_t n, double max_norm) {
+  flat_pair g = flat_pair_randn(n, TF_F32, 1.0, 0), part = flat_pair_zeros(TF_GRAD_NORM_BLOCKS, TF_F64);
+  flat_pair out = flat_pair_zeros(TF_GRAD_NORM_OUT, TF_F32);
+  tf_grad_norm_args a = {.g = CP(g), .n = n, .max_norm = max_norm, .partial = CP(part), .out = CP(out)};
+  CHECK_OK(KC->grad_norm(cctx, &a));
+  a.g = GP(g), a.partial = GP(part), a.out = GP(out);
+  CHECK_OK(KG->grad_norm(gctx, &a));
+  identical("grad_norm: norm and factor", out);
+  flat_pair p = flat_pair_randn(n, TF_F32, 1.0, 0), m = flat_pair_randn(n, TF_F32, 0.1, 0);
+  flat_pair v = flat_pair_zeros(n, TF_F32), consts = flat_pair_zeros(TF_ADAMW_CONSTS, TF_F32);
+  tf_adamw_args args = {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.01, .step = 3};
+  tf_adamw_update u = {0};
+  CHECK_OK(tf_adamw_constants("clip test", &args, &u));
+  CHECK_OK(KC->adamw_constants(cctx, CP(consts), &u));
+  CHECK_OK(KG->adamw_constants(gctx, GP(consts), &u));
+  tf_model_adamw_args w = {.p = CP(p), .m = CP(m), .v = CP(v), .g = CP(g), .n = n, .consts = CP(consts),
+                           .grad_scale = CP(out)};
+  CHECK_OK(KC->adamw(cctx, &w));
+  w.p = GP(p), w.m = GP(m), w.v = GP(v), w.g = GP(g), w.consts = GP(consts), w.grad_scale = GP(out);
+  CHECK_OK(KG->adamw(gctx, &w));
+  same("adamw, clipped: p", TF_F32, p, 1e-6);
+  same("adamw, clipped: m", TF_F32, m, 1e-6);
+  same("adamw, clipped: v", TF_F32, v, 1e-6);
+  flat_pair all[] = {g, part, out, p, m, v, consts};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) tf_tensor_release(all[i].c), tf_tensor_release(all[i].g);
+}
+
+static void test_clip(void) {
+  const int64_t sizes[] = {1, 255, 4097, 262144 + 3, 3000001};
+  for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+    clip_case(sizes[i], 1.0);      /* clipped */
+    clip_case(sizes[i], 1e9);      /* under the max: factor 1 */
+    clip_case(sizes[i], INFINITY); /* measuring */
+  }
+}
+
 /* ---- whole models ------------------------------------------------------------------------------- */
 
 static tf_model *make(const tf_model_config *cfg, tf_device dev, tf_dtype precision, uint64_t seed) {
@@ -737,6 +779,7 @@ int main(void) {
   TIMED("swiglu", test_swiglu());
   TIMED("attention kernels", test_attention_kernels());
   TIMED("loss and embedding", test_loss_and_embedding());
+  TIMED("gradient clipping", test_clip());
   /* tiny: every row a multiple of 8 (vector paths); mid: d_ff and vocab that are not (scalar paths) */
   const tf_model_config tiny = {64, 16, 32, 2, 4, 64, 10000.0}, mid = {1001, 128, 128, 3, 4, 350, 10000.0};
   for (int lt = 0; lt < 2; lt++) {
