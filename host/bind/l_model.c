@@ -260,6 +260,41 @@ static int tf_l_model_parameters(lua_State *L) { return tf_l_model_views(L, fals
 /* m:grads(): the same for the gradients */
 static int tf_l_model_grads(lua_State *L) { return tf_l_model_views(L, true); }
 
+/* m:moments() -> AdamW's state for checkpoints, made (zeros) before the
+ * first step: {sharded = false, exp_avg = {name = view}, exp_avg_sq = {...}},
+ * or under ZeRO-1 this rank's flat shard: {sharded = true, begin =, ["end"] =,
+ * exp_avg = tensor, exp_avg_sq = tensor} (elements [begin, end) of the flat layout). */
+static int tf_l_model_moments(lua_State *L) {
+  tf_model *m = tf_l_checkmodel(L, 1);
+  bool zero1 = false;
+  tf_model_data_parallel(m, &zero1);
+  static const char *const field[] = {"exp_avg", "exp_avg_sq"};
+  lua_createtable(L, 0, 4);
+  lua_pushboolean(L, zero1);
+  lua_setfield(L, -2, "sharded");
+  for (int which = 0; which < 2; which++) {
+    if (zero1) {
+      tf_tensor *t;
+      int64_t begin, end;
+      TF_LUA_CHECK(L, tf_model_moment_shard(m, which, &t, &begin, &end), "model:moments");
+      TF_SET_INT(L, "begin", begin);
+      TF_SET_INT(L, "end", end);
+      tf_lua_pushtensor(L, t);
+    } else {
+      int n = tf_model_num_tensors(m);
+      lua_createtable(L, 0, n);
+      for (int i = 0; i < n; i++) {
+        tf_tensor *t;
+        TF_LUA_CHECK(L, tf_model_moment(m, i, which, &t), "model:moments");
+        tf_lua_pushtensor(L, t);
+        lua_setfield(L, -2, tf_model_tensor_name(m, i));
+      }
+    }
+    lua_setfield(L, -2, field[which]);
+  }
+  return 1;
+}
+
 /* m:config() -> a table create() accepts */
 static int tf_l_model_config(lua_State *L) {
   tf_l_pushconfig(L, tf_model_get_config(tf_l_checkmodel(L, 1)));
@@ -370,6 +405,7 @@ static const luaL_Reg tf_model_methods[] = {
     {"backward", tf_l_model_backward},     {"zero_grad", tf_l_model_zero_grad},
     {"adamw_step", tf_l_model_adamw_step}, {"backward_adamw", tf_l_model_backward_adamw}, {"parameters", tf_l_model_parameters},
     {"grads", tf_l_model_grads},           {"config", tf_l_model_config},
+    {"moments", tf_l_model_moments},
     {"info", tf_l_model_info},             {"memory", tf_l_model_memory},
     {"sync_weights", tf_l_model_sync_weights}, {"set_graphs", tf_l_model_set_graphs},
     {"set_overlap", tf_l_model_set_overlap}, {"set_data_parallel", tf_l_model_set_data_parallel},

@@ -4,6 +4,7 @@
  * file turns Lua tables into name and tensor lists and back. Files are
  * written with tensors in sorted name order, so saving the same tensors
  * always gives the same bytes. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,9 +17,12 @@ static void tf_st_free(void *file) { tf_safetensors_free(file); }
 /* A file read by the core, owned by a userdata so that a Lua error part way
  * through building the result still frees it. */
 
+/* The file's metadata as a table of strings, less tfhost's checksums
+ * (read_header gives each tensor's; save writes new ones). */
 static void tf_st_push_metadata(lua_State *L, const tf_safetensors_file *f) {
   lua_createtable(L, 0, f->nmeta);
   for (int i = 0; i < f->nmeta; i++) {
+    if (strcmp(f->meta_keys[i], "tfhost.xxh64") == 0) continue;
     lua_pushstring(L, f->meta_values[i]);
     lua_setfield(L, -2, f->meta_keys[i]);
   }
@@ -85,6 +89,12 @@ static int tf_l_st_read_header(lua_State *L) {
     lua_pushinteger(L, (lua_Integer)e->end);
     lua_rawseti(L, -2, 2);
     lua_setfield(L, -2, "offsets");
+    if (e->has_checksum) {
+      char hex[17];
+      snprintf(hex, sizeof hex, "%016llx", (unsigned long long)e->checksum);
+      lua_pushstring(L, hex);
+      lua_setfield(L, -2, "xxh64");
+    }
     lua_setfield(L, -2, e->name);
   }
   tf_st_push_metadata(L, f);
@@ -111,12 +121,21 @@ static const char *tf_st_key(lua_State *L, const char *path, const char *what) {
   return key;
 }
 
-/* tf.safetensors.save(path, {name = tensor} [, {key = string}]) */
+/* tf.safetensors.save(path, {name = tensor} [, {key = string} [, {checksums = false}]]) */
 static int tf_l_st_save(lua_State *L) {
   const char *path = luaL_checkstring(L, 1);
   tf_safe_check_path(L, path, true, "tf.safetensors.save");
   luaL_checktype(L, 2, LUA_TTABLE);
   if (!lua_isnoneornil(L, 3)) luaL_checktype(L, 3, LUA_TTABLE);
+  bool checksums = false;
+  if (!lua_isnoneornil(L, 4)) {
+    static const char *const keys[] = {"checksums", NULL};
+    tf_lua_checkkeys(L, 4, NULL, keys);
+    lua_getfield(L, 4, "checksums");
+    if (!lua_isnil(L, -1) && !lua_isboolean(L, -1)) luaL_argerror(L, 4, "option checksums must be true or false");
+    checksums = lua_toboolean(L, -1);
+    lua_pop(L, 1);
+  }
   lua_settop(L, 3);
 
   int n = 0;
@@ -182,11 +201,49 @@ static int tf_l_st_save(lua_State *L) {
     keys[i] = meta[i].name;
     values[i] = meta[i].value;
   }
-  TF_LUA_CHECK(L, tf_safetensors_write(path, names, list_tensors, n, keys, values, nmeta), "tf.safetensors.save");
+  TF_LUA_CHECK(L, tf_safetensors_write(path, names, list_tensors, n, keys, values, nmeta, checksums),
+               "tf.safetensors.save");
   return 0;
 }
 
+/* tf.safetensors.load_into(path, {name = tensor}) -> metadata: the named
+ * tensors of the file read into the given ones (same dtype and shape). */
+static int tf_l_st_load_into(lua_State *L) {
+  const char *path = luaL_checkstring(L, 1);
+  tf_safe_check_path(L, path, false, "tf.safetensors.load_into");
+  luaL_checktype(L, 2, LUA_TTABLE);
+  lua_settop(L, 2);
+  int n = 0;
+  lua_pushnil(L);
+  while (lua_next(L, 2)) {
+    lua_pop(L, 1);
+    n++;
+  }
+  const char **names = lua_newuserdatauv(L, sizeof *names * (size_t)(n ? n : 1), 0);
+  tf_tensor **dsts = lua_newuserdatauv(L, sizeof *dsts * (size_t)(n ? n : 1), 0);
+  int i = 0;
+  lua_pushnil(L);
+  while (lua_next(L, 2)) {
+    if (lua_type(L, -2) != LUA_TSTRING)
+      tf_lua_error(L, "tf.safetensors.load_into: %s: tensor names must be strings, not %s", path, luaL_typename(L, -2));
+    names[i] = lua_tostring(L, -2);
+    dsts[i] = tf_lua_totensor(L, -1);
+    if (!dsts[i])
+      tf_lua_error(L, "tf.safetensors.load_into: %s: '%s' is %s", path, names[i],
+                   luaL_testudata(L, -1, TF_TENSOR_TYPE) ? "a freed tensor" : luaL_typename(L, -1));
+    i++;
+    lua_pop(L, 1);
+  }
+  void **owned = tf_lua_push_owner(L, tf_st_free);
+  tf_safetensors_file *f = NULL;
+  TF_LUA_CHECK(L, tf_safetensors_read_into(path, names, dsts, n, &f), "tf.safetensors.load_into");
+  *owned = f;
+  tf_st_push_metadata(L, f);
+  return 1;
+}
+
 static const luaL_Reg tf_safetensors_functions[] = {
+    {"load_into", tf_l_st_load_into},
     {"load", tf_l_st_load},
     {"save", tf_l_st_save},
     {"read_header", tf_l_st_read_header},

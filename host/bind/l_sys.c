@@ -1,6 +1,7 @@
 /* Devices, seeds, versions and the environment: what results files record;
  * and tf.mkdir, the one file-system change scripts need besides files. */
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -184,6 +185,94 @@ static int tf_l_initial_seed(lua_State *L) {
   return 1;
 }
 
+/* tf.rng_state([device]) -> {generator = "philox4x32", seed = hex, offset = hex}:
+ * where the device's generator stands (hex strings: 64-bit values, safe in JSON). */
+static int tf_l_rng_state(lua_State *L) {
+  tf_device_ctx *ctx;
+  TF_LUA_CHECK(L, tf_device_ctx_get(tf_lua_checkdevice(L, 1), &ctx), "tf.rng_state");
+  char hex[17];
+  lua_createtable(L, 0, 3);
+  lua_pushstring(L, "philox4x32");
+  lua_setfield(L, -2, "generator");
+  snprintf(hex, sizeof hex, "%016llx", (unsigned long long)ctx->rng_seed);
+  lua_pushstring(L, hex);
+  lua_setfield(L, -2, "seed");
+  snprintf(hex, sizeof hex, "%016llx", (unsigned long long)ctx->rng_offset);
+  lua_pushstring(L, hex);
+  lua_setfield(L, -2, "offset");
+  return 1;
+}
+
+/* The 16-hex-digit field key of the state table at idx. */
+static uint64_t tf_l_rng_field(lua_State *L, int idx, const char *key) {
+  lua_getfield(L, idx, key);
+  const char *v = lua_tostring(L, -1);
+  uint64_t x = 0;
+  bool ok = lua_type(L, -1) == LUA_TSTRING && strlen(v) == 16;
+  for (int i = 0; ok && i < 16; i++) {
+    char c = v[i];
+    int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+    ok = d >= 0;
+    x = x << 4 | (uint64_t)(d < 0 ? 0 : d);
+  }
+  if (!ok) tf_lua_error(L, "tf.set_rng_state: %s must be 16 lowercase hex digits (as tf.rng_state gives it)", key);
+  lua_pop(L, 1);
+  return x;
+}
+
+/* tf.set_rng_state(state [, device]): the device's generator back where tf.rng_state found it. */
+static int tf_l_set_rng_state(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  lua_getfield(L, 1, "generator");
+  if (lua_type(L, -1) != LUA_TSTRING || strcmp(lua_tostring(L, -1), "philox4x32") != 0)
+    tf_lua_error(L, "tf.set_rng_state: generator must be \"philox4x32\" (a table tf.rng_state made)");
+  lua_pop(L, 1);
+  uint64_t seed = tf_l_rng_field(L, 1, "seed"), offset = tf_l_rng_field(L, 1, "offset");
+  tf_device_ctx *ctx;
+  TF_LUA_CHECK(L, tf_device_ctx_get(tf_lua_checkdevice(L, 2), &ctx), "tf.set_rng_state");
+  ctx->rng_seed = seed;
+  ctx->rng_offset = offset;
+  return 0;
+}
+
+/* Ctrl-C as a flag a script polls (tf.catch_interrupt): the first SIGINT
+ * sets it and gives the signal back its default action, so a second one
+ * stops the process at once. */
+static volatile sig_atomic_t tf_interrupt_seen;
+static bool tf_interrupt_caught;
+static struct sigaction tf_interrupt_before;
+
+static void tf_on_interrupt(int sig) {
+  tf_interrupt_seen = 1;
+  signal(sig, SIG_DFL);
+}
+
+/* tf.catch_interrupt([on = true]) -> whether it was on: Ctrl-C (SIGINT) sets
+ * tf.interrupted() instead of stopping the script; off puts back what was there. */
+static int tf_l_catch_interrupt(lua_State *L) {
+  bool on = lua_isnone(L, 1) || lua_toboolean(L, 1);
+  bool was = tf_interrupt_caught;
+  if (on && !was) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = tf_on_interrupt;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &tf_interrupt_before);
+    tf_interrupt_seen = 0;
+  } else if (!on && was) {
+    sigaction(SIGINT, &tf_interrupt_before, NULL);
+  }
+  tf_interrupt_caught = on;
+  lua_pushboolean(L, was);
+  return 1;
+}
+
+/* tf.interrupted() -> whether Ctrl-C came since tf.catch_interrupt(). */
+static int tf_l_interrupted(lua_State *L) {
+  lua_pushboolean(L, tf_interrupt_seen != 0);
+  return 1;
+}
+
 /* tf.allow_tf32(on [, device]) -> previous setting: f32 matmuls may use TF32. */
 static int tf_l_allow_tf32(lua_State *L) {
   tf_device_ctx *ctx;
@@ -284,6 +373,10 @@ static const luaL_Reg tf_sys_functions[] = {
     {"_cuda_traffic_counted", tf_l_cuda_traffic_counted},
     {"seed", tf_l_seed},
     {"initial_seed", tf_l_initial_seed},
+    {"rng_state", tf_l_rng_state},
+    {"catch_interrupt", tf_l_catch_interrupt},
+    {"interrupted", tf_l_interrupted},
+    {"set_rng_state", tf_l_set_rng_state},
     {"allow_tf32", tf_l_allow_tf32},
     {"sysinfo", tf_l_sysinfo},
     {"threads", tf_l_threads},

@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "ops.h"
+#include "xxh64.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "safetensors data is little-endian and is copied as is: a little-endian host is required"
@@ -340,6 +341,48 @@ static tf_status tf_st_parse_header(const char *path, const cJSON *root, uint64_
   return TF_OK;
 }
 
+/* ---- checksums ------------------------------------------------------------------ */
+
+/* tfhost writes, under this metadata key, the XXH64 of each tensor's bytes
+ * as 16 hex digits, comma-separated, in the order of the data; a reader
+ * checks every tensor it reads against it. Other writers leave it out (and
+ * nothing is checked); Python's readers carry it as any metadata. */
+#define TF_ST_CHECKSUM_KEY "tfhost.xxh64"
+enum { TF_ST_HEX = 16 };
+
+static int tf_st_hexval(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  return -1;
+}
+
+/* Reads the checksums of the metadata into f's entries (data order). */
+static tf_status tf_st_parse_checksums(const char *path, tf_safetensors_file *f) {
+  const char *v = NULL;
+  for (int i = 0; i < f->nmeta; i++)
+    if (strcmp(f->meta_keys[i], TF_ST_CHECKSUM_KEY) == 0) v = f->meta_values[i];
+  if (!v) return TF_OK;
+  const size_t want = f->ntensors ? (size_t)f->ntensors * (TF_ST_HEX + 1) - 1 : 0;
+  if (strlen(v) != want)
+    return tf_st_fail(TF_ERR_IO, path, "the metadata's " TF_ST_CHECKSUM_KEY " holds %zu characters where %d tensors "
+                      "need %zu (a damaged header)", strlen(v), f->ntensors, want);
+  for (int i = 0; i < f->ntensors; i++) {
+    const char *h = v + (size_t)i * (TF_ST_HEX + 1);
+    uint64_t x = 0;
+    for (int k = 0; k < TF_ST_HEX; k++) {
+      int d = tf_st_hexval(h[k]);
+      if (d < 0)
+        return tf_st_fail(TF_ERR_IO, path, "the metadata's " TF_ST_CHECKSUM_KEY " is not hex digits (a damaged header)");
+      x = x << 4 | (uint64_t)d;
+    }
+    if (i + 1 < f->ntensors && h[TF_ST_HEX] != ',')
+      return tf_st_fail(TF_ERR_IO, path, "the metadata's " TF_ST_CHECKSUM_KEY " is not comma-separated (a damaged header)");
+    f->tensors[i].checksum = x;
+    f->tensors[i].has_checksum = true;
+  }
+  return TF_OK;
+}
+
 /* ---- reading ------------------------------------------------------------------ */
 
 /* Opens path and checks its header; on success *fp is positioned anywhere and
@@ -427,6 +470,7 @@ static tf_status tf_st_open(const char *path, FILE **fp, tf_safetensors_file **o
     goto done;
   }
   st = tf_st_parse_header(path, root, size - 8 - hlen, f);
+  if (st == TF_OK) st = tf_st_parse_checksums(path, f);
 done:
   cJSON_Delete(root);
   free(text);
@@ -457,6 +501,10 @@ static tf_status tf_st_read_bytes(const char *path, FILE *fh, uint64_t data_star
   if (fseeko(fh, (off_t)(data_start + e->begin), SEEK_SET) != 0 || fread(dst, 1, nbytes, fh) != nbytes)
     return tf_st_fail(TF_ERR_IO, path, "cannot read the data of tensor '%s': %s", tf_st_show(e->name, nb, sizeof nb),
                       ferror(fh) ? strerror(errno) : "unexpected end of file (was the file changed while reading?)");
+  if (e->has_checksum && tf_xxh64(dst, nbytes, 0) != e->checksum)
+    return tf_st_fail(TF_ERR_IO, path,
+                      "tensor '%s': its %zu bytes do not match the checksum written with them (the file is damaged)",
+                      tf_st_show(e->name, nb, sizeof nb), nbytes);
   return TF_OK;
 }
 
@@ -511,6 +559,73 @@ tf_status tf_safetensors_read(const char *path, tf_device device, tf_safetensors
   }
   *out = f;
   return TF_OK;
+}
+
+/* The entry of f named name, or NULL. */
+static const tf_safetensors_entry *tf_st_entry(const tf_safetensors_file *f, const char *name) {
+  for (int i = 0; i < f->ntensors; i++)
+    if (strcmp(f->tensors[i].name, name) == 0) return &f->tensors[i];
+  return NULL;
+}
+
+/* Checks that tensor name of the file fits dst (dtype, shape, contiguous). */
+static tf_status tf_st_fits(const char *path, const tf_safetensors_entry *e, const char *name, const tf_tensor *dst) {
+  char nb[300], a[128], b[128];
+  if (!e) return tf_st_fail(TF_ERR_ARG, path, "has no tensor '%s'", tf_st_show(name, nb, sizeof nb));
+  if (!e->supported || e->dtype != dst->dtype)
+    return tf_st_fail(TF_ERR_ARG, path, "tensor '%s' is %s, not %s", tf_st_show(name, nb, sizeof nb), e->file_dtype,
+                      tf_safetensors_dtype_name(dst->dtype));
+  tf_shape want = tf_tensor_shape(dst);
+  bool same = want.ndim == e->shape.ndim;
+  for (int d = 0; same && d < want.ndim; d++) same = want.dims[d] == e->shape.dims[d];
+  if (!same)
+    return tf_st_fail(TF_ERR_ARG, path, "tensor '%s' has shape %s, not %s", tf_st_show(name, nb, sizeof nb),
+                      tf_shape_format(&e->shape, a, sizeof a), tf_shape_format(&want, b, sizeof b));
+  if (!tf_tensor_is_contiguous(dst))
+    return tf_st_fail(TF_ERR_ARG, path, "tensor '%s': the tensor to read it into is not contiguous",
+                      tf_st_show(name, nb, sizeof nb));
+  return TF_OK;
+}
+
+tf_status tf_safetensors_read_into(const char *path, const char *const *names, tf_tensor *const *dsts, int n,
+                                   tf_safetensors_file **header) {
+  if (header) *header = NULL;
+  FILE *fh;
+  tf_safetensors_file *f;
+  uint64_t data_start;
+  TF_TRY(tf_st_open(path, &fh, &f, &data_start));
+  tf_status st = TF_OK;
+  size_t largest = 0;
+  const tf_safetensors_entry **from = calloc((size_t)n + 1, sizeof *from);
+  if (!from) st = tf_fail(TF_ERR_OOM, "out of memory: reading %s", path);
+  for (int i = 0; st == TF_OK && i < n; i++) {
+    from[i] = tf_st_entry(f, names[i]);
+    st = tf_st_fits(path, from[i], names[i], dsts[i]);
+    if (st == TF_OK && dsts[i]->device.type != TF_DEV_CPU && from[i]->end - from[i]->begin > largest)
+      largest = (size_t)(from[i]->end - from[i]->begin);
+  }
+  void *staging = NULL;
+  if (st == TF_OK && largest > 0 && !(staging = malloc(largest)))
+    st = tf_fail(TF_ERR_OOM, "out of memory: no %zu-byte host buffer for reading %s", largest, path);
+  for (int i = 0; st == TF_OK && i < n; i++) {
+    if (from[i]->end == from[i]->begin) continue;
+    if (dsts[i]->device.type == TF_DEV_CPU) {
+      st = tf_st_read_bytes(path, fh, data_start, from[i], tf_tensor_data(dsts[i]));
+    } else {
+      st = tf_st_read_bytes(path, fh, data_start, from[i], staging);
+      if (st == TF_OK) st = tf_tensor_write(dsts[i], staging, (size_t)(from[i]->end - from[i]->begin));
+    }
+    if (st == TF_OK) dsts[i]->storage->version++; /* written in place */
+  }
+  free(staging);
+  free(from);
+  fclose(fh);
+  if (st == TF_OK && header) {
+    *header = f;
+    return TF_OK;
+  }
+  tf_safetensors_free(f);
+  return st;
 }
 
 /* ---- writing ------------------------------------------------------------------ */
@@ -575,15 +690,28 @@ static cJSON *tf_st_json_uint(uint64_t v) {
 /* The header's JSON text (compact, like the Python library's), or NULL when
  * out of memory. */
 static char *tf_st_header_json(const char *const *names, tf_tensor *const *tensors, int n,
-                               const char *const *meta_keys, const char *const *meta_values, int nmeta) {
+                               const char *const *meta_keys, const char *const *meta_values, int nmeta,
+                               bool checksums) {
   cJSON *root = cJSON_CreateObject();
   bool ok = root != NULL;
-  if (ok && nmeta > 0) {
+  /* The checksums' place, zeros until the data is written (tf_st_put_checksums). */
+  char *zeros = calloc((size_t)n * (TF_ST_HEX + 1) + 1, 1);
+  ok = ok && zeros;
+  for (int i = 0; ok && i < n; i++) {
+    memset(zeros + (size_t)i * (TF_ST_HEX + 1), '0', TF_ST_HEX);
+    if (i + 1 < n) zeros[(size_t)i * (TF_ST_HEX + 1) + TF_ST_HEX] = ',';
+  }
+  const bool sums = checksums && n > 0;
+  if (ok && (sums || nmeta > 0)) {
     cJSON *meta = cJSON_CreateObject();
     ok = cJSON_AddItemToObject(root, "__metadata__", meta);
     if (!ok) cJSON_Delete(meta);
-    for (int i = 0; ok && i < nmeta; i++) ok = cJSON_AddStringToObject(meta, meta_keys[i], meta_values[i]) != NULL;
+    for (int i = 0; ok && i < nmeta; i++) /* checksums given (from a file read before) make way for the new ones */
+      if (strcmp(meta_keys[i], TF_ST_CHECKSUM_KEY) != 0)
+        ok = cJSON_AddStringToObject(meta, meta_keys[i], meta_values[i]) != NULL;
+    if (ok && sums) ok = cJSON_AddStringToObject(meta, TF_ST_CHECKSUM_KEY, zeros) != NULL;
   }
+  free(zeros);
   uint64_t offset = 0;
   for (int i = 0; ok && i < n; i++) {
     const tf_tensor *t = tensors[i];
@@ -607,9 +735,25 @@ static char *tf_st_header_json(const char *const *names, tf_tensor *const *tenso
   return text;
 }
 
-/* Writes t's bytes (in row-major order, whatever its device and strides). */
-static tf_status tf_st_write_tensor(const char *path, FILE *fh, const tf_tensor *t, const char *name) {
+/* The n checksums written into their place in the header text (the digits
+ * the zeros held: the header's length stays the same). */
+static void tf_st_put_checksums(char *json, const uint64_t *sums, int n) {
+  if (n == 0) return;
+  char *at = strstr(json, "\"" TF_ST_CHECKSUM_KEY "\":\"");
+  if (!at) return; /* not reached: tf_st_header_json wrote the key */
+  at += strlen("\"" TF_ST_CHECKSUM_KEY "\":\"");
+  for (int i = 0; i < n; i++) {
+    char hex[TF_ST_HEX + 1];
+    snprintf(hex, sizeof hex, "%016llx", (unsigned long long)sums[i]);
+    memcpy(at + (size_t)i * (TF_ST_HEX + 1), hex, TF_ST_HEX);
+  }
+}
+
+/* Writes t's bytes (in row-major order, whatever its device and strides)
+ * and their checksum into *sum. */
+static tf_status tf_st_write_tensor(const char *path, FILE *fh, const tf_tensor *t, const char *name, uint64_t *sum) {
   size_t nbytes = tf_tensor_nbytes(t);
+  *sum = tf_xxh64("", 0, 0);
   if (nbytes == 0) return TF_OK;
   tf_tensor *contig = NULL;
   const void *src = NULL;
@@ -626,6 +770,7 @@ static tf_status tf_st_write_tensor(const char *path, FILE *fh, const tf_tensor 
       src = host;
   }
   char nb[300];
+  if (st == TF_OK) *sum = tf_xxh64(src, nbytes, 0);
   if (st == TF_OK && fwrite(src, 1, nbytes, fh) != nbytes)
     st = tf_st_fail(TF_ERR_IO, path, "cannot write tensor '%s': %s", tf_st_show(name, nb, sizeof nb), strerror(errno));
   free(host);
@@ -633,10 +778,26 @@ static tf_status tf_st_write_tensor(const char *path, FILE *fh, const tf_tensor 
   return st;
 }
 
+/* Makes a rename into path's folder durable (its entry on disk): a folder
+ * that cannot be opened or synced (some file systems) is left as it is,
+ * since the file itself is whole either way. */
+static void tf_st_sync_folder(const char *path) {
+  const char *slash = strrchr(path, '/');
+  char *dir = slash ? strndup(path, slash == path ? 1 : (size_t)(slash - path)) : strdup(".");
+  if (!dir) return;
+  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd >= 0) {
+    (void)fsync(fd);
+    close(fd);
+  }
+  free(dir);
+}
+
 tf_status tf_safetensors_write(const char *path, const char *const *names, tf_tensor *const *tensors, int n,
-                               const char *const *meta_keys, const char *const *meta_values, int nmeta) {
+                               const char *const *meta_keys, const char *const *meta_values, int nmeta,
+                               bool checksums) {
   TF_TRY(tf_st_check_write_args(path, names, tensors, n, meta_keys, meta_values, nmeta));
-  char *json = tf_st_header_json(names, tensors, n, meta_keys, meta_values, nmeta);
+  char *json = tf_st_header_json(names, tensors, n, meta_keys, meta_values, nmeta, checksums);
   if (!json) return tf_fail(TF_ERR_OOM, "out of memory: building the header of %s", path);
   size_t jlen = strlen(json), hlen = (jlen + 7) / 8 * 8;
 
@@ -665,13 +826,22 @@ tf_status tf_safetensors_write(const char *path, const char *const *names, tf_te
     for (size_t i = jlen; ok && i < hlen; i++) ok = fputc(' ', fh) != EOF;
     if (!ok) st = tf_st_fail(TF_ERR_IO, path, "cannot write the header: %s", strerror(errno));
   }
-  for (int i = 0; st == TF_OK && i < n; i++) st = tf_st_write_tensor(path, fh, tensors[i], names[i]);
+  uint64_t *sums = calloc((size_t)n + 1, sizeof *sums);
+  if (st == TF_OK && !sums) st = tf_fail(TF_ERR_OOM, "out of memory: writing %s", path);
+  for (int i = 0; st == TF_OK && i < n; i++) st = tf_st_write_tensor(path, fh, tensors[i], names[i], &sums[i]);
+  if (st == TF_OK && checksums && n > 0) { /* the header again, now with the checksums */
+    tf_st_put_checksums(json, sums, n);
+    if (fseeko(fh, 8, SEEK_SET) != 0 || fwrite(json, 1, jlen, fh) != jlen)
+      st = tf_st_fail(TF_ERR_IO, path, "cannot write the header: %s", strerror(errno));
+  }
+  free(sums);
   if (st == TF_OK && (fflush(fh) != 0 || fsync(fileno(fh)) != 0))
     st = tf_st_fail(TF_ERR_IO, path, "cannot write %s: %s", tmp, strerror(errno));
   if (fh && fclose(fh) != 0 && st == TF_OK)
     st = tf_st_fail(TF_ERR_IO, path, "cannot close %s: %s", tmp, strerror(errno));
   if (st == TF_OK && rename(tmp, path) != 0)
     st = tf_st_fail(TF_ERR_IO, path, "cannot rename %s into place: %s", tmp, strerror(errno));
+  if (st == TF_OK) tf_st_sync_folder(path);
   if (st != TF_OK && fd >= 0) unlink(tmp);
   free(tmp);
   cJSON_free(json);

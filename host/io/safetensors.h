@@ -30,6 +30,8 @@ typedef struct tf_safetensors_entry {
   tf_shape shape;
   uint64_t begin, end;    /* data_offsets, relative to the data buffer */
   tf_tensor *tensor;      /* owned; NULL when only the header was read */
+  bool has_checksum;      /* the file carries the XXH64 of this tensor's bytes (tfhost wrote it) */
+  uint64_t checksum;
 } tf_safetensors_entry;
 
 typedef struct tf_safetensors_file {
@@ -47,16 +49,28 @@ tf_status tf_safetensors_read(const char *path, tf_device device, tf_safetensors
  * the format is accepted, so a file can be inspected before it is loaded. */
 tf_status tf_safetensors_read_header(const char *path, tf_safetensors_file **out);
 
+/* Reads the file's tensors names[i] into dsts[i] (contiguous tensors on any
+ * device, each of the file tensor's dtype and shape), checking each against
+ * its checksum; the file may hold other tensors, which are not read. A
+ * tensor missing or not fitting is an error naming it, before any is read.
+ * With header, *header is the file's header (tensor fields NULL), to free. */
+tf_status tf_safetensors_read_into(const char *path, const char *const *names, tf_tensor *const *dsts, int n,
+                                   tf_safetensors_file **header);
+
 /* Frees the file and drops its references to the tensors; NULL is fine. */
 void tf_safetensors_free(tf_safetensors_file *f);
 
 /* Writes tensors (on any device, any strides) under names, in the order
- * given, with nmeta metadata pairs (nmeta 0: no __metadata__). The header is
+ * given, with nmeta metadata pairs, and with checksums the XXH64 of each
+ * tensor's bytes (metadata key "tfhost.xxh64", which replaces one given;
+ * readers check every tensor against it; without, the bytes are those
+ * Python's library writes). The header is
  * padded with spaces to a multiple of 8 bytes, as the Python library does.
  * The file is written beside path under a temporary name and renamed into
  * place, so path never holds a partial file. */
 tf_status tf_safetensors_write(const char *path, const char *const *names, tf_tensor *const *tensors, int n,
-                               const char *const *meta_keys, const char *const *meta_values, int nmeta);
+                               const char *const *meta_keys, const char *const *meta_values, int nmeta,
+                               bool checksums);
 
 /* "F32", "BF16", ... for a tfhost dtype. */
 const char *tf_safetensors_dtype_name(tf_dtype d);

@@ -298,6 +298,38 @@ tf_tensor *tf_model_grad(tf_model *m, int i) {
   return m->tensors[i].grad;
 }
 
+/* The moments' buffer which (0: exp_avg, 1: exp_avg_sq), made (zeros) when
+ * no step has run yet. */
+static tf_status tf_model_moment_buffer(tf_model *m, int which, tf_tensor **buf) {
+  if (which != 0 && which != 1) return tf_fail(TF_ERR_ARG, "tf_model_moment: which must be 0 or 1, not %d", which);
+  TF_TRY(tf_model_ensure_moments(m));
+  *buf = which == 0 ? m->adam_m : m->adam_v;
+  return TF_OK;
+}
+
+tf_status tf_model_moment(tf_model *m, int i, int which, tf_tensor **out) {
+  *out = NULL;
+  if (i < 0 || i >= m->ntensors) return tf_fail(TF_ERR_ARG, "tf_model_moment: no tensor %d", i);
+  if (m->zero1) return tf_fail(TF_ERR_ARG, "the optimizer's moments are sharded over the ranks (ZeRO-1): read each rank's shard");
+  tf_tensor *buf = NULL;
+  TF_TRY(tf_model_moment_buffer(m, which, &buf));
+  const tf_model_tensor *t = &m->tensors[i];
+  int64_t strides[TF_MAX_DIMS];
+  tf_contiguous_strides(&t->shape, strides);
+  return tf_tensor_view(buf, &t->shape, strides, t->offset, out);
+}
+
+tf_status tf_model_moment_shard(tf_model *m, int which, tf_tensor **out, int64_t *begin, int64_t *end) {
+  *out = NULL;
+  tf_tensor *buf = NULL;
+  TF_TRY(tf_model_moment_buffer(m, which, &buf));
+  tf_tensor_retain(buf);
+  *out = buf;
+  *begin = m->zero1 ? m->shard_begin : 0;
+  *end = m->zero1 ? m->shard_end : m->total;
+  return TF_OK;
+}
+
 /* A linear search: a model has a few hundred names at most. */
 int tf_model_find(const tf_model *m, const char *name) {
   for (int i = 0; i < m->ntensors; i++)

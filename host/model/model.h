@@ -101,6 +101,15 @@ int tf_model_num_tensors(const tf_model *m);
 const char *tf_model_tensor_name(const tf_model *m, int i);
 tf_tensor *tf_model_param(const tf_model *m, int i);
 tf_tensor *tf_model_grad(tf_model *m, int i); /* makes the gradients on first use (NULL: out of memory) */
+/* AdamW's moments, for checkpoints: *out is a new view (release it) of
+ * tensor i's exp_avg (which 0) or exp_avg_sq (which 1), f32 of the
+ * parameter's shape, made (zero) when no step has run yet; writing it
+ * writes the optimizer's state. Under ZeRO-1 each rank holds only a shard:
+ * tf_model_moment_shard gives the rank's whole buffer (a new reference)
+ * and the elements [*begin, *end) of the flat layout it holds (0 and the
+ * flat size without ZeRO-1). */
+tf_status tf_model_moment(tf_model *m, int i, int which, tf_tensor **out);
+tf_status tf_model_moment_shard(tf_model *m, int which, tf_tensor **out, int64_t *begin, int64_t *end);
 /* The index of a name, or -1. */
 int tf_model_find(const tf_model *m, const char *name);
 /* Refreshes the low-precision weight copy now if the parameters' storage

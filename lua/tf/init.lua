@@ -174,6 +174,7 @@ do -- token datasets (lua/tf/data.lua, host/bind/l_data.c)
   local data = require("tf.data").bind(C._data)
   tf.data = { tokens = data.tokens, files = data.files, TokenDataset = data.TokenDataset }
 end
+tf.checkpoint = require "tf.checkpoint" -- training states (lua/tf/checkpoint.lua)
 tf.range = tf.prof.range
 --- tf.optim.adamw(model, opts): the model's own AdamW (fused over all
 -- parameters in the C engine), torch.optim.AdamW's semantics and defaults.

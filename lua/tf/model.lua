@@ -137,6 +137,18 @@ end
 
 local OVERLAPPED = { overlap = true, bucket = true }
 
+--- The mean loss of ids against targets, for evaluation: nothing kept for backward.
+function Eager:eval_loss(ids, targets)
+  check_batch(self, "model:eval_loss", ids, targets)
+  return tf.no_grad(function()
+    return tf.autocast(region(self), function()
+      local logits = self.module(ids)
+      local V = self.config.vocab_size
+      return tf.cross_entropy(logits:reshape(-1, V), targets:reshape(-1))
+    end)
+  end)
+end
+
 function Eager:backward()
   if not self._loss then error("tf.model: backward needs a loss first (m:loss(ids, targets))", 2) end
   local overlapped = OVERLAPPED[self.grad_sync]
@@ -273,6 +285,15 @@ end
 function Fused:loss(ids, targets)
   check_batch(self, "model:loss", ids, targets)
   self._has_loss = true
+  return self.engine:loss(ids, targets)
+end
+
+--- The mean loss of ids against targets, for evaluation (the training
+-- forward pass and the fused loss: the same value m:loss gives; a later
+-- m:backward needs a loss of its own).
+function Fused:eval_loss(ids, targets)
+  check_batch(self, "model:eval_loss", ids, targets)
+  self._has_loss = false
   return self.engine:loss(ids, targets)
 end
 

@@ -241,7 +241,7 @@ static void make_seed_image(const char *path, image *im) {
   CHECK_OK(tf_full(&s3, -7, TF_I64, tf_cpu(), &t[5]));
   const char *names[6] = {"weight", "bias.bf16", "scalar", "empty", "mask", "ids"};
   const char *keys[2] = {"format", "note"}, *values[2] = {"pt", "fuzz seed"};
-  CHECK_OK(tf_safetensors_write(path, names, t, 6, keys, values, 2));
+  CHECK_OK(tf_safetensors_write(path, names, t, 6, keys, values, 2, true));
   for (int i = 0; i < 6; i++) tf_tensor_release(t[i]);
   FILE *f = fopen(path, "rb");
   CHECK(f != NULL);
@@ -262,7 +262,7 @@ int main(void) {
   make_seed_image(path, &seed);
   tf_safetensors_file *f = NULL;
   CHECK_OK(tf_safetensors_read(path, tf_cpu(), &f));
-  CHECK(f && f->ntensors == 6 && f->nmeta == 2 && consistent(f, true));
+  CHECK(f && f->ntensors == 6 && f->nmeta == 3 && consistent(f, true)); /* the two given and the checksums */
   tf_safetensors_free(f);
 
   long iters = getenv("TF_FUZZ_ITERS") ? atol(getenv("TF_FUZZ_ITERS")) : 30000;

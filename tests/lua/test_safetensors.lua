@@ -108,6 +108,22 @@ T.test("the file layout: 8-byte aligned header padded with spaces, sorted names,
   T.ok(header:match("^[^ ]*( *)$") ~= nil, "only trailing spaces pad the header")
   T.eq(#bytes, 8 + n + 12)
   T.eq(bytes:sub(9 + n), string.pack("<f<i4<i4", 0.5, 1, 2))
+  -- with checksums, the metadata holds the XXH64 of each tensor's bytes, in the order of the data
+  st.save(path, { b = tf.tensor({ 1, 2 }, { device = "cpu", dtype = "i32" }), a = tf.tensor({ 0.5 }, cpu) }, nil,
+    { checksums = true })
+  bytes = read_bytes(path)
+  n = string.unpack("<I8", bytes)
+  header = bytes:sub(9, 8 + n)
+  local sums = header:match('^{"__metadata__":{"tfhost.xxh64":"(%x+,%x+)"},')
+  T.ok(sums and #sums == 33, "the checksums lead the header: " .. header)
+  T.eq(header:gsub(" +$", ""), '{"__metadata__":{"tfhost.xxh64":"' .. sums .. '"},'
+    .. '"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},'
+    .. '"b":{"dtype":"I32","shape":[2],"data_offsets":[4,12]}}')
+  local info = st.read_header(path)
+  T.eq(info.a.xxh64 .. "," .. info.b.xxh64, sums)
+  T.ok(info.a.xxh64 ~= info.b.xxh64)
+  T.eq(bytes:sub(9 + n), string.pack("<f<i4<i4", 0.5, 1, 2))
+  T.raises(function() st.save(path, {}, nil, { checksum = true }) end, "checksum")
   os.remove(path)
 end)
 
@@ -128,6 +144,40 @@ T.test("a file written by tfhost reads back bit-identical and saves to the same 
   T.eq(read_bytes(p2), read_bytes(p1), "saving the same tensors twice gives the same bytes")
   os.remove(p1)
   os.remove(p2)
+end)
+
+T.test("a damaged tensor is an error naming it; load_into reads into given tensors", function()
+  local path = tmpfile()
+  local w, k = tf.randn(4, 8, cpu), tf.randint(0, 9, { 5 }, cpu)
+  st.save(path, { w = w, k = k }, { note = "x" }, { checksums = true })
+  local _, meta = st.load(path, cpu)
+  T.eq(meta, { note = "x" }, "the checksums are not part of the metadata a script sees")
+  -- read_into: the named tensors only, into tensors of their dtype and shape
+  local w2, k2 = tf.zeros({ 4, 8 }, cpu), tf.zeros({ 5 }, { device = "cpu", dtype = "i64" })
+  T.eq(st.load_into(path, { w = w2, k = k2 }), { note = "x" })
+  T.eq(w2:tolist(), w:tolist())
+  T.eq(k2:tolist(), k:tolist())
+  local only = tf.zeros({ 5 }, { device = "cpu", dtype = "i64" })
+  st.load_into(path, { k = only })
+  T.eq(only:tolist(), k:tolist())
+  T.raises(function() st.load_into(path, { q = only }) end, "has no tensor 'q'")
+  T.raises(function() st.load_into(path, { w = tf.zeros({ 8, 4 }, cpu) }) end, "tensor 'w' has shape (4, 8), not (8, 4)")
+  T.raises(function() st.load_into(path, { w = tf.zeros({ 4, 8 }, { device = "cpu", dtype = "bf16" }) }) end,
+    "tensor 'w' is F32, not BF16")
+  T.raises(function() st.load_into(path, { w = tf.zeros({ 8, 4 }, cpu):t() }) end, "not contiguous")
+  -- one flipped bit in w's data
+  local bytes = read_bytes(path)
+  local n = string.unpack("<I8", bytes)
+  local info = st.read_header(path)
+  local at = 8 + n + info.w.offsets[1] + 5
+  write_bytes(path, bytes:sub(1, at) .. string.char(bytes:byte(at + 1) ~ 4) .. bytes:sub(at + 2))
+  T.raises(function() st.load(path, cpu) end, "tensor 'w': its 128 bytes do not match the checksum written with them (the file is damaged)")
+  T.raises(function() st.load_into(path, { w = w2 }) end, "do not match the checksum")
+  st.load_into(path, { k = k2 }) -- the other tensor is whole
+  -- a damaged checksum list
+  write_bytes(path, bytes:gsub('"tfhost.xxh64":"(%x+),', '"tfhost.xxh64":"%1;', 1))
+  T.raises(function() st.load(path, cpu) end, "is not comma-separated (a damaged header)")
+  os.remove(path)
 end)
 
 T.test("saving nothing, overwriting, and argument errors", function()
