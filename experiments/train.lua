@@ -17,6 +17,10 @@ local opt = tf.options{
   description = "Train the Transformer LM on a token dataset, with evaluation, checkpoints and resume.",
   { "data", "the dataset folder: train.bin, val.bin (raw uint16) and meta.json (vocab_size)",
     default = "data/bytes", type = "string" },
+  { "from", "text folders (comma-separated) to make the byte-level dataset from when --data has none (default for "
+    .. "data/bytes: Python's standard library)", type = "string" },
+  { "ext", "with --from: the file name endings read (no dot; *: every file)", default = "py,txt,md,rst",
+    type = "list" },
   { "preset", "model size (tiny, small, medium, large, xl, 2.7B)", default = "small", cpu = "tiny", type = "string" },
   { "d_model", "the model's width (default: the preset's)", type = "int", min = 1 },
   { "num_layers", "layers (default: the preset's)", type = "int", min = 1 },
@@ -48,6 +52,7 @@ local opt = tf.options{
   { "peak_tflops", "the device's peak for the FLOP utilisation (default: the datasheet's dense bf16/f32 figure for "
     .. "known GPUs; none on a CPU)", type = "number", min = 0 },
   { "graphs", "fused engine: CUDA graph replay", default = true },
+  { "json", "the results file (default: results.json in the run folder)", type = "string" },
 }
 
 local function die(msg) tf.exit(2, "train.lua: " .. msg .. "\n") end
@@ -55,6 +60,17 @@ local function die(msg) tf.exit(2, "train.lua: " .. msg .. "\n") end
 -- ---- the dataset ----------------------------------------------------------------------
 local meta_path = opt.data .. "/meta.json"
 local okm, meta = pcall(tf.json.read, meta_path)
+if not okm and (opt.from or opt.data == "data/bytes") then -- made here the first time (make_bytes_dataset.lua's way)
+  local from = {}
+  for f in (opt.from or ""):gmatch("[^,]+") do from[#from + 1] = f end
+  if #from == 0 then from[1] = tf.data.python_library() end
+  if #from > 0 then
+    io.stderr:write(string.format("no dataset in %s: making one from %s\n", opt.data, table.concat(from, ", ")))
+    local okb, err = pcall(tf.data.make_bytes, { from = from, out = opt.data, ext = opt.ext, python = opt.from == nil })
+    if not okb then die("making " .. opt.data .. ": " .. tostring(err)) end
+    okm, meta = pcall(tf.json.read, meta_path)
+  end
+end
 if not okm then
   die(string.format("no dataset in %s (%s); make one with: tfhost experiments/make_bytes_dataset.lua --out %s",
     opt.data, tostring(meta):gsub("^[^\n]-:%d+: ", ""), opt.data))
@@ -96,9 +112,9 @@ if opt.resume then
   start = info.step
   local extra = info.extra or {}
   rows = extra.rows or {}
-  elapsed_before, tokens_before = extra.seconds or 0, extra.tokens or 0
+  elapsed_before, tokens_before = extra.elapsed_s or 0, extra.tokens or 0
   window_loss, window_n = extra.window_loss or 0, extra.window_n or 0
-  tf.report.progress("resumed from %s at step %d", path, start)
+  io.stderr:write(string.format("resumed from %s at step %d\n", path, start))
 end
 
 local cfg = m.config
@@ -141,7 +157,8 @@ local function evaluate()
   return sum / count
 end
 
-local function write_results(complete)
+local results_path = opt.json or (opt.out .. "/results.json")
+local function plot()
   local curve = {}
   for _, r in ipairs(rows) do
     curve[#curve + 1] = { step = r.step, split = "train", loss = r.train_loss }
@@ -152,8 +169,6 @@ local function write_results(complete)
       title = string.format("%s on %s, batch %d x %d, %s", opt.preset, opt.data, opt.batch, opt.context, opt.precision),
       ylabel = "loss (nats/token)" })
   end
-  tf.results.write(opt.out .. "/results.json", rows, { key = { "step" }, metrics = { "val_loss", "train_loss" },
-    complete = complete, model = cfg, precision = opt.precision, impl = m.impl, options = opt })
 end
 
 -- ---- the loop -----------------------------------------------------------------------------------
@@ -165,7 +180,7 @@ local t_window, window_steps = t_run, 0
 local function seconds() return elapsed_before + (tf.now() - t_run) / 1e3 end
 local function save(step, why)
   local info = folder:save(step, { model = m, data = { train = train },
-    extra = { rows = rows, seconds = seconds(), tokens = tokens_before + (step - start) * tokens_per_step, why = why,
+    extra = { rows = rows, elapsed_s = seconds(), tokens = tokens_before + (step - start) * tokens_per_step, why = why,
       window_loss = window_loss, window_n = window_n } })
   note("checkpoint %s (%.2f GB in %.1f s, %.2f GB/s)%s", info.path, info.bytes / 1e9, info.seconds,
     info.bytes / 1e9 / math.max(info.seconds, 1e-9), why and (" " .. why) or "")
@@ -174,58 +189,78 @@ end
 note("training %s (%.1fM parameters, %s, %s) on %s: %d train / %d val tokens, batch %d x %d, steps %d..%d",
   opt.preset, m:num_parameters() / 1e6, opt.precision, m.impl, opt.data, #train, #val, opt.batch, opt.context,
   start + 1, opt.steps)
-local step = start
-local stopped
-while step < opt.steps do
-  step = step + 1
-  local x, y = train:batch(opt.batch, opt.context)
-  local loss = m:step(x, y)
-  window_steps = window_steps + 1
-  local last_step = step == opt.steps
-  local at_log = step % opt.log_every == 0 or last_step
-  local at_eval = (opt.eval_every > 0 and step % opt.eval_every == 0) or last_step
-  if at_log or at_eval then
-    local l = loss:item() -- waits for the step
-    window_loss, window_n = window_loss + l, window_n + 1
-    local now = tf.now()
-    local tps = window_steps * tokens_per_step / ((now - t_window) / 1e3)
-    local mfu = peak and (tps / tokens_per_step * flops_per_step) / (peak * 1e12) or nil
-    local norm = m:last_grad_norm()
-    if at_log then
-      local left = (opt.steps - step) * tokens_per_step / tps
-      note("step %d/%d  loss %.4f  lr %.2e  norm %.3f  %.0f tokens/s%s  %.0f s, about %.0f s left", step, opt.steps,
-        l, m:optimizer().lr, norm and norm:item() or 0 / 0, tps, mfu and string.format("  MFU %.1f%%", 100 * mfu) or "",
-        seconds(), left)
-    end
-    if at_eval then
-      local v = evaluate()
-      rows[#rows + 1] = { step = step, tokens = tokens_before + (step - start) * tokens_per_step, seconds = seconds(),
-        train_loss = window_loss / window_n, val_loss = v, lr = m:optimizer().lr, tokens_per_s = tps, mfu = mfu }
-      window_loss, window_n = 0, 0
-      note("step %d: validation loss %.4f (%d windows of %d)", step, v, eval_windows, opt.context)
-      write_results(false)
-    end
-    t_window, window_steps = tf.now(), 0
-  end
-  if opt.checkpoint_every > 0 and step % opt.checkpoint_every == 0 and not last_step then save(step) end
-  if tf.interrupted() then
-    stopped = "interrupted"
-    break
-  end
-  if tf.now() > deadline then
-    stopped = "time limit"
-    break
+
+-- The sweep's configurations are the stretches of steps between two evaluations.
+local stretches = {}
+do
+  local every = opt.eval_every > 0 and opt.eval_every or opt.steps
+  local a = start + 1
+  while a <= opt.steps do
+    local b = math.min(opt.steps, (a - 1) // every * every + every)
+    stretches[#stretches + 1] = { a, b }
+    a = b + 1
   end
 end
+local costs = {}
+for i, st in ipairs(stretches) do costs[i] = st[2] - st[1] + 1 end
+local sweep = tf.report.sweep{ total = #stretches, json = results_path, results = rows, costs = costs, lines = true,
+  extra = { key = { "step" }, metrics = { "val_loss", "train_loss" }, model = cfg, precision = opt.precision,
+    impl = m.impl, peak_tflops = peak, resumed_from = opt.resume and start or nil } }
+
+local step = start
+local stopped
+for _, st in ipairs(stretches) do
+  sweep:start("steps %d..%d", st[1], st[2])
+  while step < st[2] do
+    step = step + 1
+    local x, y = train:batch(opt.batch, opt.context)
+    local loss = m:step(x, y)
+    window_steps = window_steps + 1
+    local at_eval = step == st[2]
+    if step % opt.log_every == 0 or at_eval then
+      local l = loss:item() -- waits for the step
+      window_loss, window_n = window_loss + l, window_n + 1
+      local tps = window_steps * tokens_per_step / ((tf.now() - t_window) / 1e3)
+      local mfu = peak and (tps / tokens_per_step * flops_per_step) / (peak * 1e12) or nil
+      local norm = m:last_grad_norm()
+      note("step %d/%d  loss %.4f  lr %.2e  norm %.3f  %.0f tokens/s%s  %.0f s, about %.0f s left", step, opt.steps,
+        l, m:optimizer().lr, norm and norm:item() or 0 / 0, tps, mfu and string.format("  MFU %.1f%%", 100 * mfu) or "",
+        seconds(), (opt.steps - step) * tokens_per_step / tps)
+      if at_eval then
+        local v = evaluate()
+        rows[#rows + 1] = { step = step, tokens = tokens_before + (step - start) * tokens_per_step,
+          elapsed_s = seconds(), train_loss = window_loss / window_n, val_loss = v, lr = m:optimizer().lr,
+          tokens_per_s = tps, mfu = mfu }
+        window_loss, window_n = 0, 0
+        note("step %d: validation loss %.4f (%d windows of %d)", step, v, eval_windows, opt.context)
+        plot()
+      end
+      t_window, window_steps = tf.now(), 0
+    end
+    if opt.checkpoint_every > 0 and step % opt.checkpoint_every == 0 and step < opt.steps then save(step) end
+    if tf.interrupted() then
+      stopped = "interrupted"
+    elseif tf.now() > deadline then
+      stopped = "time limit"
+    end
+    if stopped then break end
+  end
+  if step == st[2] then sweep:done() end
+  if stopped then break end
+end
 save(step, stopped and ("(" .. stopped .. ")") or nil)
-write_results(stopped == nil)
+if not stopped then
+  sweep:finish()
+else -- the rows so far, marked incomplete
+  sweep:write(false, { stopped = stopped, step = step })
+end
 local last = rows[#rows]
-tf.report.table(rows, { columns = { "step", "tokens", { "seconds", "seconds", "%.1f" },
+tf.report.table(rows, { columns = { "step", "tokens", { "elapsed_s", "seconds", "%.1f" },
   { "train_loss", "train loss", "%.4f" }, { "val_loss", "validation loss", "%.4f" },
   { "tokens_per_s", "tokens/s", "%.0f" },
   { "mfu", "MFU", function(v) return v and string.format("%.1f%%", 100 * v) or "" end } },
   title = "Training " .. opt.preset })
-note("%s at step %d%s; wrote %s/results.json, %s/loss.svg", stopped or "done", step,
-  last and last.val_loss and string.format(", validation loss %.4f", last.val_loss) or "", opt.out, opt.out)
+note("%s at step %d%s; results in %s, curves in %s/loss.svg", stopped or "done", step,
+  last and last.val_loss and string.format(", validation loss %.4f", last.val_loss) or "", results_path, opt.out)
 log:close()
 if stopped == "interrupted" then tf.exit(130) end

@@ -408,6 +408,22 @@ function Folder:list()
   return out
 end
 
+-- Files a killed save left under the writer's temporary names
+-- (name.tmp-PID-N), where process PID is gone (Linux's /proc says so).
+local function readable(path)
+  local ok, f = pcall(io.open, path, "rb") -- tfhost --safe refuses /proc: then nothing is removed
+  if ok and f then f:close() end
+  return ok and f ~= nil
+end
+
+function Folder:_remove_stale()
+  if not readable("/proc/self/stat") then return end
+  for _, p in ipairs(tf().data.files(self.dir)) do
+    local pid = p:match("%.safetensors%.tmp%-(%d+)%-%d+$")
+    if pid and not readable("/proc/" .. pid .. "/stat") then os.remove(p) end
+  end
+end
+
 --- folder:latest() -> the path of the newest whole checkpoint, or nil.
 function Folder:latest()
   local list = self:list()
@@ -425,6 +441,7 @@ function Folder:save(step, state)
   for k, v in pairs(state) do s[k] = v end
   s.step = s.step or step
   local path = self.dir .. "/" .. step_name(self.prefix, step)
+  if rank == 0 then self:_remove_stale() end
   local info = M.save(path, s)
   if rank == 0 and self.keep then
     local list = self:list()

@@ -252,6 +252,8 @@ M.entries = {
   { "tf.checkpoint.folder", "tf.checkpoint.folder(dir [, {keep = 3}])", "a folder keeping the newest checkpoints: save, latest, list" },
   { "tf.safetensors.read_header", "tf.safetensors.read_header(path)", "a safetensors file's names, dtypes, shapes, metadata" },
   { "tf.data.tokens", "tf.data.tokens(path [, opts])", "a token file (raw u16/u32 or .npy) mapped: random batches, windows" },
+  { "tf.data.make_bytes", "tf.data.make_bytes{from, out [, ext, val_fraction]}", "text files into byte-level train.bin/val.bin/meta.json" },
+  { "tf.data.python_library", "tf.data.python_library()", "the newest /usr/lib/python3.N folder (make_bytes' default source), or nil" },
   { "tf.data.files", "tf.data.files(folder [, pattern])", "the files under a folder, every level, sorted (names matching pattern)" },
   { "tf.data.TokenDataset.batch", "ds:batch(batch_size, context_length)", "inputs, targets: (B, T) i64 windows at random offsets" },
   { "tf.data.TokenDataset.offsets", "ds:offsets(batch_size, context_length)", "the next batch's window starts, as ds:batch draws them" },

@@ -172,7 +172,9 @@ tf.model = require "tf.model"
 tf.prof = require "tf.prof"
 do -- token datasets (lua/tf/data.lua, host/bind/l_data.c)
   local data = require("tf.data").bind(C._data)
-  tf.data = { tokens = data.tokens, files = data.files, TokenDataset = data.TokenDataset }
+  local bytes = require "tf.data_bytes"
+  tf.data = { tokens = data.tokens, files = data.files, TokenDataset = data.TokenDataset,
+    make_bytes = bytes.make_bytes, python_library = bytes.python_library }
 end
 tf.checkpoint = require "tf.checkpoint" -- training states (lua/tf/checkpoint.lua)
 tf.range = tf.prof.range

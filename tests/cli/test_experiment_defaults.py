@@ -23,7 +23,7 @@ LIMIT_S = 90  # each experiment's CPU defaults; on an idle 2-core machine each t
 NEEDS_GPU = {"kernel_bandwidth.lua"}
 NEEDS_CUDA_BUILD = {"own_kernel.lua"}  # compiles its kernels on a CPU too, with the CUDA backend's NVRTC
 NOT_HERE = {"profile_kernels.lua"}  # its defaults are tested with it (tests of tf.prof)
-MODELS = {"benchmark.lua", "memory_profile.lua", "mixed_precision.lua", "overhead.lua", "ddp.lua"}
+MODELS = {"benchmark.lua", "memory_profile.lua", "mixed_precision.lua", "overhead.lua", "ddp.lua", "train.lua"}
 
 
 def experiments(models):

@@ -1,5 +1,5 @@
 """test_experiment_defaults.py's test for the experiments that train the Transformer LM
-(benchmark, memory_profile, mixed_precision, overhead, ddp): each at its CPU defaults, quickly.
+(benchmark, memory_profile, mixed_precision, overhead, ddp, train): each at its CPU defaults, quickly.
 
     python3 tests/cli/test_experiment_defaults_models.py /path/to/tfhost
 """

@@ -37,6 +37,9 @@ EXPERIMENTS = [
                  "--bucket_mb", "1"], []),
     ("make_bytes_dataset.lua", ["--from", os.path.join(ROOT, "experiments", "kernels"), "--ext", "cu", "--out",
                                 "bytes", "--parts", "2"], ["bytes"]),
+    ("train.lua", ["--from", os.path.join(ROOT, "experiments", "kernels"), "--ext", "cu", "--data", "bytes", "--context", "16",
+                   "--batch", "2", "--steps", "6", "--eval_every", "3", "--eval_tokens", "64", "--checkpoint_every", "3",
+                   "--out", "run"], ["bytes", "run/checkpoints"]),
     ("own_kernel.lua", ["--parts", "softmax,flash", "--rows", "8", "--widths", "256", "--shapes", "1x1x64x64",
                         "--iters", "1"], []),
 ]

@@ -10,8 +10,7 @@
 local T = require "harness"
 
 local rank, world = tf.dist.rank(), tf.dist.world_size()
-local DIR = string.format("%s/tf_checkpoint_test_%d_w%d", os.getenv("TMPDIR") or "/tmp", tf.dist.info().pid or 0, world)
-if world > 1 then DIR = string.format("%s/tf_checkpoint_test_w%d", os.getenv("TMPDIR") or "/tmp", world) end
+local DIR = string.format("%s/tf_checkpoint_test_w%d", os.getenv("TMPDIR") or "/tmp", world)
 tf.mkdir(DIR)
 local V, SEQ, B = 64, 16, 4
 
