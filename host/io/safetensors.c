@@ -6,6 +6,9 @@
  * must follow from its shape and dtype, and the byte ranges, sorted, must
  * tile the data buffer with no gap, overlap or trailing byte (the rules of
  * the reference implementation). Only then is data read. */
+#ifdef __linux__
+#define _GNU_SOURCE /* sync_file_range */
+#endif
 #include "safetensors.h"
 
 #include <cjson/cJSON.h>
@@ -13,6 +16,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +25,8 @@
 #include <sys/types.h>
 #include <unistd.h>
 
+#include "backend.h"
+#include "device.h"
 #include "ops.h"
 #include "xxh64.h"
 
@@ -383,6 +389,141 @@ static tf_status tf_st_parse_checksums(const char *path, tf_safetensors_file *f)
   return TF_OK;
 }
 
+/* ---- moving tensors' bytes, several at a time ------------------------------------------ */
+
+/* Tensors move between the file and their memory in chunks, one tensor per
+ * worker at a time and several workers at once, so that the disk sees
+ * several requests, the checksums are worked out on several cores, and a
+ * GPU tensor's chunks go through a page-locked buffer of the worker's own
+ * (the bus's full rate) while other workers read or write. Each tensor's
+ * checksum is its bytes hashed in order, whatever worker moves it. */
+enum { TF_ST_CHUNK = 32u << 20, TF_ST_WORKERS = 8 };
+
+typedef struct tf_st_pool tf_st_pool;
+/* Moves item i; buf is the worker's page-locked chunk (NULL when no item is on a device). */
+typedef tf_status (*tf_st_task)(tf_st_pool *p, int i, unsigned char *buf);
+struct tf_st_pool {
+  int items, next;
+  tf_st_task task;
+  void *job;
+  bool staged;          /* some item is on a device: every worker gets a chunk of page-locked memory */
+  tf_device device;     /* the device whose backend makes it */
+  pthread_mutex_t lock;
+  tf_status status;     /* the first failure, and its message */
+  char message[1024];
+};
+
+static void tf_st_pool_fail(tf_st_pool *p, tf_status st) {
+  pthread_mutex_lock(&p->lock);
+  if (p->status == TF_OK) {
+    p->status = st;
+    snprintf(p->message, sizeof p->message, "%s", tf_last_error());
+  }
+  pthread_mutex_unlock(&p->lock);
+}
+
+static void *tf_st_worker(void *arg) {
+  tf_st_pool *p = arg;
+  unsigned char *buf = NULL;
+  tf_status st = p->staged ? tf_device_host_alloc(p->device, TF_ST_CHUNK, (void **)&buf) : TF_OK;
+  while (st == TF_OK) {
+    pthread_mutex_lock(&p->lock);
+    int i = p->status == TF_OK && p->next < p->items ? p->next++ : -1;
+    pthread_mutex_unlock(&p->lock);
+    if (i < 0) break;
+    st = p->task(p, i, buf);
+  }
+  if (st != TF_OK) tf_st_pool_fail(p, st);
+  if (buf) tf_device_host_free(p->device, buf);
+  return NULL;
+}
+
+/* Runs the pool's items on up to TF_ST_WORKERS threads (this one among them). */
+static tf_status tf_st_pool_run(tf_st_pool *p) {
+  pthread_mutex_init(&p->lock, NULL);
+  p->status = TF_OK;
+  int n = p->items < TF_ST_WORKERS ? p->items : TF_ST_WORKERS;
+  pthread_t threads[TF_ST_WORKERS];
+  int started = 0;
+  for (; started < n - 1; started++)
+    if (pthread_create(&threads[started], NULL, tf_st_worker, p) != 0) break; /* fewer workers, then */
+  tf_st_worker(p);
+  for (int i = 0; i < started; i++) pthread_join(threads[i], NULL);
+  pthread_mutex_destroy(&p->lock);
+  return p->status == TF_OK ? TF_OK : tf_fail(p->status, "%s", p->message);
+}
+
+/* The device of the first item not on the CPU, if any (for the page-locked chunks). */
+static void tf_st_pool_device(tf_st_pool *p, tf_tensor *const *tensors, int n) {
+  for (int i = 0; i < n && !p->staged; i++)
+    if (tensors[i] && tensors[i]->device.type != TF_DEV_CPU) {
+      p->staged = true;
+      p->device = tensors[i]->device;
+    }
+}
+
+/* Copies len bytes between a tensor's memory at dev (on its device) and the host at host. */
+static tf_status tf_st_device_copy(const tf_tensor *t, void *dst, const void *src, size_t len, tf_copy_dir dir) {
+  tf_device_ctx *ctx;
+  TF_TRY(tf_device_ctx_get(t->device, &ctx));
+  return ctx->backend->copy(ctx, dst, src, len, dir);
+}
+
+/* Reading: the entries from[i] of the file into the tensors dsts[i]. */
+typedef struct tf_st_read_job {
+  const char *path;
+  int fd;
+  uint64_t data_start;
+  const tf_safetensors_entry *const *from;
+  tf_tensor *const *dsts;
+} tf_st_read_job;
+
+static tf_status tf_st_pread(const char *path, int fd, void *dst, size_t len, uint64_t at, const char *name) {
+  char nb[300];
+  for (size_t done = 0; done < len;) {
+    ssize_t got = pread(fd, (char *)dst + done, len - done, (off_t)(at + done));
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0)
+      return tf_st_fail(TF_ERR_IO, path, "cannot read the data of tensor '%s': %s", tf_st_show(name, nb, sizeof nb),
+                        got < 0 ? strerror(errno) : "unexpected end of file (was the file changed while reading?)");
+    done += (size_t)got;
+  }
+  return TF_OK;
+}
+
+static tf_status tf_st_read_task(tf_st_pool *p, int i, unsigned char *buf) {
+  const tf_st_read_job *j = p->job;
+  const tf_safetensors_entry *e = j->from[i];
+  tf_tensor *dst = j->dsts[i];
+  const size_t n = (size_t)(e->end - e->begin);
+  unsigned char *mem = tf_tensor_data(dst);
+  const bool on_cpu = dst->device.type == TF_DEV_CPU;
+  tf_xxh64_state h;
+  tf_xxh64_init(&h, 0);
+  for (size_t off = 0; off < n; off += TF_ST_CHUNK) {
+    const size_t len = n - off < TF_ST_CHUNK ? n - off : TF_ST_CHUNK;
+    unsigned char *into = on_cpu ? mem + off : buf;
+    TF_TRY(tf_st_pread(j->path, j->fd, into, len, j->data_start + e->begin + off, e->name));
+    if (e->has_checksum) tf_xxh64_update(&h, into, len);
+    if (!on_cpu) TF_TRY(tf_st_device_copy(dst, mem + off, buf, len, TF_COPY_H2D));
+  }
+  char nb[300];
+  if (e->has_checksum && tf_xxh64_digest(&h) != e->checksum)
+    return tf_st_fail(TF_ERR_IO, j->path,
+                      "tensor '%s': its %zu bytes do not match the checksum written with them (the file is damaged)",
+                      tf_st_show(e->name, nb, sizeof nb), n);
+  return TF_OK;
+}
+
+/* Reads n entries of an open file into their tensors, several at a time. */
+static tf_status tf_st_read_all(const char *path, FILE *fh, uint64_t data_start, const tf_safetensors_entry *const *from,
+                                tf_tensor *const *dsts, int n) {
+  tf_st_read_job job = {path, fileno(fh), data_start, from, dsts};
+  tf_st_pool pool = {.items = n, .task = tf_st_read_task, .job = &job};
+  tf_st_pool_device(&pool, dsts, n);
+  return tf_st_pool_run(&pool);
+}
+
 /* ---- reading ------------------------------------------------------------------ */
 
 /* Opens path and checks its header; on success *fp is positioned anywhere and
@@ -493,21 +634,6 @@ tf_status tf_safetensors_read_header(const char *path, tf_safetensors_file **out
   return TF_OK;
 }
 
-/* Reads entry e's bytes from fh into dst. */
-static tf_status tf_st_read_bytes(const char *path, FILE *fh, uint64_t data_start, const tf_safetensors_entry *e,
-                                  void *dst) {
-  size_t nbytes = (size_t)(e->end - e->begin);
-  char nb[300];
-  if (fseeko(fh, (off_t)(data_start + e->begin), SEEK_SET) != 0 || fread(dst, 1, nbytes, fh) != nbytes)
-    return tf_st_fail(TF_ERR_IO, path, "cannot read the data of tensor '%s': %s", tf_st_show(e->name, nb, sizeof nb),
-                      ferror(fh) ? strerror(errno) : "unexpected end of file (was the file changed while reading?)");
-  if (e->has_checksum && tf_xxh64(dst, nbytes, 0) != e->checksum)
-    return tf_st_fail(TF_ERR_IO, path,
-                      "tensor '%s': its %zu bytes do not match the checksum written with them (the file is damaged)",
-                      tf_st_show(e->name, nb, sizeof nb), nbytes);
-  return TF_OK;
-}
-
 tf_status tf_safetensors_read(const char *path, tf_device device, tf_safetensors_file **out) {
   *out = NULL;
   tf_device_ctx *ctx;
@@ -520,7 +646,6 @@ tf_status tf_safetensors_read(const char *path, tf_device device, tf_safetensors
   tf_safetensors_file *f;
   uint64_t data_start;
   TF_TRY(tf_st_open(path, &fh, &f, &data_start));
-  size_t largest = 0;
   char nb[300];
   for (int i = 0; i < f->ntensors && st == TF_OK; i++) {
     const tf_safetensors_entry *e = &f->tensors[i];
@@ -533,25 +658,19 @@ tf_status tf_safetensors_read(const char *path, tf_device device, tf_safetensors
                       "tensor '%s' has dtype %s, which tfhost cannot load (it has no %s dtype; it reads %s)",
                       tf_st_show(e->name, nb, sizeof nb), e->file_dtype, lower, TF_ST_SUPPORTED);
     }
-    if (e->end - e->begin > largest) largest = (size_t)(e->end - e->begin);
   }
-  /* Tensors for another device go through one host buffer, one copy each. */
-  void *staging = NULL;
-  bool on_cpu = device.type == TF_DEV_CPU;
-  if (st == TF_OK && !on_cpu && largest > 0 && !(staging = malloc(largest)))
-    st = tf_fail(TF_ERR_OOM, "out of memory: no %zu-byte host buffer for reading %s", largest, path);
-  for (int i = 0; i < f->ntensors && st == TF_OK; i++) {
-    tf_safetensors_entry *e = &f->tensors[i];
-    st = tf_tensor_empty(&e->shape, e->dtype, device, &e->tensor);
-    if (st != TF_OK || e->end == e->begin) continue;
-    if (on_cpu) {
-      st = tf_st_read_bytes(path, fh, data_start, e, tf_tensor_data(e->tensor));
-    } else {
-      st = tf_st_read_bytes(path, fh, data_start, e, staging);
-      if (st == TF_OK) st = tf_tensor_write(e->tensor, staging, (size_t)(e->end - e->begin));
-    }
+  for (int i = 0; i < f->ntensors && st == TF_OK; i++)
+    st = tf_tensor_empty(&f->tensors[i].shape, f->tensors[i].dtype, device, &f->tensors[i].tensor);
+  const tf_safetensors_entry **from = st == TF_OK ? calloc((size_t)f->ntensors + 1, sizeof *from) : NULL;
+  tf_tensor **dsts = from ? calloc((size_t)f->ntensors + 1, sizeof *dsts) : NULL;
+  if (st == TF_OK && !dsts) st = tf_fail(TF_ERR_OOM, "out of memory: reading %s", path);
+  for (int i = 0; st == TF_OK && i < f->ntensors; i++) {
+    from[i] = &f->tensors[i];
+    dsts[i] = f->tensors[i].tensor;
   }
-  free(staging);
+  if (st == TF_OK) st = tf_st_read_all(path, fh, data_start, from, dsts, f->ntensors);
+  free(from);
+  free(dsts);
   fclose(fh);
   if (st != TF_OK) {
     tf_safetensors_free(f);
@@ -595,29 +714,14 @@ tf_status tf_safetensors_read_into(const char *path, const char *const *names, t
   uint64_t data_start;
   TF_TRY(tf_st_open(path, &fh, &f, &data_start));
   tf_status st = TF_OK;
-  size_t largest = 0;
   const tf_safetensors_entry **from = calloc((size_t)n + 1, sizeof *from);
   if (!from) st = tf_fail(TF_ERR_OOM, "out of memory: reading %s", path);
   for (int i = 0; st == TF_OK && i < n; i++) {
     from[i] = tf_st_entry(f, names[i]);
     st = tf_st_fits(path, from[i], names[i], dsts[i]);
-    if (st == TF_OK && dsts[i]->device.type != TF_DEV_CPU && from[i]->end - from[i]->begin > largest)
-      largest = (size_t)(from[i]->end - from[i]->begin);
   }
-  void *staging = NULL;
-  if (st == TF_OK && largest > 0 && !(staging = malloc(largest)))
-    st = tf_fail(TF_ERR_OOM, "out of memory: no %zu-byte host buffer for reading %s", largest, path);
-  for (int i = 0; st == TF_OK && i < n; i++) {
-    if (from[i]->end == from[i]->begin) continue;
-    if (dsts[i]->device.type == TF_DEV_CPU) {
-      st = tf_st_read_bytes(path, fh, data_start, from[i], tf_tensor_data(dsts[i]));
-    } else {
-      st = tf_st_read_bytes(path, fh, data_start, from[i], staging);
-      if (st == TF_OK) st = tf_tensor_write(dsts[i], staging, (size_t)(from[i]->end - from[i]->begin));
-    }
-    if (st == TF_OK) dsts[i]->storage->version++; /* written in place */
-  }
-  free(staging);
+  if (st == TF_OK) st = tf_st_read_all(path, fh, data_start, from, dsts, n);
+  for (int i = 0; st == TF_OK && i < n; i++) dsts[i]->storage->version++; /* written in place */
   free(from);
   fclose(fh);
   if (st == TF_OK && header) {
@@ -749,33 +853,54 @@ static void tf_st_put_checksums(char *json, const uint64_t *sums, int n) {
   }
 }
 
-/* Writes t's bytes (in row-major order, whatever its device and strides)
- * and their checksum into *sum. */
-static tf_status tf_st_write_tensor(const char *path, FILE *fh, const tf_tensor *t, const char *name, uint64_t *sum) {
-  size_t nbytes = tf_tensor_nbytes(t);
-  *sum = tf_xxh64("", 0, 0);
-  if (nbytes == 0) return TF_OK;
-  tf_tensor *contig = NULL;
-  const void *src = NULL;
-  void *host = NULL;
-  tf_status st = TF_OK;
-  if (!tf_tensor_is_contiguous(t)) st = tf_contiguous(t, &contig);
-  const tf_tensor *c = contig ? contig : t;
-  if (st == TF_OK) {
-    if (c->device.type == TF_DEV_CPU)
-      src = tf_tensor_data(c);
-    else if (!(host = malloc(nbytes)))
-      st = tf_fail(TF_ERR_OOM, "out of memory: no %zu-byte host buffer for writing %s", nbytes, path);
-    else if ((st = tf_tensor_read(c, host, nbytes)) == TF_OK)
-      src = host;
-  }
+/* Writing: the tensors (contiguous) at their offsets of the data, their checksums into sums. */
+typedef struct tf_st_write_job {
+  const char *path;
+  int fd;
+  uint64_t data_start;
+  tf_tensor *const *tensors;
+  const char *const *names;
+  const uint64_t *offsets;
+  uint64_t *sums;
+} tf_st_write_job;
+
+/* Writes len bytes at offset at: those of tensor name (NULL: the header). */
+static tf_status tf_st_pwrite(const char *path, int fd, const void *src, size_t len, uint64_t at, const char *name) {
   char nb[300];
-  if (st == TF_OK) *sum = tf_xxh64(src, nbytes, 0);
-  if (st == TF_OK && fwrite(src, 1, nbytes, fh) != nbytes)
-    st = tf_st_fail(TF_ERR_IO, path, "cannot write tensor '%s': %s", tf_st_show(name, nb, sizeof nb), strerror(errno));
-  free(host);
-  tf_tensor_release(contig);
-  return st;
+  for (size_t done = 0; done < len;) {
+    ssize_t put = pwrite(fd, (const char *)src + done, len - done, (off_t)(at + done));
+    if (put < 0 && errno == EINTR) continue;
+    if (put <= 0 && !name)
+      return tf_st_fail(TF_ERR_IO, path, "cannot write the header: %s", put < 0 ? strerror(errno) : "nothing written");
+    if (put <= 0)
+      return tf_st_fail(TF_ERR_IO, path, "cannot write tensor '%s': %s", tf_st_show(name, nb, sizeof nb),
+                        put < 0 ? strerror(errno) : "nothing written");
+    done += (size_t)put;
+  }
+#ifdef __linux__
+  /* the disk starts on it now rather than at the final fsync, while the next chunks are made */
+  (void)sync_file_range(fd, (off_t)at, (off_t)len, SYNC_FILE_RANGE_WRITE);
+#endif
+  return TF_OK;
+}
+
+static tf_status tf_st_write_task(tf_st_pool *p, int i, unsigned char *buf) {
+  const tf_st_write_job *j = p->job;
+  const tf_tensor *t = j->tensors[i];
+  const size_t n = tf_tensor_nbytes(t);
+  const unsigned char *mem = n ? tf_tensor_data(t) : NULL;
+  const bool on_cpu = t->device.type == TF_DEV_CPU;
+  tf_xxh64_state h;
+  tf_xxh64_init(&h, 0);
+  for (size_t off = 0; off < n; off += TF_ST_CHUNK) {
+    const size_t len = n - off < TF_ST_CHUNK ? n - off : TF_ST_CHUNK;
+    const unsigned char *from = on_cpu ? mem + off : buf;
+    if (!on_cpu) TF_TRY(tf_st_device_copy(t, buf, mem + off, len, TF_COPY_D2H));
+    tf_xxh64_update(&h, from, len);
+    TF_TRY(tf_st_pwrite(j->path, j->fd, from, len, j->data_start + j->offsets[i] + off, j->names[i]));
+  }
+  j->sums[i] = tf_xxh64_digest(&h);
+  return TF_OK;
 }
 
 /* Makes a rename into path's folder durable (its entry on disk): a folder
@@ -814,30 +939,46 @@ tf_status tf_safetensors_write(const char *path, const char *const *names, tf_te
     if (fd < 0 && (errno != EEXIST || attempt == 100))
       st = tf_st_fail(TF_ERR_IO, path, "cannot create %s: %s", tmp, strerror(errno));
   }
-  FILE *fh = NULL;
-  if (st == TF_OK && !(fh = fdopen(fd, "wb"))) {
-    st = tf_st_fail(TF_ERR_IO, path, "cannot open %s: %s", tmp, strerror(errno));
-    close(fd);
+  /* the tensors contiguous (copies of strided ones), and where each one's data goes */
+  tf_tensor **flat = calloc((size_t)n + 1, sizeof *flat);
+  uint64_t *offsets = calloc((size_t)n + 1, sizeof *offsets), *sums = calloc((size_t)n + 1, sizeof *sums);
+  if (st == TF_OK && (!flat || !offsets || !sums)) st = tf_fail(TF_ERR_OOM, "out of memory: writing %s", path);
+  uint64_t at = 0;
+  for (int i = 0; st == TF_OK && i < n; i++) {
+    if (tf_tensor_is_contiguous(tensors[i]))
+      flat[i] = tf_tensor_retain(tensors[i]);
+    else
+      st = tf_contiguous(tensors[i], &flat[i]);
+    offsets[i] = at;
+    at += tf_tensor_nbytes(tensors[i]);
   }
+  unsigned char lenbuf[8];
+  for (int i = 0; i < 8; i++) lenbuf[i] = (unsigned char)((uint64_t)hlen >> (8 * i));
+  char *padded = st == TF_OK ? malloc(hlen) : NULL;
+  if (st == TF_OK && !padded) st = tf_fail(TF_ERR_OOM, "out of memory: writing %s", path);
+  if (padded) {
+    memset(padded, ' ', hlen);
+    memcpy(padded, json, jlen);
+  }
+  if (st == TF_OK) st = tf_st_pwrite(path, fd, lenbuf, 8, 0, NULL);
+  if (st == TF_OK) st = tf_st_pwrite(path, fd, padded, hlen, 8, NULL);
   if (st == TF_OK) {
-    unsigned char lenbuf[8];
-    for (int i = 0; i < 8; i++) lenbuf[i] = (unsigned char)((uint64_t)hlen >> (8 * i));
-    bool ok = fwrite(lenbuf, 1, 8, fh) == 8 && fwrite(json, 1, jlen, fh) == jlen;
-    for (size_t i = jlen; ok && i < hlen; i++) ok = fputc(' ', fh) != EOF;
-    if (!ok) st = tf_st_fail(TF_ERR_IO, path, "cannot write the header: %s", strerror(errno));
+    tf_st_write_job job = {path, fd, 8 + hlen, flat, names, offsets, sums};
+    tf_st_pool pool = {.items = n, .task = tf_st_write_task, .job = &job};
+    tf_st_pool_device(&pool, flat, n);
+    st = tf_st_pool_run(&pool);
   }
-  uint64_t *sums = calloc((size_t)n + 1, sizeof *sums);
-  if (st == TF_OK && !sums) st = tf_fail(TF_ERR_OOM, "out of memory: writing %s", path);
-  for (int i = 0; st == TF_OK && i < n; i++) st = tf_st_write_tensor(path, fh, tensors[i], names[i], &sums[i]);
   if (st == TF_OK && checksums && n > 0) { /* the header again, now with the checksums */
     tf_st_put_checksums(json, sums, n);
-    if (fseeko(fh, 8, SEEK_SET) != 0 || fwrite(json, 1, jlen, fh) != jlen)
-      st = tf_st_fail(TF_ERR_IO, path, "cannot write the header: %s", strerror(errno));
+    st = tf_st_pwrite(path, fd, json, jlen, 8, NULL);
   }
+  for (int i = 0; flat && i < n; i++) tf_tensor_release(flat[i]);
+  free(flat);
+  free(offsets);
   free(sums);
-  if (st == TF_OK && (fflush(fh) != 0 || fsync(fileno(fh)) != 0))
-    st = tf_st_fail(TF_ERR_IO, path, "cannot write %s: %s", tmp, strerror(errno));
-  if (fh && fclose(fh) != 0 && st == TF_OK)
+  free(padded);
+  if (st == TF_OK && fsync(fd) != 0) st = tf_st_fail(TF_ERR_IO, path, "cannot write %s: %s", tmp, strerror(errno));
+  if (fd >= 0 && close(fd) != 0 && st == TF_OK)
     st = tf_st_fail(TF_ERR_IO, path, "cannot close %s: %s", tmp, strerror(errno));
   if (st == TF_OK && rename(tmp, path) != 0)
     st = tf_st_fail(TF_ERR_IO, path, "cannot rename %s into place: %s", tmp, strerror(errno));

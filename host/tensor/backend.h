@@ -180,6 +180,10 @@ struct tf_backend {
   tf_status (*raw_alloc)(void *ctx, size_t bytes, void **ptr);
   void (*raw_free)(void *ctx, void *ptr);
   tf_status (*copy)(tf_device_ctx *ctx, void *dst, const void *src, size_t bytes, tf_copy_dir dir);
+  /* Page-locked host memory, which copies to and from the device read at
+   * the bus's full rate; NULL where the backend has none (the CPU). */
+  tf_status (*host_alloc)(tf_device_ctx *ctx, size_t bytes, void **ptr);
+  void (*host_free)(tf_device_ctx *ctx, void *ptr);
   tf_status (*synchronize)(tf_device_ctx *ctx);
   /* Collectives (NCCL) run on a stream of their own, beside the kernels;
    * NULL where there is none (the CPU). comm_begin orders that stream after

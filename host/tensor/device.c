@@ -142,6 +142,24 @@ tf_status tf_devices_sync_all(void) {
   return first;
 }
 
+tf_status tf_device_host_alloc(tf_device d, size_t bytes, void **out) {
+  *out = NULL;
+  tf_device_ctx *ctx;
+  TF_TRY(tf_device_ctx_get(d, &ctx));
+  if (ctx->backend->host_alloc) return ctx->backend->host_alloc(ctx, bytes, out);
+  if (!(*out = malloc(bytes ? bytes : 1))) return tf_fail(TF_ERR_OOM, "out of memory: no %zu-byte host buffer", bytes);
+  return TF_OK;
+}
+
+void tf_device_host_free(tf_device d, void *p) {
+  if (!p) return;
+  tf_device_ctx *ctx;
+  if (tf_device_ctx_get(d, &ctx) == TF_OK && ctx->backend->host_free)
+    ctx->backend->host_free(ctx, p);
+  else
+    free(p);
+}
+
 tf_status tf_device_sync(tf_device d) {
   tf_device_ctx *ctx;
   TF_TRY(tf_device_ctx_get(d, &ctx));

@@ -71,6 +71,10 @@ tf_status tf_device_info_get(tf_device d, tf_device_info *info);
 
 /* Waits for all work queued on the device. */
 tf_status tf_device_sync(tf_device d);
+/* A host buffer for copies to and from device d: page-locked where the
+ * backend has such memory (CUDA), else plain; free it with the same d. */
+tf_status tf_device_host_alloc(tf_device d, size_t bytes, void **out);
+void tf_device_host_free(tf_device d, void *p);
 /* Waits for every device in use; the first failure is returned. */
 tf_status tf_devices_sync_all(void);
 

@@ -133,6 +133,23 @@ static tf_status tf_cuda_copy(tf_device_ctx *ctx, void *dst, const void *src, si
   return TF_OK;
 }
 
+static tf_status tf_cuda_host_alloc(tf_device_ctx *ctx, size_t bytes, void **ptr) {
+  TF_TRY(tf_cuda_use_device(ctx));
+  cudaError_t err = cudaHostAlloc(ptr, bytes, cudaHostAllocPortable);
+  if (err == cudaErrorMemoryAllocation) {
+    (void)cudaGetLastError();
+    *ptr = NULL;
+    return tf_fail(TF_ERR_OOM, "out of memory: cudaHostAlloc of %zu bytes failed", bytes);
+  }
+  if (err != cudaSuccess) return tf_cuda_error(err, "cudaHostAlloc");
+  return TF_OK;
+}
+
+static void tf_cuda_host_free(tf_device_ctx *ctx, void *ptr) {
+  (void)ctx;
+  tf_cuda_report(cudaFreeHost(ptr), "cudaFreeHost");
+}
+
 /* NCCL's stream (backend.h): after what the device's stream has queued. */
 static tf_status tf_cuda_comm_begin(tf_device_ctx *ctx, void **stream) {
   TF_TRY(tf_cuda_use_device(ctx));
@@ -233,6 +250,8 @@ static tf_backend tf_cuda_make_table(void) {
   b.raw_alloc = tf_cuda_raw_alloc;
   b.raw_free = tf_cuda_raw_free;
   b.copy = tf_cuda_copy;
+  b.host_alloc = tf_cuda_host_alloc;
+  b.host_free = tf_cuda_host_free;
   b.synchronize = tf_cuda_synchronize;
   b.comm_begin = tf_cuda_comm_begin;
   b.comm_end = tf_cuda_comm_end;

@@ -61,10 +61,13 @@ local function check_state(state, fname)
   return state, datasets(state.data, fname)
 end
 
--- The devices whose generators a run draws from: the CPU's and the model's.
+-- The devices whose generators a run draws from: the CPU's, the default
+-- device's and the model's.
 local function rng_devices(m)
-  local list = { "cpu" }
-  if m.device ~= "cpu" then list[2] = m.device end
+  local list, seen = {}, {}
+  for _, d in ipairs({ "cpu", tf().default_device(), m.device }) do
+    if not seen[d] then list[#list + 1], seen[d] = d, true end
+  end
   return list
 end
 
@@ -359,8 +362,10 @@ function M.restore(path, state)
     ds:set_state(data[name])
   end
   if state.rng ~= false and h.rng then
+    local wanted = {}
+    for _, d in ipairs(rng_devices(m)) do wanted[d] = true end
     for d, s in pairs(h.rng) do
-      if d == "cpu" or d == m.device then t.set_rng_state(s, d) end
+      if wanted[d] then t.set_rng_state(s, d) end -- a device this run has (a CPU run of a GPU checkpoint has not)
     end
   end
   m._has_loss = false

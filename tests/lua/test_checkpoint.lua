@@ -117,7 +117,7 @@ T.test("tf.checkpoint.load makes the model from the file; info reads the header 
   T.ok(info.bytes > 0)
   if world == 1 then
     local ds = dataset("cpu")
-    local m, got = tf.checkpoint.load(path, { data = { train = ds } })
+    local m, got = tf.checkpoint.load(path, { data = { train = ds }, device = "cpu" })
     T.eq(got.step, 3)
     T.eq(m.precision, "bf16")
     T.eq(m.impl, "eager")

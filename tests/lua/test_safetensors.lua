@@ -180,6 +180,38 @@ T.test("a damaged tensor is an error naming it; load_into reads into given tenso
   os.remove(path)
 end)
 
+T.test("tensors larger than a transfer chunk (32 MB) and many at once, moved by several workers", function()
+  local path = tmpfile()
+  local tensors = { big = tf.randn(9 * 2 ^ 20 + 3, cpu), strided = tf.randn(300, 7, cpu):t() }
+  for i = 1, 20 do tensors["t" .. i] = tf.randn(i, 5, cpu) end
+  local devices = { "cpu" }
+  if tf.cuda.is_available() then
+    devices[2] = "cuda"
+    tensors.gpu_big = tf.randn(9 * 2 ^ 20 + 1, { device = "cuda" })
+  end
+  st.save(path, tensors, nil, { checksums = true })
+  for _, d in ipairs(devices) do
+    local back = st.load(path, { device = d })
+    for name, t in pairs(tensors) do T.eq((back[name]:to("cpu") - t:to("cpu")):abs():max():item(), 0.0, name .. " on " .. d) end
+    local into = {}
+    for name, t in pairs(tensors) do into[name] = tf.zeros(t.shape, { device = d }) end
+    st.load_into(path, into)
+    for name, t in pairs(tensors) do T.eq((into[name]:to("cpu") - t:to("cpu")):abs():max():item(), 0.0, name .. " into " .. d) end
+  end
+  -- a changed byte past the first chunk of the big tensor
+  local info = st.read_header(path)
+  local f = assert(io.open(path, "r+b"))
+  local n = string.unpack("<I8", f:read(8))
+  local at = 8 + n + info.big.offsets[1] + 33 * 2 ^ 20 + 7
+  f:seek("set", at)
+  local b = f:read(1)
+  f:seek("set", at)
+  f:write(string.char(b:byte() ~ 8))
+  f:close()
+  T.raises(function() st.load(path, cpu) end, "tensor 'big': its 37748748 bytes do not match the checksum")
+  os.remove(path)
+end)
+
 T.test("saving nothing, overwriting, and argument errors", function()
   local path = tmpfile()
   st.save(path, {})
