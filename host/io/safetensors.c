@@ -500,6 +500,8 @@ static tf_status tf_st_read_task(tf_st_pool *p, int i, unsigned char *buf) {
   const bool on_cpu = dst->device.type == TF_DEV_CPU;
   tf_xxh64_state h;
   tf_xxh64_init(&h, 0);
+  /* the kernel reads the whole tensor ahead while the chunks are hashed and copied */
+  (void)posix_fadvise(j->fd, (off_t)(j->data_start + e->begin), (off_t)n, POSIX_FADV_WILLNEED);
   for (size_t off = 0; off < n; off += TF_ST_CHUNK) {
     const size_t len = n - off < TF_ST_CHUNK ? n - off : TF_ST_CHUNK;
     unsigned char *into = on_cpu ? mem + off : buf;
@@ -519,6 +521,7 @@ static tf_status tf_st_read_task(tf_st_pool *p, int i, unsigned char *buf) {
 static tf_status tf_st_read_all(const char *path, FILE *fh, uint64_t data_start, const tf_safetensors_entry *const *from,
                                 tf_tensor *const *dsts, int n) {
   tf_st_read_job job = {path, fileno(fh), data_start, from, dsts};
+  (void)posix_fadvise(job.fd, 0, 0, POSIX_FADV_SEQUENTIAL);
   tf_st_pool pool = {.items = n, .task = tf_st_read_task, .job = &job};
   tf_st_pool_device(&pool, dsts, n);
   return tf_st_pool_run(&pool);
