@@ -118,9 +118,9 @@ end
 -- so that a rank's file from another save is never taken for this one's.
 local function save_id(size)
   local t = tf()
-  local id = t.tensor({ size > 1 and t.dist.rank() == 0 and math.random(1, 2 ^ 52) or 0 }, { dtype = "i64", device = "cpu" })
-  if size > 1 then t.dist.broadcast(id, 0) end
-  return string.format("%x", id:item())
+  local id = t.tensor({ size > 1 and t.dist.rank() == 0 and math.random(1, 2 ^ 52) or 0 }, { dtype = "f64", device = "cpu" })
+  if size > 1 then t.dist.broadcast(id, 0) end -- (an integer below 2^53: exact in f64, the collectives' common type)
+  return string.format("%x", math.tointeger(id:item()))
 end
 
 -- The checked arguments of save and restore: the state, its datasets, the
