@@ -129,6 +129,9 @@ typedef struct tf_model_graph {
   tf_graph *exec; /* NULL until captured */
 } tf_model_graph;
 
+/* Generation's KV cache and decode-step buffers (model_decode.c). */
+typedef struct tf_model_decode tf_model_decode;
+
 struct tf_model {
   tf_model_config cfg;
   tf_device device;
@@ -181,6 +184,9 @@ struct tf_model {
   int64_t bucket_lo, bucket_hi;    /* the bucket being filled: [lo, hi), empty when equal */
   struct tf_dist_work **works;     /* collectives started during the backward pass */
   int nworks, cap_works;
+  /* generation (model_decode.c) */
+  tf_model_decode *decode; /* the KV cache, NULL until a prefill */
+  bool prefilling;         /* the layers being run store their keys and values into it */
 };
 
 /* A layer's weight matrices in the order the backward pass completes their
@@ -215,6 +221,10 @@ tf_status tf_model_adamw_step_check(const tf_model *m);
 typedef tf_status (*tf_model_phase_fn)(tf_model *m, bool keep);
 /* Runs body eagerly, or captures it, or replays its graph (see tf_model_graph). */
 tf_status tf_model_run_phase(tf_model *m, tf_model_phase phase, bool keep, tf_model_phase_fn body);
+/* Eager, captured or replayed as model_graph.c's phases are, for a graph
+ * the caller keys (g->key set, g reset when the key changes); name names
+ * its range and its messages. */
+tf_status tf_model_run_graph(tf_model *m, tf_model_graph *g, const char *name, bool keep, tf_model_phase_fn body);
 /* Frees every graph (the plan they run on is going away, or graphs were turned off). */
 void tf_model_graphs_drop(tf_model *m);
 
@@ -229,6 +239,8 @@ tf_status tf_model_sync_grads(tf_model *m);
 void tf_model_drop_works(tf_model *m);
 
 /* model_plan.c */
+/* RoPE's cos and sin tables (T, hd / 2) of f32 on the device, by rope.h's rule. */
+tf_status tf_model_rope_tables(tf_model *m, int64_t T, float *cos_out, float *sin_out);
 /* Makes the plan fit (batch, seq) and the mode: kept when it already does
  * (a training plan serves inference too), else released and made anew. */
 tf_status tf_model_plan_ensure(tf_model *m, int64_t batch, int64_t seq, bool training);
@@ -237,6 +249,14 @@ void tf_model_plan_release(tf_model *m);
 tf_status tf_model_plan_view(const tf_model *m, void *ptr, tf_dtype dtype, const tf_shape *shape, tf_tensor **out);
 
 /* model_forward.c */
+/* Generation's prefill: ids taken into the plan, the inference forward's
+ * layers run eagerly (never as a graph) while m->prefilling has each
+ * layer hand its fused projection to tf_model_decode_store; ends with the
+ * plan's hf. */
+tf_status tf_model_prefill_layers(tf_model *m, const tf_tensor *ids);
+/* model_decode.c: layer l's keys and values from its projection qkv into
+ * the cache (during a prefill; nothing otherwise). */
+tf_status tf_model_decode_store(tf_model *m, int64_t l, const void *qkv);
 /* RMSNorm of x into h and rstd (delta added into x_out first, when given). */
 tf_status tf_model_norm(tf_model *m, const float *x, const void *delta, float *x_out, int64_t gain, void *h,
                         float *rstd);
