@@ -109,9 +109,11 @@ static int tf_l_model_generate_ids(lua_State *L) {
  * generator's (opts.seed when nil). */
 static int tf_l_model_sample(lua_State *L) {
   tf_tensor *row = tf_lua_checktensor(L, 1);
+  const bool given = !lua_isnoneornil(L, 3);
+  const uint64_t state = given ? (uint64_t)luaL_checkinteger(L, 3) : 0;
   tf_generate_opts o;
   tf_l_generate_opts(L, 2, &o);
-  uint64_t rng = lua_isnoneornil(L, 3) ? o.seed : (uint64_t)luaL_checkinteger(L, 3);
+  uint64_t rng = given ? state : o.seed;
   if (row->dtype != TF_F32 || row->device.type != TF_DEV_CPU || row->ndim != 1)
     return luaL_error(L, "tf._model.sample: logits must be one f32 row on the CPU");
   const int64_t V = row->shape[0];
