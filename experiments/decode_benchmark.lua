@@ -23,11 +23,10 @@ local opt = tf.options{
   { "json", "also write the rows (with the environment) to this file", type = "string" },
 }
 
-local progress = tf.report.progress
 local on_gpu = tf.cuda.is_available()
-progress("copy rate ...")
+tf.report.progress("copy rate ...")
 local rate = on_gpu and tf.bench.copy_rate() or nil
-progress(rate and string.format(" %.0f GB/s\n", rate) or " (not measured on the CPU)\n")
+tf.report.progress(rate and string.format(" %.0f GB/s\n", rate) or " (not measured on the CPU)\n")
 
 -- The reference's rows by size and batch.
 local hf = {}
@@ -50,13 +49,22 @@ local rows = {}
 local es = opt.precision == "f32" and 4 or 2
 for _, size in ipairs(opt.size) do
   if not tf.model.presets[size] then tf.exit(2, "decode_benchmark.lua: unknown size '" .. size .. "'\n") end
+end
+local costs = {}
+for _, size in ipairs(opt.size) do
+  local cfg = tf.model.config{ preset = size }
+  for _ = 1, #opt.batch do costs[#costs + 1] = tf.model.num_parameters(cfg) end
+end
+local sweep = tf.report.sweep{ total = #costs, json = opt.json, results = rows, costs = costs,
+  extra = { options = opt, copy_gbps = rate, key = { "size", "batch" }, metrics = { "prefill_ms", "tokens_per_s" } } }
+for _, size in ipairs(opt.size) do
   local m = tf.model.new{ preset = size, context_length = opt.prompt + opt.new_tokens, precision = opt.precision,
     graphs = opt.graphs }
   for _, batch in ipairs(opt.batch) do
-    progress("%s batch %d ...", size, batch)
+    sweep:start("%s batch %d", size, batch)
     tf.seed(1)
     local prompt = tf.randint(0, m.config.vocab_size, { batch, opt.prompt }, { dtype = "i64" })
-    m:generate(prompt, { max_new_tokens = 4 }) -- the cache made, the step captured
+    m:generate(prompt, { max_new_tokens = 2 }) -- the cache made (the same length: prompt + new_tokens)
     local best
     for _ = 1, opt.repeats do
       local _, st = m:generate(prompt, { max_new_tokens = opt.new_tokens })
@@ -77,12 +85,13 @@ for _, size in ipairs(opt.size) do
       row.speedup = row.tokens_per_s / ref.tokens_per_s
     end
     rows[#rows + 1] = row
-    progress(" %.0f tokens/s\n", row.tokens_per_s)
+    sweep:done()
   end
   m = nil
   collectgarbage()
   collectgarbage()
 end
+sweep:finish()
 
 local function fmt(f) return function(v) return v and string.format(f, v) or "-" end end
 tf.report.table(rows, { columns = { "size", { "batch", "batch", "%d" }, "precision",
@@ -95,7 +104,4 @@ if rate then
     .. "middle position) once; the limit is those bytes over the copy rate. Target at batch 1: %.0f %% of it.",
     rate, opt.target * 100))
 end
-if opt.json then
-  tf.results.write(opt.json, rows, { options = opt, copy_gbps = rate, key = { "size", "batch" } })
-  print("wrote " .. opt.json)
-end
+if opt.json then print("wrote " .. opt.json) end

@@ -18,15 +18,16 @@ local opt = tf.options{
   { "context", "with no --weights: its context length", default = 256, min = 2 },
   { "precision", "with no --weights: f32, bf16 or f16", default = "bf16", cpu = "f32", type = "string",
     choices = { "f32", "bf16", "f16" } },
-  { "prompt", "the prompt text", type = "string" },
+  { "prompt", "the prompt text", default = "Once upon a time", type = "string" },
   { "file", "read the prompt from this file instead", type = "string" },
-  { "max_new_tokens", "bytes to generate (cut to what the context leaves)", default = 200, min = 1 },
+  { "max_new_tokens", "bytes to generate (cut to what the context leaves)", default = 200, cpu = 32, min = 1 },
   { "temperature", "0: greedy", default = 0.8, min = 0 },
   { "top_k", "keep the k most likely (0: all)", default = 0, min = 0 },
   { "top_p", "nucleus: the smallest set of probability >= top_p", default = 1.0, min = 0, max = 1 },
   { "seed", "the sampler's seed", default = 0 },
   { "batch", "continuations of the same prompt", default = 1, min = 1 },
   { "stop", "stop a continuation at this byte (a character, e.g. a newline as \\n)", type = "string" },
+  { "raw", "write the bytes as they are (default: bytes outside valid UTF-8 as \\xNN)", default = false },
   { "json", "also write the text and the timings (with the environment) to this file", type = "string" },
 }
 
@@ -68,6 +69,22 @@ local ids, stats = m:generate(tf.tensor(rows, { dtype = "i64", device = m.device
   max_new_tokens = n, temperature = opt.temperature, top_k = opt.top_k, top_p = opt.top_p, seed = opt.seed,
   stop = stop })
 
+-- s with every byte that is not part of valid UTF-8 written as \xNN (unless --raw).
+local function shown(s)
+  if opt.raw then return s end
+  local parts, at = {}, 1
+  while at <= #s do
+    local ok, bad = utf8.len(s, at)
+    if ok then
+      parts[#parts + 1] = s:sub(at)
+      break
+    end
+    parts[#parts + 1] = s:sub(at, bad - 1) .. string.format("\\x%02x", s:byte(bad))
+    at = bad + 1
+  end
+  return table.concat(parts)
+end
+
 local outs = {}
 for b, r in ipairs(ids:tolist()) do
   local parts = {}
@@ -77,12 +94,12 @@ for b, r in ipairs(ids:tolist()) do
   end
   outs[b] = table.concat(parts)
   if opt.batch > 1 then io.write(string.format("---- %d\n", b)) end
-  io.write(text, outs[b], "\n")
+  io.write(shown(text .. outs[b]), "\n")
 end
 io.stderr:write(string.format("generate.lua: %d x %d bytes; prefill %.2f ms, decode %.1f tokens/s (%s, %s)\n",
   opt.batch, ids:size(1), stats.prefill_ms, stats.decode_tokens_per_s, m.precision, tf.device()))
 if opt.json then
-  tf.results.write(opt.json, { { prompt = text, text = outs[1], batch = opt.batch, new_tokens = ids:size(1),
+  tf.results.write(opt.json, { { prompt = shown(text), text = shown(outs[1]), batch = opt.batch, new_tokens = ids:size(1),
     prefill_ms = stats.prefill_ms, decode_tokens_per_s = stats.decode_tokens_per_s } })
   print("wrote " .. opt.json)
 end
