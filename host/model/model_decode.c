@@ -8,8 +8,8 @@
  * and for the step one row a sequence of every activation.
  *
  * Prefill runs the prompt through the inference forward's layers
- * (model_forward.c), which hand each layer's fused projection to
- * tf_model_decode_store on the way; its logits are lm_head of the last
+ * (model_forward.c), which store each layer's keys and values on the way
+ * (tf_model_prefill_store, by the arguments set here); its logits are lm_head of the last
  * position of each row only. A decode step reads the batch's new ids and
  * their position from device memory (the step buffer, written before
  * each step), so one captured CUDA graph serves every position: the
@@ -114,6 +114,7 @@ static tf_status tf_decode_ensure(tf_model *m, int64_t batch, int64_t max_len) {
   }
   tf_decode_layout(m, d, tf_tensor_data(d->storage));
   m->decode = d;
+  m->decode_release = tf_model_decode_release;
   st = tf_model_rope_tables(m, max_len, d->cos, d->sin);
   if (st != TF_OK) tf_model_decode_release(m);
   return st;
@@ -144,11 +145,6 @@ static tf_status tf_decode_append(tf_model *m, int64_t l, int64_t seq, const voi
                          .k_cache = tf_decode_layer_cache(m, d->k_cache, l),
                          .v_cache = tf_decode_layer_cache(m, d->v_cache, l)};
   return m->k->kv_append(m->ctx, &a);
-}
-
-tf_status tf_model_decode_store(tf_model *m, int64_t l, const void *qkv) {
-  if (!m->prefilling) return TF_OK;
-  return tf_decode_append(m, l, m->plan.seq, qkv, NULL);
 }
 
 /* RMSNorm of the step's batch rows (model_forward.c's tf_model_norm over the plan's). */
@@ -229,6 +225,12 @@ tf_status tf_model_prefill(tf_model *m, const tf_tensor *ids, int64_t max_len, t
   tf_model_decode *d = m->decode;
   d->pos = 0;
   TF_TRY(tf_decode_set_step(m, NULL, 0));
+  const int64_t H = m->cfg.num_heads;
+  m->prefill_kv = (tf_kv_append_args){.batch = B, .heads = H, .head_dim = m->cfg.d_model / H, .max_len = max_len,
+                                      .dtype = m->dtype, .cos = d->cos, .sin = d->sin, .pos = d->step + B};
+  m->prefill_k0 = d->k_cache;
+  m->prefill_v0 = d->v_cache;
+  m->prefill_layer_elems = B * m->cfg.d_model * max_len;
   m->prefilling = true;
   tf_status st = tf_model_prefill_layers(m, ids);
   m->prefilling = false;

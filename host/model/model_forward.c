@@ -122,7 +122,7 @@ static tf_status tf_model_layer_forward(tf_model *m, int64_t l, bool keep) {
   float *xnext = p->resid[keep ? 2 * l + 2 : 0];
   /* x + attention(ln1(x)) */
   TF_TRY(tf_model_linear(m, a->h1, n, d, 3 * d, tf_model_mw(m, w->qkv), p->qkv));
-  if (m->prefilling) TF_TRY(tf_model_decode_store(m, l, p->qkv));
+  if (m->prefilling) TF_TRY(tf_model_prefill_store(m, l, p->qkv));
   TF_RANGED("scaled dot product attention", tf_model_attention_forward(m, a, p->qkv));
   void *proj = a->proj ? a->proj : p->proj; /* kept for the backward pass, or scratch */
   TF_TRY(tf_model_linear(m, a->atty, n, d, d, tf_model_mw(m, w->out), proj));

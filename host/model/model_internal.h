@@ -185,8 +185,14 @@ struct tf_model {
   struct tf_dist_work **works;     /* collectives started during the backward pass */
   int nworks, cap_works;
   /* generation (model_decode.c) */
-  tf_model_decode *decode; /* the KV cache, NULL until a prefill */
-  bool prefilling;         /* the layers being run store their keys and values into it */
+  tf_model_decode *decode;             /* the KV cache, NULL until a prefill */
+  void (*decode_release)(tf_model *m); /* how tf_model_free frees it (set with it: no call between the files) */
+  /* while a prefill runs the layers: each layer's keys and values go into the cache (model_forward.c
+   * calls tf_model_prefill_store), at k0 / v0 plus layer_elems a layer, by these arguments */
+  bool prefilling;
+  tf_kv_append_args prefill_kv;
+  void *prefill_k0, *prefill_v0;
+  int64_t prefill_layer_elems;
 };
 
 /* A layer's weight matrices in the order the backward pass completes their
@@ -251,12 +257,9 @@ tf_status tf_model_plan_view(const tf_model *m, void *ptr, tf_dtype dtype, const
 /* model_forward.c */
 /* Generation's prefill: ids taken into the plan, the inference forward's
  * layers run eagerly (never as a graph) while m->prefilling has each
- * layer hand its fused projection to tf_model_decode_store; ends with the
+ * layer store its keys and values (tf_model_prefill_store); ends with the
  * plan's hf. */
 tf_status tf_model_prefill_layers(tf_model *m, const tf_tensor *ids);
-/* model_decode.c: layer l's keys and values from its projection qkv into
- * the cache (during a prefill; nothing otherwise). */
-tf_status tf_model_decode_store(tf_model *m, int64_t l, const void *qkv);
 /* RMSNorm of x into h and rstd (delta added into x_out first, when given). */
 tf_status tf_model_norm(tf_model *m, const float *x, const void *delta, float *x_out, int64_t gain, void *h,
                         float *rstd);
@@ -297,6 +300,17 @@ static inline void *tf_model_mw(const tf_model *m, int64_t off) {
 /* Element i of a buffer of the compute dtype. */
 static inline void *tf_model_at(const tf_model *m, void *base, int64_t i) {
   return (char *)base + i * (int64_t)tf_dtype_size(m->dtype);
+}
+
+/* During a prefill: layer l's keys (turned by RoPE) and values from its
+ * fused projection qkv into the KV cache (model_decode.c set prefill_kv). */
+static inline tf_status tf_model_prefill_store(tf_model *m, int64_t l, const void *qkv) {
+  tf_kv_append_args a = m->prefill_kv;
+  a.seq = m->plan.seq;
+  a.qkv = qkv;
+  a.k_cache = tf_model_at(m, m->prefill_k0, l * m->prefill_layer_elems);
+  a.v_cache = tf_model_at(m, m->prefill_v0, l * m->prefill_layer_elems);
+  return m->k->kv_append(m->ctx, &a);
 }
 
 /* ---- GEMMs ---------------------------------------------------------------------- */
