@@ -156,13 +156,24 @@ static tf_status tf_decode_norm(tf_model *m, const void *delta, int64_t gain, vo
   return m->k->rmsnorm(m->ctx, &a);
 }
 
+/* y (batch, out) = x W^T for the step's rows: tf_model_linear, marked as
+ * a product of few rows (the backend's bandwidth-bound kernel where it has
+ * one and the batch is small). */
+static tf_status tf_decode_linear(tf_model *m, const void *x, int64_t in, int64_t out, const void *w, void *y) {
+  const int64_t rows = m->decode->batch;
+  tf_gemm_args g = {.a = x, .b = w, .c = y, .ab_dtype = m->dtype, .c_dtype = m->dtype, .batch = 1, .m = rows,
+                    .n = out, .k = in, .trans_b = true, .lda = in, .ldb = in, .ldc = out,
+                    .allow_tf32 = m->ctx->allow_tf32, .few_rows = rows <= TF_GEMM_FEW_ROWS};
+  return m->k->gemm(m->ctx, &g);
+}
+
 /* Layer l of the decode step: the residual stream d->x, ln1's output in d->h. */
 static tf_status tf_decode_layer(tf_model *m, int64_t l) {
   tf_model_decode *d = m->decode;
   const tf_model_config *c = &m->cfg;
   const int64_t B = d->batch, dm = c->d_model, f = c->d_ff, H = c->num_heads, hd = dm / H;
   const tf_model_layer_weights *w = &m->layers[l];
-  TF_TRY(tf_model_linear(m, d->h, B, dm, 3 * dm, tf_model_mw(m, w->qkv), d->qkv));
+  TF_TRY(tf_decode_linear(m, d->h, dm, 3 * dm, tf_model_mw(m, w->qkv), d->qkv));
   TF_TRY(tf_decode_append(m, l, 1, d->qkv, d->q));
   tf_decode_attention_args at = {.batch = B, .heads = H, .head_dim = hd, .max_len = d->max_len, .splits = d->splits,
                                  .scale = 1.0 / sqrt((double)hd), .dtype = m->dtype, .pos = d->step + B, .q = d->q,
@@ -170,12 +181,12 @@ static tf_status tf_decode_layer(tf_model *m, int64_t l) {
                                  .v_cache = tf_decode_layer_cache(m, d->v_cache, l), .out = d->atty,
                                  .partial = d->partial};
   TF_RANGED("decode attention", m->k->decode_attention(m->ctx, &at));
-  TF_TRY(tf_model_linear(m, d->atty, B, dm, dm, tf_model_mw(m, w->out), d->proj));
+  TF_TRY(tf_decode_linear(m, d->atty, dm, dm, tf_model_mw(m, w->out), d->proj));
   TF_TRY(tf_decode_norm(m, d->proj, w->ln2, d->h));
-  TF_TRY(tf_model_linear(m, d->h, B, dm, 2 * f, tf_model_mw(m, w->w13), d->ab));
+  TF_TRY(tf_decode_linear(m, d->h, dm, 2 * f, tf_model_mw(m, w->w13), d->ab));
   tf_swiglu_args sw = {.rows = B, .f = f, .dtype = m->dtype, .ab = d->ab, .y = d->gate};
   TF_TRY(m->k->swiglu(m->ctx, &sw));
-  TF_TRY(tf_model_linear(m, d->gate, B, f, dm, tf_model_mw(m, w->w2), d->proj));
+  TF_TRY(tf_decode_linear(m, d->gate, f, dm, tf_model_mw(m, w->w2), d->proj));
   const int64_t next = l + 1 < c->num_layers ? m->layers[l + 1].ln1 : m->lnf;
   return tf_decode_norm(m, d->proj, next, d->h);
 }
@@ -191,7 +202,7 @@ static tf_status tf_decode_body(tf_model *m, bool keep) {
   TF_TRY(m->k->encoder(m->ctx, &enc));
   TF_TRY(tf_decode_norm(m, NULL, m->layers[0].ln1, d->h));
   for (int64_t l = 0; l < c->num_layers; l++) TF_TRY(tf_decode_layer(m, l));
-  return tf_model_linear(m, d->h, d->batch, c->d_model, c->vocab_size, tf_model_mw(m, m->lm_head), d->logits);
+  return tf_decode_linear(m, d->h, c->d_model, c->vocab_size, tf_model_mw(m, m->lm_head), d->logits);
 }
 
 /* A new (batch, V) tensor of the compute dtype holding the step's logits. */

@@ -48,7 +48,14 @@ typedef struct tf_gemm_args {
    * CUDA backend's timed choice, gemm.cu, when TF_GEMM_TUNE=1): for a
    * shape called many times, like the engine's. */
   bool tune;
+  /* A product of few rows (m <= TF_GEMM_FEW_ROWS) over a weight read once,
+   * as generation's decode step makes (C = A B^T, B (n, k) in f16/bf16):
+   * the backend may run a kernel of its own for it, bandwidth-bound (the
+   * CUDA backend's, gemm.cu; TF_DECODE_GEMV=0 turns it off), with other
+   * rounding than its general path. */
+  bool few_rows;
 } tf_gemm_args;
+enum { TF_GEMM_FEW_ROWS = 16 };
 
 /* What a backend's timed choice of GEMM algorithms (tf_gemm_args.tune)
  * did over a device's life. */

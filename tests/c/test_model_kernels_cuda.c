@@ -131,6 +131,29 @@ static void test_gemm(void) {
   KG->gemm_use_lt(gctx, true);
 }
 
+/* The few-rows products of generation's decode step (tf_gemm_args.few_rows):
+ * C = A B^T of m <= 16 rows, the GPU's own kernel against the CPU's GEMM;
+ * a misaligned k (not a multiple of 8) takes the general path. */
+static void few_rows_case(tf_dtype d, int64_t m, int64_t n, int64_t k) {
+  flat_pair a = flat_pair_randn(m * k, d, 1.0, 0), b = flat_pair_randn(n * k, d, 1.0, 0), c = flat_pair_zeros(m * n, d);
+  tf_gemm_args g = {.ab_dtype = d, .c_dtype = d, .batch = 1, .m = m, .n = n, .k = k, .trans_b = true, .lda = k,
+                    .ldb = k, .ldc = n, .few_rows = true};
+  g.a = CP(a), g.b = CP(b), g.c = CP(c);
+  CHECK_OK(KC->gemm(cctx, &g));
+  g.a = GP(a), g.b = GP(b), g.c = GP(c);
+  CHECK_OK(KG->gemm(gctx, &g));
+  same("gemm few rows", d, c, tol_of(d));
+  flat_pair_free(&a), flat_pair_free(&b), flat_pair_free(&c);
+}
+
+static void test_gemm_few_rows(void) {
+  const int64_t shapes[][3] = {{1, 7680, 2560}, {3, 100, 64}, {4, 33, 264}, {16, 10000, 768}, {9, 129, 3072},
+                               {2, 50, 20}};
+  for (int di = 1; di < 3; di++)
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+      few_rows_case(DTYPES[di], shapes[s][0], shapes[s][1], shapes[s][2]);
+}
+
 /* A product timed at its first call (tune) against the same product on the
  * heuristic's first algorithm (a call before it made the plan untimed):
  * the same bits. The plan is new, so the timed call goes through the
@@ -861,6 +884,7 @@ int main(void) {
   if (!CHECK(KC && KG && KG->gemm_use_lt && KG->gemm_tuning)) return tf_check_done();
   TIMED("gemm", test_gemm());
   TIMED("gemm, timed choice", test_gemm_timed());
+  TIMED("gemm, few rows", test_gemm_few_rows());
   TIMED("rmsnorm", test_rmsnorm());
   TIMED("swiglu", test_swiglu());
   TIMED("attention kernels", test_attention_kernels());
