@@ -64,7 +64,7 @@ for _, size in ipairs(opt.size) do
     sweep:start("%s batch %d", size, batch)
     tf.seed(1)
     local prompt = tf.randint(0, m.config.vocab_size, { batch, opt.prompt }, { dtype = "i64" })
-    m:generate(prompt, { max_new_tokens = 2 }) -- the cache made (the same length: prompt + new_tokens)
+    m:generate(prompt, { max_new_tokens = opt.new_tokens }) -- the cache made, the decode step captured
     local best
     for _ = 1, opt.repeats do
       local _, st = m:generate(prompt, { max_new_tokens = opt.new_tokens })

@@ -209,8 +209,9 @@ tf_model_grad_sync tf_model_data_parallel(const tf_model *m, bool *zero1);
 /* Prefill: ids (batch, seq) i32/i64 (on the model's device or the CPU; every
  * row the same length: ragged prompts are not supported) run through the
  * layers with each layer's keys (after RoPE) and values kept in a cache of
- * max_len positions (seq <= max_len <= context_length; made for (batch,
- * max_len), kept while they stay the same). *logits (or NULL): a new
+ * at least max_len positions (seq <= max_len <= context_length; the cache
+ * of an earlier prefill is kept, with its captured decode step, when it has
+ * the batch and room enough). *logits (or NULL): a new
  * (batch, V) tensor of the compute dtype, the logits of each row's last
  * position. */
 tf_status tf_model_prefill(tf_model *m, const tf_tensor *ids, int64_t max_len, tf_tensor **logits);

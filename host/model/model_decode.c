@@ -96,10 +96,11 @@ static int64_t tf_decode_splits(const tf_model *m, int64_t batch, int64_t max_le
   return s < 1 ? 1 : s;
 }
 
-/* The cache for (batch, max_len): kept when it fits, else made anew
- * (the old one freed first), its RoPE tables filled. */
+/* The cache for (batch, at least max_len): kept when it fits (with its
+ * captured step), else made anew (the old one freed first), its RoPE
+ * tables filled. */
 static tf_status tf_decode_ensure(tf_model *m, int64_t batch, int64_t max_len) {
-  if (m->decode && m->decode->batch == batch && m->decode->max_len == max_len) return TF_OK;
+  if (m->decode && m->decode->batch == batch && m->decode->max_len >= max_len) return TF_OK;
   tf_model_decode_release(m);
   tf_model_decode *d = calloc(1, sizeof *d);
   if (!d) return tf_fail(TF_ERR_OOM, "out of memory: no host memory for the KV cache");
@@ -120,12 +121,19 @@ static tf_status tf_decode_ensure(tf_model *m, int64_t batch, int64_t max_len) {
   return st;
 }
 
-/* Writes the step buffer: ids (batch values, or none) and the position. */
+/* Writes the step buffer: ids (batch values, or none) and the position,
+ * in one copy. */
 static tf_status tf_decode_set_step(tf_model *m, const int64_t *ids, int64_t pos) {
   tf_model_decode *d = m->decode;
   const tf_backend *be = m->ctx->backend;
-  if (ids) TF_TRY(be->copy(m->ctx, d->step, ids, (size_t)d->batch * sizeof *ids, TF_COPY_H2D));
-  return be->copy(m->ctx, d->step + d->batch, &pos, sizeof pos, TF_COPY_H2D);
+  if (!ids) return be->copy(m->ctx, d->step + d->batch, &pos, sizeof pos, TF_COPY_H2D);
+  int64_t *step = malloc((size_t)(d->batch + 1) * sizeof *step);
+  if (!step) return tf_fail(TF_ERR_OOM, "out of memory: no host memory for the decode step");
+  memcpy(step, ids, (size_t)d->batch * sizeof *step);
+  step[d->batch] = pos;
+  tf_status st = be->copy(m->ctx, d->step, step, (size_t)(d->batch + 1) * sizeof *step, TF_COPY_H2D);
+  free(step);
+  return st;
 }
 
 static void *tf_decode_layer_cache(const tf_model *m, void *cache, int64_t l) {
