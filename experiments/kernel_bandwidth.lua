@@ -163,22 +163,12 @@ end
 -- theirs the byte model knows (FlashAttention's row dot).
 local function is_compute_bound(r, model) return (r.class == "gemm" or r.class == "attention") and not model[r.name] end
 
---- The device's copy rate in GB/s: a 1 GiB f32 tensor copied on the device
--- (read and written: 2 GiB moved), the median of a few copies.
-local function copy_rate()
-  local n = 1 << 28
-  local a, b = tf.randn(n), tf.zeros(n)
-  local s = tf.bench(function() b:copy_(a) end, { warmup = 3, iters = 15 })
-  a:free(); b:free()
-  return 2 * 4 * n / (s.median * 1e-3) / 1e9, s.median
-end
-
 local progress = tf.report.progress
 local ok_prof, why = tf.prof.available()
 if not ok_prof then tf.exit(2, "kernel_bandwidth.lua: " .. why .. "\n") end
 
 progress("copy rate ...")
-local rate, copy_ms = copy_rate()
+local rate, copy_ms = tf.bench.copy_rate()
 progress(" %.0f GB/s\n", rate)
 progress("%s ctx %d %s: %d warm-up and %d profiled steps ...", opt.size, opt.context, opt.precision, opt.warmup,
   opt.steps)

@@ -40,6 +40,8 @@ int tf_lua_raise(lua_State *L, tf_status st, const char *fname);
 
 /* The live tensor at idx; a Lua error if it is not a tensor or was freed. */
 tf_tensor *tf_lua_checktensor(lua_State *L, int idx);
+/* The live fused model (tf.Model) at idx (l_model.c). */
+struct tf_model *tf_lua_checkmodel(lua_State *L, int idx);
 tf_tensor *tf_lua_totensor(lua_State *L, int idx); /* NULL if not a live tensor */
 /* Pushes a new tf.Tensor owning the reference t (released by __gc/free). */
 void tf_lua_pushtensor(lua_State *L, tf_tensor *t);
@@ -96,6 +98,7 @@ void tf_open_hash(lua_State *L);      /* tf.sha256, tf.sha256_file, tf.executabl
 void tf_open_autograd(lua_State *L);  /* grad scopes, autocast, x:backward() */
 void tf_open_nn(lua_State *L);        /* the NN ops, as functions and methods */
 void tf_open_model(lua_State *L);     /* tf._model: the fused Transformer engine */
+void tf_open_generate(lua_State *L);  /* tf.Model's generation methods (after tf_open_model) */
 void tf_open_dist(lua_State *L);      /* tf._dist: ranks and collectives, for tf.dist */
 void tf_open_prof(lua_State *L);      /* tf._prof: ranges and the profiler */
 void tf_open_rtc(lua_State *L);       /* tf._rtc: kernels compiled at run time, for tf.cuda */

@@ -434,3 +434,6 @@ void tf_open_model(lua_State *L) {
   luaL_newlib(L, tf_model_functions);
   lua_setfield(L, -2, "_model");
 }
+
+/* The live engine at idx, for the bindings that add methods to tf.Model (l_generate.c). */
+tf_model *tf_lua_checkmodel(lua_State *L, int idx) { return tf_l_checkmodel(L, idx); }

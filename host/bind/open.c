@@ -20,6 +20,7 @@ static const struct tf_opener {
     {"autograd and autocast", tf_open_autograd},
     {"the NN ops", tf_open_nn},
     {"tf._model", tf_open_model},
+    {"tf.Model's generation methods", tf_open_generate},
     {"tf._dist", tf_open_dist},
     {"tf._prof", tf_open_prof},
     {"tf._rtc", tf_open_rtc},

@@ -266,6 +266,7 @@ tf_status tf_model_create(const tf_model_config *cfg, tf_device device, tf_dtype
 /* Views handed out keep their storage: only the engine's references go here. */
 void tf_model_free(tf_model *m) {
   if (!m) return;
+  if (m->decode_release) m->decode_release(m);
   tf_model_plan_release(m);
   for (int i = 0; i < m->ntensors; i++) {
     tf_tensor_release(m->tensors[i].param);

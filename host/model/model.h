@@ -204,6 +204,62 @@ typedef enum tf_model_grad_sync {
 tf_status tf_model_set_data_parallel(tf_model *m, tf_model_grad_sync sync, double bucket_mb, bool zero1);
 tf_model_grad_sync tf_model_data_parallel(const tf_model *m, bool *zero1);
 
+/* ---- generation with a KV cache (model_decode.c, model_sample.c) ------------------- */
+
+/* Prefill: ids (batch, seq) i32/i64 (on the model's device or the CPU; every
+ * row the same length: ragged prompts are not supported) run through the
+ * layers with each layer's keys (after RoPE) and values kept in a cache of
+ * at least max_len positions (seq <= max_len <= context_length; the cache
+ * of an earlier prefill is kept, with its captured decode step, when it has
+ * the batch and room enough). *logits (or NULL): a new
+ * (batch, V) tensor of the compute dtype, the logits of each row's last
+ * position. */
+tf_status tf_model_prefill(tf_model *m, const tf_tensor *ids, int64_t max_len, tf_tensor **logits);
+/* One decode step: ids (batch values on the host) at the next position,
+ * appended to the cache; *logits (or NULL) as for prefill. Replayed as one
+ * CUDA graph from the third step on where the engine replays graphs. */
+tf_status tf_model_decode_step(tf_model *m, const int64_t *ids, tf_tensor **logits);
+/* Tokens in the cache (0 before a prefill), its batch, its bytes. */
+int64_t tf_model_decode_position(const tf_model *m);
+int64_t tf_model_decode_batch(const tf_model *m);
+size_t tf_model_decode_bytes(const tf_model *m);
+/* The last logits (batch * V floats) into out on the host (waits). */
+tf_status tf_model_decode_logits_host(tf_model *m, float *out);
+/* Frees the cache (tf_model_free does too). */
+void tf_model_decode_release(tf_model *m);
+
+typedef struct tf_generate_opts {
+  int64_t max_new_tokens; /* >= 1; prompt + max_new_tokens <= context_length */
+  double temperature;     /* 0: greedy */
+  double top_p;           /* (0, 1]; 1: no cut */
+  int64_t top_k;          /* 0: no cut */
+  uint64_t seed;          /* the sampler's own generator */
+  const int64_t *stop;    /* a row that emits one of these stops */
+  int nstop;
+} tf_generate_opts;
+typedef struct tf_generate_stats {
+  double prefill_ms, decode_ms; /* the prefill (to its logits on the host), then the rest */
+  int64_t decode_steps, batch, prompt;
+} tf_generate_stats;
+/* Prefill, then a decode step a token, each row's token drawn on the host
+ * (model_sample.c). out: batch * max_new_tokens ids (row-major); a row
+ * that stopped holds -1 after its stop token; *produced: the columns
+ * written (fewer than max_new_tokens when every row stopped). stats may be
+ * NULL. */
+tf_status tf_model_generate(tf_model *m, const tf_tensor *prompt, const tf_generate_opts *o, int64_t *out,
+                            int64_t *produced, tf_generate_stats *stats);
+tf_status tf_model_generate_check(const tf_model *m, const tf_tensor *prompt, const tf_generate_opts *o);
+/* One row of logits sampled by o's rules (greedy at temperature 0). buf:
+ * scratch for V tokens (tf_sample_buf_make), unused when greedy. */
+typedef struct tf_sample_entry_buf {
+  void *entries;
+  double *probs;
+} tf_sample_entry_buf;
+tf_status tf_sample_buf_make(int64_t V, tf_sample_entry_buf *buf);
+void tf_sample_buf_free(tf_sample_entry_buf *buf);
+int64_t tf_model_sample_row(const float *row, int64_t V, const tf_generate_opts *o, uint64_t *rng,
+                            tf_sample_entry_buf *buf);
+
 #ifdef __cplusplus
 }
 #endif

@@ -122,6 +122,7 @@ static tf_status tf_model_layer_forward(tf_model *m, int64_t l, bool keep) {
   float *xnext = p->resid[keep ? 2 * l + 2 : 0];
   /* x + attention(ln1(x)) */
   TF_TRY(tf_model_linear(m, a->h1, n, d, 3 * d, tf_model_mw(m, w->qkv), p->qkv));
+  if (m->prefilling) TF_TRY(tf_model_prefill_store(m, l, p->qkv));
   TF_RANGED("scaled dot product attention", tf_model_attention_forward(m, a, p->qkv));
   void *proj = a->proj ? a->proj : p->proj; /* kept for the backward pass, or scratch */
   TF_TRY(tf_model_linear(m, a->atty, n, d, d, tf_model_mw(m, w->out), proj));
@@ -234,5 +235,14 @@ tf_status tf_model_loss(tf_model *m, const tf_tensor *ids, const tf_tensor *targ
   }
   m->loss_ready = true;
   *loss = out;
+  return TF_OK;
+}
+
+/* ---- generation's prefill ------------------------------------------------------------ */
+
+tf_status tf_model_prefill_layers(tf_model *m, const tf_tensor *ids) {
+  TF_TRY(tf_model_take_inputs(m, "model prefill", ids, NULL, false));
+  TF_TRY(tf_model_sync_weights(m));
+  TF_RANGED("prefill", tf_model_layers_pass(m, false));
   return TF_OK;
 }

@@ -56,7 +56,7 @@ static bool tf_model_graph_key_eq(const tf_model_graph_key *a, const tf_model_gr
  * its cache needs no cudaMalloc, so capture cannot see it; its address
  * would be baked into the graph while the allocator gives it to others,
  * so any allocation during the capture fails it too. */
-static bool tf_model_capture(tf_model *m, tf_model_phase phase, tf_model_graph *g, bool keep, tf_model_phase_fn body) {
+static bool tf_model_capture(tf_model *m, const char *name, tf_model_graph *g, bool keep, tf_model_phase_fn body) {
   char why[256] = "";
   const uint64_t allocs = m->ctx->alloc.stats.num_allocs;
   tf_prof_graph_capture_begin();
@@ -80,7 +80,7 @@ static bool tf_model_capture(tf_model *m, tf_model_phase phase, tf_model_graph *
   m->graph_failures++;
   if (tf_env_is("TF_MODEL_GRAPHS_DEBUG", "1"))
     fprintf(stderr, "tfhost: model: %s for batch %lld, seq %lld not captured (runs eagerly): %s\n",
-            tf_model_phase_names[phase], (long long)g->key.batch, (long long)g->key.seq, why);
+            name, (long long)g->key.batch, (long long)g->key.seq, why);
   return false;
 }
 
@@ -98,15 +98,20 @@ tf_status tf_model_run_phase(tf_model *m, tf_model_phase phase, bool keep, tf_mo
     m->k->graph_destroy(m->ctx, g->exec);
     *g = (tf_model_graph){.key = key};
   }
+  return tf_model_run_graph(m, g, tf_model_phase_names[phase], keep, body);
+}
+
+tf_status tf_model_run_graph(tf_model *m, tf_model_graph *g, const char *name, bool keep, tf_model_phase_fn body) {
+  if (!m->graphs) return body(m, keep);
   if (g->exec && !g->traced && tf_prof_collecting_gpu()) {
     m->k->graph_destroy(m->ctx, g->exec);
     g->exec = NULL;
   }
   if (!g->exec) {
     const bool warm = g->calls++ > 0;
-    if (!warm || g->failed || !tf_model_capture(m, phase, g, keep, body)) return body(m, keep);
+    if (!warm || g->failed || !tf_model_capture(m, name, g, keep, body)) return body(m, keep);
   }
-  TF_RANGED(tf_model_phase_names[phase], m->k->graph_launch(m->ctx, g->exec));
+  TF_RANGED(name, m->k->graph_launch(m->ctx, g->exec));
   m->graph_replays++;
   return TF_OK;
 }

@@ -129,6 +129,9 @@ typedef struct tf_model_graph {
   tf_graph *exec; /* NULL until captured */
 } tf_model_graph;
 
+/* Generation's KV cache and decode-step buffers (model_decode.c). */
+typedef struct tf_model_decode tf_model_decode;
+
 struct tf_model {
   tf_model_config cfg;
   tf_device device;
@@ -181,6 +184,15 @@ struct tf_model {
   int64_t bucket_lo, bucket_hi;    /* the bucket being filled: [lo, hi), empty when equal */
   struct tf_dist_work **works;     /* collectives started during the backward pass */
   int nworks, cap_works;
+  /* generation (model_decode.c) */
+  tf_model_decode *decode;             /* the KV cache, NULL until a prefill */
+  void (*decode_release)(tf_model *m); /* how tf_model_free frees it (set with it: no call between the files) */
+  /* while a prefill runs the layers: each layer's keys and values go into the cache (model_forward.c
+   * calls tf_model_prefill_store), at k0 / v0 plus layer_elems a layer, by these arguments */
+  bool prefilling;
+  tf_kv_append_args prefill_kv;
+  void *prefill_k0, *prefill_v0;
+  int64_t prefill_layer_elems;
 };
 
 /* A layer's weight matrices in the order the backward pass completes their
@@ -215,6 +227,10 @@ tf_status tf_model_adamw_step_check(const tf_model *m);
 typedef tf_status (*tf_model_phase_fn)(tf_model *m, bool keep);
 /* Runs body eagerly, or captures it, or replays its graph (see tf_model_graph). */
 tf_status tf_model_run_phase(tf_model *m, tf_model_phase phase, bool keep, tf_model_phase_fn body);
+/* Eager, captured or replayed as model_graph.c's phases are, for a graph
+ * the caller keys (g->key set, g reset when the key changes); name names
+ * its range and its messages. */
+tf_status tf_model_run_graph(tf_model *m, tf_model_graph *g, const char *name, bool keep, tf_model_phase_fn body);
 /* Frees every graph (the plan they run on is going away, or graphs were turned off). */
 void tf_model_graphs_drop(tf_model *m);
 
@@ -229,6 +245,8 @@ tf_status tf_model_sync_grads(tf_model *m);
 void tf_model_drop_works(tf_model *m);
 
 /* model_plan.c */
+/* RoPE's cos and sin tables (T, hd / 2) of f32 on the device, by rope.h's rule. */
+tf_status tf_model_rope_tables(tf_model *m, int64_t T, float *cos_out, float *sin_out);
 /* Makes the plan fit (batch, seq) and the mode: kept when it already does
  * (a training plan serves inference too), else released and made anew. */
 tf_status tf_model_plan_ensure(tf_model *m, int64_t batch, int64_t seq, bool training);
@@ -237,6 +255,11 @@ void tf_model_plan_release(tf_model *m);
 tf_status tf_model_plan_view(const tf_model *m, void *ptr, tf_dtype dtype, const tf_shape *shape, tf_tensor **out);
 
 /* model_forward.c */
+/* Generation's prefill: ids taken into the plan, the inference forward's
+ * layers run eagerly (never as a graph) while m->prefilling has each
+ * layer store its keys and values (tf_model_prefill_store); ends with the
+ * plan's hf. */
+tf_status tf_model_prefill_layers(tf_model *m, const tf_tensor *ids);
 /* RMSNorm of x into h and rstd (delta added into x_out first, when given). */
 tf_status tf_model_norm(tf_model *m, const float *x, const void *delta, float *x_out, int64_t gain, void *h,
                         float *rstd);
@@ -277,6 +300,17 @@ static inline void *tf_model_mw(const tf_model *m, int64_t off) {
 /* Element i of a buffer of the compute dtype. */
 static inline void *tf_model_at(const tf_model *m, void *base, int64_t i) {
   return (char *)base + i * (int64_t)tf_dtype_size(m->dtype);
+}
+
+/* During a prefill: layer l's keys (turned by RoPE) and values from its
+ * fused projection qkv into the KV cache (model_decode.c set prefill_kv). */
+static inline tf_status tf_model_prefill_store(tf_model *m, int64_t l, const void *qkv) {
+  tf_kv_append_args a = m->prefill_kv;
+  a.seq = m->plan.seq;
+  a.qkv = qkv;
+  a.k_cache = tf_model_at(m, m->prefill_k0, l * m->prefill_layer_elems);
+  a.v_cache = tf_model_at(m, m->prefill_v0, l * m->prefill_layer_elems);
+  return m->k->kv_append(m->ctx, &a);
 }
 
 /* ---- GEMMs ---------------------------------------------------------------------- */

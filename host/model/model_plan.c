@@ -156,8 +156,8 @@ static void tf_model_plan_carve(const tf_model *m, tf_model_plan *p, tf_carver *
 /* cos and sin of t * theta^(-2i / hd), in double by the rule the rope op
  * uses (rope.h: the same angles on every backend), rounded to f32, copied
  * to the device. */
-static tf_status tf_model_plan_rope(tf_model *m) {
-  const int64_t T = m->plan.seq, half = m->cfg.d_model / m->cfg.num_heads / 2, n = T * half;
+tf_status tf_model_rope_tables(tf_model *m, int64_t T, float *cos_out, float *sin_out) {
+  const int64_t half = m->cfg.d_model / m->cfg.num_heads / 2, n = T * half;
   float *tab = malloc((size_t)n * 2 * sizeof *tab);
   if (!tab) return tf_fail(TF_ERR_OOM, "out of memory: no host memory for the RoPE table");
   for (int64_t t = 0; t < T; t++)
@@ -167,10 +167,14 @@ static tf_status tf_model_plan_rope(tf_model *m) {
       tab[n + t * half + i] = (float)sin(angle);
     }
   const tf_backend *be = m->ctx->backend;
-  tf_status st = be->copy(m->ctx, m->plan.rope_cos, tab, (size_t)n * sizeof *tab, TF_COPY_H2D);
-  if (st == TF_OK) st = be->copy(m->ctx, m->plan.rope_sin, tab + n, (size_t)n * sizeof *tab, TF_COPY_H2D);
+  tf_status st = be->copy(m->ctx, cos_out, tab, (size_t)n * sizeof *tab, TF_COPY_H2D);
+  if (st == TF_OK) st = be->copy(m->ctx, sin_out, tab + n, (size_t)n * sizeof *tab, TF_COPY_H2D);
   free(tab);
   return st;
+}
+
+static tf_status tf_model_plan_rope(tf_model *m) {
+  return tf_model_rope_tables(m, m->plan.seq, m->plan.rope_cos, m->plan.rope_sin);
 }
 
 /* Drops the allocation: what it held (and any pending loss) is gone, and

@@ -48,7 +48,14 @@ typedef struct tf_gemm_args {
    * CUDA backend's timed choice, gemm.cu, when TF_GEMM_TUNE=1): for a
    * shape called many times, like the engine's. */
   bool tune;
+  /* A product of few rows (m <= TF_GEMM_FEW_ROWS) over a weight read once,
+   * as generation's decode step makes (C = A B^T, B (n, k) in f16/bf16):
+   * the backend may run a kernel of its own for it, bandwidth-bound (the
+   * CUDA backend's, gemm.cu; TF_DECODE_GEMV=0 turns it off), with other
+   * rounding than its general path. */
+  bool few_rows;
 } tf_gemm_args;
+enum { TF_GEMM_FEW_ROWS = 16 };
 
 /* What a backend's timed choice of GEMM algorithms (tf_gemm_args.tune)
  * did over a device's life. */
@@ -238,6 +245,42 @@ typedef struct tf_grad_norm_args {
   float *out;      /* TF_GRAD_NORM_OUT floats on the device */
 } tf_grad_norm_args;
 
+/* Generation's KV cache (model_decode.c). kv_append: seq new tokens of
+ * each of batch rows, at positions *pos .. *pos + seq - 1 (pos read from
+ * device memory, so one captured graph serves every position), from the
+ * fused projection qkv (batch, seq, 3, heads, head_dim): k turned by RoPE
+ * (rope_heads' rule, from tables of the cache's whole length) and v as it
+ * is, written into the caches k_cache and v_cache (batch, heads, max_len,
+ * head_dim); q, when not NULL, gets the turned queries (batch, heads, seq,
+ * head_dim). */
+typedef struct tf_kv_append_args {
+  int64_t batch, seq, heads, head_dim, max_len;
+  tf_dtype dtype;
+  const float *cos, *sin; /* (max_len, head_dim / 2) */
+  const int64_t *pos;     /* one value on the device */
+  const void *qkv;
+  void *q;
+  void *k_cache, *v_cache;
+} tf_kv_append_args;
+
+/* One query a row and head against the cached keys 0 .. *pos (pos on the
+ * device): out (batch, heads * head_dim) = softmax(scale q k^T) v, in f32,
+ * rounded once. The keys are cut into splits stretches of
+ * ceil(max_len / splits) (a fixed cut, so the same bits at every length
+ * and in a graph), each reduced alone into partial (batch * heads * splits
+ * * (head_dim + 2) floats: its max, its sum, its weighted values), then
+ * the stretches merged in order. */
+typedef struct tf_decode_attention_args {
+  int64_t batch, heads, head_dim, max_len, splits;
+  double scale;
+  tf_dtype dtype;
+  const int64_t *pos;
+  const void *q; /* (batch, heads, head_dim) */
+  const void *k_cache, *v_cache;
+  void *out;
+  float *partial;
+} tf_decode_attention_args;
+
 /* A captured, instantiated CUDA graph: work queued on a device's stream
  * once, replayed as one launch. */
 typedef struct tf_graph tf_graph;
@@ -316,6 +359,11 @@ typedef struct tf_model_kernels {
    * the work before the last mark i. Capturable. */
   tf_status (*side_mark)(tf_device_ctx *ctx, int i);
   tf_status (*main_wait)(tf_device_ctx *ctx, int i);
+
+  /* Generation (tf_kv_append_args, tf_decode_attention_args above); both
+   * capturable. */
+  tf_status (*kv_append)(tf_device_ctx *ctx, const tf_kv_append_args *a);
+  tf_status (*decode_attention)(tf_device_ctx *ctx, const tf_decode_attention_args *a);
 } tf_model_kernels;
 
 enum { TF_SIDE_MARKS = 2 };

@@ -20,6 +20,9 @@ tf_status tf_cpu_swiglu(tf_device_ctx *ctx, const tf_swiglu_args *a); /* swiglu.
 tf_status tf_cpu_model_adamw_constants(tf_device_ctx *ctx, float *consts, const struct tf_adamw_update *u);
 tf_status tf_cpu_model_adamw(tf_device_ctx *ctx, const tf_model_adamw_args *a);
 tf_status tf_cpu_grad_norm(tf_device_ctx *ctx, const tf_grad_norm_args *a);
+/* decode.c: generation's KV cache and its attention */
+tf_status tf_cpu_kv_append(tf_device_ctx *ctx, const tf_kv_append_args *a);
+tf_status tf_cpu_decode_attention(tf_device_ctx *ctx, const tf_decode_attention_args *a);
 
 /* The table backend.c registers (model_backend.c). */
 extern const tf_model_kernels tf_cpu_model_kernels;

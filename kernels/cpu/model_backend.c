@@ -19,5 +19,7 @@ const tf_model_kernels tf_cpu_model_kernels = {
     .adamw_constants = tf_cpu_model_adamw_constants,
     .adamw = tf_cpu_model_adamw,
     .grad_norm = tf_cpu_grad_norm,
+    .kv_append = tf_cpu_kv_append,
+    .decode_attention = tf_cpu_decode_attention,
     .gemm_use_lt = NULL,
 };

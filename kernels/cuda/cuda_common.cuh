@@ -284,6 +284,9 @@ tf_status tf_cuda_main_wait(tf_device_ctx *ctx, int i);
 tf_status tf_cuda_adamw_constants(tf_device_ctx *ctx, float *consts, const tf_adamw_update *u);
 tf_status tf_cuda_model_adamw(tf_device_ctx *ctx, const tf_model_adamw_args *a);
 tf_status tf_cuda_grad_norm(tf_device_ctx *ctx, const tf_grad_norm_args *a);
+/* generation's KV cache and its attention (decode.cu) */
+tf_status tf_cuda_kv_append(tf_device_ctx *ctx, const tf_kv_append_args *a);
+tf_status tf_cuda_decode_attention(tf_device_ctx *ctx, const tf_decode_attention_args *a);
 const tf_model_kernels *tf_cuda_model_kernels(void);
 
 #endif

@@ -434,7 +434,89 @@ static tf_status tf_gemm_run(tf_device_ctx *ctx, const tf_gemm_args *g, const ch
 }
 
 /* The engine's entry (model_kernels.h). */
-tf_status tf_cuda_gemm(tf_device_ctx *ctx, const tf_gemm_args *g) { return tf_gemm_run(ctx, g, "gemm"); }
+/* ---- few rows: the decode step's products ------------------------------------------ */
+
+/* C (m, n) = A (m, k) B^T with B (n, k) row-major, m <= TF_GEMM_FEW_ROWS:
+ * a warp per output column, each lane reading 16-byte words of B's row
+ * (every weight byte read once, in full coalesced words) and the rows of A
+ * (small: from the cache), m sums of f32 a lane, then a warp sum. */
+enum { TF_GEMV_WARPS = 8 };
+template <int DT, int M>
+__global__ void __launch_bounds__(32 * TF_GEMV_WARPS) tf_cuda_gemv_kernel(const uint16_t *__restrict__ a,
+                                                                          const uint16_t *__restrict__ b,
+                                                                          uint16_t *__restrict__ c, int m, int n,
+                                                                          int k, int64_t lda, int64_t ldb,
+                                                                          int64_t ldc) {
+  typedef tf_cuda_dtype<DT> D;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int col = blockIdx.x * TF_GEMV_WARPS + warp;
+  if (col >= n) return;
+  const uint16_t *w = b + (int64_t)col * ldb;
+  float acc[M];
+#pragma unroll
+  for (int r = 0; r < M; r++) acc[r] = 0.0f;
+  for (int at = lane * 8; at < k; at += 32 * 8) {
+    union {
+      uint4 word;
+      uint16_t v[8];
+    } wv;
+    wv.word = *(const uint4 *)(w + at);
+#pragma unroll
+    for (int r = 0; r < M; r++) {
+      if (r >= m) break;
+      union {
+        uint4 word;
+        uint16_t v[8];
+      } xv;
+      xv.word = *(const uint4 *)(a + (int64_t)r * lda + at);
+#pragma unroll
+      for (int j = 0; j < 8; j++) acc[r] += D::load(xv.v[j]) * D::load(wv.v[j]);
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < M; r++) {
+    if (r >= m) break;
+    float v = acc[r];
+#pragma unroll
+    for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
+    if (lane == 0) c[(int64_t)r * ldc + col] = D::store(v);
+  }
+}
+
+/* Whether g is a product the few-rows kernel takes: one batch, C = A B^T
+ * of f16/bf16 in and out, nothing added, rows and pointers whole 16-byte
+ * words. */
+static bool tf_gemv_fits(const tf_gemm_args *g) {
+  static const bool off = getenv("TF_DECODE_GEMV") && strcmp(getenv("TF_DECODE_GEMV"), "0") == 0;
+  const bool low = g->ab_dtype == TF_BF16 || g->ab_dtype == TF_F16;
+  return !off && g->few_rows && low && g->c_dtype == g->ab_dtype && g->batch == 1 && !g->trans_a && g->trans_b &&
+         !g->accumulate && g->m >= 1 && g->m <= TF_GEMM_FEW_ROWS && g->k % 8 == 0 && g->lda % 8 == 0 &&
+         g->ldb % 8 == 0 && ((uintptr_t)g->a & 15) == 0 && ((uintptr_t)g->b & 15) == 0 && g->n <= INT32_MAX &&
+         g->k <= INT32_MAX;
+}
+
+template <int DT> static tf_status tf_gemv_typed(tf_cuda_state *st, const tf_gemm_args *g) {
+  const unsigned blocks = (unsigned)((g->n + TF_GEMV_WARPS - 1) / TF_GEMV_WARPS);
+  const uint16_t *a = (const uint16_t *)g->a, *b = (const uint16_t *)g->b;
+  uint16_t *c = (uint16_t *)g->c;
+  const int m = (int)g->m, n = (int)g->n, k = (int)g->k;
+#define TF_GEMV_LAUNCH(M) \
+  tf_cuda_gemv_kernel<DT, M><<<blocks, 32 * TF_GEMV_WARPS, 0, st->stream>>>(a, b, c, m, n, k, g->lda, g->ldb, g->ldc)
+  if (m == 1) TF_GEMV_LAUNCH(1);
+  else if (m <= 4) TF_GEMV_LAUNCH(4);
+  else TF_GEMV_LAUNCH(16);
+#undef TF_GEMV_LAUNCH
+  return tf_cuda_launched("few-rows gemm kernel");
+}
+
+tf_status tf_cuda_gemm(tf_device_ctx *ctx, const tf_gemm_args *g) {
+  if (tf_gemv_fits(g)) {
+    TF_TRY(tf_cuda_use_device(ctx));
+    tf_cuda_state *st = tf_cuda_state_of(ctx);
+    return g->ab_dtype == TF_BF16 ? tf_gemv_typed<TF_BF16>(st, g) : tf_gemv_typed<TF_F16>(st, g);
+  }
+  return tf_gemm_run(ctx, g, "gemm");
+}
 
 /* The eager matmul's entry (backend.h): the same product with C in the
  * operands' dtype, nothing accumulated. */

@@ -92,4 +92,16 @@ function M.backward(forward, grad, leaves, opts)
   })
 end
 
+--- The device's copy rate in GB/s (and the copy's ms): a 1 GiB f32 tensor
+-- copied on the device (read and written: 2 GiB moved), the median of a
+-- few copies; the yardstick of the memory-bound experiments.
+function M.copy_rate()
+  local tf = require "tf"
+  local n = 1 << 28
+  local a, b = tf.randn(n), tf.zeros(n)
+  local s = M.bench(function() b:copy_(a) end, { warmup = 3, iters = 15 })
+  a:free(); b:free()
+  return 2 * 4 * n / (s.median * 1e-3) / 1e9, s.median
+end
+
 return M

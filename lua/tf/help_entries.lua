@@ -177,6 +177,7 @@ M.entries = {
   { "tf.model.config", "tf.model.config(spec)", "the full, checked configuration of a preset and its overrides" },
   { "tf.model.num_parameters", "tf.model.num_parameters(cfg)", "the parameter count of a configuration" },
   { "tf.model.step_flops", "tf.model.step_flops(cfg, batch, seq)", "the FLOPs of one training step" },
+  { "tf.bench.copy_rate", "tf.bench.copy_rate()", "the device's copy rate in GB/s (a 1 GiB device copy)" },
   { "tf.dist.rank", "tf.dist.rank()", "this process's rank (0 without a launcher; tfhost --nproc N starts N)" },
   { "tf.dist.world_size", "tf.dist.world_size()", "the number of ranks in the run" },
   { "tf.dist.local_rank", "tf.dist.local_rank()", "this process's rank on its machine" },

@@ -189,8 +189,9 @@ function tf.optim.adamw(model, opts)
 end
 tf.options = require("tf.options").declare
 local bench = require "tf.bench"
---- tf.bench(fn, opts) times fn; tf.bench.backward times backward passes alone.
-tf.bench = setmetatable({ backward = bench.backward, summarize = bench.summarize },
+--- tf.bench(fn, opts) times fn; tf.bench.backward times backward passes alone; tf.bench.copy_rate()
+--- measures the device's copy rate (GB/s).
+tf.bench = setmetatable({ backward = bench.backward, summarize = bench.summarize, copy_rate = bench.copy_rate },
   { __call = function(_, ...) return bench.bench(...) end })
 tf.report = require "tf.report"
 tf.results = require "tf.results"

@@ -575,6 +575,117 @@ function M.new(spec)
   return self
 end
 
+-- ---- generation -------------------------------------------------------------------
+
+local GENERATE_KEYS = { "max_new_tokens", "temperature", "top_p", "top_k", "seed", "stop" }
+
+-- The options of m:generate, checked and filled in: max_new_tokens 1,
+-- temperature 0 (greedy), top_p 1, top_k 0 (no cut), seed 0, stop as a list.
+local function generate_opts(self, prompt, opts)
+  local fname = "model:generate"
+  opts = check.keys(opts, fname, GENERATE_KEYS)
+  if not tf.is_tensor(prompt) or prompt.ndim ~= 2 or (prompt.dtype ~= "i64" and prompt.dtype ~= "i32") then
+    error(fname .. ": prompt_ids must be a (batch, seq) i64 or i32 tensor (rows of one length)", 3)
+  end
+  if prompt:numel() == 0 then error(fname .. ": prompt_ids must not be empty", 3) end
+  local o = {}
+  local function int(key, default, least)
+    local v = opts[key]
+    if v == nil then return default end
+    if math.type(v) ~= "integer" or v < least then
+      error(string.format("%s: %s must be an integer >= %d, not %s", fname, key, least, tostring(v)), 4)
+    end
+    return v
+  end
+  local function num(key, default)
+    local v = opts[key]
+    if v == nil then return default end
+    if type(v) ~= "number" or v ~= v then error(string.format("%s: %s must be a number, not %s", fname, key, tostring(v)), 4) end
+    return v
+  end
+  o.max_new_tokens = int("max_new_tokens", 1, 1)
+  o.top_k = int("top_k", 0, 0)
+  o.seed = int("seed", 0, math.mininteger)
+  o.temperature = num("temperature", 0)
+  o.top_p = num("top_p", 1)
+  if o.temperature < 0 or o.temperature == math.huge then error(fname .. ": temperature must be finite and >= 0", 3) end
+  if not (o.top_p > 0 and o.top_p <= 1) then error(fname .. ": top_p must be in (0, 1]", 3) end
+  local V, T = self.config.vocab_size, prompt:size(1)
+  local stop = opts.stop
+  if math.type(stop) == "integer" then stop = { stop } end
+  if stop ~= nil and type(stop) ~= "table" then error(fname .. ": stop must be a token id or a list of them", 3) end
+  o.stop = {}
+  for i, id in ipairs(stop or {}) do
+    if math.type(id) ~= "integer" or id < 0 or id >= V then
+      error(string.format("%s: stop[%d] = %s is not a token id in [0, %d)", fname, i, tostring(id), V), 3)
+    end
+    o.stop[i] = id
+  end
+  if T + o.max_new_tokens > self.config.context_length then
+    error(string.format("%s: the prompt's %d tokens and max_new_tokens %d are more than the context length %d", fname,
+      T, o.max_new_tokens, self.config.context_length), 3)
+  end
+  for b, row in ipairs(prompt:to("cpu"):tolist()) do
+    for t, id in ipairs(row) do
+      if id < 0 or id >= V then
+        error(string.format("%s: prompt id %d at [%d, %d] is out of range [0, %d) (the vocabulary size)", fname, id,
+          b - 1, t - 1, V), 3)
+      end
+    end
+  end
+  return o
+end
+
+--- m:generate(prompt_ids, {max_new_tokens, temperature, top_p, top_k, seed, stop}) -> ids, stats:
+--- prompt_ids (batch, seq) (rows of one length), the new ids (batch, n) i64 on the CPU, n <=
+--- max_new_tokens (fewer when every row met a stop id; a stopped row holds -1 after its stop id);
+--- stats: prefill_ms, decode_ms, decode_steps, new_tokens, decode_tokens_per_s. The fused engine
+--- keeps a KV cache (a prefill, then one decode step a token, a CUDA graph on a GPU).
+function Fused:generate(prompt, opts)
+  local o = generate_opts(self, prompt, opts)
+  return self.engine:generate_ids(prompt, o)
+end
+
+-- The eager model has no cache: each new token runs the full forward over
+-- the sequence so far (quadratic in its length; the reference the fused
+-- engine's generation is tested against), drawn by the same sampler.
+function Eager:generate(prompt, opts)
+  local o = generate_opts(self, prompt, opts)
+  local rows = prompt:to("cpu", "i64"):tolist()
+  local B, n = #rows, o.max_new_tokens
+  local out, done, state = {}, {}, nil
+  for b = 1, B do out[b] = {} end
+  local t0 = tf.now() -- milliseconds
+  local t1, made = t0, 0
+  for step = 1, n do
+    local ids = tf.tensor(rows, { dtype = "i64", device = self.device })
+    local logits = self:forward(ids)
+    local last = logits:select(1, logits:size(1) - 1):to("cpu", "f32")
+    local all_done = true
+    for b = 1, B do
+      local id
+      if done[b] then
+        id = -1
+      else
+        id, state = tf._model.sample(last:select(0, b - 1):contiguous(), o, state)
+        for _, s in ipairs(o.stop) do
+          if id == s then done[b] = true end
+        end
+      end
+      out[b][step] = id
+      rows[b][#rows[b] + 1] = id >= 0 and id or rows[b][#rows[b]]
+      all_done = all_done and done[b]
+    end
+    made = step
+    if step == 1 then t1 = tf.now() end
+    if all_done then break end
+  end
+  local t2 = tf.now()
+  local steps = made - 1
+  return tf.tensor(out, { dtype = "i64" }), { prefill_ms = t1 - t0, decode_ms = t2 - t1, decode_steps = steps,
+    new_tokens = made, decode_tokens_per_s = t2 > t1 and steps * B / ((t2 - t1) * 1e-3) or 0 }
+end
+
 --- The run settings a file's metadata records (m:save writes them; files
 --- from elsewhere may lack them: defaults then), checked like tf.model.new's.
 local function saved_settings(path, meta)

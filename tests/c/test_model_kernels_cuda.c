@@ -131,6 +131,29 @@ static void test_gemm(void) {
   KG->gemm_use_lt(gctx, true);
 }
 
+/* The few-rows products of generation's decode step (tf_gemm_args.few_rows):
+ * C = A B^T of m <= 16 rows, the GPU's own kernel against the CPU's GEMM;
+ * a misaligned k (not a multiple of 8) takes the general path. */
+static void few_rows_case(tf_dtype d, int64_t m, int64_t n, int64_t k) {
+  flat_pair a = flat_pair_randn(m * k, d, 1.0, 0), b = flat_pair_randn(n * k, d, 1.0, 0), c = flat_pair_zeros(m * n, d);
+  tf_gemm_args g = {.ab_dtype = d, .c_dtype = d, .batch = 1, .m = m, .n = n, .k = k, .trans_b = true, .lda = k,
+                    .ldb = k, .ldc = n, .few_rows = true};
+  g.a = CP(a), g.b = CP(b), g.c = CP(c);
+  CHECK_OK(KC->gemm(cctx, &g));
+  g.a = GP(a), g.b = GP(b), g.c = GP(c);
+  CHECK_OK(KG->gemm(gctx, &g));
+  same("gemm few rows", d, c, tol_of(d));
+  flat_pair_free(&a), flat_pair_free(&b), flat_pair_free(&c);
+}
+
+static void test_gemm_few_rows(void) {
+  const int64_t shapes[][3] = {{1, 7680, 2560}, {3, 100, 64}, {4, 33, 264}, {16, 10000, 768}, {9, 129, 3072},
+                               {2, 50, 20}};
+  for (int di = 1; di < 3; di++)
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+      few_rows_case(DTYPES[di], shapes[s][0], shapes[s][1], shapes[s][2]);
+}
+
 /* A product timed at its first call (tune) against the same product on the
  * heuristic's first algorithm (a call before it made the plan untimed):
  * the same bits. The plan is new, so the timed call goes through the
@@ -587,6 +610,92 @@ static bool model_same(const char *what, tf_dtype d, const tf_tensor *g, const t
   return ok;
 }
 
+/* ---- generation: the KV cache's append and the decode attention ---------------------- */
+
+/* kv_append of seq tokens at position pos into (B, H, max_len, hd) caches,
+ * then decode_attention of B H queries over pos + seq keys, on random
+ * caches (the positions before pos hold random keys and values). */
+static void decode_case(tf_dtype d, int64_t B, int64_t H, int64_t hd, int64_t max_len, int64_t seq, int64_t pos,
+                        int64_t splits) {
+  const int64_t half = hd / 2, cache = B * H * max_len * hd;
+  double *cs = values_alloc(max_len * half), *sn = values_alloc(max_len * half);
+  for (int64_t t = 0; t < max_len; t++)
+    for (int64_t i = 0; i < half; i++) {
+      double ang = (double)t * pow(10000.0, -(double)(2 * i) / (double)hd);
+      cs[t * half + i] = (float)cos(ang), sn[t * half + i] = (float)sin(ang);
+    }
+  flat_pair pc = flat_pair_of(cs, max_len * half, TF_F32, 0), ps = flat_pair_of(sn, max_len * half, TF_F32, 0);
+  double posv[1] = {(double)pos}, lastv[1] = {(double)(pos + seq - 1)};
+  flat_pair pp = flat_pair_of(posv, 1, TF_I64, 0), pl = flat_pair_of(lastv, 1, TF_I64, 0);
+  flat_pair qkv = flat_pair_randn(B * seq * 3 * H * hd, d, 1.0, 0), q = flat_pair_zeros(B * H * seq * hd, d);
+  flat_pair kc = flat_pair_randn(cache, d, 1.0, 0), vc = flat_pair_randn(cache, d, 1.0, 0);
+  tf_kv_append_args a = {.batch = B, .seq = seq, .heads = H, .head_dim = hd, .max_len = max_len, .dtype = d};
+#define KV_PTRS(P) a.cos = P(pc), a.sin = P(ps), a.pos = P(pp), a.qkv = P(qkv), a.q = P(q), a.k_cache = P(kc), \
+                   a.v_cache = P(vc)
+  KV_PTRS(CP);
+  CHECK_OK(KC->kv_append(cctx, &a));
+  KV_PTRS(GP);
+  CHECK_OK(KG->kv_append(gctx, &a));
+#undef KV_PTRS
+  same("kv_append q", d, q, tol_of(d));
+  same("kv_append k", d, kc, tol_of(d));
+  same("kv_append v", d, vc, 0);
+  /* one query a row and head: the first token's turned queries */
+  flat_pair qd = flat_pair_randn(B * H * hd, d, 1.0, 0), out = flat_pair_zeros(B * H * hd, d);
+  flat_pair part = flat_pair_zeros(B * H * splits * (hd + 2), TF_F32);
+  tf_decode_attention_args at = {.batch = B, .heads = H, .head_dim = hd, .max_len = max_len, .splits = splits,
+                                 .scale = 1.0 / sqrt((double)hd), .dtype = d};
+#define AT_PTRS(P) at.pos = P(pl), at.q = P(qd), at.k_cache = P(kc), at.v_cache = P(vc), at.out = P(out), \
+                   at.partial = P(part)
+  AT_PTRS(CP);
+  CHECK_OK(KC->decode_attention(cctx, &at));
+  AT_PTRS(GP);
+  CHECK_OK(KG->decode_attention(gctx, &at));
+#undef AT_PTRS
+  same("decode_attention", d, out, tol_of(d));
+  free(cs), free(sn);
+  flat_pair *all[] = {&pc, &ps, &pp, &pl, &qkv, &q, &kc, &vc, &qd, &out, &part};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) flat_pair_free(all[i]);
+}
+
+static void test_decode_kernels(void) {
+  for (int i = 0; i < 3; i++) {
+    const tf_dtype d = DTYPES[i];
+    decode_case(d, 1, 4, 64, 64, 1, 0, 2);     /* the first position: one key, the other stretches empty */
+    decode_case(d, 1, 32, 80, 300, 1, 211, 8); /* 2.7B's head size, a stretch cut mid-way */
+    decode_case(d, 3, 4, 128, 96, 5, 17, 3);   /* a prefill's append of 5 tokens */
+    decode_case(d, 16, 12, 64, 128, 1, 127, 1); /* the last position, one stretch */
+    if (!small_run) decode_case(d, 2, 8, 256, 1024, 1, 1000, 16);
+  }
+}
+
+/* Generation on both devices from one seed: the prefill's and each decode
+ * step's logits (the GPU's step eager, captured, then replayed) alike. */
+static void decode_model_case(const tf_model_config *cfg, tf_dtype precision, int64_t B, int64_t T, int steps) {
+  tf_model *mc = make(cfg, tf_cpu(), precision, 91), *mg = make(cfg, GPU, precision, 91);
+  tf_tensor *ids = batch_ids(B, T, cfg->vocab_size, tf_cpu()), *lc = NULL, *lg = NULL;
+  CHECK_OK(tf_model_prefill(mc, ids, T + steps, &lc));
+  CHECK_OK(tf_model_prefill(mg, ids, T + steps, &lg));
+  const double tol = precision == TF_F32 ? 1e-4 : 3e-2;
+  char what[64];
+  snprintf(what, sizeof what, "decode model prefill");
+  model_same(what, precision, lg, lc, tol);
+  int64_t *next = calloc((size_t)B, sizeof *next);
+  for (int s = 0; s < steps; s++) {
+    for (int64_t b = 0; b < B; b++) next[b] = rng_int(0, cfg->vocab_size);
+    tf_tensor_release(lc), tf_tensor_release(lg);
+    lc = lg = NULL;
+    CHECK_OK(tf_model_decode_step(mc, next, &lc));
+    CHECK_OK(tf_model_decode_step(mg, next, &lg));
+    model_same("decode model step", precision, lg, lc, tol);
+  }
+  tf_model_graph_stats gs = tf_model_graphs(mg);
+  if (gs.on) CHECK(gs.replays >= (uint64_t)(steps - 2));
+  free(next);
+  tf_tensor_release(ids), tf_tensor_release(lc), tf_tensor_release(lg);
+  tf_model_free(mc), tf_model_free(mg);
+}
+
 /* Both models from one seed: the same parameters; then a forward pass, a
  * loss, backward and two AdamW steps on the same batch, compared. */
 static void model_case(const tf_model_config *cfg, tf_dtype precision, int64_t B, int64_t T, bool lt) {
@@ -775,11 +884,13 @@ int main(void) {
   if (!CHECK(KC && KG && KG->gemm_use_lt && KG->gemm_tuning)) return tf_check_done();
   TIMED("gemm", test_gemm());
   TIMED("gemm, timed choice", test_gemm_timed());
+  TIMED("gemm, few rows", test_gemm_few_rows());
   TIMED("rmsnorm", test_rmsnorm());
   TIMED("swiglu", test_swiglu());
   TIMED("attention kernels", test_attention_kernels());
   TIMED("loss and embedding", test_loss_and_embedding());
   TIMED("gradient clipping", test_clip());
+  TIMED("decode kernels", test_decode_kernels());
   /* tiny: every row a multiple of 8 (vector paths); mid: d_ff and vocab that are not (scalar paths) */
   const tf_model_config tiny = {64, 16, 32, 2, 4, 64, 10000.0}, mid = {1001, 128, 128, 3, 4, 350, 10000.0};
   for (int lt = 0; lt < 2; lt++) {
@@ -795,6 +906,8 @@ int main(void) {
     TIMED(what, model_case(&mid, TF_F16, 2, 128, lt));
   }
   TIMED("model behaviour", test_model_behaviour(&mid));
+  TIMED("decode model f32", decode_model_case(&mid, TF_F32, 2, 7, 6));
+  TIMED("decode model bf16", decode_model_case(&mid, TF_BF16, 3, 9, 6));
   CHECK_OK(tf_device_sync(GPU));
   print_table();
   CHECK_INT(gctx->alloc.stats.active_blocks, 0);

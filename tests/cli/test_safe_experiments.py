@@ -42,6 +42,8 @@ EXPERIMENTS = [
                    "--out", "run"], ["bytes", "run/checkpoints"]),
     ("own_kernel.lua", ["--parts", "softmax,flash", "--rows", "8", "--widths", "256", "--shapes", "1x1x64x64",
                         "--iters", "1"], []),
+    ("generate.lua", ["--preset", "tiny", "--context", "32", "--prompt", "ab", "--max_new_tokens", "4"], []),
+    ("decode_benchmark.lua", ["--size", "tiny", "--batch", "1", "--prompt", "4", "--new_tokens", "3"], []),
 ]
 # What --safe needs beside it for an experiment to run at all: own_kernel.lua compiles kernels.
 SAFE_FLAGS = {"own_kernel.lua": ["--allow-kernels"]}
