@@ -440,7 +440,7 @@ static tf_status tf_gemm_run(tf_device_ctx *ctx, const tf_gemm_args *g, const ch
  * a warp per output column, each lane reading 16-byte words of B's row
  * (every weight byte read once, in full coalesced words) and the rows of A
  * (small: from the cache), m sums of f32 a lane, then a warp sum. */
-enum { TF_GEMV_WARPS = 8 };
+enum { TF_GEMV_WARPS = 8, TF_GEMV_AHEAD = 4 };
 template <int DT, int M>
 __global__ void __launch_bounds__(32 * TF_GEMV_WARPS) tf_cuda_gemv_kernel(const uint16_t *__restrict__ a,
                                                                           const uint16_t *__restrict__ b,
@@ -455,23 +455,34 @@ __global__ void __launch_bounds__(32 * TF_GEMV_WARPS) tf_cuda_gemv_kernel(const 
   float acc[M];
 #pragma unroll
   for (int r = 0; r < M; r++) acc[r] = 0.0f;
-  for (int at = lane * 8; at < k; at += 32 * 8) {
-    union {
-      uint4 word;
-      uint16_t v[8];
-    } wv;
-    wv.word = *(const uint4 *)(w + at);
+  /* TF_GEMV_AHEAD words of the weight row in flight a lane before any is used: one word at a time
+   * leaves each lane waiting a memory latency per 16 bytes, below the copy rate */
+  union word8 {
+    uint4 word;
+    uint16_t v[8];
+  };
+  auto use = [&](const word8 &wv, int at) {
 #pragma unroll
     for (int r = 0; r < M; r++) {
       if (r >= m) break;
-      union {
-        uint4 word;
-        uint16_t v[8];
-      } xv;
+      word8 xv;
       xv.word = *(const uint4 *)(a + (int64_t)r * lda + at);
 #pragma unroll
       for (int j = 0; j < 8; j++) acc[r] += D::load(xv.v[j]) * D::load(wv.v[j]);
     }
+  };
+  int at = lane * 8;
+  for (; at + (TF_GEMV_AHEAD - 1) * 256 < k; at += TF_GEMV_AHEAD * 256) {
+    word8 wv[TF_GEMV_AHEAD];
+#pragma unroll
+    for (int u = 0; u < TF_GEMV_AHEAD; u++) wv[u].word = __ldcs((const uint4 *)(w + at + u * 256));
+#pragma unroll
+    for (int u = 0; u < TF_GEMV_AHEAD; u++) use(wv[u], at + u * 256);
+  }
+  for (; at < k; at += 256) {
+    word8 wv;
+    wv.word = __ldcs((const uint4 *)(w + at));
+    use(wv, at);
   }
 #pragma unroll
   for (int r = 0; r < M; r++) {

@@ -643,6 +643,7 @@ end
 --- keeps a KV cache (a prefill, then one decode step a token, a CUDA graph on a GPU).
 function Fused:generate(prompt, opts)
   local o = generate_opts(self, prompt, opts)
+  if prompt.device ~= self.engine:info().device then prompt = prompt:to(self.engine:info().device) end -- a few ids
   return self.engine:generate_ids(prompt, o)
 end
 

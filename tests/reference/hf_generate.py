@@ -170,10 +170,22 @@ def check(a, size, precision):
     if same:
         print("  greedy tokens: identical")
     else:
-        b, s = [int(v[0]) for v in np.nonzero(gen != tokens)]
-        top2 = np.sort(steps[b, s])[-2:]
-        print(f"  greedy tokens: DIFFER first at row {b}, token {s} (tfhost {tokens[b, s]}, HF {gen[b, s]}; tfhost's "
-              f"top-2 logits {top2[1]:.4f} and {top2[0]:.4f}: a gap of {top2[1] - top2[0]:.3g})")
+        # a row may part at a tie of the precision's resolution (bf16: 8 bits, a step of 2^-7 of the value),
+        # which has no right answer: two correct products rounded differently pick either token, and the
+        # row goes its own way after it; anywhere else a differing token is a failure
+        same = True
+        for b in range(gen.shape[0]):
+            diff = np.nonzero(gen[b] != tokens[b])[0]
+            if len(diff) == 0:
+                continue
+            s = int(diff[0])
+            top2 = np.sort(steps[b, s])[-2:]
+            gap = top2[1] - top2[0]
+            tie = precision != "f32" and gap <= 2.0 ** -7 * max(abs(top2[1]), 1.0)
+            same = same and bool(tie)
+            print(f"  greedy tokens of row {b}: {'identical up to a tie' if tie else 'DIFFER'} at token {s} "
+                  f"(tfhost {tokens[b, s]}, HF {gen[b, s]}; tfhost's top-2 logits {top2[1]:.4f} and {top2[0]:.4f}: "
+                  f"a gap of {gap:.3g}{', within one ' + precision + ' step' if tie else ''})")
     return ok and same
 
 
@@ -202,8 +214,12 @@ def time_hf(a, size, batch):
                num_heads=H, rope_theta=10000.0)
     dtype = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}[a.precision]
     model = make_hf(cfg, dtype, a.device)
+    # transformers compiles the decoding step itself when the cache is static (its compile_config:
+    # torch.compile with CUDA graphs, marking each step for them); compiling model.forward by hand
+    # with mode="reduce-overhead" instead fails in transformers 5 (a CUDA graph's output read after
+    # the next replay overwrote it), so the by-hand compile without CUDA graphs is only the fallback.
     model.generation_config.cache_implementation = "static"
-    model.forward = torch.compile(model.forward, mode="reduce-overhead", fullgraph=True)
+    impl = "hf_static_compiled_by_generate"
     ids = torch.randint(0, 10000, (batch, a.prompt), device=a.device)
 
     def gen(n):
@@ -215,15 +231,26 @@ def time_hf(a, size, batch):
         torch.cuda.synchronize()
         return time.perf_counter() - t0
 
-    for _ in range(2):  # compile, capture
-        gen(a.new_tokens), gen(1)
+    try:
+        for _ in range(2):  # compile, capture
+            gen(a.new_tokens), gen(1)
+    except RuntimeError as e:
+        print(f"  HF {size} batch {batch}: generate's own compile failed ({str(e)[:120]}); "
+              "compiling the forward without CUDA graphs", file=sys.stderr)
+        torch._dynamo.reset()
+        model.generation_config.compile_config = None
+        model.forward = torch.compile(model.forward, mode="max-autotune-no-cudagraphs", fullgraph=True)
+        impl = "hf_static_compiled_no_cudagraphs"
+        for _ in range(2):
+            gen(a.new_tokens), gen(1)
     prefill = min(gen(1) for _ in range(a.repeats))
     total = min(gen(a.new_tokens) for _ in range(a.repeats))
     decode = max(total - prefill, 1e-9)
     row = dict(size=size, batch=batch, precision=a.precision, prompt=a.prompt, new_tokens=a.new_tokens,
-               impl="hf_static_compiled", prefill_ms=prefill * 1e3, total_ms=total * 1e3,
+               impl=impl, prefill_ms=prefill * 1e3, total_ms=total * 1e3,
                tokens_per_s=batch * (a.new_tokens - 1) / decode)
-    print(f"  HF {size} batch {batch}: prefill {row['prefill_ms']:.2f} ms, decode {row['tokens_per_s']:.1f} tokens/s")
+    print(f"  HF {size} batch {batch} ({impl}): prefill {row['prefill_ms']:.2f} ms, "
+          f"decode {row['tokens_per_s']:.1f} tokens/s")
     del model
     torch.cuda.empty_cache()
     return row
