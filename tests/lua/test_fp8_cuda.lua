@@ -88,7 +88,7 @@ T.test("creation and comparisons on the GPU", function()
   local dev = { device = "cuda", dtype = "f8e4m3" }
   T.eq(tf.full({ 4 }, 1000, dev):to("f32"):tolist(), { 0 / 0, 0 / 0, 0 / 0, 0 / 0 })
   local a = tf.arange(0, 4, 0.5, dev)
-  T.eq(a:cpu():tolist(), { 0, 0.5, 1, 1.5, 2, 2.5, 3, 3.5 })
+  T.eq(a:cpu():tolist(), { 0.0, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5 })
   T.eq((a:gt(2)):cpu():tolist(), { false, false, false, false, false, true, true, true })
   T.eq(bytes_of(tf.zeros(5, dev)), string.rep("\0", 5))
 end)
