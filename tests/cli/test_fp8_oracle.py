@@ -4,18 +4,22 @@ tests/reference/torch_fp8.py where torch is): the codes of every float32 input o
 and saturating, and of every float16 and bfloat16 bit pattern, in both formats, bit for bit; every
 code decoded to float32 bit for bit (NaN payloads included), to float16 and bfloat16 bit for bit for
 numbers (NaN as NaN: their payloads follow tfhost's f32 rules). On a GPU, the device's casts too.
+Where the script also wrote tests/reference/oracles/fp8_torch.safetensors (safetensors.torch's file
+of float8 tensors), tfhost loads it and saves it again with the same dtypes, shapes and bytes.
 Without the oracle file it prints SKIP (saying how to make it) and exits 77.
 
     python3 tests/cli/test_fp8_oracle.py build-cuda/tfhost
 """
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ORACLE = os.path.join(HERE, "..", "reference", "oracles", "fp8.json")
+TORCH_FILE = os.path.join(HERE, "..", "reference", "oracles", "fp8_torch.safetensors")
 sys.path.insert(0, HERE)
 if not os.path.exists(ORACLE):
     print(f"SKIP: no PyTorch oracle at {os.path.relpath(ORACLE)} (run python3 tests/reference/torch_fp8.py "
@@ -91,6 +95,17 @@ class Fp8Oracle(unittest.TestCase):
     def test_cpu_matches_torch(self):
         out = F.run_casts(TFHOST, self.script, self.inputs, os.path.join(self.scratch.name, "cpu.safetensors"), "cpu")
         self.compare(out, self.oracle["cpu"], "cpu")
+
+    def test_reads_the_file_torch_wrote(self):
+        if not os.path.exists(TORCH_FILE):
+            self.skipTest(f"no {os.path.relpath(TORCH_FILE)} (torch_fp8.py writes it where safetensors is installed)")
+        script = os.path.join(self.scratch.name, "resave.lua")
+        with open(script, "w") as f:
+            f.write("tf.safetensors.save(arg[2], tf.safetensors.load(arg[1], { device = 'cpu' }))\n")
+        again = os.path.join(self.scratch.name, "again.safetensors")
+        r = subprocess.run([TFHOST, script, TORCH_FILE, again], capture_output=True, text=True, timeout=120)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertEqual(F.read_safetensors(again), F.read_safetensors(TORCH_FILE))
 
     def test_gpu_matches_torch(self):
         if not cuda_present(TFHOST):

@@ -8,7 +8,9 @@ Run where torch is (the GPU machines have it): it writes tests/reference/oracles
     by x.to(fp8) and saturating by x.clamp(-max, max).to(fp8) (the scaled-training cast);
   - every float16 and every bfloat16 bit pattern cast to both formats;
 all on the CPU, and on the GPU too when one is present (with whether it agrees with the CPU).
-Arrays are hex strings of little-endian bytes.
+Arrays are hex strings of little-endian bytes. Where the safetensors package is installed it also
+writes tests/reference/oracles/fp8_torch.safetensors through safetensors.torch (both formats' 256
+codes as 16x16 tensors, and the float32 inputs cast to each), which tfhost must read as written.
 
     python3 tests/reference/torch_fp8.py [out.json]
 """
@@ -65,6 +67,16 @@ def main():
         oracle["cuda_matches_cpu"] = oracle["cuda"] == oracle["cpu"]
     with open(path, "w") as f:
         json.dump(oracle, f)
+    try:
+        from safetensors.torch import save_file
+    except ImportError:
+        save_file = None
+    if save_file:
+        codes = torch.arange(256, dtype=torch.int32).to(torch.uint8).reshape(16, 16)
+        x32 = torch.from_numpy(INPUTS.view(np.int32).copy()).view(torch.float32)
+        save_file({"codes." + name: codes.view(dt) for name, dt in FORMATS.items()}
+                  | {"x32." + name: x32.to(dt) for name, dt in FORMATS.items()},
+                  os.path.join(os.path.dirname(path), "fp8_torch.safetensors"))
     print(f"wrote {path}: {len(INPUTS)} float32 inputs; "
           + (f"cuda matches cpu: {oracle['cuda_matches_cpu']}" if "cuda" in oracle else "no GPU"))
 
