@@ -40,6 +40,7 @@ static tf_status tf_attn_check_shapes(const tf_tensor *q, const tf_tensor *k, co
   const char *names[3] = {"q", "k", "v"};
   char a[128], b[128];
   for (int i = 0; i < 3; i++) {
+    if (tf_dtype_is_fp8(ts[i]->dtype)) return tf_dtype_refusal(TF_ATTN_OP, ts[i]->dtype);
     if (!tf_dtype_is_float(ts[i]->dtype))
       return tf_fail(TF_ERR_ARG, "%s: %s must have a floating dtype (f32, f16, bf16 or f64), not %s", TF_ATTN_OP,
                      names[i], tf_dtype_name(ts[i]->dtype));
@@ -222,7 +223,8 @@ tf_status tf_flash_attention(const tf_tensor *q, const tf_tensor *k, const tf_te
 static tf_status tf_attn_check_saved(const char *arg, const tf_tensor *t, const tf_tensor *q, bool rows) {
   tf_shape want = tf_tensor_shape(q);
   if (rows) want.ndim--;
-  bool ok = t->ndim == want.ndim && tf_device_eq(t->device, q->device) && tf_dtype_is_float(t->dtype);
+  bool ok = t->ndim == want.ndim && tf_device_eq(t->device, q->device) && tf_dtype_is_float(t->dtype) &&
+            !tf_dtype_is_fp8(t->dtype);
   for (int i = 0; ok && i < want.ndim; i++) ok = t->shape[i] == want.dims[i];
   if (ok) return TF_OK;
   char a[128], b[128];

@@ -22,6 +22,9 @@ tf_status tf_tensor_set_requires_grad(tf_tensor *t, bool on) {
   if (t->grad_fn)
     return tf_fail(TF_ERR_ARG, "requires_grad can only be changed on a leaf tensor (this one comes from %s; use "
                                "detach() for a tensor without history)", t->grad_fn->name);
+  if (on && tf_dtype_is_fp8(t->dtype))
+    return tf_fail(TF_ERR_ARG, "%s tensors cannot require gradients: no op differentiates through them (cast to "
+                               "bf16 or f32 first)", tf_dtype_name(t->dtype));
   if (on && !tf_dtype_is_float(t->dtype))
     return tf_fail(TF_ERR_ARG, "only floating tensors can require gradients, not %s", tf_dtype_name(t->dtype));
   t->requires_grad = on;

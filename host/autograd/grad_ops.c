@@ -528,7 +528,9 @@ tf_status tf_ag_to(tf_tensor *a, tf_dtype dtype, tf_device device, tf_tensor **o
   tf_tensor *y = NULL;
   tf_node *node = NULL;
   tf_status st = tf_to(a, dtype, device, &y);
-  if (st == TF_OK && tf_dtype_is_float(dtype)) st = tf_node_begin("to", tf_bw_to, &a, 1, &node);
+  /* a cast into an 8-bit float ends the graph: nothing differentiates there */
+  if (st == TF_OK && tf_dtype_is_float(dtype) && !tf_dtype_is_fp8(dtype))
+    st = tf_node_begin("to", tf_bw_to, &a, 1, &node);
   if (st == TF_OK && node) {
     node->param[0] = a->device.type;
     node->param[1] = a->device.index;

@@ -83,6 +83,7 @@ void **tf_lua_push_owner(lua_State *L, void (*release)(void *));
 #define TF_SET_INT(L, field, value) (lua_pushinteger(L, (lua_Integer)(value)), lua_setfield(L, -2, field))
 #define TF_SET_STR(L, field, value) (lua_pushstring(L, (value)), lua_setfield(L, -2, field))
 #define TF_SET_BOOL(L, field, value) (lua_pushboolean(L, (value)), lua_setfield(L, -2, field))
+#define TF_SET_NUM(L, field, value) (lua_pushnumber(L, (lua_Number)(value)), lua_setfield(L, -2, field))
 
 /* The openers of tf.core (luaopen_tf_core, host/bind/open.c calls them in
  * its table's order): each adds its functions, types and fields to the

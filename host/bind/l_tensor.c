@@ -338,6 +338,57 @@ static int tf_l_to(lua_State *L) {
   return 1;
 }
 
+/* tf.cast(x, dtype [, {saturate = true}]): x:to(dtype), or into an 8-bit
+ * float saturating (beyond the largest finite value gives it; NaN stays). */
+static int tf_l_cast(lua_State *L) {
+  tf_tensor *a = tf_lua_checktensor(L, 1), *out;
+  tf_dtype dtype = tf_lua_checkdtype(L, 2);
+  static const char *const keys[] = {"saturate", NULL};
+  tf_lua_checkkeys(L, 3, "tf.cast", keys);
+  bool saturate = false;
+  if (lua_istable(L, 3)) {
+    lua_getfield(L, 3, "saturate");
+    if (!lua_isnil(L, -1) && !lua_isboolean(L, -1))
+      return tf_lua_error(L, "tf.cast: saturate must be a boolean, not a %s", luaL_typename(L, -1));
+    saturate = lua_toboolean(L, -1);
+    lua_pop(L, 1);
+  } else if (!lua_isnoneornil(L, 3)) {
+    return luaL_typeerror(L, 3, "options table");
+  }
+  if (saturate) {
+    TF_LUA_CHECK(L, tf_to_saturated(a, dtype, &out), "tf.cast");
+  } else {
+    if (dtype == a->dtype) {
+      lua_settop(L, 1);
+      return 1;
+    }
+    TF_LUA_CHECK(L, tf_ag_to(a, dtype, a->device, &out), "tf.cast");
+  }
+  tf_lua_pushtensor(L, out);
+  return 1;
+}
+
+/* tf.finfo(dtype or tensor): what a float dtype holds, as torch.finfo. */
+static int tf_l_finfo(lua_State *L) {
+  tf_tensor *t = tf_lua_totensor(L, 1);
+  tf_dtype d = t ? t->dtype : tf_lua_checkdtype(L, 1);
+  tf_finfo fi;
+  TF_LUA_CHECK(L, tf_dtype_finfo(d, &fi), "tf.finfo");
+  lua_createtable(L, 0, 12);
+  TF_SET_STR(L, "dtype", tf_dtype_name(d));
+  TF_SET_INT(L, "bits", fi.bits);
+  TF_SET_INT(L, "mantissa_bits", fi.mantissa_bits);
+  TF_SET_INT(L, "exponent_bits", fi.exponent_bits);
+  TF_SET_NUM(L, "max", fi.max);
+  TF_SET_NUM(L, "min", -fi.max);
+  TF_SET_NUM(L, "smallest_normal", fi.smallest_normal);
+  TF_SET_NUM(L, "tiny", fi.smallest_normal);
+  TF_SET_NUM(L, "smallest_subnormal", fi.smallest_subnormal);
+  TF_SET_NUM(L, "eps", fi.eps);
+  TF_SET_BOOL(L, "has_inf", fi.has_inf);
+  return 1;
+}
+
 /* Returns x itself when it is already on dev, else a copy there. */
 static int tf_l_move(lua_State *L, tf_device dev, const char *fname) {
   tf_tensor *a = tf_lua_checktensor(L, 1), *out;
@@ -814,6 +865,8 @@ static const luaL_Reg tf_tensor_functions[] = {
     {"randint", tf_l_randint},
     {"trunc_normal", tf_l_trunc_normal},
     {"is_tensor", tf_l_is_tensor},
+    {"cast", tf_l_cast},
+    {"finfo", tf_l_finfo},
     {"_op_table", tf_l_op_table},
     {NULL, NULL},
 };

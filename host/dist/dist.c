@@ -90,6 +90,8 @@ static tf_status tf_dist_ready(const char *fname) {
 static tf_status tf_dist_check_tensor(const char *fname, const char *what, const tf_tensor *t) {
   if (!t) return tf_fail(TF_ERR_ARG, "%s: %s is missing", fname, what);
   if (t->dtype == TF_BOOL) return tf_fail(TF_ERR_ARG, "%s: %s is a bool tensor (convert it first)", fname, what);
+  if (tf_dtype_is_fp8(t->dtype))
+    return tf_fail(TF_ERR_ARG, "%s: %s is an %s tensor (cast it first)", fname, what, tf_dtype_name(t->dtype));
   if (!tf_tensor_is_contiguous(t))
     return tf_fail(TF_ERR_ARG, "%s: %s is not contiguous (call :contiguous() first)", fname, what);
   return TF_OK;

@@ -44,11 +44,11 @@ static const struct {
     {"F32", 32, TF_F32},   {"F16", 16, TF_F16},   {"BF16", 16, TF_BF16},  {"F64", 64, TF_F64},
     {"I64", 64, TF_I64},   {"I32", 32, TF_I32},   {"BOOL", 8, TF_BOOL},   {"I16", 16, -1},
     {"I8", 8, -1},         {"U8", 8, -1},         {"U16", 16, -1},        {"U32", 32, -1},
-    {"U64", 64, -1},       {"F8_E5M2", 8, -1},    {"F8_E4M3", 8, -1},     {"F8_E8M0", 8, -1},
+    {"U64", 64, -1},       {"F8_E5M2", 8, TF_F8E5M2}, {"F8_E4M3", 8, TF_F8E4M3},     {"F8_E8M0", 8, -1},
     {"F6_E2M3", 6, -1},    {"F6_E3M2", 6, -1},    {"F4", 4, -1},          {"C64", 64, -1},
 };
 enum { TF_ST_NDTYPES = sizeof tf_st_dtypes / sizeof tf_st_dtypes[0] };
-#define TF_ST_SUPPORTED "F32, F16, BF16, F64, I64, I32 and BOOL"
+#define TF_ST_SUPPORTED "F32, F16, BF16, F64, I64, I32, BOOL, F8_E4M3 and F8_E5M2"
 
 /* Integers in the header travel as JSON numbers (doubles in cJSON): exact up to 2^53. */
 #define TF_ST_MAX_INT 9007199254740992.0

@@ -209,6 +209,9 @@ struct tf_backend {
   tf_status (*random)(tf_device_ctx *ctx, tf_tensor *out, const tf_random_args *args);
   /* Strided src of any dtype into strided dst of any dtype, same shape. */
   tf_status (*convert)(tf_device_ctx *ctx, const tf_tensor *src, tf_tensor *dst);
+  /* The same into an 8-bit float dst, saturating: beyond the largest finite
+   * value (infinities too) gives that value, NaN stays NaN (elemio.h). */
+  tf_status (*convert_saturate)(tf_device_ctx *ctx, const tf_tensor *src, tf_tensor *dst);
   tf_status (*unary)(tf_device_ctx *ctx, tf_unary_op op, const tf_tensor *a, tf_tensor *out);
   /* b is NULL for a scalar operand on the given side. */
   tf_status (*binary)(tf_device_ctx *ctx, tf_binary_op op, const tf_tensor *a, const tf_tensor *b, double scalar,

@@ -37,6 +37,7 @@ static const char *tf_nn_shape_of(const tf_tensor *t, char *buf, size_t n) {
 
 /* The checks every op repeats, each naming the op and the argument. */
 static tf_status tf_nn_need_float(const char *op, const char *arg, const tf_tensor *t) {
+  if (tf_dtype_is_fp8(t->dtype)) return tf_dtype_refusal(op, t->dtype);
   if (tf_dtype_is_float(t->dtype)) return TF_OK;
   return tf_fail(TF_ERR_ARG, "%s: %s must have a floating dtype (f32, f16, bf16 or f64), not %s", op, arg,
                  tf_dtype_name(t->dtype));
@@ -538,7 +539,7 @@ tf_status tf_embedding_backward(const tf_tensor *dout, const tf_tensor *ids, int
   TF_TRY(tf_nn_need_index(op, "ids", ids));
   TF_TRY(tf_nn_same_device(op, "ids", ids, "dout", dout));
   if (vocab < 0) return tf_fail(TF_ERR_ARG, "%s: vocab must be >= 0, not %lld", op, (long long)vocab);
-  if ((unsigned)dtype >= TF_NDTYPES || !tf_dtype_is_float(dtype))
+  if ((unsigned)dtype >= TF_NDTYPES || !tf_dtype_is_float(dtype) || tf_dtype_is_fp8(dtype))
     return tf_fail(TF_ERR_ARG, "%s: the gradient's dtype must be a floating one (f32, f16, bf16 or f64)", op);
   tf_shape is = tf_tensor_shape(ids);
   bool fits = dout->ndim == ids->ndim + 1;

@@ -70,10 +70,19 @@ static tf_status tf_check_same_device(const char *op, const tf_tensor *a, const 
 
 static tf_status tf_check_dtype(const tf_op_info *info, tf_dtype d) {
   if (info->dtypes & TF_DTYPE_BIT(d)) return TF_OK;
-  return tf_fail(TF_ERR_ARG, "%s does not support dtype %s", info->name, tf_dtype_name(d));
+  return tf_dtype_refusal(info->name, d);
 }
 
+/* PyTorch does not promote the 8-bit floats: they meet only their own dtype. */
+static tf_status tf_check_fp8_pair(const tf_op_info *info, tf_dtype a, tf_dtype b) {
+  if (a == b || !(tf_dtype_is_fp8(a) || tf_dtype_is_fp8(b))) return TF_OK;
+  return tf_fail(TF_ERR_ARG, "%s: %s and %s operands (an 8-bit float meets only its own dtype or a number: cast one "
+                 "first)", info->name, tf_dtype_name(a), tf_dtype_name(b));
+}
+
+/* Ops that take the 8-bit floats (comparisons) compute on their f32 values. */
 static tf_dtype tf_compute_dtype(const tf_op_info *info, tf_dtype promoted) {
+  if (tf_dtype_is_fp8(promoted)) return TF_F32;
   if (info->rule == TF_RESULT_FLOAT && !tf_dtype_is_float(promoted)) return TF_F32;
   return promoted;
 }
@@ -286,6 +295,25 @@ tf_status tf_to(const tf_tensor *a, tf_dtype dtype, tf_device device, tf_tensor 
   return TF_OK;
 }
 
+tf_status tf_to_saturated(const tf_tensor *a, tf_dtype dtype, tf_tensor **out) {
+  if (!tf_dtype_is_fp8(dtype))
+    return tf_fail(TF_ERR_ARG, "a saturating cast goes into f8e4m3 or f8e5m2, not %s", tf_dtype_name(dtype));
+  tf_device_ctx *ctx;
+  TF_TRY(tf_ctx_of(a, &ctx));
+  if (!ctx->backend->convert_saturate)
+    return tf_fail(TF_ERR_BACKEND, "the %s backend has no saturating cast", ctx->backend->name);
+  tf_shape s = tf_tensor_shape(a);
+  tf_tensor *res;
+  TF_TRY(tf_empty_like_shape(&s, dtype, a->device, &res));
+  tf_status st = tf_tensor_numel(res) > 0 ? ctx->backend->convert_saturate(ctx, a, res) : TF_OK;
+  if (st != TF_OK) {
+    tf_tensor_release(res);
+    return st;
+  }
+  *out = res;
+  return TF_OK;
+}
+
 /* ---- elementwise ------------------------------------------------------- */
 
 tf_status tf_unary(tf_unary_op op, const tf_tensor *a, tf_tensor **out) {
@@ -313,6 +341,7 @@ tf_status tf_binary(tf_binary_op op, const tf_tensor *a, const tf_tensor *b, tf_
   TF_TRY(tf_check_same_device(info->name, a, b));
   TF_TRY(tf_check_dtype(info, a->dtype));
   TF_TRY(tf_check_dtype(info, b->dtype));
+  TF_TRY(tf_check_fp8_pair(info, a->dtype, b->dtype));
   tf_shape s;
   TF_TRY(tf_broadcast_shape(a, b, &s));
   tf_dtype cd = tf_compute_dtype(info, tf_dtype_promote(a->dtype, b->dtype));
@@ -586,6 +615,8 @@ tf_status tf_arange(double start, double stop, double step, tf_dtype dtype, tf_d
 
 tf_status tf_random(tf_random_kind kind, const tf_shape *shape, double a, double b, tf_dtype dtype,
                     tf_device device, tf_tensor **out) {
+  if (tf_dtype_is_fp8(dtype))
+    return tf_fail(TF_ERR_ARG, "random numbers are not drawn in %s: draw f32 and cast", tf_dtype_name(dtype));
   if (kind != TF_RANDOM_INT && !tf_dtype_is_float(dtype))
     return tf_fail(TF_ERR_ARG, "random floats need a floating dtype, not %s", tf_dtype_name(dtype));
   if (kind == TF_RANDOM_INT) {

@@ -33,12 +33,14 @@ typedef enum tf_result_rule {
  *   ARITH: numeric inputs, result in the promoted dtype, integer kernels too;
  *   FLOAT: any input, integer and bool inputs computed in f32, float kernels;
  *   COMPARE: numeric inputs compared (or classified) in the promoted dtype,
- *     a bool result (the formula's truth, stored as 0/1), integer kernels too. */
+ *     a bool result (the formula's truth, stored as 0/1), integer kernels too;
+ *     the 8-bit floats too, compared on their f32 values (the only ops that
+ *     take them: the others refuse, saying to cast first). */
 #define TF_KIND_ARITH_DTYPES TF_DTYPES_NUMERIC
 #define TF_KIND_ARITH_RULE TF_RESULT_SAME
 #define TF_KIND_FLOAT_DTYPES TF_DTYPES_ALL
 #define TF_KIND_FLOAT_RULE TF_RESULT_FLOAT
-#define TF_KIND_COMPARE_DTYPES TF_DTYPES_NUMERIC
+#define TF_KIND_COMPARE_DTYPES (TF_DTYPES_NUMERIC | TF_DTYPES_FP8)
 #define TF_KIND_COMPARE_RULE TF_RESULT_BOOL
 /* TF_IF_INTS_<kind>(...) keeps its arguments only for ops with integer kernels. */
 #define TF_IF_INTS_ARITH(...) __VA_ARGS__
@@ -136,6 +138,10 @@ tf_status tf_matmul(const tf_tensor *a, const tf_tensor *b, tf_tensor **out);
 /* Copies into a new contiguous tensor of dtype on device. */
 tf_status tf_to(const tf_tensor *a, tf_dtype dtype, tf_device device, tf_tensor **out);
 tf_status tf_contiguous(const tf_tensor *a, tf_tensor **out);
+/* a cast into an 8-bit float dtype, saturating: magnitudes beyond the
+ * largest finite value (infinities too) become it, NaN stays NaN; a new
+ * contiguous tensor on a's device. */
+tf_status tf_to_saturated(const tf_tensor *a, tf_dtype dtype, tf_tensor **out);
 /* Copies src into dst (same shape; any dtypes; same device). */
 tf_status tf_copy_into(tf_tensor *dst, const tf_tensor *src);
 

@@ -129,6 +129,7 @@ static const tf_backend tf_cpu_backend_table = {
     .arange = tf_cpu_arange,
     .random = tf_cpu_random,
     .convert = tf_cpu_convert,
+    .convert_saturate = tf_cpu_convert_saturate,
     .unary = tf_cpu_unary,
     .binary = tf_cpu_binary,
     .reduce = tf_cpu_reduce,

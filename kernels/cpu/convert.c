@@ -10,6 +10,7 @@ typedef struct {
   const char *src;
   char *dst;
   tf_dtype sd, dd;
+  bool saturate;
 } tf_cpu_convert_job;
 
 /* One row: operand 0 is the source, operand 1 the (possibly strided) destination. */
@@ -19,6 +20,10 @@ static void tf_cpu_convert_rows(void *ud, int64_t oo, int64_t o0, int64_t o1, in
   size_t ss = tf_dtype_size(j->sd), ds = tf_dtype_size(j->dd);
   const char *src = j->src + o0 * (int64_t)ss;
   char *dst = j->dst + o1 * (int64_t)ds;
+  if (j->saturate) {
+    for (int64_t i = 0; i < n; i++) tf_elem_convert_saturated(dst, j->dd, i * s1, src, j->sd, i * s0);
+    return;
+  }
   if (j->sd == j->dd) {
     if (s0 == 1 && s1 == 1)
       memcpy(dst, src, (size_t)n * ss);
@@ -31,7 +36,14 @@ static void tf_cpu_convert_rows(void *ud, int64_t oo, int64_t o0, int64_t o1, in
 
 tf_status tf_cpu_convert(tf_device_ctx *ctx, const tf_tensor *src, tf_tensor *dst) {
   (void)ctx;
-  tf_cpu_convert_job job = {src->storage->data, dst->storage->data, src->dtype, dst->dtype};
+  tf_cpu_convert_job job = {src->storage->data, dst->storage->data, src->dtype, dst->dtype, false};
+  tf_cpu_for_rows(dst, src, dst, tf_cpu_convert_rows, &job);
+  return TF_OK;
+}
+
+tf_status tf_cpu_convert_saturate(tf_device_ctx *ctx, const tf_tensor *src, tf_tensor *dst) {
+  (void)ctx;
+  tf_cpu_convert_job job = {src->storage->data, dst->storage->data, src->dtype, dst->dtype, true};
   tf_cpu_for_rows(dst, src, dst, tf_cpu_convert_rows, &job);
   return TF_OK;
 }

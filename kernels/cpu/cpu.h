@@ -54,6 +54,7 @@ tf_status tf_cpu_unary(tf_device_ctx *ctx, tf_unary_op op, const tf_tensor *a, t
 tf_status tf_cpu_binary(tf_device_ctx *ctx, tf_binary_op op, const tf_tensor *a, const tf_tensor *b, double scalar,
                         tf_scalar_side side, tf_tensor *out);
 tf_status tf_cpu_convert(tf_device_ctx *ctx, const tf_tensor *src, tf_tensor *dst);
+tf_status tf_cpu_convert_saturate(tf_device_ctx *ctx, const tf_tensor *src, tf_tensor *dst);
 tf_status tf_cpu_reduce(tf_device_ctx *ctx, tf_reduce_op op, const tf_tensor *a, int64_t outer, int64_t r,
                         int64_t inner, tf_tensor *out);
 tf_status tf_cpu_matmul(tf_device_ctx *ctx, const tf_matmul_args *args); /* gemm.c, with the engine's GEMM */

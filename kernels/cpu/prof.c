@@ -81,6 +81,9 @@ static tf_status tf_prof_random(tf_device_ctx *ctx, tf_tensor *out, const tf_ran
 static tf_status tf_prof_convert(tf_device_ctx *ctx, const tf_tensor *src, tf_tensor *dst) {
   TF_PROF_TIMED(ctx, "convert", TF_PLAIN(ctx)->convert(ctx, src, dst));
 }
+static tf_status tf_prof_convert_saturate(tf_device_ctx *ctx, const tf_tensor *src, tf_tensor *dst) {
+  TF_PROF_TIMED(ctx, "convert", TF_PLAIN(ctx)->convert_saturate(ctx, src, dst));
+}
 static tf_status tf_prof_unary(tf_device_ctx *ctx, tf_unary_op op, const tf_tensor *a, tf_tensor *out) {
   TF_PROF_TIMED(ctx, tf_unary_name(op), TF_PLAIN(ctx)->unary(ctx, op, a, out));
 }
@@ -174,6 +177,7 @@ static void tf_prof_wrap_init(tf_prof_wrap *w, const tf_backend *plain) {
   TF_PROF_WRAP(t, plain, arange, tf_prof_arange);
   TF_PROF_WRAP(t, plain, random, tf_prof_random);
   TF_PROF_WRAP(t, plain, convert, tf_prof_convert);
+  TF_PROF_WRAP(t, plain, convert_saturate, tf_prof_convert_saturate);
   TF_PROF_WRAP(t, plain, unary, tf_prof_unary);
   TF_PROF_WRAP(t, plain, binary, tf_prof_binary);
   TF_PROF_WRAP(t, plain, reduce, tf_prof_reduce);

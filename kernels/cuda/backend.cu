@@ -264,6 +264,7 @@ static tf_backend tf_cuda_make_table(void) {
   b.arange = tf_cuda_arange;
   b.random = tf_cuda_random;
   b.convert = tf_cuda_convert;
+  b.convert_saturate = tf_cuda_convert_saturate;
   b.unary = tf_cuda_unary;
   b.binary = tf_cuda_binary;
   b.reduce = tf_cuda_reduce;

@@ -7,9 +7,11 @@
 
 #include "elemio.h"
 
-/* Y(DTYPE, ...) for every dtype. */
-#define TF_CUDA_ALL_TYPES(Y, ...) \
-  TF_CUDA_FLOAT_TYPES(Y, __VA_ARGS__) TF_CUDA_INT_TYPES(Y, __VA_ARGS__) Y(TF_BOOL, __VA_ARGS__)
+/* Y(DTYPE, ...) for every dtype; the 8-bit floats only ever convert. */
+#define TF_CUDA_FP8_TYPES(Y, ...) Y(TF_F8E4M3, __VA_ARGS__) Y(TF_F8E5M2, __VA_ARGS__)
+#define TF_CUDA_ALL_TYPES(Y, ...)                                                                \
+  TF_CUDA_FLOAT_TYPES(Y, __VA_ARGS__) TF_CUDA_INT_TYPES(Y, __VA_ARGS__) Y(TF_BOOL, __VA_ARGS__) \
+  TF_CUDA_FP8_TYPES(Y, __VA_ARGS__)
 
 typedef struct tf_cuda_copy_args {
   void *dst;
@@ -18,29 +20,39 @@ typedef struct tf_cuda_copy_args {
   tf_cuda_strided geom;
 } tf_cuda_copy_args;
 
+/* One element converted, saturating (into an 8-bit float) or not, by the
+ * CPU's rules. */
+template <int SD, int DD, bool SAT>
+__device__ __forceinline__ void tf_cuda_convert_one(const tf_cuda_copy_args &p, int64_t di, int64_t si) {
+  if (SAT)
+    tf_elem_convert_saturated(p.dst, DD, di, p.src, SD, si);
+  else
+    tf_elem_convert(p.dst, DD, di, p.src, SD, si);
+}
+
 /* The strided loop of a conversion: dst[offset of i] = convert(src[offset of i])
  * (geometry operand 0 is the source, operand 1 the destination). */
-template <int SD, int DD, typename I>
+template <int SD, int DD, bool SAT, typename I>
 __device__ __forceinline__ void tf_cuda_convert_strided(const tf_cuda_copy_args &p) {
   for (I i = (I)(blockIdx.x * blockDim.x + threadIdx.x); i < (I)p.n; i += (I)(gridDim.x * blockDim.x)) {
     int64_t off[2];
     tf_cuda_strided_offsets<2, I>(p.geom, i, off);
-    tf_elem_convert(p.dst, DD, off[1], p.src, SD, off[0]);
+    tf_cuda_convert_one<SD, DD, SAT>(p, off[1], off[0]);
   }
 }
 
 /* dst[i] = convert(src[i]), with both dtypes known at compile time so that
  * elemio.h's switches fold away. */
-template <int SD, int DD>
+template <int SD, int DD, bool SAT>
 __global__ void __launch_bounds__(TF_CUDA_THREADS) tf_cuda_convert_kernel(tf_cuda_copy_args p) {
   if (p.geom.contiguous) {
     int64_t step = (int64_t)gridDim.x * blockDim.x;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < p.n; i += step)
-      tf_elem_convert(p.dst, DD, i, p.src, SD, i);
+      tf_cuda_convert_one<SD, DD, SAT>(p, i, i);
   } else if (p.geom.narrow) {
-    tf_cuda_convert_strided<SD, DD, uint32_t>(p);
+    tf_cuda_convert_strided<SD, DD, SAT, uint32_t>(p);
   } else {
-    tf_cuda_convert_strided<SD, DD, int64_t>(p);
+    tf_cuda_convert_strided<SD, DD, SAT, int64_t>(p);
   }
 }
 
@@ -67,9 +79,9 @@ __global__ void __launch_bounds__(TF_CUDA_THREADS) tf_cuda_gather_kernel(tf_cuda
 }
 
 /* Queues one (source, destination) dtype pair's kernel. */
-template <int SD, int DD>
+template <int SD, int DD, bool SAT = false>
 static tf_status tf_cuda_convert_launch(tf_cuda_state *st, const tf_cuda_copy_args &p) {
-  tf_cuda_convert_kernel<SD, DD><<<tf_cuda_blocks(st, p.n), TF_CUDA_THREADS, 0, st->stream>>>(p);
+  tf_cuda_convert_kernel<SD, DD, SAT><<<tf_cuda_blocks(st, p.n), TF_CUDA_THREADS, 0, st->stream>>>(p);
   return tf_cuda_launched("convert kernel");
 }
 
@@ -102,9 +114,23 @@ static tf_status tf_cuda_gather(tf_cuda_state *st, const tf_cuda_copy_args &p, s
   return tf_cuda_launched("strided copy kernel");
 }
 
+/* Queues the saturating conversion of source dtype SD into an 8-bit float. */
+template <int SD>
+static tf_status tf_cuda_convert_saturate_from(tf_cuda_state *st, const tf_cuda_copy_args &p, tf_dtype dd) {
+  if (dd == TF_F8E4M3) return tf_cuda_convert_launch<SD, TF_F8E4M3, true>(st, p);
+  if (dd == TF_F8E5M2) return tf_cuda_convert_launch<SD, TF_F8E5M2, true>(st, p);
+  return tf_fail(TF_ERR_ARG, "convert: a saturating conversion goes into f8e4m3 or f8e5m2, not %s",
+                 tf_dtype_name(dd));
+}
+
+#define TF_CUDA_SATURATE_FROM_CASE(DT, unused) \
+  case DT: return tf_cuda_convert_saturate_from<DT>(st, p, dst->dtype);
+
 /* Same dtype: a dense source is one device-to-device memcpy, a strided one a
- * gather; otherwise every element goes through tf_elem_convert. */
-tf_status tf_cuda_convert(tf_device_ctx *ctx, const tf_tensor *src, tf_tensor *dst) {
+ * gather; otherwise every element goes through tf_elem_convert. Saturating,
+ * every element goes through tf_elem_convert_saturated, same dtype or not
+ * (an e5m2 infinity becomes 57344). */
+static tf_status tf_cuda_convert_as(tf_device_ctx *ctx, const tf_tensor *src, tf_tensor *dst, bool saturate) {
   TF_TRY(tf_cuda_use_device(ctx));
   tf_cuda_state *st = tf_cuda_state_of(ctx);
   tf_cuda_copy_args p;
@@ -113,6 +139,13 @@ tf_status tf_cuda_convert(tf_device_ctx *ctx, const tf_tensor *src, tf_tensor *d
   p.n = tf_tensor_numel(dst);
   if (p.n == 0) return TF_OK;
   tf_cuda_strided_init(&p.geom, dst, src, dst);
+  if (saturate) {
+    switch (src->dtype) {
+      TF_CUDA_ALL_TYPES(TF_CUDA_SATURATE_FROM_CASE, 0)
+      default: break;
+    }
+    return tf_fail(TF_ERR_ARG, "convert: unknown source dtype %d", (int)src->dtype);
+  }
   if (src->dtype == dst->dtype) {
     size_t elsize = tf_dtype_size(src->dtype);
     if (p.geom.contiguous) {
@@ -126,6 +159,14 @@ tf_status tf_cuda_convert(tf_device_ctx *ctx, const tf_tensor *src, tf_tensor *d
     default: break;
   }
   return tf_fail(TF_ERR_ARG, "convert: unknown source dtype %d", (int)src->dtype);
+}
+
+tf_status tf_cuda_convert(tf_device_ctx *ctx, const tf_tensor *src, tf_tensor *dst) {
+  return tf_cuda_convert_as(ctx, src, dst, false);
+}
+
+tf_status tf_cuda_convert_saturate(tf_device_ctx *ctx, const tf_tensor *src, tf_tensor *dst) {
+  return tf_cuda_convert_as(ctx, src, dst, true);
 }
 
 /* Broadcasts one element's bits, prepared on the host, over out. */

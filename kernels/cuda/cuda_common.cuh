@@ -232,6 +232,7 @@ tf_status tf_cuda_unary(tf_device_ctx *ctx, tf_unary_op op, const tf_tensor *a, 
 tf_status tf_cuda_binary(tf_device_ctx *ctx, tf_binary_op op, const tf_tensor *a, const tf_tensor *b, double scalar,
                          tf_scalar_side side, tf_tensor *out);
 tf_status tf_cuda_convert(tf_device_ctx *ctx, const tf_tensor *src, tf_tensor *dst);
+tf_status tf_cuda_convert_saturate(tf_device_ctx *ctx, const tf_tensor *src, tf_tensor *dst);
 tf_status tf_cuda_fill(tf_device_ctx *ctx, tf_tensor *out, double value);
 tf_status tf_cuda_arange(tf_device_ctx *ctx, tf_tensor *out, double start, double step);
 tf_status tf_cuda_random(tf_device_ctx *ctx, tf_tensor *out, const tf_random_args *args);

@@ -6,6 +6,7 @@ local M = {}
 local EDGE = 3          -- items shown at each end of a summarised dim
 local THRESHOLD = 1000  -- tensors with more elements are summarised
 local GAP = setmetatable({}, { __name = "gap" }) -- marks the elided middle of a dim
+local FLOAT_DTYPES = { f32 = true, f16 = true, bf16 = true, f64 = true, f8e4m3 = true, f8e5m2 = true }
 
 -- Values of t as a nested Lua table, summarised dims marked by a GAP
 -- entry between the two edges. Only the shown elements are copied back.
@@ -84,8 +85,7 @@ function M.tensor(t)
   if numel == 0 then return "tensor([], " .. meta .. ")" end
   local values = gather(t, numel > THRESHOLD)
   local flat = leaves(values, {})
-  local is_float = t.dtype == "f32" or t.dtype == "f16" or t.dtype == "bf16" or t.dtype == "f64"
-  local fmt = number_format(flat, is_float)
+  local fmt = number_format(flat, FLOAT_DTYPES[t.dtype])
   local width = 0
   for _, x in ipairs(flat) do
     local s = type(x) == "boolean" and tostring(x) or fmt(x)

@@ -19,6 +19,8 @@ M.entries = {
   { "tf.randint", "tf.randint(low, high, shape [, opts])", "random integers in [low, high)" },
   { "tf.seed", "tf.seed(n)", "reseeds every device's random numbers" },
   { "tf.is_tensor", "tf.is_tensor(v)", "whether v is a tensor" },
+  { "tf.cast", "tf.cast(x, dtype [, {saturate = true}])", "x in dtype; saturate: into f8e4m3/f8e5m2 beyond max gives max" },
+  { "tf.finfo", "tf.finfo(dtype)", "a float dtype's bits, max, smallest_normal, smallest_subnormal, eps" },
   { "tf.initial_seed", "tf.initial_seed()", "the seed the random numbers started from" },
   { "tf.rng_state", "tf.rng_state([device])", "where a device's random generator stands (for checkpoints)" },
   { "tf.catch_interrupt", "tf.catch_interrupt([on])", "Ctrl-C sets tf.interrupted() instead of stopping the script" },

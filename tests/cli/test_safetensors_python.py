@@ -12,7 +12,6 @@ which numpy lacks, is written and read by hand-built headers here.
 import json
 import math
 import os
-import struct
 import subprocess
 import sys
 import tempfile
@@ -27,6 +26,9 @@ except ImportError as e:
     print(f"SKIP: the Python packages numpy and safetensors are needed ({e}); "
           "install them with: pip install --user numpy safetensors")
     sys.exit(77)
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from safetensors_bytes import read_raw, write_raw  # noqa: E402
 
 TFHOST = None  # the binary under test, from sys.argv[1]
 RUN_TIMEOUT = 60
@@ -82,28 +84,6 @@ def bf16_bits(values):
     bits = np.array(values, np.float32).view(np.uint32)
     assert not np.any(bits & 0xFFFF), "values must be exact in bf16"
     return (bits >> 16).astype(np.uint16)
-
-
-def write_raw(path, entries, metadata=None):
-    """A safetensors file from (name, dtype, shape, bytes) entries, by hand."""
-    header, data = {}, b""
-    if metadata is not None:
-        header["__metadata__"] = metadata
-    for name, dtype, shape, raw in entries:
-        header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [len(data), len(data) + len(raw)]}
-        data += raw
-    text = json.dumps(header, separators=(",", ":")).encode()
-    text += b" " * (-len(text) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(text)) + text + data)
-
-
-def read_raw(path):
-    """(header dict, data bytes) of a safetensors file, by hand."""
-    with open(path, "rb") as f:
-        blob = f.read()
-    (n,) = struct.unpack("<Q", blob[:8])
-    return json.loads(blob[8:8 + n]), blob[8 + n:]
 
 
 def same_bits(test, got, want, what):

@@ -268,7 +268,7 @@ T.test("read_header inspects without loading, including dtypes tfhost lacks", fu
   T.eq(h.f.offsets, { 8, 10 })
   T.eq(meta, {})
   T.raises(function() st.load(path) end,
-    "tensor 'q' has dtype U8, which tfhost cannot load (it has no u8 dtype; it reads F32, F16, BF16, F64, I64, I32 and BOOL)")
+    "tensor 'q' has dtype U8, which tfhost cannot load (it has no u8 dtype; it reads F32, F16, BF16, F64, I64, I32, BOOL, F8_E4M3 and F8_E5M2)")
   write_bytes(path, image('{"s":' .. entry("I8", { 2 }, 0, 2) .. '}', "\1\2"))
   T.raises(function() st.load(path) end, "tensor 's' has dtype I8, which tfhost cannot load (it has no i8 dtype")
   os.remove(path)
