@@ -114,8 +114,21 @@ class Fp8Oracle(unittest.TestCase):
                           "cuda")
         self.compare(out, self.oracle["cpu"], "gpu")
         if "cuda" in self.oracle:
-            # torch's GPU casts, beside its CPU's: numbers must agree, NaN payloads may not
-            self.compare(out, dict(self.oracle["cuda"], decode={}), "gpu against torch's gpu")
+            # torch's GPU casts differ from its CPU's only for NaN inputs (whose sign they drop: the f16
+            # 0xfc01 gives 0x7f there, 0xff on its CPU); tfhost's GPU gives its CPU's bits, which are
+            # torch's CPU's (above): its casts are twins, and torch's GPU agrees everywhere else
+            cpu, gpu = self.oracle["cpu"], self.oracle["cuda"]
+            nan = {"from_f32": lambda i: (self.x32[i] & 0x7F800000) == 0x7F800000 and (self.x32[i] & 0x7FFFFF) != 0,
+                   "from_f16": lambda i: (i & 0x7C00) == 0x7C00 and (i & 0x3FF) != 0,
+                   "from_bf16": lambda i: (i & 0x7F80) == 0x7F80 and (i & 0x7F) != 0}
+            differ = 0
+            for section, is_nan in nan.items():
+                for key, codes in gpu[section].items():
+                    bad = np.nonzero(arr(cpu[section][key], np.uint8) != arr(codes, np.uint8))[0]
+                    differ += len(bad)
+                    self.assertEqual([int(i) for i in bad if not is_nan(int(i))], [],
+                                     f"torch's GPU and CPU {section} {key} differ for inputs that are not NaN")
+            print(f"torch's GPU casts differ from its CPU's in {differ} codes, all of NaN inputs", file=sys.stderr)
 
 
 if __name__ == "__main__":

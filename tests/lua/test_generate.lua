@@ -108,7 +108,7 @@ T.test("sampling: seeded, top_k = 1 and a tiny top_p are greedy", function()
 end)
 
 T.test("the sampler's warpers on a known row", function()
-  local row = tf.tensor({ 0, 10, 9, -5 }, { dtype = "f32" })
+  local row = tf.tensor({ 0, 10, 9, -5 }, { dtype = "f32", device = "cpu" })
   T.eq((tf._model.sample(row, { temperature = 0 })), 1, "greedy")
   T.eq((tf._model.sample(row, { temperature = 1, top_p = 0.5 }, 1)), 1, "top_p 0.5 keeps the first (p 0.73)")
   local counts, state = { [0] = 0, 0, 0, 0 }, 42

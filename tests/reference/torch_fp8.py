@@ -74,7 +74,7 @@ def main():
     if save_file:
         codes = torch.arange(256, dtype=torch.int32).to(torch.uint8).reshape(16, 16)
         x32 = torch.from_numpy(INPUTS.view(np.int32).copy()).view(torch.float32)
-        save_file({"codes." + name: codes.view(dt) for name, dt in FORMATS.items()}
+        save_file({"codes." + name: codes.view(dt).clone() for name, dt in FORMATS.items()}
                   | {"x32." + name: x32.to(dt) for name, dt in FORMATS.items()},
                   os.path.join(os.path.dirname(path), "fp8_torch.safetensors"))
     print(f"wrote {path}: {len(INPUTS)} float32 inputs; "
