@@ -101,8 +101,6 @@ local start, rows, elapsed_before, tokens_before = 0, {}, 0, 0
 local window_loss, window_n = 0, 0 -- the logged losses since the last evaluation (a row's train loss)
 if opt.resume then
   local path = opt.resume
-  local is_file = io.open(path, "rb")
-  if is_file then is_file:close() end
   if not path:match("%.safetensors$") then
     local f = tf.checkpoint.folder((path:gsub("/checkpoints/?$", "")) .. "/checkpoints")
     path = f:latest()

@@ -462,7 +462,7 @@ static void tf_st_pool_device(tf_st_pool *p, tf_tensor *const *tensors, int n) {
     }
 }
 
-/* Copies len bytes between a tensor's memory at dev (on its device) and the host at host. */
+/* Copies len bytes between the memory of tensor t's device and the host, as backend.h's copy does. */
 static tf_status tf_st_device_copy(const tf_tensor *t, void *dst, const void *src, size_t len, tf_copy_dir dir) {
   tf_device_ctx *ctx;
   TF_TRY(tf_device_ctx_get(t->device, &ctx));
@@ -796,19 +796,19 @@ static cJSON *tf_st_json_uint(uint64_t v) {
 
 /* The header's JSON text (compact, like the Python library's), or NULL when
  * out of memory. */
-static char *tf_st_header_json(const char *const *names, tf_tensor *const *tensors, int n,
+static char *tf_st_header_json(const char *const *names, tf_tensor *const *tensors, const uint64_t *offsets, int n,
                                const char *const *meta_keys, const char *const *meta_values, int nmeta,
                                bool checksums) {
   cJSON *root = cJSON_CreateObject();
   bool ok = root != NULL;
+  const bool sums = checksums && n > 0;
   /* The checksums' place, zeros until the data is written (tf_st_put_checksums). */
-  char *zeros = calloc((size_t)n * (TF_ST_HEX + 1) + 1, 1);
-  ok = ok && zeros;
-  for (int i = 0; ok && i < n; i++) {
+  char *zeros = sums ? calloc((size_t)n * (TF_ST_HEX + 1) + 1, 1) : NULL;
+  ok = ok && (zeros || !sums);
+  for (int i = 0; ok && sums && i < n; i++) {
     memset(zeros + (size_t)i * (TF_ST_HEX + 1), '0', TF_ST_HEX);
     if (i + 1 < n) zeros[(size_t)i * (TF_ST_HEX + 1) + TF_ST_HEX] = ',';
   }
-  const bool sums = checksums && n > 0;
   if (ok && (sums || nmeta > 0)) {
     cJSON *meta = cJSON_CreateObject();
     ok = cJSON_AddItemToObject(root, "__metadata__", meta);
@@ -819,7 +819,6 @@ static char *tf_st_header_json(const char *const *names, tf_tensor *const *tenso
     if (ok && sums) ok = cJSON_AddStringToObject(meta, TF_ST_CHECKSUM_KEY, zeros) != NULL;
   }
   free(zeros);
-  uint64_t offset = 0;
   for (int i = 0; ok && i < n; i++) {
     const tf_tensor *t = tensors[i];
     cJSON *entry = cJSON_CreateObject();
@@ -829,13 +828,11 @@ static char *tf_st_header_json(const char *const *names, tf_tensor *const *tenso
     }
     ok = cJSON_AddStringToObject(entry, "dtype", tf_safetensors_dtype_name(t->dtype)) != NULL;
     cJSON *shape = ok ? cJSON_AddArrayToObject(entry, "shape") : NULL;
-    cJSON *offsets = shape ? cJSON_AddArrayToObject(entry, "data_offsets") : NULL;
-    ok = offsets != NULL;
+    cJSON *range = shape ? cJSON_AddArrayToObject(entry, "data_offsets") : NULL;
+    ok = range != NULL;
     for (int d = 0; ok && d < t->ndim; d++) ok = cJSON_AddItemToArray(shape, tf_st_json_uint((uint64_t)t->shape[d]));
-    uint64_t end = offset + tf_tensor_nbytes(t);
-    if (ok) ok = cJSON_AddItemToArray(offsets, tf_st_json_uint(offset));
-    if (ok) ok = cJSON_AddItemToArray(offsets, tf_st_json_uint(end));
-    offset = end;
+    if (ok) ok = cJSON_AddItemToArray(range, tf_st_json_uint(offsets[i]));
+    if (ok) ok = cJSON_AddItemToArray(range, tf_st_json_uint(offsets[i] + tf_tensor_nbytes(t)));
   }
   char *text = ok ? cJSON_PrintUnformatted(root) : NULL;
   cJSON_Delete(root);
@@ -925,8 +922,15 @@ tf_status tf_safetensors_write(const char *path, const char *const *names, tf_te
                                const char *const *meta_keys, const char *const *meta_values, int nmeta,
                                bool checksums) {
   TF_TRY(tf_st_check_write_args(path, names, tensors, n, meta_keys, meta_values, nmeta));
-  char *json = tf_st_header_json(names, tensors, n, meta_keys, meta_values, nmeta, checksums);
-  if (!json) return tf_fail(TF_ERR_OOM, "out of memory: building the header of %s", path);
+  /* where each tensor's data goes: one after the other, in the order given */
+  uint64_t *offsets = calloc((size_t)n + 1, sizeof *offsets);
+  if (!offsets) return tf_fail(TF_ERR_OOM, "out of memory: writing %s", path);
+  for (int i = 1; i < n; i++) offsets[i] = offsets[i - 1] + tf_tensor_nbytes(tensors[i - 1]);
+  char *json = tf_st_header_json(names, tensors, offsets, n, meta_keys, meta_values, nmeta, checksums);
+  if (!json) {
+    free(offsets);
+    return tf_fail(TF_ERR_OOM, "out of memory: building the header of %s", path);
+  }
   size_t jlen = strlen(json), hlen = (jlen + 7) / 8 * 8;
 
   /* A fresh name beside path, so the rename below stays on one file system. */
@@ -942,18 +946,15 @@ tf_status tf_safetensors_write(const char *path, const char *const *names, tf_te
     if (fd < 0 && (errno != EEXIST || attempt == 100))
       st = tf_st_fail(TF_ERR_IO, path, "cannot create %s: %s", tmp, strerror(errno));
   }
-  /* the tensors contiguous (copies of strided ones), and where each one's data goes */
+  /* the tensors contiguous (copies of strided ones) */
   tf_tensor **flat = calloc((size_t)n + 1, sizeof *flat);
-  uint64_t *offsets = calloc((size_t)n + 1, sizeof *offsets), *sums = calloc((size_t)n + 1, sizeof *sums);
-  if (st == TF_OK && (!flat || !offsets || !sums)) st = tf_fail(TF_ERR_OOM, "out of memory: writing %s", path);
-  uint64_t at = 0;
+  uint64_t *sums = calloc((size_t)n + 1, sizeof *sums);
+  if (st == TF_OK && (!flat || !sums)) st = tf_fail(TF_ERR_OOM, "out of memory: writing %s", path);
   for (int i = 0; st == TF_OK && i < n; i++) {
     if (tf_tensor_is_contiguous(tensors[i]))
       flat[i] = tf_tensor_retain(tensors[i]);
     else
       st = tf_contiguous(tensors[i], &flat[i]);
-    offsets[i] = at;
-    at += tf_tensor_nbytes(tensors[i]);
   }
   unsigned char lenbuf[8];
   for (int i = 0; i < 8; i++) lenbuf[i] = (unsigned char)((uint64_t)hlen >> (8 * i));

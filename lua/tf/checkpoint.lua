@@ -344,9 +344,10 @@ function M.restore(path, state)
       fail(mine, "belongs to another save than %s (a rank's file from an earlier run)", path)
     end
   end
-  if (main.model.zero1 or false) ~= (moments(m).sharded or false) then
+  local sharded = m.parallel == "zero1" -- (tf.model.new takes zero1 for the fused engine only)
+  if (main.model.zero1 or false) ~= sharded then
     fail(path, "was saved %s ZeRO-1 sharding; the model is %s", main.model.zero1 and "with" or "without",
-      moments(m).sharded and "sharded" or "not sharded")
+      sharded and "sharded" or "not sharded")
   end
   local opt = restore_optimizer(m, main.optimizer, path)
   restore_tensors(m, main, path, mine, h)
