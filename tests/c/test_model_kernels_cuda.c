@@ -396,15 +396,23 @@ static void test_swiglu(void) {
 
 /* ---- attention's kernels ------------------------------------------------------------------------ */
 
-static void rope_heads_case(tf_dtype d, int64_t B, int64_t T, int64_t H, int64_t hd) {
-  const int64_t n = B * T * H * hd, half = hd / 2;
+/* RoPE's (T, hd / 2) cos and sin tables (theta 10000) on both devices. */
+static void rope_tables(int64_t T, int64_t hd, flat_pair *pc, flat_pair *ps) {
+  const int64_t half = hd / 2;
   double *cs = values_alloc(T * half), *sn = values_alloc(T * half);
   for (int64_t t = 0; t < T; t++)
     for (int64_t i = 0; i < half; i++) {
       double ang = (double)t * pow(10000.0, -(double)(2 * i) / (double)hd);
       cs[t * half + i] = (float)cos(ang), sn[t * half + i] = (float)sin(ang);
     }
-  flat_pair pc = flat_pair_of(cs, T * half, TF_F32, 0), ps = flat_pair_of(sn, T * half, TF_F32, 0);
+  *pc = flat_pair_of(cs, T * half, TF_F32, 0), *ps = flat_pair_of(sn, T * half, TF_F32, 0);
+  free(cs), free(sn);
+}
+
+static void rope_heads_case(tf_dtype d, int64_t B, int64_t T, int64_t H, int64_t hd) {
+  const int64_t n = B * T * H * hd;
+  flat_pair pc, ps;
+  rope_tables(T, hd, &pc, &ps);
   flat_pair qkv = flat_pair_randn(3 * n, d, 1.0, 0);
   flat_pair q = flat_pair_zeros(n, d), k = flat_pair_zeros(n, d), v = flat_pair_zeros(n, d);
   tf_rope_heads_args a = {.batch = B, .seq = T, .heads = H, .head_dim = hd, .dtype = d};
@@ -426,7 +434,6 @@ static void rope_heads_case(tf_dtype d, int64_t B, int64_t T, int64_t H, int64_t
   CHECK_OK(KG->rope_heads(gctx, &a));
 #undef ROPE_PTRS
   same("rope_heads backward", d, dqkv, tol_of(d));
-  free(cs), free(sn);
   flat_pair_free(&pc), flat_pair_free(&ps), flat_pair_free(&qkv);
   flat_pair_free(&q), flat_pair_free(&k), flat_pair_free(&v);
   flat_pair_free(&dq), flat_pair_free(&dk), flat_pair_free(&dv), flat_pair_free(&dqkv);
@@ -617,14 +624,9 @@ static bool model_same(const char *what, tf_dtype d, const tf_tensor *g, const t
  * caches (the positions before pos hold random keys and values). */
 static void decode_case(tf_dtype d, int64_t B, int64_t H, int64_t hd, int64_t max_len, int64_t seq, int64_t pos,
                         int64_t splits) {
-  const int64_t half = hd / 2, cache = B * H * max_len * hd;
-  double *cs = values_alloc(max_len * half), *sn = values_alloc(max_len * half);
-  for (int64_t t = 0; t < max_len; t++)
-    for (int64_t i = 0; i < half; i++) {
-      double ang = (double)t * pow(10000.0, -(double)(2 * i) / (double)hd);
-      cs[t * half + i] = (float)cos(ang), sn[t * half + i] = (float)sin(ang);
-    }
-  flat_pair pc = flat_pair_of(cs, max_len * half, TF_F32, 0), ps = flat_pair_of(sn, max_len * half, TF_F32, 0);
+  const int64_t cache = B * H * max_len * hd;
+  flat_pair pc, ps;
+  rope_tables(max_len, hd, &pc, &ps);
   double posv[1] = {(double)pos}, lastv[1] = {(double)(pos + seq - 1)};
   flat_pair pp = flat_pair_of(posv, 1, TF_I64, 0), pl = flat_pair_of(lastv, 1, TF_I64, 0);
   flat_pair qkv = flat_pair_randn(B * seq * 3 * H * hd, d, 1.0, 0), q = flat_pair_zeros(B * H * seq * hd, d);
@@ -653,7 +655,6 @@ static void decode_case(tf_dtype d, int64_t B, int64_t H, int64_t hd, int64_t ma
   CHECK_OK(KG->decode_attention(gctx, &at));
 #undef AT_PTRS
   same("decode_attention", d, out, tol_of(d));
-  free(cs), free(sn);
   flat_pair *all[] = {&pc, &ps, &pp, &pl, &qkv, &q, &kc, &vc, &qd, &out, &part};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) flat_pair_free(all[i]);
 }
