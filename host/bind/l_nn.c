@@ -182,6 +182,56 @@ static int tf_l_adamw_step(lua_State *L) {
   return 0;
 }
 
+/* A scale option of tf.scaled_matmul: a tensor as it is, or a number made
+ * a one-value f32 tensor on like's device (left on the stack, so that the
+ * collector frees it whatever happens next). */
+static tf_tensor *tf_l_scale_opt(lua_State *L, int opts, const char *key, const tf_tensor *like) {
+  lua_getfield(L, opts, key);
+  if (lua_isnumber(L, -1)) {
+    const double v = lua_tonumber(L, -1);
+    lua_pop(L, 1);
+    tf_tensor *t = NULL;
+    const tf_shape scalar = {0, {0}};
+    TF_LUA_CHECK(L, tf_full(&scalar, v, TF_F32, like->device, &t), "tf.scaled_matmul");
+    tf_lua_pushtensor(L, t);
+    return t;
+  }
+  tf_tensor *t = tf_lua_totensor(L, -1);
+  if (!t)
+    tf_lua_error(L, "tf.scaled_matmul: %s must be a number or an f32 tensor, not %s", key,
+                 lua_isnil(L, -1) ? "nothing (it is needed)" : luaL_typename(L, -1));
+  return t;
+}
+
+/* tf.scaled_matmul(a, b, {scale_a, scale_b [, out_dtype = "bf16"] [, amax]
+ * [, fast_accum]}): the FP8 product (nnops.h); returns C, and its amax
+ * (a 0-dim f32 tensor) when amax = true. */
+static int tf_l_scaled_matmul(lua_State *L) {
+  tf_tensor *a = tf_lua_checktensor(L, 1), *b = tf_lua_checktensor(L, 2), *out = NULL, *amax = NULL;
+  static const char *const keys[] = {"scale_a", "scale_b", "out_dtype", "amax", "fast_accum", NULL};
+  luaL_checktype(L, 3, LUA_TTABLE);
+  tf_lua_checkkeys(L, 3, "tf.scaled_matmul", keys);
+  tf_scaled_matmul_opts o = {.out_dtype = TF_BF16};
+  o.scale_a = tf_l_scale_opt(L, 3, "scale_a", a);
+  o.scale_b = tf_l_scale_opt(L, 3, "scale_b", a);
+  lua_getfield(L, 3, "out_dtype");
+  if (!lua_isnil(L, -1)) o.out_dtype = tf_lua_checkdtype(L, lua_gettop(L));
+  bool flags[2];
+  const char *const names[] = {"amax", "fast_accum"};
+  for (int i = 0; i < 2; i++) {
+    lua_getfield(L, 3, names[i]);
+    if (!lua_isnil(L, -1) && !lua_isboolean(L, -1))
+      return tf_lua_error(L, "tf.scaled_matmul: %s must be a boolean, not a %s", names[i], luaL_typename(L, -1));
+    flags[i] = lua_toboolean(L, -1);
+  }
+  o.fast_accum = flags[1];
+  TF_LUA_CHECK(L, tf_scaled_matmul(a, b, &o, &out, flags[0] ? &amax : NULL), "tf.scaled_matmul");
+  tf_lua_pushtensor(L, out);
+  if (!amax) return 1;
+  tf_lua_pushtensor(L, amax);
+  return 2;
+}
+
 static const luaL_Reg tf_nn_functions[] = {
     {"linear", tf_l_linear},         {"softmax", tf_l_softmax},     {"log_softmax", tf_l_log_softmax},
     {"layer_norm", tf_l_layer_norm}, {"rms_norm", tf_l_rms_norm},   {"cross_entropy", tf_l_cross_entropy},
@@ -193,6 +243,8 @@ static const luaL_Reg tf_nn_functions[] = {
 void tf_open_nn(lua_State *L) {
   lua_pushcfunction(L, tf_l_adamw_step);
   lua_setfield(L, -2, "_adamw_step");
+  lua_pushcfunction(L, tf_l_scaled_matmul);
+  lua_setfield(L, -2, "scaled_matmul");
   luaL_setfuncs(L, tf_nn_functions, 0);
   lua_getfield(L, -1, "Tensor");
   luaL_setfuncs(L, tf_nn_functions, 0);

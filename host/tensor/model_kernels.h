@@ -33,6 +33,7 @@ extern "C" {
  * stored (n, k) when trans_b. A and B have ab_dtype (f32, f16, bf16); C has
  * c_dtype (ab_dtype, or f32 to add low-precision products into f32
  * gradients). Products accumulate in f32 (TF32 only when allow_tf32). */
+typedef struct tf_gemm_scaled tf_gemm_scaled;
 typedef struct tf_gemm_args {
   const void *a, *b;
   void *c;
@@ -54,7 +55,28 @@ typedef struct tf_gemm_args {
    * CUDA backend's, gemm.cu; TF_DECODE_GEMV=0 turns it off), with other
    * rounding than its general path. */
   bool few_rows;
+  /* An FP8 product (tf.scaled_matmul): NULL for every other. A and B then
+   * have scaled's dtypes and ab_dtype is ignored. */
+  const tf_gemm_scaled *scaled;
 } tf_gemm_args;
+
+/* The FP8 part of a product: C = (scale_a scale_b) A B, the scales f32 on
+ * the operands' device, one value each (tensorwise) or A's m and B's n
+ * values (rowwise: C[i][j] = scale_a[i] scale_b[j] (A B)[i][j]). A is
+ * (m, k) row-major and B is stored (n, k) row-major (trans_b): the one
+ * layout Hopper's FP8 products take (A and B both "K-major"); one batch; C
+ * f32, bf16 or f16. The sums are f32 (fast_accum: the tensor cores' own
+ * narrower accumulation, never promoted, as cuBLASLt's FAST_ACCUM). amax,
+ * when not NULL, receives max |C| (one f32, of the value before C's
+ * rounding on the CPU and wherever the backend computes it in the
+ * product; of C as stored otherwise). */
+struct tf_gemm_scaled {
+  tf_dtype a_dtype, b_dtype; /* f8e4m3 or f8e5m2, not both f8e5m2 */
+  const float *scale_a, *scale_b;
+  bool rowwise;
+  bool fast_accum;
+  float *amax;
+};
 enum { TF_GEMM_FEW_ROWS = 16 };
 
 /* What a backend's timed choice of GEMM algorithms (tf_gemm_args.tune)

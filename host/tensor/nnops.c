@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "model_kernels.h"
 #include "temps.h"
 
 /* ---- helpers ----------------------------------------------------------- */
@@ -676,5 +677,101 @@ tf_status tf_adamw_constants(const char *op, const tf_adamw_args *args, tf_adamw
   u->step_size = a->lr / (1.0 - pow(a->beta1, steps));
   u->bias2_sqrt = sqrt(1.0 - pow(a->beta2, steps));
   u->eps = a->eps;
+  return TF_OK;
+}
+
+/* ---- FP8 products ------------------------------------------------------ */
+
+/* A scale of scaled_matmul: f32, contiguous, on the operands' device, of
+ * one value (tensorwise) or of count values (rowwise: (count,), (count, 1)
+ * for a, (1, count) for b). */
+static tf_status tf_nn_scale_check(const char *op, const char *arg, const tf_tensor *s, const tf_tensor *a,
+                                   bool rowwise, int64_t count) {
+  TF_TRY(tf_nn_same_device(op, arg, s, "a", a));
+  if (s->dtype != TF_F32) return tf_fail(TF_ERR_ARG, "%s: %s must be f32, not %s", op, arg, tf_dtype_name(s->dtype));
+  if (!tf_tensor_is_contiguous(s)) return tf_fail(TF_ERR_ARG, "%s: %s must be contiguous", op, arg);
+  const int64_t want = rowwise ? count : 1;
+  if (tf_tensor_numel(s) == want) return TF_OK;
+  char have[128];
+  return tf_fail(TF_ERR_ARG, "%s: %s has shape %s; %s scales have %lld value%s (%s)", op, arg,
+                 tf_nn_shape_of(s, have, sizeof have), rowwise ? "rowwise" : "tensorwise", (long long)want,
+                 want == 1 ? "" : "s",
+                 rowwise ? (strcmp(arg, "scale_a") == 0 ? "one for each row of a" : "one for each column of b")
+                         : "one for the whole operand");
+}
+
+/* Whether a's device has FP8 tensor cores (compute capability 8.9 or newer); the CPU computes FP8 products too. */
+static tf_status tf_nn_fp8_device(const char *op, const tf_tensor *a) {
+  if (a->device.type != TF_DEV_CUDA) return TF_OK;
+  tf_device_info info;
+  TF_TRY(tf_device_info_get(a->device, &info));
+  if (info.cc_major * 10 + info.cc_minor >= 89) return TF_OK;
+  return tf_fail(TF_ERR_ARG, "%s: %s (compute capability %d.%d) has no FP8 tensor cores; they need 8.9 or newer "
+                 "(Ada, Hopper); the CPU computes FP8 products too", op, info.name, info.cc_major, info.cc_minor);
+}
+
+tf_status tf_scaled_matmul(const tf_tensor *a, const tf_tensor *b, const tf_scaled_matmul_opts *o, tf_tensor **out,
+                           tf_tensor **amax) {
+  const char *op = "scaled_matmul";
+  char sa[128], sb[128];
+  if (!tf_dtype_is_fp8(a->dtype) || !tf_dtype_is_fp8(b->dtype))
+    return tf_fail(TF_ERR_ARG, "%s: a and b must be f8e4m3 or f8e5m2 (tf.cast them, with {saturate = true} for "
+                   "scaled values), not %s and %s", op, tf_dtype_name(a->dtype), tf_dtype_name(b->dtype));
+  if (a->dtype == TF_F8E5M2 && b->dtype == TF_F8E5M2)
+    return tf_fail(TF_ERR_ARG, "%s: a and b cannot both be f8e5m2 (the tensor cores take e4m3 x e4m3, e4m3 x e5m2 "
+                   "and e5m2 x e4m3)", op);
+  TF_TRY(tf_nn_same_device(op, "b", b, "a", a));
+  if (a->ndim != 2 || b->ndim != 2 || a->shape[1] != b->shape[0])
+    return tf_fail(TF_ERR_ARG, "%s: a must be (m, k) and b (k, n), not %s and %s", op, tf_nn_shape_of(a, sa, sizeof sa),
+                   tf_nn_shape_of(b, sb, sizeof sb));
+  const int64_t m = a->shape[0], k = a->shape[1], n = b->shape[1];
+  if (k % 16 != 0 || n % 16 != 0)
+    return tf_fail(TF_ERR_ARG, "%s: k and n must be multiples of 16 (FP8 rows are read in 16-byte words), not k=%lld, "
+                   "n=%lld", op, (long long)k, (long long)n);
+  /* a row-major (m, k) and b the transpose of a row-major (n, k): each operand's rows along k */
+  const bool a_rows = a->strides[1] == 1 && (m <= 1 || a->strides[0] >= k),
+             b_cols = b->strides[0] == 1 && (n <= 1 || b->strides[1] >= k);
+  if (!a_rows || !b_cols)
+    return tf_fail(TF_ERR_ARG, "%s: a must be row-major and b column-major (b = w:t() of a row-major (n, k) w), the "
+                   "one layout FP8 tensor cores take; %s has strides (%lld, %lld)%s", op, !a_rows ? "a" : "b",
+                   (long long)(!a_rows ? a->strides[0] : b->strides[0]),
+                   (long long)(!a_rows ? a->strides[1] : b->strides[1]),
+                   !a_rows ? ": use a:contiguous()" : ": use b:t():contiguous():t()");
+  const int64_t lda = m <= 1 ? k : a->strides[0], ldb = n <= 1 ? k : b->strides[1];
+  const uint8_t *pa = (const uint8_t *)tf_tensor_data(a), *pb = (const uint8_t *)tf_tensor_data(b);
+  if (lda % 16 != 0 || ldb % 16 != 0 || ((uintptr_t)pa & 15) != 0 || ((uintptr_t)pb & 15) != 0)
+    return tf_fail(TF_ERR_ARG, "%s: a's and b's data and row strides must be whole 16-byte words (a view at an odd "
+                   "offset is not); use :contiguous()", op);
+  const tf_dtype od = o->out_dtype;
+  if (od != TF_F32 && od != TF_BF16 && od != TF_F16)
+    return tf_fail(TF_ERR_ARG, "%s: out_dtype must be bf16, f16 or f32, not %s", op, tf_dtype_name(od));
+  if (!o->scale_a || !o->scale_b) return tf_fail(TF_ERR_ARG, "%s: scale_a and scale_b are needed", op);
+  const bool rowwise = tf_tensor_numel(o->scale_a) != 1 || tf_tensor_numel(o->scale_b) != 1;
+  TF_TRY(tf_nn_scale_check(op, "scale_a", o->scale_a, a, rowwise, m));
+  TF_TRY(tf_nn_scale_check(op, "scale_b", o->scale_b, a, rowwise, n));
+  TF_TRY(tf_nn_fp8_device(op, a));
+  tf_device_ctx *ctx;
+  TF_TRY(tf_device_ctx_get(a->device, &ctx));
+  tf_tensor *res = NULL, *top = NULL;
+  const tf_shape os = {2, {m, n}}, scalar = {0, {0}};
+  tf_status st = tf_tensor_empty(&os, od, a->device, &res);
+  if (st == TF_OK && amax) st = tf_full(&scalar, 0.0, TF_F32, a->device, &top);
+  if (st == TF_OK && m > 0 && n > 0) {
+    const tf_gemm_scaled x = {.a_dtype = a->dtype, .b_dtype = b->dtype,
+                              .scale_a = (const float *)tf_tensor_data(o->scale_a),
+                              .scale_b = (const float *)tf_tensor_data(o->scale_b), .rowwise = rowwise,
+                              .fast_accum = o->fast_accum, .amax = top ? (float *)tf_tensor_data(top) : NULL};
+    const tf_gemm_args g = {.a = pa, .b = pb, .c = tf_tensor_data(res), .ab_dtype = a->dtype, .c_dtype = od,
+                            .batch = 1, .m = m, .n = n, .k = k, .trans_b = true, .lda = lda, .ldb = ldb, .ldc = n,
+                            .scaled = &x};
+    st = ctx->backend->model->gemm(ctx, &g);
+  }
+  if (st != TF_OK) {
+    tf_tensor_release(res);
+    tf_tensor_release(top);
+    return st;
+  }
+  *out = res;
+  if (amax) *amax = top;
   return TF_OK;
 }

@@ -87,6 +87,22 @@ tf_status tf_adamw_step_with_low(tf_tensor *p, const tf_tensor *g, tf_tensor *m,
 struct tf_adamw_update;
 tf_status tf_adamw_constants(const char *op, const tf_adamw_args *args, struct tf_adamw_update *u);
 
+/* FP8 products (tf.scaled_matmul): C = scale_a scale_b (a b) on cuBLASLt,
+ * a (m, k) row-major and b (k, n) column-major (b = w:t(), w (n, k)
+ * row-major), f8e4m3 or f8e5m2 (not both e5m2), k and n multiples of 16.
+ * The scales are f32 tensors on the operands' device: one value each
+ * (tensorwise), or m values for a and n for b (rowwise: C[i][j] =
+ * scale_a[i] scale_b[j] (a b)[i][j]). C is out_dtype (bf16, f16, f32);
+ * amax (not NULL) receives a 0-dim f32 tensor, max |C| (NaN if C has one).
+ * The CPU computes from the decoded values in f32: the GPU's twin. */
+typedef struct tf_scaled_matmul_opts {
+  const tf_tensor *scale_a, *scale_b;
+  tf_dtype out_dtype;
+  bool fast_accum; /* the tensor cores' narrower accumulation (faster, less exact) */
+} tf_scaled_matmul_opts;
+tf_status tf_scaled_matmul(const tf_tensor *a, const tf_tensor *b, const tf_scaled_matmul_opts *o, tf_tensor **out,
+                           tf_tensor **amax);
+
 #ifdef __cplusplus
 }
 #endif

@@ -7,6 +7,10 @@
  *   - f16 and bf16 operands are widened to f32 (as cuBLAS computes them
  *     with COMPUTE_32F), multiplied by sgemm, and each result rounded once
  *     into C (added to C's value in f32 when accumulating);
+ *   - FP8 operands (tf.scaled_matmul, tf_gemm_scaled) are decoded to f32
+ *     the same way, their f32 sums multiplied by the scales (the two
+ *     multiplied first) and rounded once into C: the twin of cuBLASLt's
+ *     FP8 product, whose tensor cores sum in fewer bits (nnops.h);
  *   - operands whose leading dimension the BLAS would refuse (a broadcast
  *     row, a stride below the row length) are first copied dense.
  * The BLAS's own threads would make the last bits depend on the thread
@@ -18,6 +22,7 @@
  * products are added in chunk order; a batch of products of one piece each
  * is spread over the cores one product a thread. The same plan gives the
  * same bits on 1 thread or 64. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -196,13 +201,38 @@ TF_CPU_INLINE void tf_gemm_round_row(tf_dtype cd, const tf_gemm_args *g, const v
   }
 }
 
+/* An FP8 product's f32 sums c (m x n, dense) times its scales, in place,
+ * the two scales multiplied first (as cuBLASLt folds them into alpha), and
+ * the largest magnitude (NaN if any is) into *amax when asked for. */
+static void tf_gemm_apply_scales(const tf_gemm_args *g, float *c, bool in_parallel) {
+  const tf_gemm_scaled *x = g->scaled;
+#pragma omp parallel for schedule(static) if (!in_parallel && g->m * g->n > TF_CPU_PARALLEL_MIN)
+  for (int64_t i = 0; i < g->m; i++)
+    for (int64_t j = 0; j < g->n; j++) {
+      const float scale = x->rowwise ? x->scale_a[i] * x->scale_b[j] : x->scale_a[0] * x->scale_b[0];
+      c[i * g->n + j] *= scale;
+    }
+  if (!x->amax) return;
+  float most = 0.0f;
+  for (int64_t i = 0; i < g->m * g->n; i++) {
+    const float v = fabsf(c[i]);
+    if (v != v) {
+      most = v;
+      break;
+    }
+    if (v > most) most = v;
+  }
+  *x->amax = most;
+}
+
 /* Product bi of the batch; in_parallel: already on one thread of a batch
  * spread over the cores (its tiles then run here, in order). */
 static tf_status tf_gemm_one(const tf_gemm_args *g, int64_t bi, bool in_parallel) {
-  const bool wide = g->ab_dtype == TF_F64, native = g->ab_dtype == TF_F32 || wide;
+  const tf_dtype ad = g->scaled ? g->scaled->a_dtype : g->ab_dtype, bd = g->scaled ? g->scaled->b_dtype : g->ab_dtype;
+  const bool wide = ad == TF_F64, native = (ad == TF_F32 || wide) && !g->scaled;
   const size_t es = wide ? sizeof(double) : sizeof(float);
-  const int64_t as = (int64_t)tf_dtype_size(g->ab_dtype), cs = (int64_t)tf_dtype_size(g->c_dtype);
-  const char *a = (const char *)g->a + bi * g->batch_a * as, *b = (const char *)g->b + bi * g->batch_b * as;
+  const int64_t as = (int64_t)tf_dtype_size(ad), bs = (int64_t)tf_dtype_size(bd), cs = (int64_t)tf_dtype_size(g->c_dtype);
+  const char *a = (const char *)g->a + bi * g->batch_a * as, *b = (const char *)g->b + bi * g->batch_b * bs;
   char *out = (char *)g->c + bi * g->batch_c * cs;
   const bool a_ok = native && tf_gemm_ld_ok(g->trans_a, g->lda, g->m, g->k);
   const bool b_ok = native && tf_gemm_ld_ok(g->trans_b, g->ldb, g->k, g->n);
@@ -217,8 +247,8 @@ static tf_status tf_gemm_one(const tf_gemm_args *g, int64_t bi, bool in_parallel
     tf_gemm_scratch_free(&s);
     return tf_fail(TF_ERR_OOM, "out of memory: no host memory for matmul buffers");
   }
-  if (!a_ok) tf_gemm_widen(a, g->ab_dtype, g->trans_a, g->lda, g->m, g->k, s.a, wide, in_parallel);
-  if (!b_ok) tf_gemm_widen(b, g->ab_dtype, g->trans_b, g->ldb, g->k, g->n, s.b, wide, in_parallel);
+  if (!a_ok) tf_gemm_widen(a, ad, g->trans_a, g->lda, g->m, g->k, s.a, wide, in_parallel);
+  if (!b_ok) tf_gemm_widen(b, bd, g->trans_b, g->ldb, g->k, g->n, s.b, wide, in_parallel);
   const enum CBLAS_TRANSPOSE ta = a_ok && g->trans_a ? CblasTrans : CblasNoTrans,
                              tb = b_ok && g->trans_b ? CblasTrans : CblasNoTrans;
   const int lda = a_ok ? (int)g->lda : (int)g->k, ldb = b_ok ? (int)g->ldb : (int)g->n;
@@ -230,6 +260,7 @@ static tf_status tf_gemm_one(const tf_gemm_args *g, int64_t bi, bool in_parallel
 #pragma omp parallel for schedule(dynamic, 1) if (pieces > 1 && !in_parallel)
   for (int64_t u = 0; u < pieces; u++) tf_gemm_piece(&call, &plan, u, s.partials);
   if (plan.chunks > 1) tf_gemm_add_partials(&call, &plan, s.partials, in_parallel);
+  if (g->scaled) tf_gemm_apply_scales(g, (float *)s.c, in_parallel);
   if (!c_direct) /* each element rounded once into C, rows spread over the cores */
 #pragma omp parallel for schedule(static) if (!in_parallel && g->m * g->n > TF_CPU_PARALLEL_MIN)
     for (int64_t i = 0; i < g->m; i++) TF_CPU_WITH_DTYPE(g->c_dtype, tf_gemm_round_row, g, s.c, out, i, wide);

@@ -50,7 +50,8 @@ static const size_t TF_GEMM_WORKSPACE = (size_t)32 << 20;
 
 /* Everything a plan depends on; zeroed before filling so memcmp compares it. */
 typedef struct tf_gemm_key {
-  int ab_dtype, c_dtype, trans_a, trans_b, accumulate, tf32;
+  int ab_dtype, b_dtype, c_dtype, trans_a, trans_b, accumulate, tf32;
+  int scaled, rowwise, fast_accum, amax; /* an FP8 product's options (tf_gemm_scaled) */
   int64_t batch, m, n, k, lda, ldb, ldc, batch_a, batch_b, batch_c;
   unsigned align_a, align_b, align_c;
 } tf_gemm_key;
@@ -97,9 +98,16 @@ static unsigned tf_gemm_align(const void *ptr, int64_t batch, int64_t stride, si
   return (unsigned)(v & (~v + 1));
 }
 
-/* The CUDA type of a GEMM dtype (f32, f16, bf16, f64). */
+/* The CUDA type of a GEMM dtype (f32, f16, bf16, f64, the 8-bit floats). */
 static cudaDataType tf_gemm_type(tf_dtype d) {
-  return d == TF_F16 ? CUDA_R_16F : d == TF_BF16 ? CUDA_R_16BF : d == TF_F64 ? CUDA_R_64F : CUDA_R_32F;
+  switch (d) {
+    case TF_F16: return CUDA_R_16F;
+    case TF_BF16: return CUDA_R_16BF;
+    case TF_F64: return CUDA_R_64F;
+    case TF_F8E4M3: return CUDA_R_8F_E4M3;
+    case TF_F8E5M2: return CUDA_R_8F_E5M2;
+    default: return CUDA_R_32F;
+  }
 }
 
 /* One attribute of a layout, a descriptor or a preference; false when Lt refuses it. */
@@ -131,21 +139,42 @@ static cublasLtMatrixLayout_t tf_gemm_layout(cudaDataType type, int64_t rows, in
   return l;
 }
 
+/* An FP8 plan's descriptor options: fast accumulation, the scales' mode
+ * (rowwise: one vector each; cuBLAS's A is our B, so its scale is ours of
+ * B), and the amax output. The pointers are set for each call (the
+ * workspace stands in for them while the heuristic chooses). */
+static bool tf_gemm_scaled_desc(tf_gemm_state *gs, const tf_gemm_key *key, cublasLtMatmulDesc_t op) {
+  const int8_t fast = (int8_t)key->fast_accum;
+  const void *stand_in = gs->workspace;
+  bool ok = tf_gemm_set_desc(op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof fast) &&
+            tf_gemm_set_desc(op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &stand_in, sizeof stand_in) &&
+            tf_gemm_set_desc(op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &stand_in, sizeof stand_in);
+  if (key->rowwise) {
+    const int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+    ok = ok && tf_gemm_set_desc(op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, sizeof mode) &&
+         tf_gemm_set_desc(op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode, sizeof mode);
+  }
+  if (key->amax) ok = ok && tf_gemm_set_desc(op, CUBLASLT_MATMUL_DESC_AMAX_D_POINTER, &stand_in, sizeof stand_in);
+  return ok;
+}
+
 /* Descriptors and the heuristic's best algorithm; p->lt stays false when
  * Lt cannot run this combination. */
 static void tf_gemm_plan_make(tf_gemm_state *gs, const tf_gemm_key *key, tf_gemm_plan *p) {
   memset(p, 0, sizeof *p);
   p->key = *key;
   p->used = true;
-  const cudaDataType ab = tf_gemm_type((tf_dtype)key->ab_dtype), c = tf_gemm_type((tf_dtype)key->c_dtype);
+  const cudaDataType ab = tf_gemm_type((tf_dtype)key->ab_dtype), bt = tf_gemm_type((tf_dtype)key->b_dtype),
+                     c = tf_gemm_type((tf_dtype)key->c_dtype);
   const cublasOperation_t opa = key->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, opb = key->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasComputeType_t compute = key->tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
   bool ok = tf_cublas.cublasLtMatmulDescCreate(&p->op, compute, CUDA_R_32F) == CUBLAS_STATUS_SUCCESS;
   ok = ok && tf_gemm_set_desc(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa);
   ok = ok && tf_gemm_set_desc(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb);
+  if (ok && key->scaled) ok = tf_gemm_scaled_desc(gs, key, p->op);
   if (ok) {
     const bool na = opa == CUBLAS_OP_N, nb = opb == CUBLAS_OP_N;
-    p->la = tf_gemm_layout(ab, na ? key->n : key->k, na ? key->k : key->n, key->ldb, key->batch, key->batch_b, &ok);
+    p->la = tf_gemm_layout(bt, na ? key->n : key->k, na ? key->k : key->n, key->ldb, key->batch, key->batch_b, &ok);
     if (ok) p->lb = tf_gemm_layout(ab, nb ? key->k : key->m, nb ? key->m : key->k, key->lda, key->batch, key->batch_a, &ok);
     if (ok) p->lc = tf_gemm_layout(c, key->n, key->m, key->ldc, key->batch, key->batch_c, &ok);
   }
@@ -266,6 +295,16 @@ static tf_status tf_gemm_check(const char *op, const tf_gemm_args *g) {
   TF_TRY(tf_gemm_fits(op, "the leading dimension of a", g->lda));
   TF_TRY(tf_gemm_fits(op, "the leading dimension of b", g->ldb));
   TF_TRY(tf_gemm_fits(op, "the leading dimension of c", g->ldc));
+  if (g->scaled) {
+    const tf_gemm_scaled *x = g->scaled;
+    if (!tf_dtype_is_fp8(x->a_dtype) || !tf_dtype_is_fp8(x->b_dtype) ||
+        (x->a_dtype == TF_F8E5M2 && x->b_dtype == TF_F8E5M2))
+      return tf_fail(TF_ERR_ARG, "%s: FP8 products take f8e4m3 x f8e4m3, f8e4m3 x f8e5m2 or f8e5m2 x f8e4m3, not %s x %s",
+                     op, tf_dtype_name(x->a_dtype), tf_dtype_name(x->b_dtype));
+    if (g->c_dtype != TF_F32 && g->c_dtype != TF_BF16 && g->c_dtype != TF_F16)
+      return tf_fail(TF_ERR_ARG, "%s: an FP8 product's C is f32, bf16 or f16, not %s", op, tf_dtype_name(g->c_dtype));
+    return TF_OK;
+  }
   const tf_dtype d = g->ab_dtype;
   if (d != TF_F32 && d != TF_F16 && d != TF_BF16 && d != TF_F64)
     return tf_fail(TF_ERR_ARG, "%s: the CUDA backend has no kernel for dtype %s", op, tf_dtype_name(d));
@@ -377,6 +416,85 @@ void tf_cuda_gemm_tuning(tf_device_ctx *ctx, tf_gemm_tuning *out) {
   out->enabled = gs->tune;
 }
 
+/* The plan cache's key of a call. */
+static tf_gemm_key tf_gemm_key_of(const tf_gemm_args *g) {
+  const tf_gemm_scaled *x = g->scaled;
+  tf_gemm_key key;
+  memset(&key, 0, sizeof key);
+  key.ab_dtype = x ? x->a_dtype : g->ab_dtype, key.b_dtype = x ? x->b_dtype : g->ab_dtype;
+  key.c_dtype = g->c_dtype, key.trans_a = g->trans_a, key.trans_b = g->trans_b;
+  key.accumulate = g->accumulate, key.tf32 = g->allow_tf32 && g->ab_dtype == TF_F32 && !x;
+  key.scaled = x != NULL, key.rowwise = x && x->rowwise, key.fast_accum = x && x->fast_accum;
+  key.amax = x && x->amax;
+  key.batch = g->batch, key.m = g->m, key.n = g->n, key.k = g->k;
+  key.lda = g->lda, key.ldb = g->ldb, key.ldc = g->ldc;
+  if (g->batch > 1) key.batch_a = g->batch_a, key.batch_b = g->batch_b, key.batch_c = g->batch_c;
+  key.align_a = tf_gemm_align(g->a, g->batch, g->batch_a, tf_dtype_size((tf_dtype)key.ab_dtype));
+  key.align_b = tf_gemm_align(g->b, g->batch, g->batch_b, tf_dtype_size((tf_dtype)key.b_dtype));
+  key.align_c = tf_gemm_align(g->c, g->batch, g->batch_c, tf_dtype_size(g->c_dtype));
+  return key;
+}
+
+/* max |C| into *out, C (m, n) of dtype DT with row stride ldc: the f32
+ * bits of non-negative floats order as unsigned integers (a NaN's above
+ * every number, so one NaN gives NaN), so an integer atomicMax over a
+ * zeroed word is the largest magnitude in any order. */
+template <int DT>
+__global__ void tf_gemm_amax_kernel(const typename tf_cuda_dtype<DT>::storage *c, int64_t m, int64_t n, int64_t ldc,
+                                    unsigned *out) {
+  unsigned most = 0;
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < m * n; i += (int64_t)gridDim.x * blockDim.x) {
+    const float v = fabsf(tf_cuda_dtype<DT>::load(c[i / n * ldc + i % n]));
+    most = max(most, __float_as_uint(v != v ? __int_as_float(0x7fc00000) : v));
+  }
+  for (int o = 16; o > 0; o /= 2) most = max(most, __shfl_xor_sync(0xffffffffu, most, o));
+  if (threadIdx.x % 32 == 0) atomicMax(out, most);
+}
+
+/* An FP8 product (tf_gemm_scaled): cuBLASLt alone (plain cuBLAS has none),
+ * the call's scale pointers set on the cached plan's descriptor; amax from
+ * the product itself when cuBLASLt offers an algorithm that computes it,
+ * else from C afterwards. */
+static tf_status tf_gemm_scaled_run(tf_cuda_state *st, tf_gemm_state *gs, const tf_gemm_args *g) {
+  const tf_gemm_scaled *x = g->scaled;
+  if (!gs->lt || !gs->workspace)
+    return tf_fail(TF_ERR_ARG, "scaled_matmul: cuBLASLt could not be started on this device, and FP8 products need it");
+  tf_gemm_key key = tf_gemm_key_of(g);
+  tf_gemm_plan *p = tf_gemm_plan_for(gs, &key);
+  if (!p->lt && key.amax) {
+    key.amax = 0;
+    p = tf_gemm_plan_for(gs, &key);
+  }
+  if (!p->lt)
+    return tf_fail(TF_ERR_ARG,
+                   "scaled_matmul: cuBLASLt has no FP8 algorithm for m=%lld, n=%lld, k=%lld (%s x %s into %s, %s "
+                   "scales%s) on this device",
+                   (long long)g->m, (long long)g->n, (long long)g->k, tf_dtype_name(x->a_dtype),
+                   tf_dtype_name(x->b_dtype), tf_dtype_name(g->c_dtype), x->rowwise ? "rowwise" : "tensorwise",
+                   x->fast_accum ? ", fast accumulation" : "");
+  const void *scale_of_lt_a = x->scale_b, *scale_of_lt_b = x->scale_a; /* cuBLAS's A is our B */
+  void *amax = x->amax;
+  bool ok = tf_gemm_set_desc(p->op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &scale_of_lt_a, sizeof scale_of_lt_a) &&
+            tf_gemm_set_desc(p->op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &scale_of_lt_b, sizeof scale_of_lt_b);
+  if (key.amax) ok = ok && tf_gemm_set_desc(p->op, CUBLASLT_MATMUL_DESC_AMAX_D_POINTER, &amax, sizeof amax);
+  if (!ok) return tf_fail(TF_ERR_BACKEND, "scaled_matmul: cublasLtMatmulDescSetAttribute refused the scales' pointers");
+  if (x->amax) TF_CUDA_CHECK(cudaMemsetAsync(x->amax, 0, sizeof *x->amax, st->stream));
+  const float one = 1.0f, zero = 0.0f;
+  TF_CUBLAS_CHECK(tf_cublas.cublasLtMatmul(gs->lt, p->op, &one, g->b, p->la, g->a, p->lb, &zero, g->c, p->lc, g->c,
+                                           p->lc, &p->algo, gs->workspace, TF_GEMM_WORKSPACE, st->stream));
+  if (!x->amax || key.amax) return TF_OK;
+  const unsigned blocks = (unsigned)(g->m * g->n < 1024 * (int64_t)st->multiprocessors ? (g->m * g->n + 255) / 256
+                                                                                : 4 * st->multiprocessors);
+  unsigned *word = (unsigned *)x->amax;
+  if (g->c_dtype == TF_BF16)
+    tf_gemm_amax_kernel<TF_BF16><<<blocks, 256, 0, st->stream>>>((const uint16_t *)g->c, g->m, g->n, g->ldc, word);
+  else if (g->c_dtype == TF_F16)
+    tf_gemm_amax_kernel<TF_F16><<<blocks, 256, 0, st->stream>>>((const uint16_t *)g->c, g->m, g->n, g->ldc, word);
+  else
+    tf_gemm_amax_kernel<TF_F32><<<blocks, 256, 0, st->stream>>>((const float *)g->c, g->m, g->n, g->ldc, word);
+  return tf_cuda_launched("scaled_matmul's amax kernel");
+}
+
 /* The one dispatch: the cached Lt plan when there is one, else plain cuBLAS. */
 static tf_status tf_gemm_run(tf_device_ctx *ctx, const tf_gemm_args *g, const char *op) {
   TF_TRY(tf_gemm_check(op, g));
@@ -398,18 +516,9 @@ static tf_status tf_gemm_run(tf_device_ctx *ctx, const tf_gemm_args *g, const ch
   }
   tf_gemm_state *gs = NULL;
   TF_TRY(tf_gemm_state_of(st, &gs));
+  if (g->scaled) return tf_gemm_scaled_run(st, gs, g);
   if (gs->use_lt && !wide) {
-    const size_t as = tf_dtype_size(g->ab_dtype), cs = tf_dtype_size(g->c_dtype);
-    tf_gemm_key key;
-    memset(&key, 0, sizeof key);
-    key.ab_dtype = g->ab_dtype, key.c_dtype = g->c_dtype, key.trans_a = g->trans_a, key.trans_b = g->trans_b;
-    key.accumulate = g->accumulate, key.tf32 = g->allow_tf32 && g->ab_dtype == TF_F32;
-    key.batch = g->batch, key.m = g->m, key.n = g->n, key.k = g->k;
-    key.lda = g->lda, key.ldb = g->ldb, key.ldc = g->ldc;
-    if (g->batch > 1) key.batch_a = g->batch_a, key.batch_b = g->batch_b, key.batch_c = g->batch_c;
-    key.align_a = tf_gemm_align(g->a, g->batch, g->batch_a, as);
-    key.align_b = tf_gemm_align(g->b, g->batch, g->batch_b, as);
-    key.align_c = tf_gemm_align(g->c, g->batch, g->batch_c, cs);
+    const tf_gemm_key key = tf_gemm_key_of(g);
     tf_gemm_plan *p = tf_gemm_plan_for(gs, &key);
     if (p->lt && !p->timed && g->tune && gs->tune && !g->accumulate) {
       cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
@@ -433,13 +542,16 @@ static tf_status tf_gemm_run(tf_device_ctx *ctx, const tf_gemm_args *g, const ch
   return tf_gemm_cublas(st, g, alpha, beta);
 }
 
-/* The engine's entry (model_kernels.h). */
-/* ---- few rows: the decode step's products ------------------------------------------ */
+/* ---- one row: the decode step's products at batch 1 ------------------------------------ */
 
-/* C (m, n) = A (m, k) B^T with B (n, k) row-major, m <= TF_GEMM_FEW_ROWS:
- * a warp per output column, each lane reading 16-byte words of B's row
- * (every weight byte read once, in full coalesced words) and the rows of A
- * (small: from the cache), m sums of f32 a lane, then a warp sum. */
+/* C (m, n) = A (m, k) B^T with B (n, k) row-major, m <= M: a warp per
+ * output column, each lane reading 16-byte words of B's row (every weight
+ * byte read once, in full coalesced words) and the rows of A (small: from
+ * the cache), m sums of f32 a lane, then a warp sum. Only m = 1 is sent
+ * here: from two rows on, cuBLASLt's tensor-core kernels are faster (the
+ * 2.7B decode step on an H200: 4.0 against 6.0 ms at batch 4, 4.9 against
+ * 15.8 at 16, where this kernel's f32 FMAs become the bound; 2.85 against
+ * 2.96 ms at batch 1, docs/performance.md). */
 enum { TF_GEMV_WARPS = 8, TF_GEMV_AHEAD = 4 };
 template <int DT, int M>
 __global__ void __launch_bounds__(32 * TF_GEMV_WARPS) tf_cuda_gemv_kernel(const uint16_t *__restrict__ a,
@@ -494,14 +606,14 @@ __global__ void __launch_bounds__(32 * TF_GEMV_WARPS) tf_cuda_gemv_kernel(const 
   }
 }
 
-/* Whether g is a product the few-rows kernel takes: one batch, C = A B^T
- * of f16/bf16 in and out, nothing added, rows and pointers whole 16-byte
- * words. */
+/* Whether g is a product the one-row kernel takes: one batch, one row, C =
+ * A B^T of f16/bf16 in and out, nothing added, rows and pointers whole
+ * 16-byte words. */
 static bool tf_gemv_fits(const tf_gemm_args *g) {
   static const bool off = getenv("TF_DECODE_GEMV") && strcmp(getenv("TF_DECODE_GEMV"), "0") == 0;
   const bool low = g->ab_dtype == TF_BF16 || g->ab_dtype == TF_F16;
-  return !off && g->few_rows && low && g->c_dtype == g->ab_dtype && g->batch == 1 && !g->trans_a && g->trans_b &&
-         !g->accumulate && g->m >= 1 && g->m <= TF_GEMM_FEW_ROWS && g->k % 8 == 0 && g->lda % 8 == 0 &&
+  return !off && !g->scaled && g->few_rows && low && g->c_dtype == g->ab_dtype && g->batch == 1 && !g->trans_a &&
+         g->trans_b && !g->accumulate && g->m == 1 && g->k % 8 == 0 && g->lda % 8 == 0 &&
          g->ldb % 8 == 0 && ((uintptr_t)g->a & 15) == 0 && ((uintptr_t)g->b & 15) == 0 && g->n <= INT32_MAX &&
          g->k <= INT32_MAX;
 }
@@ -513,13 +625,12 @@ template <int DT> static tf_status tf_gemv_typed(tf_cuda_state *st, const tf_gem
   const int m = (int)g->m, n = (int)g->n, k = (int)g->k;
 #define TF_GEMV_LAUNCH(M) \
   tf_cuda_gemv_kernel<DT, M><<<blocks, 32 * TF_GEMV_WARPS, 0, st->stream>>>(a, b, c, m, n, k, g->lda, g->ldb, g->ldc)
-  if (m == 1) TF_GEMV_LAUNCH(1);
-  else if (m <= 4) TF_GEMV_LAUNCH(4);
-  else TF_GEMV_LAUNCH(16);
+  TF_GEMV_LAUNCH(1);
 #undef TF_GEMV_LAUNCH
-  return tf_cuda_launched("few-rows gemm kernel");
+  return tf_cuda_launched("one-row gemm kernel");
 }
 
+/* The engine's entry (model_kernels.h). */
 tf_status tf_cuda_gemm(tf_device_ctx *ctx, const tf_gemm_args *g) {
   if (tf_gemv_fits(g)) {
     TF_TRY(tf_cuda_use_device(ctx));

@@ -21,6 +21,8 @@ M.entries = {
   { "tf.is_tensor", "tf.is_tensor(v)", "whether v is a tensor" },
   { "tf.cast", "tf.cast(x, dtype [, {saturate = true}])", "x in dtype; saturate: into f8e4m3/f8e5m2 beyond max gives max" },
   { "tf.finfo", "tf.finfo(dtype)", "a float dtype's bits, max, smallest_normal, smallest_subnormal, eps" },
+  { "tf.scaled_matmul", "tf.scaled_matmul(a, b, {scale_a, scale_b [, out_dtype, amax, fast_accum]})",
+    "FP8 product scale_a scale_b (a b) on cuBLASLt: a (m, k) row-major, b = w:t(); returns C [, amax]" },
   { "tf.initial_seed", "tf.initial_seed()", "the seed the random numbers started from" },
   { "tf.rng_state", "tf.rng_state([device])", "where a device's random generator stands (for checkpoints)" },
   { "tf.catch_interrupt", "tf.catch_interrupt([on])", "Ctrl-C sets tf.interrupted() instead of stopping the script" },

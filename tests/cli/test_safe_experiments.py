@@ -44,6 +44,7 @@ EXPERIMENTS = [
                         "--iters", "1"], []),
     ("generate.lua", ["--preset", "tiny", "--context", "32", "--prompt", "ab", "--max_new_tokens", "4"], []),
     ("decode_benchmark.lua", ["--size", "tiny", "--batch", "1", "--prompt", "4", "--new_tokens", "3"], []),
+    ("gemm_benchmark.lua", ["--shapes", "32x32x32", "--kinds", "bf16,fp8", "--warmup", "0", "--iters", "1"], []),
 ]
 # What --safe needs beside it for an experiment to run at all: own_kernel.lua compiles kernels.
 SAFE_FLAGS = {"own_kernel.lua": ["--allow-kernels"]}
