@@ -27,7 +27,7 @@ local opt = tf.options{
   { "impl", "implementations", default = "eager,fused", type = "list", choices = { "eager", "fused" } },
   { "attention", "the fused engine's attention (naive shows CS336's softmax vs matmul split)", default = "naive",
     choices = { "naive", "flash" } },
-  { "precision", "precision", default = "f32", choices = { "f32", "bf16", "f16" } },
+  { "precision", "precision", default = "f32", choices = { "f32", "bf16", "f16", "fp8" } },
   { "batch", "batch size", default = 4 },
   { "vocab", "vocabulary size", default = 10000 },
   { "warmup", "warm-up training steps", default = 3 },

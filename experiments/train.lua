@@ -28,8 +28,10 @@ local opt = tf.options{
   { "d_ff", "the SwiGLU's inner width (default: the preset's)", type = "int", min = 1 },
   { "context", "context length", default = 256, cpu = 64, min = 1 },
   { "batch", "sequences a step", default = 32, cpu = 8, min = 1 },
-  { "precision", "f32, bf16 or f16", default = "bf16", cpu = "f32", type = "string",
-    choices = { "f32", "bf16", "f16" } },
+  { "precision", "f32, bf16, f16 or fp8 (the fused engine's FP8 products, current scaling)", default = "bf16",
+    cpu = "f32", type = "string", choices = { "f32", "bf16", "f16", "fp8" } },
+  { "fp8_grad", "precision fp8: the gradients' format", default = "f8e5m2", type = "string",
+    choices = { "f8e5m2", "f8e4m3" } },
   { "impl", "fused or eager (default: fused when built in)", type = "string", choices = { "fused", "eager" } },
   { "steps", "optimizer steps in all (the schedule's length)", default = 2000, cpu = 200, min = 1 },
   { "minutes", "stop after this many minutes of training (0: no limit), with a checkpoint", default = 0.0, min = 0 },
@@ -86,6 +88,7 @@ local warmup = opt.warmup or math.floor(opt.steps * 0.05)
 local min_lr = opt.min_lr or opt.lr / 10
 if warmup >= opt.steps then die(string.format("--warmup (%d) must be fewer steps than --steps (%d)", warmup, opt.steps)) end
 local spec = { preset = opt.preset, vocab_size = vocab, context_length = opt.context, precision = opt.precision,
+  fp8 = opt.precision == "fp8" and { grad_dtype = opt.fp8_grad } or nil,
   impl = opt.impl, graphs = opt.graphs, d_model = opt.d_model, num_layers = opt.num_layers, num_heads = opt.num_heads,
   d_ff = opt.d_ff }
 if not tf.model.presets[opt.preset] then die("unknown preset '" .. opt.preset .. "'") end

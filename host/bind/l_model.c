@@ -154,6 +154,13 @@ static int tf_l_model_sync_weights(lua_State *L) {
   return 0;
 }
 
+/* m:set_fp8(grad_dtype): FP8 training's products on (a bf16 model), gradients in grad_dtype. */
+static int tf_l_model_set_fp8(lua_State *L) {
+  tf_model *m = tf_l_checkmodel(L, 1);
+  TF_LUA_CHECK(L, tf_model_set_fp8(m, tf_lua_checkdtype(L, 2)), "tf.model.new");
+  return 0;
+}
+
 /* m:set_graphs(on): CUDA graph replay on (where supported) or off; m:info().graphs says which it is. */
 static int tf_l_model_set_graphs(lua_State *L) {
   tf_model *m = tf_l_checkmodel(L, 1);
@@ -354,6 +361,18 @@ static int tf_l_model_info(lua_State *L) {
   bool zero1;
   TF_SET_STR(L, "grad_sync", tf_l_grad_syncs[tf_model_data_parallel(m, &zero1)]);
   TF_SET_BOOL(L, "zero1", zero1);
+  tf_model_fp8_info f;
+  TF_LUA_CHECK(L, tf_model_fp8_stats(m, &f), "model:info");
+  if (f.on) { /* fp8 = {recipe, grad_dtype, nonfinite, weight amax and scales} */
+    lua_createtable(L, 0, 6);
+    TF_SET_STR(L, "recipe", "current scaling");
+    TF_SET_STR(L, "grad_dtype", tf_dtype_name(f.grad));
+    TF_SET_INT(L, "nonfinite", f.nonfinite);
+    TF_SET_NUM(L, "weight_amax_max", f.weight_amax_max);
+    TF_SET_NUM(L, "weight_scale_min", f.weight_scale_min);
+    TF_SET_NUM(L, "weight_scale_max", f.weight_scale_max);
+    lua_setfield(L, -2, "fp8");
+  }
   return 1;
 }
 
@@ -407,6 +426,7 @@ static const luaL_Reg tf_model_methods[] = {
     {"grads", tf_l_model_grads},           {"config", tf_l_model_config},
     {"moments", tf_l_model_moments},
     {"info", tf_l_model_info},             {"memory", tf_l_model_memory},
+    {"set_fp8", tf_l_model_set_fp8},
     {"sync_weights", tf_l_model_sync_weights}, {"set_graphs", tf_l_model_set_graphs},
     {"set_overlap", tf_l_model_set_overlap}, {"set_data_parallel", tf_l_model_set_data_parallel},
     {"set_recompute_residual", tf_l_model_set_recompute_residual},

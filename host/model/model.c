@@ -268,6 +268,7 @@ void tf_model_free(tf_model *m) {
   if (!m) return;
   if (m->decode_release) m->decode_release(m);
   tf_model_plan_release(m);
+  tf_model_fp8_release(m);
   for (int i = 0; i < m->ntensors; i++) {
     tf_tensor_release(m->tensors[i].param);
     tf_tensor_release(m->tensors[i].grad);
@@ -344,7 +345,7 @@ tf_model_memory tf_model_memory_use(const tf_model *m) {
   u.params = tf_tensor_nbytes(m->params);
   u.grads = (m->grads ? tf_tensor_nbytes(m->grads) : 0) + (m->ring ? tf_tensor_nbytes(m->ring) : 0);
   u.optimizer = m->adam_m ? tf_tensor_nbytes(m->adam_m) + tf_tensor_nbytes(m->adam_v) : 0;
-  u.low_precision = m->low ? tf_tensor_nbytes(m->low) : 0;
+  u.low_precision = (m->low ? tf_tensor_nbytes(m->low) : 0) + (m->w8 ? 2 * tf_tensor_nbytes(m->w8) : 0);
   u.activations = m->plan.storage ? m->plan.bytes : 0;
   return u;
 }
@@ -353,10 +354,11 @@ tf_model_memory tf_model_memory_use(const tf_model *m) {
 
 /* One conversion of the whole matmul prefix, only when the parameters moved. */
 tf_status tf_model_sync_weights(tf_model *m) {
-  if (!m->low || m->low_version == m->params->storage->version) return TF_OK;
-  TF_TRY(tf_copy_into(m->low, m->matmul_params));
-  m->low_version = m->params->storage->version;
-  return TF_OK;
+  if (m->low && m->low_version != m->params->storage->version) {
+    TF_TRY(tf_copy_into(m->low, m->matmul_params));
+    m->low_version = m->params->storage->version;
+  }
+  return tf_model_fp8_sync(m);
 }
 
 tf_status tf_model_set_attention(tf_model *m, bool flash) {

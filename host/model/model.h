@@ -53,6 +53,19 @@ typedef struct tf_model tf_model;
  * (truncated normals cut at 3 std: std sqrt(2 / (in + out)) for linears, 1
  * for the embedding; norm gains 1), gradients and optimizer state zero. */
 tf_status tf_model_create(const tf_model_config *cfg, tf_device device, tf_dtype precision, tf_model **out);
+/* FP8 training on a bf16 model (model_fp8.c): each layer's four products
+ * forward and backward in FP8 by current scaling, weights and activations
+ * e4m3, gradients grad (f8e5m2 or f8e4m3); d_model and d_ff multiples of
+ * 16, and batch * seq too at each call. Called again, it changes grad. */
+tf_status tf_model_set_fp8(tf_model *m, tf_dtype grad);
+typedef struct tf_model_fp8_info {
+  bool on;
+  tf_dtype grad;
+  int64_t nonfinite; /* casts whose amax was not finite (counted on the device since set_fp8) */
+  float weight_amax_max, weight_scale_min, weight_scale_max; /* over the layer matrices' last casts */
+} tf_model_fp8_info;
+/* The recipe's state (waits for the device); on false for other models. */
+tf_status tf_model_fp8_stats(tf_model *m, tf_model_fp8_info *out);
 /* Releases the engine; views handed out keep their storage alive. NULL is fine. */
 void tf_model_free(tf_model *m);
 

@@ -54,7 +54,7 @@ static tf_status tf_model_layer_backward(tf_model *m, int64_t l) {
     void *proj = a->proj;
     if (!proj) {
       proj = p->proj;
-      TF_TRY(tf_model_linear(m, a->atty, n, d, d, tf_model_mw(m, w->out), proj));
+      TF_TRY(tf_model_layer_linear(m, a->atty, n, d, d, w->out, proj));
     }
     TF_TRY(tf_model_norm_again(m, p->resid[2 * l], proj, p->resid[2 * l + 1], w->ln2, a->h2, a->rstd2));
   } else {
@@ -64,28 +64,25 @@ static tf_status tf_model_layer_backward(tf_model *m, int64_t l) {
    * then one pass over [a | b] and it writes d[a | b] in place of [a | b]
    * (the layer's last reader of them) and the gate, recomputed, over its
    * gradient; then w2's weight gradient reads the gate. */
-  TF_TRY(tf_model_linear_dx(m, dlow, n, f, d, tf_model_mw(m, w->w2), p->dgate));
+  TF_TRY(tf_model_layer_linear_dx(m, dlow, n, f, d, w->w2, p->dgate));
   tf_swiglu_args sw = {.backward = true, .rows = n, .f = f, .dtype = m->dtype, .ab = a->ab, .dy = p->dgate,
                        .dab = a->ab, .y = a->gate};
   TF_TRY(m->k->swiglu(m->ctx, &sw));
   TF_TRY(tf_model_matrix_begin(m, l, TF_MAT_W2));
-  TF_TRY(tf_model_linear_backward(m, dlow, a->gate, n, f, d, tf_model_mw(m, w->w2), tf_model_gw(m, w->w2), NULL));
+  TF_TRY(tf_model_layer_linear_backward(m, dlow, a->gate, n, f, d, w->w2, tf_model_gw(m, w->w2), NULL));
   TF_TRY(tf_model_matrix_end(m, l, TF_MAT_W2));
   TF_TRY(tf_model_matrix_begin(m, l, TF_MAT_W13));
-  TF_TRY(tf_model_linear_backward(m, a->ab, a->h2, n, d, 2 * f, tf_model_mw(m, w->w13), tf_model_gw(m, w->w13),
-                                  p->proj));
+  TF_TRY(tf_model_layer_linear_backward(m, a->ab, a->h2, n, d, 2 * f, w->w13, tf_model_gw(m, w->w13), p->proj));
   TF_TRY(tf_model_matrix_end(m, l, TF_MAT_W13));
   TF_TRY(tf_model_norm_backward(m, p->resid[2 * l + 1], w->ln2, a->rstd2, p->proj, true, true));
   /* xmid = x_l + output_proj(attention(h1)), h1 = ln1(x_l) */
   TF_TRY(tf_model_matrix_begin(m, l, TF_MAT_OUT));
-  TF_TRY(tf_model_linear_backward(m, dlow, a->atty, n, d, d, tf_model_mw(m, w->out), tf_model_gw(m, w->out),
-                                  p->proj));
+  TF_TRY(tf_model_layer_linear_backward(m, dlow, a->atty, n, d, d, w->out, tf_model_gw(m, w->out), p->proj));
   TF_TRY(tf_model_matrix_end(m, l, TF_MAT_OUT));
   TF_RANGED("scaled dot product attention", tf_model_attention_backward(m, a, p->proj, p->qkv));
   TF_TRY(tf_model_norm_again(m, p->resid[2 * l], NULL, NULL, w->ln1, a->h1, a->rstd1)); /* h1 recomputed */
   TF_TRY(tf_model_matrix_begin(m, l, TF_MAT_QKV));
-  TF_TRY(tf_model_linear_backward(m, p->qkv, a->h1, n, d, 3 * d, tf_model_mw(m, w->qkv), tf_model_gw(m, w->qkv),
-                                  p->proj));
+  TF_TRY(tf_model_layer_linear_backward(m, p->qkv, a->h1, n, d, 3 * d, w->qkv, tf_model_gw(m, w->qkv), p->proj));
   TF_TRY(tf_model_matrix_end(m, l, TF_MAT_QKV));
   TF_TRY(tf_model_norm_backward(m, p->resid[2 * l], w->ln1, a->rstd1, p->proj, true, l > 0));
   return TF_OK;

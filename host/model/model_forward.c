@@ -121,16 +121,16 @@ static tf_status tf_model_layer_forward(tf_model *m, int64_t l, bool keep) {
   float *x = p->resid[keep ? 2 * l : 0], *xmid = p->resid[keep ? 2 * l + 1 : 0];
   float *xnext = p->resid[keep ? 2 * l + 2 : 0];
   /* x + attention(ln1(x)) */
-  TF_TRY(tf_model_linear(m, a->h1, n, d, 3 * d, tf_model_mw(m, w->qkv), p->qkv));
+  TF_TRY(tf_model_layer_linear(m, a->h1, n, d, 3 * d, w->qkv, p->qkv));
   if (m->prefilling) TF_TRY(tf_model_prefill_store(m, l, p->qkv));
   TF_RANGED("scaled dot product attention", tf_model_attention_forward(m, a, p->qkv));
   void *proj = a->proj ? a->proj : p->proj; /* kept for the backward pass, or scratch */
-  TF_TRY(tf_model_linear(m, a->atty, n, d, d, tf_model_mw(m, w->out), proj));
+  TF_TRY(tf_model_layer_linear(m, a->atty, n, d, d, w->out, proj));
   TF_TRY(tf_model_norm(m, x, proj, xmid, w->ln2, a->h2, a->rstd2));
   /* + w2(silu(w1 ln2(x)) * w3 ln2(x)) */
-  TF_TRY(tf_model_linear(m, a->h2, n, d, 2 * f, tf_model_mw(m, w->w13), a->ab));
+  TF_TRY(tf_model_layer_linear(m, a->h2, n, d, 2 * f, w->w13, a->ab));
   TF_TRY(tf_model_swiglu(m, a));
-  TF_TRY(tf_model_linear(m, a->gate, n, f, d, tf_model_mw(m, w->w2), p->proj));
+  TF_TRY(tf_model_layer_linear(m, a->gate, n, f, d, w->w2, p->proj));
   /* the residual add, fused with the next norm (ln1 of the next layer, or ln_final) */
   if (l + 1 < L) {
     tf_model_layer_acts *next = &p->layers[keep ? l + 1 : 0];

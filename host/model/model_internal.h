@@ -94,6 +94,8 @@ typedef struct tf_model_plan {
   void *flash_ws;    /* the flash backward's workspace */
   void *backward_ws; /* the encoder's and the norms' backward workspace (one at a time) */
   void *dgate;       /* (n, d_ff) */
+  /* FP8 models: the 8-bit operands of one product at a time, n x max(3d, 2 d_ff) bytes each */
+  void *fp8_x, *fp8_xt, *fp8_dy, *fp8_dyt;
 } tf_model_plan;
 
 /* The phases of a step that run as CUDA graphs where the backend has
@@ -170,6 +172,14 @@ struct tf_model {
   tf_tensor *low;           /* flat dtype (matmul_total,), or NULL under f32 */
   tf_tensor *matmul_params; /* params' first matmul_total elements */
   uint64_t low_version;     /* params' storage version the low copy was made from */
+  /* FP8 training (precision "fp8", model_fp8.c): the layers' four products in FP8 by current
+   * scaling, everything else as bf16 (dtype) */
+  bool fp8;
+  tf_dtype fp8_grad;        /* the gradients' format: f8e5m2 (the default) or f8e4m3 */
+  tf_tensor *w8, *w8t;      /* e4m3 copies of the matmul weights at their offsets (1 byte each), and of their
+                               transposes (weight (r, c) at its offset as (c, r)) */
+  tf_tensor *fp8_state;     /* f32 device words: each layer matrix's amax and scale, then the activations' slots */
+  uint64_t w8_version;      /* params' storage version w8 and w8t were made from */
   tf_model_plan plan;
   bool flash;      /* FlashAttention (default) or naive attention with P materialised */
   bool loss_ready; /* the plan holds a loss's activations and logits' gradient */
@@ -314,6 +324,18 @@ static inline tf_status tf_model_prefill_store(tf_model *m, int64_t l, const voi
 }
 
 /* ---- GEMMs ---------------------------------------------------------------------- */
+
+/* model_fp8.c: the layers' products (QKV, output, w1|w3, w2; w is the
+ * weight's offset), in FP8 on an FP8 model and as tf_model_linear* below
+ * on the others; the e4m3 weights made again when the parameters moved
+ * (tf_model_sync_weights). */
+tf_status tf_model_layer_linear(tf_model *m, const void *x, int64_t rows, int64_t in, int64_t out, int64_t w, void *y);
+tf_status tf_model_layer_linear_dx(tf_model *m, const void *dy, int64_t rows, int64_t in, int64_t out, int64_t w,
+                                   void *dx);
+tf_status tf_model_layer_linear_backward(tf_model *m, const void *dy, const void *x, int64_t rows, int64_t in,
+                                         int64_t out, int64_t w, float *dw, void *dx);
+tf_status tf_model_fp8_sync(tf_model *m);
+void tf_model_fp8_release(tf_model *m);
 
 /* y (rows, out) = x (rows, in) W^T, W (out, in): a bias-free linear layer. */
 static inline tf_status tf_model_linear(tf_model *m, const void *x, int64_t rows, int64_t in, int64_t out,

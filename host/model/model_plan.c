@@ -134,6 +134,15 @@ static void tf_model_plan_carve(const tf_model *m, tf_model_plan *p, tf_carver *
   p->qkv = tf_carve(c, 3 * act, TF_WS, "qkv scratch", 0);
   p->heads = m->flash ? NULL : tf_carve(c, act, TF_WS, "heads scratch", 0); /* the naive path's P V and dO */
   p->proj = tf_carve(c, act, TF_WS, "projection scratch", 0);
+  if (m->fp8) { /* the 8-bit operands of one product: the widest is w1|w3's gradient or qkv's */
+    const size_t widest = n * (3 * d > 2 * f ? 3 * d : 2 * f);
+    p->fp8_x = tf_carve(c, widest, TF_WS, "fp8 input", 0);
+    if (p->training) {
+      p->fp8_xt = tf_carve(c, widest, TF_WS, "fp8 input (transposed)", 0);
+      p->fp8_dy = tf_carve(c, widest, TF_WS, "fp8 gradient", 0);
+      p->fp8_dyt = tf_carve(c, widest, TF_WS, "fp8 gradient (transposed)", 0);
+    }
+  }
   if (!p->training) return;
   p->logits = tf_carve(c, n * V * es, TF_ACT, "logits", 0);
   p->row_loss = tf_carve(c, n * fs, TF_ACT, "row losses", 0);
@@ -227,6 +236,9 @@ static tf_status tf_model_plan_make(tf_model *m, int64_t batch, int64_t seq, boo
 /* Re-plans only on a new shape, or when training needs what an inference plan lacks. */
 tf_status tf_model_plan_ensure(tf_model *m, int64_t batch, int64_t seq, bool training) {
   tf_model_plan *p = &m->plan;
+  if (m->fp8 && training && batch * seq % 16 != 0)
+    return tf_fail(TF_ERR_ARG, "model: fp8 needs batch * seq a multiple of 16 (the weight gradients' products sum "
+                   "over the rows in 16-byte words), not %lld x %lld", (long long)batch, (long long)seq);
   if (p->storage && p->batch == batch && p->seq == seq && (p->training || !training)) return TF_OK;
   tf_model_plan_release(m); /* before the new one: the old memory is reusable */
   tf_status st = tf_model_plan_make(m, batch, seq, training);

@@ -303,6 +303,34 @@ typedef struct tf_decode_attention_args {
   float *partial;
 } tf_decode_attention_args;
 
+/* FP8 training's casts (the engine's precision "fp8", model_fp8.c).
+ * amax: *amax = max |x| over count values of dtype (f32, f16, bf16), NaN
+ * if any is NaN; in any order, the same bits. */
+typedef struct tf_fp8_amax_args {
+  int64_t count;
+  tf_dtype dtype;
+  const void *x;
+  float *amax; /* one f32 */
+} tf_fp8_amax_args;
+
+/* quantize: x (rows, cols) of dtype into the 8-bit float fp8 by current
+ * scaling, q = max / *amax (the format's max; q = 1 when *amax is 0 or not
+ * finite), each value saturate(x q) (elemio.h's saturating cast: one
+ * rounding of the f32 product), into out (rows, cols) row-major and/or
+ * out_t (cols, rows) row-major (either may be NULL); *scale = 1 / q, the
+ * scale of the FP8 product that reads them (tf_gemm_scaled), and
+ * *nonfinite (not NULL) counts one when *amax is not finite. amax, scale
+ * and nonfinite are on the device, read and written there: nothing waits. */
+typedef struct tf_fp8_quantize_args {
+  int64_t rows, cols;
+  tf_dtype dtype, fp8;
+  const void *x;
+  const float *amax;
+  void *out, *out_t;
+  float *scale;
+  int32_t *nonfinite;
+} tf_fp8_quantize_args;
+
 /* A captured, instantiated CUDA graph: work queued on a device's stream
  * once, replayed as one launch. */
 typedef struct tf_graph tf_graph;
@@ -386,6 +414,10 @@ typedef struct tf_model_kernels {
    * capturable. */
   tf_status (*kv_append)(tf_device_ctx *ctx, const tf_kv_append_args *a);
   tf_status (*decode_attention)(tf_device_ctx *ctx, const tf_decode_attention_args *a);
+
+  /* FP8 training (tf_fp8_amax_args, tf_fp8_quantize_args above); both capturable. */
+  tf_status (*fp8_amax)(tf_device_ctx *ctx, const tf_fp8_amax_args *a);
+  tf_status (*fp8_quantize)(tf_device_ctx *ctx, const tf_fp8_quantize_args *a);
 } tf_model_kernels;
 
 enum { TF_SIDE_MARKS = 2 };

@@ -690,6 +690,9 @@ static tf_status tf_nn_scale_check(const char *op, const char *arg, const tf_ten
   TF_TRY(tf_nn_same_device(op, arg, s, "a", a));
   if (s->dtype != TF_F32) return tf_fail(TF_ERR_ARG, "%s: %s must be f32, not %s", op, arg, tf_dtype_name(s->dtype));
   if (!tf_tensor_is_contiguous(s)) return tf_fail(TF_ERR_ARG, "%s: %s must be contiguous", op, arg);
+  if (s->device.type == TF_DEV_CUDA && ((uintptr_t)tf_tensor_data(s) & 15) != 0) /* cuBLASLt refuses them at launch */
+    return tf_fail(TF_ERR_ARG, "%s: %s's data must start on a 16-byte boundary on a GPU (a view into another "
+                   "tensor may not): pass %s:clone()", op, arg, arg);
   const int64_t want = rowwise ? count : 1;
   if (tf_tensor_numel(s) == want) return TF_OK;
   char have[128];

@@ -1,7 +1,7 @@
 /* The Transformer engine's kernel table for the CPU backend
  * (model_kernels.h), the twin of kernels/cuda/model_backend.cu. The kernels
  * it names live with their families, one file each (norm.c, softmax.c,
- * rope.c, cross_entropy.c, embedding.c, gemm.c, swiglu.c), shared with the
+ * rope.c, cross_entropy.c, embedding.c, gemm.c, swiglu.c, fp8_train.c), shared with the
  * eager ops. */
 #include "cpu.h"
 #include "cpu_model.h"
@@ -21,5 +21,7 @@ const tf_model_kernels tf_cpu_model_kernels = {
     .grad_norm = tf_cpu_grad_norm,
     .kv_append = tf_cpu_kv_append,
     .decode_attention = tf_cpu_decode_attention,
+    .fp8_amax = tf_cpu_fp8_amax,
+    .fp8_quantize = tf_cpu_fp8_quantize,
     .gemm_use_lt = NULL,
 };

@@ -161,6 +161,12 @@ static tf_status tf_prof_causal_softmax(tf_device_ctx *ctx, const tf_causal_soft
 static tf_status tf_prof_lm_loss(tf_device_ctx *ctx, const tf_lm_loss_args *a) {
   TF_PROF_TIMED(ctx, "lm_loss", TF_PLAIN_MODEL(ctx)->lm_loss(ctx, a));
 }
+static tf_status tf_prof_fp8_amax(tf_device_ctx *ctx, const tf_fp8_amax_args *a) {
+  TF_PROF_TIMED(ctx, "fp8_amax", TF_PLAIN_MODEL(ctx)->fp8_amax(ctx, a));
+}
+static tf_status tf_prof_fp8_quantize(tf_device_ctx *ctx, const tf_fp8_quantize_args *a) {
+  TF_PROF_TIMED(ctx, "fp8_quantize", TF_PLAIN_MODEL(ctx)->fp8_quantize(ctx, a));
+}
 
 /* ---- the tables ------------------------------------------------------------------------- */
 
@@ -203,6 +209,8 @@ static void tf_prof_wrap_init(tf_prof_wrap *w, const tf_backend *plain) {
     TF_PROF_WRAP(m, pm, heads, tf_prof_heads);
     TF_PROF_WRAP(m, pm, causal_softmax, tf_prof_causal_softmax);
     TF_PROF_WRAP(m, pm, lm_loss, tf_prof_lm_loss);
+    TF_PROF_WRAP(m, pm, fp8_amax, tf_prof_fp8_amax);
+    TF_PROF_WRAP(m, pm, fp8_quantize, tf_prof_fp8_quantize);
     t->model = m;
   }
 }

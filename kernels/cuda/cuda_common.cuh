@@ -288,6 +288,8 @@ tf_status tf_cuda_grad_norm(tf_device_ctx *ctx, const tf_grad_norm_args *a);
 /* generation's KV cache and its attention (decode.cu) */
 tf_status tf_cuda_kv_append(tf_device_ctx *ctx, const tf_kv_append_args *a);
 tf_status tf_cuda_decode_attention(tf_device_ctx *ctx, const tf_decode_attention_args *a);
+tf_status tf_cuda_fp8_amax(tf_device_ctx *ctx, const tf_fp8_amax_args *a);         /* fp8_train.cu */
+tf_status tf_cuda_fp8_quantize(tf_device_ctx *ctx, const tf_fp8_quantize_args *a); /* fp8_train.cu */
 const tf_model_kernels *tf_cuda_model_kernels(void);
 
 #endif

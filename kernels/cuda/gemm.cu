@@ -479,9 +479,10 @@ static tf_status tf_gemm_scaled_run(tf_cuda_state *st, tf_gemm_state *gs, const 
   if (key.amax) ok = ok && tf_gemm_set_desc(p->op, CUBLASLT_MATMUL_DESC_AMAX_D_POINTER, &amax, sizeof amax);
   if (!ok) return tf_fail(TF_ERR_BACKEND, "scaled_matmul: cublasLtMatmulDescSetAttribute refused the scales' pointers");
   if (x->amax) TF_CUDA_CHECK(cudaMemsetAsync(x->amax, 0, sizeof *x->amax, st->stream));
-  const float one = 1.0f, zero = 0.0f;
-  TF_CUBLAS_CHECK(tf_cublas.cublasLtMatmul(gs->lt, p->op, &one, g->b, p->la, g->a, p->lb, &zero, g->c, p->lc, g->c,
-                                           p->lc, &p->algo, gs->workspace, TF_GEMM_WORKSPACE, st->stream));
+  const float one = 1.0f, zero = 0.0f; /* beta 1: added into C (f32 gradients) */
+  TF_CUBLAS_CHECK(tf_cublas.cublasLtMatmul(gs->lt, p->op, &one, g->b, p->la, g->a, p->lb, g->accumulate ? &one : &zero,
+                                           g->c, p->lc, g->c, p->lc, &p->algo, gs->workspace, TF_GEMM_WORKSPACE,
+                                           st->stream));
   if (!x->amax || key.amax) return TF_OK;
   const unsigned blocks = (unsigned)(g->m * g->n < 1024 * (int64_t)st->multiprocessors ? (g->m * g->n + 255) / 256
                                                                                 : 4 * st->multiprocessors);

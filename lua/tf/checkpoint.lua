@@ -151,7 +151,7 @@ function M.save(path, state)
     world = tostring(size),
     rank = tostring(rank),
   }
-  local model = { impl = m.impl, precision = m.precision, attention = m.attention, graphs = m.graphs,
+  local model = { impl = m.impl, precision = m.precision, fp8 = m.fp8, attention = m.attention, graphs = m.graphs,
     parallel = m.parallel, zero1 = mom.sharded or nil }
   for _, k in ipairs(FIELDS) do model[k] = m.config[k] end
   meta.model = t.json.encode(model)
@@ -382,7 +382,7 @@ function M.load(path, opts)
   check.arg(path, fname, "the path", "string")
   opts = check.keys(opts, fname, { "device", "data", "rng", "graphs" })
   local h = read_meta(path, fname)
-  local spec = { device = opts.device, precision = h.model.precision, impl = h.model.impl,
+  local spec = { device = opts.device, precision = h.model.precision, fp8 = h.model.fp8, impl = h.model.impl,
     attention = h.model.attention, graphs = opts.graphs, parallel = h.model.parallel }
   if spec.impl == "fused" and not tf()._model then spec.impl = nil end
   for _, k in ipairs(FIELDS) do spec[k] = h.model[k] end

@@ -277,6 +277,14 @@ local Fused = setmetatable({}, { __index = Model })
 Fused.__index = Fused
 local FusedOptimizer = {}
 
+--- The engine's state (m.engine:info()), precision as the model was made ("fp8" with its
+-- recipe's state in info.fp8).
+function Fused:info()
+  local info = self.engine:info()
+  info.precision = self.precision
+  return info
+end
+
 function Fused:forward(ids)
   check_batch(self, "model:forward", ids)
   return self.engine:forward(ids, false)
@@ -439,6 +447,7 @@ function Model:save(path)
   local meta = {}
   for _, k in ipairs(FIELDS) do meta[k] = tostring(self.config[k]) end
   meta.precision, meta.impl = self.precision, self.impl
+  meta.fp8_grad_dtype = self.fp8 and self.fp8.grad_dtype or nil
   meta.attention = self.attention ~= "function" and self.attention or nil -- a function is the script's, not saved
   meta.graphs = tostring(self.graphs)
   tf.safetensors.save(path, self:parameters(), meta)
@@ -491,7 +500,7 @@ end
 local GRAD_SYNCS = { per_param = true, flat = true, overlap = true, bucket = true }
 
 -- How a model runs (tf.model.new and tf.model.load take them), beside FIELDS (its sizes).
-local RUN_KEYS = { "precision", "impl", "device", "attention", "graphs", "parallel", "grad_sync", "bucket_mb" }
+local RUN_KEYS = { "precision", "fp8", "impl", "device", "attention", "graphs", "parallel", "grad_sync", "bucket_mb" }
 local NEW_KEYS = { "preset" }
 for _, k in ipairs(FIELDS) do NEW_KEYS[#NEW_KEYS + 1] = k end
 for _, k in ipairs(RUN_KEYS) do NEW_KEYS[#NEW_KEYS + 1] = k end
@@ -534,7 +543,8 @@ local function make_parallel(self, spec)
 end
 
 --- tf.model.new{preset = "small" | ... or explicit sizes, context_length, vocab_size,
---- precision = "f32" | "bf16" | "f16", impl = "fused" | "eager", device,
+--- precision = "f32" | "bf16" | "f16" | "fp8" (fused: the layers' products in FP8, the rest bf16),
+--- fp8 = {grad_dtype = "f8e5m2" | "f8e4m3"} (precision "fp8": the gradients' format), impl = "fused" | "eager", device,
 --- attention = "flash" | "naive" (default: flash under bf16/f16, naive in f32), or for the eager model a
 --- function(q, k, v) -> out of (B, H, T, head_dim) tensors, causal, in place of its own (a script's kernel),
 --- graphs = true | false (fused: CUDA graph replay of fixed shapes, default true where the
@@ -545,8 +555,14 @@ function M.new(spec)
   if type(spec) ~= "table" then error("tf.model.new: expects a table", 2) end
   check.keys(spec, "tf.model.new", NEW_KEYS, KEY_HINTS)
   local cfg = M.config(spec)
-  local precision = check.choice(spec.precision, "tf.model.new", "precision", { "f32", "bf16", "f16" }) or "f32"
+  local precision = check.choice(spec.precision, "tf.model.new", "precision", { "f32", "bf16", "f16", "fp8" }) or "f32"
   local impl = resolve_impl(check.choice(spec.impl, "tf.model.new", "impl", { "fused", "eager" }))
+  local fp8 = check.keys(spec.fp8, "tf.model.new: fp8", { "grad_dtype" })
+  if spec.fp8 ~= nil and precision ~= "fp8" then error("tf.model.new: fp8 options go with precision = \"fp8\"", 2) end
+  if precision == "fp8" then
+    if impl ~= "fused" then error("tf.model.new: precision \"fp8\" runs in the fused engine (impl = \"fused\")", 2) end
+    fp8.grad_dtype = check.choice(fp8.grad_dtype, "tf.model.new", "fp8.grad_dtype", { "f8e5m2", "f8e4m3" }) or "f8e5m2"
+  end
   local attend_fn = type(spec.attention) == "function" and spec.attention or nil
   if attend_fn and impl ~= "eager" then
     error("tf.model.new: attention as a function replaces the eager model's attention: use impl = \"eager\" " ..
@@ -566,8 +582,12 @@ function M.new(spec)
     make_parallel(self, spec)
     return self
   end
-  self.engine = tf._model.create(cfg, { device = device, precision = precision, attention = spec.attention,
-    graphs = spec.graphs })
+  self.engine = tf._model.create(cfg, { device = device, precision = precision == "fp8" and "bf16" or precision,
+    attention = spec.attention, graphs = spec.graphs })
+  if precision == "fp8" then
+    self.engine:set_fp8(fp8.grad_dtype)
+    self.fp8 = { grad_dtype = fp8.grad_dtype }
+  end
   local info = self.engine:info()
   self.attention, self.graphs = info.attention, info.graphs
   setmetatable(self, Fused)
@@ -700,7 +720,9 @@ local function saved_settings(path, meta)
     error(string.format("tf.model.load: %s has %s = '%s' in its metadata (expected %s)", path, key, v,
       table.concat(allowed, ", "))) -- error() reports the caller's line, past tfhost's own frames
   end
-  spec.precision = choice("precision", { "f32", "bf16", "f16" })
+  spec.precision = choice("precision", { "f32", "bf16", "f16", "fp8" })
+  local grad = choice("fp8_grad_dtype", { "f8e5m2", "f8e4m3" })
+  if grad and spec.precision == "fp8" then spec.fp8 = { grad_dtype = grad } end
   spec.attention = choice("attention", { "flash", "naive" })
   spec.impl = choice("impl", { "fused", "eager" })
   if spec.impl == "fused" and not tf._model then spec.impl = nil end -- the same model, computed another way
@@ -722,6 +744,7 @@ function M.load(path, opts)
     spec[k] = math.tointeger(tonumber(meta[k])) or tonumber(meta[k])
   end
   for k, v in pairs(opts) do spec[k] = v end
+  if spec.precision ~= "fp8" and opts.fp8 == nil then spec.fp8 = nil end -- the file's fp8 recipe, loaded otherwise
   local m = M.new(spec)
   m:load_state_dict(tensors, path)
   return m

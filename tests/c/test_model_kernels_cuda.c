@@ -10,7 +10,10 @@
  *     then logits, loss, gradients and two AdamW steps (f32: 1e-5, 1e-5,
  *     1e-4, 1e-5; bf16/f16: logits 2e-2, loss 5e-3, gradients 1e-1 and
  *     parameters 5e-2, where one rounding flip of a tiny gradient moves an
- *     AdamW update by up to 2 lr), both GEMM paths;
+ *     AdamW update by up to 2 lr), both GEMM paths; an FP8 model (logits
+ *     0.1, gradients 0.3: e4m3's rounding flips, see model_case);
+ *   - FP8 training's amax and cast kernels bit-identical (both formats,
+ *     both layouts, zeros, a NaN);
  *   - global gradient-norm clipping: the norm kernel's norm and factor
  *     bit-identical, the engine's AdamW reading the factor within 1e-6;
  *   - the GEMM's timed choice of algorithm: the product of a timed call has
@@ -394,6 +397,62 @@ static void test_swiglu(void) {
   }
 }
 
+/* ---- FP8 training's casts ------------------------------------------------------------------------ */
+
+/* amax and the current-scaling cast (both layouts, both formats) give the CPU's bits, on random
+ * values at the given magnitude, on zeros (amax 0: q = 1) and with a NaN (amax NaN, counted). */
+static void fp8_case(tf_dtype d, int64_t rows, int64_t cols, double magnitude, int special) {
+  const int64_t n = rows * cols;
+  flat_pair x = special == 1 ? flat_pair_zeros(n, d) : flat_pair_randn(n, d, magnitude, 0);
+  if (special == 2) {
+    double *v = tensor_values(x.c);
+    v[n / 3] = NAN;
+    flat_pair_free(&x);
+    x = flat_pair_of(v, n, d, 0);
+    free(v);
+  }
+  flat_pair amax = flat_pair_zeros(1, TF_F32), scale = flat_pair_zeros(1, TF_F32), count = flat_pair_zeros(1, TF_I32);
+  tf_fp8_amax_args aa = {.count = n, .dtype = d};
+  aa.x = CP(x), aa.amax = CP(amax);
+  CHECK_OK(KC->fp8_amax(cctx, &aa));
+  aa.x = GP(x), aa.amax = GP(amax);
+  CHECK_OK(KG->fp8_amax(gctx, &aa));
+  identical("fp8 amax", amax);
+  for (int f = 0; f < 2; f++)
+    for (int layout = 0; layout < 3; layout++) { /* row-major, transposed, both */
+      const tf_dtype fmt = f ? TF_F8E5M2 : TF_F8E4M3;
+      flat_pair out = flat_pair_zeros(n, fmt), out_t = flat_pair_zeros(n, fmt);
+      tf_fp8_quantize_args q = {.rows = rows, .cols = cols, .dtype = d, .fp8 = fmt};
+#define FP8_PTRS(P)                                                                                          \
+  q.x = P(x), q.amax = P(amax), q.scale = P(scale), q.nonfinite = P(count), q.out = layout != 1 ? P(out) : NULL, \
+  q.out_t = layout != 0 ? P(out_t) : NULL
+      FP8_PTRS(CP);
+      CHECK_OK(KC->fp8_quantize(cctx, &q));
+      FP8_PTRS(GP);
+      CHECK_OK(KG->fp8_quantize(gctx, &q));
+#undef FP8_PTRS
+      if (layout != 1) identical(f ? "fp8 quantize e5m2" : "fp8 quantize e4m3", out);
+      if (layout != 0) identical(f ? "fp8 quantize e5m2, transposed" : "fp8 quantize e4m3, transposed", out_t);
+      identical("fp8 quantize's scale", scale);
+      flat_pair_free(&out), flat_pair_free(&out_t);
+    }
+  double *cc = tensor_values(count.c), *cg = tensor_values(count.g);
+  CHECK(cc[0] == cg[0] && cc[0] == (special == 2 ? 6 : 0)); /* six casts of a NaN amax counted, none otherwise */
+  free(cc), free(cg);
+  flat_pair_free(&x), flat_pair_free(&amax), flat_pair_free(&scale), flat_pair_free(&count);
+}
+
+static void test_fp8_kernels(void) {
+  const tf_dtype ds[3] = {TF_F32, TF_BF16, TF_F16};
+  for (int di = 0; di < 3; di++) {
+    fp8_case(ds[di], 64, 96, 1.0, 0);
+    fp8_case(ds[di], 37, 50, 1e-3, 0); /* partial tiles, small values */
+    fp8_case(ds[di], 33, 65, 1.0, 1);
+    fp8_case(ds[di], 40, 16, 3.0, 2);
+  }
+  fp8_case(TF_F32, 1024, 768, 50.0, 0);
+}
+
 /* ---- attention's kernels ------------------------------------------------------------------------ */
 
 /* RoPE's (T, hd / 2) cos and sin tables (theta 10000) on both devices. */
@@ -592,10 +651,13 @@ static void test_clip(void) {
 
 /* ---- whole models ------------------------------------------------------------------------------- */
 
+/* precision TF_F8E4M3 stands for precision "fp8": a bf16 model with FP8 products, e5m2 gradients. */
 static tf_model *make(const tf_model_config *cfg, tf_device dev, tf_dtype precision, uint64_t seed) {
   tf_seed_all(seed);
   tf_model *m = NULL;
-  if (!CHECK_OK(tf_model_create(cfg, dev, precision, &m))) exit(1);
+  const bool fp8 = precision == TF_F8E4M3;
+  if (!CHECK_OK(tf_model_create(cfg, dev, fp8 ? TF_BF16 : precision, &m))) exit(1);
+  if (fp8 && !CHECK_OK(tf_model_set_fp8(m, TF_F8E5M2))) exit(1);
   return m;
 }
 
@@ -716,16 +778,21 @@ static void model_case(const tf_model_config *cfg, tf_dtype precision, int64_t B
   CHECK_OK(tf_to(ic, TF_I64, GPU, &ig));
   CHECK_OK(tf_to(tc, TF_I32, GPU, &tg)); /* i32 targets on the GPU, i64 on the CPU */
   const bool f32 = precision == TF_F32;
+  /* An FP8 model's casts give the CPU's bytes for the same input (test_fp8_kernels), but a value that
+   * bf16's last bit moves across a rounding boundary of e4m3 (3 mantissa bits) moves by 1/16: the
+   * whole model agrees to what those flips make (on the H200: logits 0.05, gradients up to 0.19) */
+  const bool fp8 = precision == TF_F8E4M3;
+  const double logits_tol = f32 ? 1e-5 : fp8 ? 0.1 : 2e-2, grads_tol = f32 ? 1e-4 : fp8 ? 0.3 : 1e-1;
   char what[64];
   const char *path = lt ? "lt" : "cublas";
 #define NAME(s) (snprintf(what, sizeof what, "model %s (%s)", s, path), what)
   CHECK_OK(tf_model_forward(mc, ic, false, &lc));
   CHECK_OK(tf_model_forward(mg, ig, false, &lg));
-  model_same(NAME("logits"), precision, lg, lc, f32 ? 1e-5 : 2e-2);
+  model_same(NAME("logits"), precision, lg, lc, logits_tol);
   tf_tensor_release(lc), tf_tensor_release(lg);
   CHECK_OK(tf_model_loss(mc, ic, tc, &lc));
   CHECK_OK(tf_model_loss(mg, ig, tg, &lg));
-  model_same(NAME("loss"), precision, lg, lc, f32 ? 1e-5 : 5e-3);
+  model_same(NAME("loss"), precision, lg, lc, f32 ? 1e-5 : fp8 ? 2e-2 : 5e-3);
   CHECK_OK(tf_model_backward(mc));
   CHECK_OK(tf_model_backward(mg));
   for (int i = 0; i < nt; i++) {
@@ -733,7 +800,7 @@ static void model_case(const tf_model_config *cfg, tf_dtype precision, int64_t B
     const char *kind = strstr(nm, "ln") ? "norm gains" : strstr(nm, "token_emb") ? "embedding" : "matmul weights";
     char g[48];
     snprintf(g, sizeof g, "gradients: %s", kind);
-    if (!model_same(NAME(g), precision, tf_model_grad(mg, i), tf_model_grad(mc, i), f32 ? 1e-4 : 1e-1))
+    if (!model_same(NAME(g), precision, tf_model_grad(mg, i), tf_model_grad(mc, i), grads_tol))
       fprintf(stderr, "  (%s)\n", nm);
   }
   tf_adamw_args args = {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.01};
@@ -892,6 +959,7 @@ int main(void) {
   TIMED("loss and embedding", test_loss_and_embedding());
   TIMED("gradient clipping", test_clip());
   TIMED("decode kernels", test_decode_kernels());
+  TIMED("fp8 kernels", test_fp8_kernels());
   /* tiny: every row a multiple of 8 (vector paths); mid: d_ff and vocab that are not (scalar paths) */
   const tf_model_config tiny = {64, 16, 32, 2, 4, 64, 10000.0}, mid = {1001, 128, 128, 3, 4, 350, 10000.0};
   for (int lt = 0; lt < 2; lt++) {
@@ -906,6 +974,7 @@ int main(void) {
     snprintf(what, sizeof what, "model mid f16 (%s)", lib);
     TIMED(what, model_case(&mid, TF_F16, 2, 128, lt));
   }
+  TIMED("model tiny fp8", model_case(&tiny, TF_F8E4M3, 2, 8, true));
   TIMED("model behaviour", test_model_behaviour(&mid));
   TIMED("decode model f32", decode_model_case(&mid, TF_F32, 2, 7, 6));
   TIMED("decode model bf16", decode_model_case(&mid, TF_BF16, 3, 9, 6));

@@ -1,7 +1,7 @@
 -- Checkpoints (tf.checkpoint): a run stopped after step k and restored from
 -- its checkpoint, in a fresh model, gives the same loss bits at every later
 -- step as the run that went on, for the fused engine and the eager model, in
--- f32 and bf16, with a cosine schedule, clipping and a dataset's generator
+-- f32 and bf16 (and fp8, fused), with a cosine schedule, clipping and a dataset's generator
 -- (on the CPU; on a GPU too when present, CUDA graphs on); folders keep the
 -- newest K and never list a file being written; and every kind of bad
 -- checkpoint is an error naming the file and what is wrong. Runs as a world
@@ -84,7 +84,7 @@ if tf._model then table.insert(impls, 1, "fused") end
 if world == 1 then
   for _, device in ipairs(devices) do
     for _, impl in ipairs(impls) do
-      for _, precision in ipairs({ "f32", "bf16" }) do
+      for _, precision in ipairs(impl == "fused" and { "f32", "bf16", "fp8" } or { "f32", "bf16" }) do
         T.test(string.format("%s %s on %s: the resumed run has the same loss bits at every step", impl, precision,
           device), function() check_resume(impl, precision, device) end)
       end

@@ -140,7 +140,7 @@ T.test("save records how the model runs; load restores it, options override", fu
   T.eq(tf.model.load(path, { device = "cpu" }).precision, "f32")
   meta.precision = "f8"
   tf.safetensors.save(path, m:parameters(), meta)
-  T.raises(function() tf.model.load(path, { device = "cpu" }) end, "has precision = 'f8' in its metadata (expected f32, bf16, f16)")
+  T.raises(function() tf.model.load(path, { device = "cpu" }) end, "has precision = 'f8' in its metadata (expected f32, bf16, f16, fp8)")
   os.remove(path)
 end)
 

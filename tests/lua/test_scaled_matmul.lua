@@ -178,6 +178,12 @@ T.test("on the GPU: cuBLASLt's product is the CPU's twin", function()
   T.raises(function() return tf.scaled_matmul(a:cuda(), w:t(), { scale_a = 1, scale_b = 1 }) end, "is on cpu")
   T.raises(function() return tf.scaled_matmul(a:cuda(), w:cuda():t(), { scale_a = tf.tensor(1.0), scale_b = 1 }) end,
     "scale_a is on cpu")
+  -- a scale inside another tensor, off a 16-byte boundary: refused before cuBLASLt refuses it at launch
+  local s = tf.ones({ 8 }, { device = "cuda" })
+  T.raises(function() return tf.scaled_matmul(a:cuda(), w:cuda():t(), { scale_a = s:narrow(0, 1, 1), scale_b = 1 }) end,
+    "16-byte boundary")
+  T.eq(tf.scaled_matmul(a:cuda(), w:cuda():t(), { scale_a = s:narrow(0, 4, 1), scale_b = 1 }).shape, { 16, 16 },
+    "16 bytes in is a boundary")
 end)
 
 T.run()

@@ -2,7 +2,8 @@
 
 Times the eager PyTorch reference model (torch_lm.py's TransformerLM; naive attention, as the
 CS336 reference) on the same configurations as tfhost's benchmark: batch 4, vocab 10000, the
-presets, forward / forward+backward / step with torch.optim.AdamW, f32 or bf16 autocast, CUDA
+presets, forward / forward+backward / step with torch.optim.AdamW, f32 or bf16 autocast (or fp8: the
+layers' linear layers through torch._scaled_mm, torch_fp8_linear.py), CUDA
 events around each step after warm-up, peak memory from torch.cuda.max_memory_allocated.
 
     python3 tests/reference/torch_benchmark.py --size small --context 128,256 --precision f32,bf16 \
@@ -39,6 +40,9 @@ def setup(size, ctx, precision, batch, vocab, impl="eager"):
     cfg = dict(PRESETS[size], vocab_size=vocab, context_length=ctx, rope_theta=10000.0, sdpa=impl == "compiled")
     torch.manual_seed(0)
     model = TransformerLM(cfg).cuda()
+    if precision == "fp8":  # the layers' linear layers by torch._scaled_mm, the rest in bf16 autocast
+        from torch_fp8_linear import use_fp8
+        use_fp8(model)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=impl == "compiled")
     if impl == "compiled":
         # a fresh compilation per configuration: with one process running many shapes, dynamo
@@ -48,7 +52,7 @@ def setup(size, ctx, precision, batch, vocab, impl="eager"):
         model = torch.compile(model)
     ids = torch.randint(0, vocab, (batch, ctx), device="cuda")
     targets = torch.randint(0, vocab, (batch, ctx), device="cuda")
-    autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=precision == "bf16")
+    autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=precision in ("bf16", "fp8"))
     return cfg, model, opt, ids, targets, autocast
 
 

@@ -1,0 +1,212 @@
+/* FP8 training (precision "fp8"): each layer's four products (QKV, the
+ * attention output, w1|w3, w2) forward and backward in FP8 by current
+ * scaling, on the backend's scaled GEMM (tf_gemm_scaled); attention, the
+ * norms, SwiGLU, the loss, lm_head and the f32 master weights and AdamW as
+ * in bf16, the compute dtype.
+ *
+ * Current scaling: each operand is cast with its own amax of this step,
+ * q = 448 / amax for e4m3 (57344 for e5m2), saturate(x q); the product
+ * multiplies by the two 1 / q. Weights (from the f32 parameters) and
+ * activations are e4m3; the gradients dy are f8e5m2 by default (its range
+ * holds the gradients' spread without a scale that flushes their small
+ * values) or e4m3 (tf_model_set_fp8). Hopper's FP8 products take operands
+ * with their rows along K only (tf_gemm_scaled), so a linear layer y = x W^T
+ * needs:
+ *   forward  y  = x8 (n, in) . W8 (out, in)        the weight's e4m3 copy
+ *   backward dx = dy8 (n, out) . W8t (in, out)     the copy of its transpose
+ *            dW = dy8t (out, n) . x8t (in, n)      both operands transposed
+ * The weights' two copies are made once when the parameters move (at the
+ * next forward, eagerly, never inside a graph); the activations' casts run
+ * in the pass (an amax kernel, then one cast kernel writing the layouts the
+ * products need), into four plan buffers that one product at a time uses.
+ * An amax that is not finite (an overflow upstream) casts the tensor with
+ * q = 1 (saturating) and is counted (tf_model_fp8_stats). */
+#include "model_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* The words of fp8_state after the layers' (amax, scale) pairs. Each word
+ * has 16 bytes to itself: cuBLASLt refuses, at launch, scale pointers that
+ * are not 16-byte aligned (the H200, CUDA 13.0). */
+enum { TF_FP8_X_AMAX, TF_FP8_X_SCALE, TF_FP8_DY_AMAX, TF_FP8_DY_SCALE, TF_FP8_NONFINITE, TF_FP8_SLOTS };
+enum { TF_FP8_WORD = 4 }; /* floats a word */
+
+static float *tf_fp8_word(const tf_model *m, int64_t i) {
+  return (float *)tf_tensor_data(m->fp8_state) + TF_FP8_WORD * i;
+}
+static float *tf_fp8_slot(const tf_model *m, int slot) {
+  return tf_fp8_word(m, 2 * TF_LAYER_MATS * m->cfg.num_layers + slot);
+}
+
+/* The layer matrix at weight offset w: its index among the 4 L, rows and cols. */
+static int64_t tf_fp8_matrix(const tf_model *m, int64_t w, int64_t *rows, int64_t *cols) {
+  const int64_t d = m->cfg.d_model, f = m->cfg.d_ff;
+  for (int64_t l = 0; l < m->cfg.num_layers; l++) {
+    const tf_model_layer_weights *lw = &m->layers[l];
+    const int64_t offs[TF_LAYER_MATS] = {lw->w2, lw->w13, lw->out, lw->qkv};
+    const int64_t r[TF_LAYER_MATS] = {d, 2 * f, d, 3 * d}, c[TF_LAYER_MATS] = {f, d, d, d};
+    for (int j = 0; j < TF_LAYER_MATS; j++)
+      if (offs[j] == w) {
+        *rows = r[j], *cols = c[j];
+        return l * TF_LAYER_MATS + j;
+      }
+  }
+  return -1;
+}
+
+tf_status tf_model_set_fp8(tf_model *m, tf_dtype grad) {
+  const int64_t d = m->cfg.d_model, f = m->cfg.d_ff, L = m->cfg.num_layers;
+  if (grad != TF_F8E5M2 && grad != TF_F8E4M3)
+    return tf_fail(TF_ERR_ARG, "model: fp8's gradient format is f8e5m2 or f8e4m3, not %s",
+                   (unsigned)grad < TF_NDTYPES ? tf_dtype_name(grad) : "unknown");
+  if (m->dtype != TF_BF16) return tf_fail(TF_ERR_ARG, "model: fp8 runs over a bf16 model (its compute dtype)");
+  if (d % 16 != 0 || f % 16 != 0)
+    return tf_fail(TF_ERR_ARG, "model: fp8 needs d_model and d_ff multiples of 16 (FP8 products read rows of 16-byte "
+                   "words), not d_model %lld, d_ff %lld", (long long)d, (long long)f);
+  if (!m->k->fp8_amax || !m->k->fp8_quantize)
+    return tf_fail(TF_ERR_ARG, "model: the %s backend has no FP8 kernels", m->ctx->backend->name);
+  if (m->fp8) {
+    m->fp8_grad = grad;
+    return TF_OK;
+  }
+  tf_model_plan_release(m); /* the next plan carves the 8-bit buffers */
+  TF_TRY(tf_model_alloc(m, m->matmul_total, TF_F8E4M3, TF_TAG_PARAMETER, "model fp8 weights", &m->w8));
+  TF_TRY(tf_model_alloc(m, m->matmul_total, TF_F8E4M3, TF_TAG_PARAMETER, "model fp8 weights (transposed)", &m->w8t));
+  TF_TRY(tf_model_alloc(m, TF_FP8_WORD * (2 * TF_LAYER_MATS * L + TF_FP8_SLOTS), TF_F32, TF_TAG_PARAMETER, "model fp8 scales",
+                        &m->fp8_state));
+  TF_TRY(m->ctx->backend->fill(m->ctx, m->fp8_state, 0.0));
+  m->fp8 = true;
+  m->fp8_grad = grad;
+  m->w8_version = m->params->storage->version - 1; /* stale: the next forward casts */
+  return TF_OK;
+}
+
+void tf_model_fp8_release(tf_model *m) {
+  tf_tensor_release(m->w8);
+  tf_tensor_release(m->w8t);
+  tf_tensor_release(m->fp8_state);
+  m->w8 = m->w8t = m->fp8_state = NULL;
+}
+
+/* One cast of x (rows, cols) of dtype by its own amax into out and/or out_t, the product's scale into scale. */
+static tf_status tf_fp8_cast(tf_model *m, const void *x, tf_dtype dtype, int64_t rows, int64_t cols, tf_dtype fp8,
+                             float *amax, float *scale, void *out, void *out_t) {
+  tf_fp8_amax_args a = {.count = rows * cols, .dtype = dtype, .x = x, .amax = amax};
+  TF_TRY(m->k->fp8_amax(m->ctx, &a));
+  tf_fp8_quantize_args q = {.rows = rows, .cols = cols, .dtype = dtype, .fp8 = fp8, .x = x, .amax = amax,
+                            .out = out, .out_t = out_t, .scale = scale,
+                            .nonfinite = (int32_t *)tf_fp8_slot(m, TF_FP8_NONFINITE)};
+  return m->k->fp8_quantize(m->ctx, &q);
+}
+
+tf_status tf_model_fp8_sync(tf_model *m) {
+  if (!m->fp8 || m->w8_version == m->params->storage->version) return TF_OK;
+  for (int64_t l = 0; l < m->cfg.num_layers; l++) {
+    const tf_model_layer_weights *lw = &m->layers[l];
+    const int64_t offs[TF_LAYER_MATS] = {lw->w2, lw->w13, lw->out, lw->qkv};
+    for (int j = 0; j < TF_LAYER_MATS; j++) {
+      int64_t rows = 0, cols = 0;
+      const int64_t i = tf_fp8_matrix(m, offs[j], &rows, &cols), w = offs[j];
+      TF_TRY(tf_fp8_cast(m, tf_model_pw(m, w), TF_F32, rows, cols, TF_F8E4M3, tf_fp8_word(m, 2 * i),
+                         tf_fp8_word(m, 2 * i + 1), (uint8_t *)tf_tensor_data(m->w8) + w,
+                         (uint8_t *)tf_tensor_data(m->w8t) + w));
+    }
+  }
+  m->w8_version = m->params->storage->version;
+  return TF_OK;
+}
+
+/* The FP8 product C (mm, nn) = A (mm, kk) B^T, A's rows lda apart and B stored (nn, kk) ldb apart. */
+static tf_status tf_fp8_gemm(tf_model *m, const void *a, tf_dtype ad, const float *sa, const void *b, tf_dtype bd,
+                             const float *sb, int64_t mm, int64_t nn, int64_t kk, void *c, tf_dtype cd, bool accumulate) {
+  const tf_gemm_scaled x = {.a_dtype = ad, .b_dtype = bd, .scale_a = sa, .scale_b = sb};
+  tf_gemm_args g = {.a = a, .b = b, .c = c, .ab_dtype = ad, .c_dtype = cd, .batch = 1, .m = mm, .n = nn, .k = kk,
+                    .trans_b = true, .lda = kk, .ldb = kk, .ldc = nn, .accumulate = accumulate, .scaled = &x};
+  return m->k->gemm(m->ctx, &g);
+}
+
+/* A layer matrix's FP8 copies and scale, or an error naming the offset (an engine bug). */
+static tf_status tf_fp8_weight(const tf_model *m, int64_t w, const uint8_t **w8, const uint8_t **w8t,
+                               const float **scale) {
+  int64_t rows, cols;
+  const int64_t i = tf_fp8_matrix(m, w, &rows, &cols);
+  if (i < 0) return tf_fail(TF_ERR_STATE, "model: no FP8 copy of the weight at offset %lld", (long long)w);
+  *w8 = (const uint8_t *)tf_tensor_data(m->w8) + w;
+  *w8t = (const uint8_t *)tf_tensor_data(m->w8t) + w;
+  *scale = tf_fp8_word(m, 2 * i + 1);
+  return TF_OK;
+}
+
+tf_status tf_model_layer_linear(tf_model *m, const void *x, int64_t rows, int64_t in, int64_t out, int64_t w, void *y) {
+  if (!m->fp8 || m->prefilling) /* generation runs in bf16, its decode step's products too */
+    return tf_model_linear(m, x, rows, in, out, tf_model_mw(m, w), y);
+  const uint8_t *w8, *w8t;
+  const float *ws;
+  TF_TRY(tf_fp8_weight(m, w, &w8, &w8t, &ws));
+  float *xs = tf_fp8_slot(m, TF_FP8_X_SCALE);
+  TF_TRY(tf_fp8_cast(m, x, m->dtype, rows, in, TF_F8E4M3, tf_fp8_slot(m, TF_FP8_X_AMAX), xs, m->plan.fp8_x, NULL));
+  return tf_fp8_gemm(m, m->plan.fp8_x, TF_F8E4M3, xs, w8, TF_F8E4M3, ws, rows, out, in, y, m->dtype, false);
+}
+
+/* dx (rows, in) = dy W from dy's row-major cast (in fp8_dy, scale in the dy slot). */
+static tf_status tf_fp8_dx(tf_model *m, const uint8_t *w8t, const float *ws, int64_t rows, int64_t in, int64_t out,
+                           void *dx) {
+  return tf_fp8_gemm(m, m->plan.fp8_dy, m->fp8_grad, tf_fp8_slot(m, TF_FP8_DY_SCALE), w8t, TF_F8E4M3, ws, rows, in,
+                     out, dx, m->dtype, false);
+}
+
+tf_status tf_model_layer_linear_dx(tf_model *m, const void *dy, int64_t rows, int64_t in, int64_t out, int64_t w,
+                                   void *dx) {
+  if (!m->fp8) return tf_model_linear_dx(m, dy, rows, in, out, tf_model_mw(m, w), dx);
+  const uint8_t *w8, *w8t;
+  const float *ws;
+  TF_TRY(tf_fp8_weight(m, w, &w8, &w8t, &ws));
+  TF_TRY(tf_fp8_cast(m, dy, m->dtype, rows, out, m->fp8_grad, tf_fp8_slot(m, TF_FP8_DY_AMAX),
+                     tf_fp8_slot(m, TF_FP8_DY_SCALE), m->plan.fp8_dy, NULL));
+  return tf_fp8_dx(m, w8t, ws, rows, in, out, dx);
+}
+
+tf_status tf_model_layer_linear_backward(tf_model *m, const void *dy, const void *x, int64_t rows, int64_t in,
+                                         int64_t out, int64_t w, float *dw, void *dx) {
+  if (!m->fp8) return tf_model_linear_backward(m, dy, x, rows, in, out, tf_model_mw(m, w), dw, dx);
+  const uint8_t *w8, *w8t;
+  const float *ws;
+  TF_TRY(tf_fp8_weight(m, w, &w8, &w8t, &ws));
+  tf_model_plan *p = &m->plan;
+  float *dys = tf_fp8_slot(m, TF_FP8_DY_SCALE), *xs = tf_fp8_slot(m, TF_FP8_X_SCALE);
+  TF_TRY(tf_fp8_cast(m, dy, m->dtype, rows, out, m->fp8_grad, tf_fp8_slot(m, TF_FP8_DY_AMAX), dys,
+                     dx ? p->fp8_dy : NULL, p->fp8_dyt));
+  TF_TRY(tf_fp8_cast(m, x, m->dtype, rows, in, TF_F8E4M3, tf_fp8_slot(m, TF_FP8_X_AMAX), xs, NULL, p->fp8_xt));
+  /* dW (out, in) = dy^T x: A = dy^T (out, rows), B stored (in, rows) = x^T */
+  TF_TRY(tf_fp8_gemm(m, p->fp8_dyt, m->fp8_grad, dys, p->fp8_xt, TF_F8E4M3, xs, out, in, rows, dw, TF_F32,
+                     !m->use_ring));
+  return dx ? tf_fp8_dx(m, w8t, ws, rows, in, out, dx) : TF_OK;
+}
+
+tf_status tf_model_fp8_stats(tf_model *m, tf_model_fp8_info *out) {
+  memset(out, 0, sizeof *out);
+  if (!m->fp8) return TF_OK;
+  out->on = true;
+  out->grad = m->fp8_grad;
+  int32_t count = 0;
+  TF_TRY(m->ctx->backend->copy(m->ctx, &count, tf_fp8_slot(m, TF_FP8_NONFINITE), sizeof count, TF_COPY_D2H));
+  out->nonfinite = count;
+  const int64_t n = TF_LAYER_MATS * m->cfg.num_layers;
+  const size_t floats = (size_t)(2 * n * TF_FP8_WORD);
+  float *words = malloc(floats * sizeof *words);
+  if (!words) return tf_fail(TF_ERR_OOM, "out of memory: no host memory for the FP8 scales");
+  tf_status st = m->ctx->backend->copy(m->ctx, words, tf_fp8_word(m, 0), floats * sizeof *words, TF_COPY_D2H);
+  if (st == TF_OK) {
+    out->weight_amax_max = 0;
+    out->weight_scale_min = out->weight_scale_max = words[TF_FP8_WORD];
+    for (int64_t i = 0; i < n; i++) {
+      const float amax = words[2 * i * TF_FP8_WORD], scale = words[(2 * i + 1) * TF_FP8_WORD];
+      if (amax > out->weight_amax_max) out->weight_amax_max = amax;
+      if (scale < out->weight_scale_min) out->weight_scale_min = scale;
+      if (scale > out->weight_scale_max) out->weight_scale_max = scale;
+    }
+  }
+  free(words);
+  return st;
+}
