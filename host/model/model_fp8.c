@@ -19,6 +19,9 @@
  * next forward, eagerly, never inside a graph); the activations' casts run
  * in the pass (an amax kernel, then one cast kernel writing the layouts the
  * products need), into four plan buffers that one product at a time uses.
+ * The backward pass casts each input again, transposed, by the amax the
+ * forward pass measured (the same bits: kept or recomputed exactly), and
+ * w2's gradient dy once for both of its products. */
  * An amax that is not finite (an overflow upstream) casts the tensor with
  * q = 1 (saturating) and is counted (tf_model_fp8_stats). */
 #include "model_internal.h"
@@ -26,17 +29,23 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The words of fp8_state after the layers' (amax, scale) pairs. Each word
- * has 16 bytes to itself: cuBLASLt refuses, at launch, scale pointers that
- * are not 16-byte aligned (the H200, CUDA 13.0). */
-enum { TF_FP8_X_AMAX, TF_FP8_X_SCALE, TF_FP8_DY_AMAX, TF_FP8_DY_SCALE, TF_FP8_NONFINITE, TF_FP8_SLOTS };
+/* fp8_state's words: each layer matrix i's weight (amax, scale) at 2i, 2i + 1, then its input's
+ * (amax, scale) at 2 (4L + i) (written by the forward pass, read again by the backward pass, which
+ * casts the same input again, transposed, without a second amax), then these. Each word has 16
+ * bytes to itself: cuBLASLt refuses, at launch, scale pointers that are not 16-byte aligned (the
+ * H200, CUDA 13.0). */
+enum { TF_FP8_DY_AMAX, TF_FP8_DY_SCALE, TF_FP8_NONFINITE, TF_FP8_SLOTS };
 enum { TF_FP8_WORD = 4 }; /* floats a word */
 
 static float *tf_fp8_word(const tf_model *m, int64_t i) {
   return (float *)tf_tensor_data(m->fp8_state) + TF_FP8_WORD * i;
 }
 static float *tf_fp8_slot(const tf_model *m, int slot) {
-  return tf_fp8_word(m, 2 * TF_LAYER_MATS * m->cfg.num_layers + slot);
+  return tf_fp8_word(m, 4 * TF_LAYER_MATS * m->cfg.num_layers + slot);
+}
+/* Matrix i's input amax (its scale is the next word). */
+static float *tf_fp8_input(const tf_model *m, int64_t i) {
+  return tf_fp8_word(m, 2 * (TF_LAYER_MATS * m->cfg.num_layers + i));
 }
 
 /* The layer matrix at weight offset w: its index among the 4 L, rows and cols. */
@@ -73,7 +82,7 @@ tf_status tf_model_set_fp8(tf_model *m, tf_dtype grad) {
   tf_model_plan_release(m); /* the next plan carves the 8-bit buffers */
   TF_TRY(tf_model_alloc(m, m->matmul_total, TF_F8E4M3, TF_TAG_PARAMETER, "model fp8 weights", &m->w8));
   TF_TRY(tf_model_alloc(m, m->matmul_total, TF_F8E4M3, TF_TAG_PARAMETER, "model fp8 weights (transposed)", &m->w8t));
-  TF_TRY(tf_model_alloc(m, TF_FP8_WORD * (2 * TF_LAYER_MATS * L + TF_FP8_SLOTS), TF_F32, TF_TAG_PARAMETER, "model fp8 scales",
+  TF_TRY(tf_model_alloc(m, TF_FP8_WORD * (4 * TF_LAYER_MATS * L + TF_FP8_SLOTS), TF_F32, TF_TAG_PARAMETER, "model fp8 scales",
                         &m->fp8_state));
   TF_TRY(m->ctx->backend->fill(m->ctx, m->fp8_state, 0.0));
   m->fp8 = true;
@@ -89,15 +98,21 @@ void tf_model_fp8_release(tf_model *m) {
   m->w8 = m->w8t = m->fp8_state = NULL;
 }
 
-/* One cast of x (rows, cols) of dtype by its own amax into out and/or out_t, the product's scale into scale. */
-static tf_status tf_fp8_cast(tf_model *m, const void *x, tf_dtype dtype, int64_t rows, int64_t cols, tf_dtype fp8,
-                             float *amax, float *scale, void *out, void *out_t) {
+/* One cast of x (rows, cols) of dtype by its amax (measured first unless known) into out and/or
+ * out_t, the product's scale into scale. */
+static tf_status tf_fp8_cast_by(tf_model *m, const void *x, tf_dtype dtype, int64_t rows, int64_t cols, tf_dtype fp8,
+                                float *amax, bool known, float *scale, void *out, void *out_t) {
   tf_fp8_amax_args a = {.count = rows * cols, .dtype = dtype, .x = x, .amax = amax};
-  TF_TRY(m->k->fp8_amax(m->ctx, &a));
+  if (!known) TF_TRY(m->k->fp8_amax(m->ctx, &a));
   tf_fp8_quantize_args q = {.rows = rows, .cols = cols, .dtype = dtype, .fp8 = fp8, .x = x, .amax = amax,
                             .out = out, .out_t = out_t, .scale = scale,
                             .nonfinite = (int32_t *)tf_fp8_slot(m, TF_FP8_NONFINITE)};
   return m->k->fp8_quantize(m->ctx, &q);
+}
+
+static tf_status tf_fp8_cast(tf_model *m, const void *x, tf_dtype dtype, int64_t rows, int64_t cols, tf_dtype fp8,
+                             float *amax, float *scale, void *out, void *out_t) {
+  return tf_fp8_cast_by(m, x, dtype, rows, cols, fp8, amax, false, scale, out, out_t);
 }
 
 tf_status tf_model_fp8_sync(tf_model *m) {
@@ -126,12 +141,13 @@ static tf_status tf_fp8_gemm(tf_model *m, const void *a, tf_dtype ad, const floa
   return m->k->gemm(m->ctx, &g);
 }
 
-/* A layer matrix's FP8 copies and scale, or an error naming the offset (an engine bug). */
-static tf_status tf_fp8_weight(const tf_model *m, int64_t w, const uint8_t **w8, const uint8_t **w8t,
+/* A layer matrix's index, FP8 copies and scale, or an error naming the offset (an engine bug). */
+static tf_status tf_fp8_weight(const tf_model *m, int64_t w, int64_t *index, const uint8_t **w8, const uint8_t **w8t,
                                const float **scale) {
   int64_t rows, cols;
   const int64_t i = tf_fp8_matrix(m, w, &rows, &cols);
   if (i < 0) return tf_fail(TF_ERR_STATE, "model: no FP8 copy of the weight at offset %lld", (long long)w);
+  *index = i;
   *w8 = (const uint8_t *)tf_tensor_data(m->w8) + w;
   *w8t = (const uint8_t *)tf_tensor_data(m->w8t) + w;
   *scale = tf_fp8_word(m, 2 * i + 1);
@@ -143,9 +159,10 @@ tf_status tf_model_layer_linear(tf_model *m, const void *x, int64_t rows, int64_
     return tf_model_linear(m, x, rows, in, out, tf_model_mw(m, w), y);
   const uint8_t *w8, *w8t;
   const float *ws;
-  TF_TRY(tf_fp8_weight(m, w, &w8, &w8t, &ws));
-  float *xs = tf_fp8_slot(m, TF_FP8_X_SCALE);
-  TF_TRY(tf_fp8_cast(m, x, m->dtype, rows, in, TF_F8E4M3, tf_fp8_slot(m, TF_FP8_X_AMAX), xs, m->plan.fp8_x, NULL));
+  int64_t i;
+  TF_TRY(tf_fp8_weight(m, w, &i, &w8, &w8t, &ws));
+  float *xa = tf_fp8_input(m, i), *xs = xa + TF_FP8_WORD;
+  TF_TRY(tf_fp8_cast(m, x, m->dtype, rows, in, TF_F8E4M3, xa, xs, m->plan.fp8_x, NULL));
   return tf_fp8_gemm(m, m->plan.fp8_x, TF_F8E4M3, xs, w8, TF_F8E4M3, ws, rows, out, in, y, m->dtype, false);
 }
 
@@ -161,9 +178,13 @@ tf_status tf_model_layer_linear_dx(tf_model *m, const void *dy, int64_t rows, in
   if (!m->fp8) return tf_model_linear_dx(m, dy, rows, in, out, tf_model_mw(m, w), dx);
   const uint8_t *w8, *w8t;
   const float *ws;
-  TF_TRY(tf_fp8_weight(m, w, &w8, &w8t, &ws));
+  int64_t i;
+  TF_TRY(tf_fp8_weight(m, w, &i, &w8, &w8t, &ws));
+  /* both layouts: the weight gradient's product that follows (tf_model_layer_linear_backward with
+   * dx NULL, the engine's order for w2) reads the transposed cast of the same dy */
   TF_TRY(tf_fp8_cast(m, dy, m->dtype, rows, out, m->fp8_grad, tf_fp8_slot(m, TF_FP8_DY_AMAX),
-                     tf_fp8_slot(m, TF_FP8_DY_SCALE), m->plan.fp8_dy, NULL));
+                     tf_fp8_slot(m, TF_FP8_DY_SCALE), m->plan.fp8_dy, m->plan.fp8_dyt));
+  m->fp8_dy_cast = dy;
   return tf_fp8_dx(m, w8t, ws, rows, in, out, dx);
 }
 
@@ -172,12 +193,17 @@ tf_status tf_model_layer_linear_backward(tf_model *m, const void *dy, const void
   if (!m->fp8) return tf_model_linear_backward(m, dy, x, rows, in, out, tf_model_mw(m, w), dw, dx);
   const uint8_t *w8, *w8t;
   const float *ws;
-  TF_TRY(tf_fp8_weight(m, w, &w8, &w8t, &ws));
+  int64_t i;
+  TF_TRY(tf_fp8_weight(m, w, &i, &w8, &w8t, &ws));
   tf_model_plan *p = &m->plan;
-  float *dys = tf_fp8_slot(m, TF_FP8_DY_SCALE), *xs = tf_fp8_slot(m, TF_FP8_X_SCALE);
-  TF_TRY(tf_fp8_cast(m, dy, m->dtype, rows, out, m->fp8_grad, tf_fp8_slot(m, TF_FP8_DY_AMAX), dys,
-                     dx ? p->fp8_dy : NULL, p->fp8_dyt));
-  TF_TRY(tf_fp8_cast(m, x, m->dtype, rows, in, TF_F8E4M3, tf_fp8_slot(m, TF_FP8_X_AMAX), xs, NULL, p->fp8_xt));
+  float *dys = tf_fp8_slot(m, TF_FP8_DY_SCALE), *xa = tf_fp8_input(m, i), *xs = xa + TF_FP8_WORD;
+  const bool cast = m->fp8_dy_cast != dy || dx; /* dy was cast, both layouts, by the dx product just before */
+  m->fp8_dy_cast = NULL;
+  if (cast)
+    TF_TRY(tf_fp8_cast(m, dy, m->dtype, rows, out, m->fp8_grad, tf_fp8_slot(m, TF_FP8_DY_AMAX), dys,
+                       dx ? p->fp8_dy : NULL, p->fp8_dyt));
+  /* x as the forward pass cast it (the same bits, kept or recomputed), by that pass's amax */
+  TF_TRY(tf_fp8_cast_by(m, x, m->dtype, rows, in, TF_F8E4M3, xa, true, xs, NULL, p->fp8_xt));
   /* dW (out, in) = dy^T x: A = dy^T (out, rows), B stored (in, rows) = x^T */
   TF_TRY(tf_fp8_gemm(m, p->fp8_dyt, m->fp8_grad, dys, p->fp8_xt, TF_F8E4M3, xs, out, in, rows, dw, TF_F32,
                      !m->use_ring));

@@ -180,6 +180,7 @@ struct tf_model {
                                transposes (weight (r, c) at its offset as (c, r)) */
   tf_tensor *fp8_state;     /* f32 device words: each layer matrix's amax and scale, then the activations' slots */
   uint64_t w8_version;      /* params' storage version w8 and w8t were made from */
+  const void *fp8_dy_cast;  /* the gradient tf_model_layer_linear_dx cast last (both layouts), until the next product */
   tf_model_plan plan;
   bool flash;      /* FlashAttention (default) or naive attention with P materialised */
   bool loss_ready; /* the plan holds a loss's activations and logits' gradient */

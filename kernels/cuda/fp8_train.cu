@@ -8,20 +8,42 @@
  *
  * quantize: the multiplier q = max / amax read from the device (fp8.h's
  * tf_fp8_multiplier, as the CPU computes it), each value saturate(x q).
- * Row-major only, a grid-stride pass; with the transposed copy too, 32 x 32
- * tiles through shared memory (each block reads its tile once, writes
- * its rows, and its columns as the transposed tile's rows). */
+ * Row-major only, a grid-stride pass of 16-byte loads where the buffers
+ * allow (8 values a thread for the cast, a word of values for amax; amax's
+ * loads stay in L2 for the cast, the cast's are streamed); with the
+ * transposed copy too, 32 x 32 tiles through shared memory (each block
+ * reads its tile once, writes its rows, and its columns as the transposed
+ * tile's rows). */
 #include "cuda_common.cuh"
 
 #include "fp8.h"
 
+/* A value's magnitude as amax's ordered bits (a NaN above every number). */
+__device__ __forceinline__ unsigned tf_cuda_fp8_mag(float v) {
+  v = fabsf(v);
+  return v != v ? 0x7fc00000u : __float_as_uint(v);
+}
+
+/* The values as 16-byte words (vec: count and x whole words) or one at a time. */
 template <int DT>
 __global__ void __launch_bounds__(TF_CUDA_THREADS) tf_cuda_fp8_amax_kernel(const typename tf_cuda_dtype<DT>::storage *x,
-                                                                          int64_t count, unsigned *out) {
+                                                                          int64_t count, bool vec, unsigned *out) {
+  typedef typename tf_cuda_dtype<DT>::storage S;
+  enum { PER = 16 / sizeof(S) };
   unsigned most = 0;
-  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += (int64_t)gridDim.x * blockDim.x) {
-    const float v = fabsf(tf_cuda_dtype<DT>::load(x[i]));
-    most = max(most, v != v ? 0x7fc00000u : __float_as_uint(v));
+  const int64_t stride = (int64_t)gridDim.x * blockDim.x, first = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (vec) {
+    union {
+      uint4 word;
+      S v[PER];
+    } u;
+    for (int64_t w = first; w < count / PER; w += stride) {
+      u.word = ((const uint4 *)x)[w]; /* cached: the cast reads the same bytes next */
+#pragma unroll
+      for (int j = 0; j < PER; j++) most = max(most, tf_cuda_fp8_mag(tf_cuda_dtype<DT>::load(u.v[j])));
+    }
+  } else {
+    for (int64_t i = first; i < count; i += stride) most = max(most, tf_cuda_fp8_mag(tf_cuda_dtype<DT>::load(x[i])));
   }
   for (int o = 16; o > 0; o /= 2) most = max(most, __shfl_xor_sync(0xffffffffu, most, o));
   if (threadIdx.x % 32 == 0) atomicMax(out, most);
@@ -42,14 +64,33 @@ template <int FP8> __device__ __forceinline__ float tf_cuda_fp8_q(const tf_fp8_q
   return q;
 }
 
-template <int DT, int FP8> __global__ void __launch_bounds__(TF_CUDA_THREADS) tf_cuda_fp8_quantize_kernel(tf_fp8_quantize_args a) {
+/* Row-major only: 8 values a thread at a time (vec: the count and both buffers whole 8-value
+ * words: 16 bytes of bf16 in, 8 bytes out), or one at a time. */
+template <int DT, int FP8>
+__global__ void __launch_bounds__(TF_CUDA_THREADS) tf_cuda_fp8_quantize_kernel(tf_fp8_quantize_args a, bool vec) {
   typedef tf_cuda_dtype<DT> D;
+  typedef typename D::storage S;
   const float q = tf_cuda_fp8_q<FP8>(a, blockIdx.x == 0 && threadIdx.x == 0);
-  const typename D::storage *x = (const typename D::storage *)a.x;
+  const S *x = (const S *)a.x;
   uint8_t *out = (uint8_t *)a.out;
-  const int64_t total = a.rows * a.cols;
-  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x)
-    out[i] = tf_cuda_fp8_code<FP8>(D::load(x[i]), q);
+  const int64_t total = a.rows * a.cols, stride = (int64_t)gridDim.x * blockDim.x;
+  const int64_t first = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (vec) {
+    for (int64_t w = first; w < total / 8; w += stride) {
+      S v[8];
+#pragma unroll
+      for (int h = 0; h < 8 * (int)sizeof(S) / 16; h++) ((uint4 *)v)[h] = __ldcs((const uint4 *)(x + w * 8) + h);
+      union {
+        uint2 word;
+        uint8_t c[8];
+      } o;
+#pragma unroll
+      for (int j = 0; j < 8; j++) o.c[j] = tf_cuda_fp8_code<FP8>(D::load(v[j]), q);
+      ((uint2 *)out)[w] = o.word;
+    }
+    return;
+  }
+  for (int64_t i = first; i < total; i += stride) out[i] = tf_cuda_fp8_code<FP8>(D::load(x[i]), q);
 }
 
 enum { TF_FP8_TILE = 32, TF_FP8_TILE_ROWS = 8 };
@@ -82,17 +123,22 @@ tf_status tf_cuda_fp8_amax(tf_device_ctx *ctx, const tf_fp8_amax_args *a) {
   tf_cuda_state *st = tf_cuda_state_of(ctx);
   TF_CUDA_CHECK(cudaMemsetAsync(a->amax, 0, sizeof *a->amax, st->stream));
   if (a->count == 0) return TF_OK;
-  const unsigned blocks = tf_cuda_blocks(st, a->count);
+  const int64_t per = 16 / (int64_t)tf_dtype_size(a->dtype);
+  const bool vec = a->count % per == 0 && ((uintptr_t)a->x & 15) == 0;
+  const unsigned blocks = tf_cuda_blocks(st, vec ? a->count / per : a->count);
   unsigned *word = (unsigned *)a->amax;
   switch (a->dtype) {
     case TF_BF16:
-      tf_cuda_fp8_amax_kernel<TF_BF16><<<blocks, TF_CUDA_THREADS, 0, st->stream>>>((const uint16_t *)a->x, a->count, word);
+      tf_cuda_fp8_amax_kernel<TF_BF16><<<blocks, TF_CUDA_THREADS, 0, st->stream>>>((const uint16_t *)a->x, a->count,
+                                                                                   vec, word);
       break;
     case TF_F16:
-      tf_cuda_fp8_amax_kernel<TF_F16><<<blocks, TF_CUDA_THREADS, 0, st->stream>>>((const uint16_t *)a->x, a->count, word);
+      tf_cuda_fp8_amax_kernel<TF_F16><<<blocks, TF_CUDA_THREADS, 0, st->stream>>>((const uint16_t *)a->x, a->count,
+                                                                                  vec, word);
       break;
     case TF_F32:
-      tf_cuda_fp8_amax_kernel<TF_F32><<<blocks, TF_CUDA_THREADS, 0, st->stream>>>((const float *)a->x, a->count, word);
+      tf_cuda_fp8_amax_kernel<TF_F32><<<blocks, TF_CUDA_THREADS, 0, st->stream>>>((const float *)a->x, a->count, vec,
+                                                                                  word);
       break;
     default: return tf_fail(TF_ERR_ARG, "fp8_amax: no kernel for dtype %s", tf_dtype_name(a->dtype));
   }
@@ -102,7 +148,9 @@ tf_status tf_cuda_fp8_amax(tf_device_ctx *ctx, const tf_fp8_amax_args *a) {
 
 template <int DT, int FP8> static tf_status tf_cuda_fp8_quantize_typed(tf_cuda_state *st, const tf_fp8_quantize_args *a) {
   if (!a->out_t) {
-    tf_cuda_fp8_quantize_kernel<DT, FP8><<<tf_cuda_blocks(st, a->rows * a->cols), TF_CUDA_THREADS, 0, st->stream>>>(*a);
+    const int64_t n = a->rows * a->cols;
+    const bool vec = n % 8 == 0 && ((uintptr_t)a->x & 15) == 0 && ((uintptr_t)a->out & 7) == 0;
+    tf_cuda_fp8_quantize_kernel<DT, FP8><<<tf_cuda_blocks(st, vec ? n / 8 : n), TF_CUDA_THREADS, 0, st->stream>>>(*a, vec);
     return tf_cuda_launched("fp8 quantize kernel");
   }
   if ((a->rows + TF_FP8_TILE - 1) / TF_FP8_TILE > 65535)
