@@ -21,7 +21,7 @@
  * products need), into four plan buffers that one product at a time uses.
  * The backward pass casts each input again, transposed, by the amax the
  * forward pass measured (the same bits: kept or recomputed exactly), and
- * w2's gradient dy once for both of its products. */
+ * w2's gradient dy once for both of its products.
  * An amax that is not finite (an overflow upstream) casts the tensor with
  * q = 1 (saturating) and is counted (tf_model_fp8_stats). */
 #include "model_internal.h"
