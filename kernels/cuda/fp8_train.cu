@@ -16,6 +16,8 @@
  * tile's rows). */
 #include "cuda_common.cuh"
 
+#include <type_traits>
+
 #include "fp8.h"
 
 /* A value's magnitude as amax's ordered bits (a NaN above every number). */
@@ -93,28 +95,45 @@ __global__ void __launch_bounds__(TF_CUDA_THREADS) tf_cuda_fp8_quantize_kernel(t
   for (int64_t i = first; i < total; i += stride) out[i] = tf_cuda_fp8_code<FP8>(D::load(x[i]), q);
 }
 
+/* Tiles of (32 P)^2 values, a block of 32 x 8 threads: P = 2 where rows and cols are even (each
+ * thread then loads two neighbours of a row, one 4- or 8-byte load, and stores two bytes of a row
+ * of either copy), else 1. */
 enum { TF_FP8_TILE = 32, TF_FP8_TILE_ROWS = 8 };
-template <int DT, int FP8>
+template <int DT, int FP8, int P>
 __global__ void __launch_bounds__(TF_FP8_TILE * TF_FP8_TILE_ROWS) tf_cuda_fp8_quantize_t_kernel(tf_fp8_quantize_args a) {
   typedef tf_cuda_dtype<DT> D;
-  __shared__ uint8_t tile[TF_FP8_TILE][TF_FP8_TILE + 1];
+  typedef typename D::storage S;
+  enum { EDGE = TF_FP8_TILE * P };
+  __shared__ uint8_t tile[EDGE][EDGE + 4];
   const float q = tf_cuda_fp8_q<FP8>(a, blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0 && threadIdx.y == 0);
-  const typename D::storage *x = (const typename D::storage *)a.x;
+  const S *x = (const S *)a.x;
   uint8_t *out = (uint8_t *)a.out, *out_t = (uint8_t *)a.out_t;
-  const int64_t row0 = (int64_t)blockIdx.y * TF_FP8_TILE, col0 = (int64_t)blockIdx.x * TF_FP8_TILE;
+  const int64_t row0 = (int64_t)blockIdx.y * EDGE, col0 = (int64_t)blockIdx.x * EDGE;
   const int tx = threadIdx.x, ty = threadIdx.y;
-  for (int r = ty; r < TF_FP8_TILE; r += TF_FP8_TILE_ROWS) {
-    const int64_t i = row0 + r, j = col0 + tx;
-    if (i < a.rows && j < a.cols) {
-      const uint8_t c = tf_cuda_fp8_code<FP8>(D::load(x[i * a.cols + j]), q);
-      if (out) out[i * a.cols + j] = c;
-      tile[r][tx] = c;
+  for (int r = ty; r < EDGE; r += TF_FP8_TILE_ROWS) {
+    const int64_t i = row0 + r, j = col0 + P * tx;
+    if (i >= a.rows || j >= a.cols) continue; /* P = 2: j even and cols even, so j + 1 is in too */
+    S v[P];
+    if (P == 2) {
+      typedef typename std::conditional<sizeof(S) == 2, uint32_t, uint2>::type pair;
+      *(pair *)v = *(const pair *)(x + i * a.cols + j);
+    } else {
+      v[0] = x[i * a.cols + j];
+    }
+    uint8_t c[P];
+#pragma unroll
+    for (int k = 0; k < P; k++) tile[r][P * tx + k] = c[k] = tf_cuda_fp8_code<FP8>(D::load(v[k]), q);
+    if (out) {
+      if (P == 2) *(uint16_t *)(out + i * a.cols + j) = (uint16_t)(c[0] | c[P - 1] << 8);
+      else out[i * a.cols + j] = c[0];
     }
   }
   __syncthreads();
-  for (int r = ty; r < TF_FP8_TILE; r += TF_FP8_TILE_ROWS) {
-    const int64_t j = col0 + r, i = row0 + tx; /* out_t (cols, rows): row j, column i */
-    if (i < a.rows && j < a.cols) out_t[j * a.rows + i] = tile[tx][r];
+  for (int r = ty; r < EDGE; r += TF_FP8_TILE_ROWS) {
+    const int64_t j = col0 + r, i = row0 + P * tx; /* out_t (cols, rows): row j, columns i .. i + P - 1 */
+    if (i >= a.rows || j >= a.cols) continue;
+    if (P == 2) *(uint16_t *)(out_t + j * a.rows + i) = (uint16_t)(tile[P * tx][r] | tile[P * tx + P - 1][r] << 8);
+    else out_t[j * a.rows + i] = tile[tx][r];
   }
 }
 
@@ -153,11 +172,17 @@ template <int DT, int FP8> static tf_status tf_cuda_fp8_quantize_typed(tf_cuda_s
     tf_cuda_fp8_quantize_kernel<DT, FP8><<<tf_cuda_blocks(st, vec ? n / 8 : n), TF_CUDA_THREADS, 0, st->stream>>>(*a, vec);
     return tf_cuda_launched("fp8 quantize kernel");
   }
-  if ((a->rows + TF_FP8_TILE - 1) / TF_FP8_TILE > 65535)
+  const size_t es = sizeof(typename tf_cuda_dtype<DT>::storage);
+  const bool pairs = a->rows % 2 == 0 && a->cols % 2 == 0 && ((uintptr_t)a->x & (2 * es - 1)) == 0 &&
+                     ((uintptr_t)a->out & 1) == 0 && ((uintptr_t)a->out_t & 1) == 0;
+  const int64_t edge = TF_FP8_TILE * (pairs ? 2 : 1);
+  if ((a->rows + edge - 1) / edge > 65535)
     return tf_fail(TF_ERR_ARG, "fp8_quantize: %lld rows are more than the transposing kernel's grid takes",
                    (long long)a->rows);
-  const dim3 grid((unsigned)((a->cols + TF_FP8_TILE - 1) / TF_FP8_TILE), (unsigned)((a->rows + TF_FP8_TILE - 1) / TF_FP8_TILE));
-  tf_cuda_fp8_quantize_t_kernel<DT, FP8><<<grid, dim3(TF_FP8_TILE, TF_FP8_TILE_ROWS), 0, st->stream>>>(*a);
+  const dim3 grid((unsigned)((a->cols + edge - 1) / edge), (unsigned)((a->rows + edge - 1) / edge));
+  const dim3 block(TF_FP8_TILE, TF_FP8_TILE_ROWS);
+  if (pairs) tf_cuda_fp8_quantize_t_kernel<DT, FP8, 2><<<grid, block, 0, st->stream>>>(*a);
+  else tf_cuda_fp8_quantize_t_kernel<DT, FP8, 1><<<grid, block, 0, st->stream>>>(*a);
   return tf_cuda_launched("fp8 quantize-and-transpose kernel");
 }
 
