@@ -6,7 +6,8 @@
  *
  * Current scaling: each operand is cast with its own amax of this step,
  * q = 448 / amax for e4m3 (57344 for e5m2), saturate(x q); the product
- * multiplies by the two 1 / q. Weights (from the f32 parameters) and
+ * multiplies by the two 1 / q. Weights (from their bf16 copy, which the
+ * optimizer keeps: half the bytes of the f32 parameters to read) and
  * activations are e4m3; the gradients dy are f8e5m2 by default (its range
  * holds the gradients' spread without a scale that flushes their small
  * values) or e4m3 (tf_model_set_fp8). Hopper's FP8 products take operands
@@ -123,7 +124,7 @@ tf_status tf_model_fp8_sync(tf_model *m) {
     for (int j = 0; j < TF_LAYER_MATS; j++) {
       int64_t rows = 0, cols = 0;
       const int64_t i = tf_fp8_matrix(m, offs[j], &rows, &cols), w = offs[j];
-      TF_TRY(tf_fp8_cast(m, tf_model_pw(m, w), TF_F32, rows, cols, TF_F8E4M3, tf_fp8_word(m, 2 * i),
+      TF_TRY(tf_fp8_cast(m, tf_model_mw(m, w), m->dtype, rows, cols, TF_F8E4M3, tf_fp8_word(m, 2 * i),
                          tf_fp8_word(m, 2 * i + 1), (uint8_t *)tf_tensor_data(m->w8) + w,
                          (uint8_t *)tf_tensor_data(m->w8t) + w));
     }
