@@ -154,10 +154,33 @@ static int tf_l_model_sync_weights(lua_State *L) {
   return 0;
 }
 
-/* m:set_fp8(grad_dtype): FP8 training's products on (a bf16 model), gradients in grad_dtype. */
+/* m:set_fp8(grad_dtype [, history]): FP8 training's products on (a bf16 model), gradients in
+ * grad_dtype, delayed scaling over history steps (0 or none: current scaling). */
 static int tf_l_model_set_fp8(lua_State *L) {
   tf_model *m = tf_l_checkmodel(L, 1);
   TF_LUA_CHECK(L, tf_model_set_fp8(m, tf_lua_checkdtype(L, 2)), "tf.model.new");
+  TF_LUA_CHECK(L, tf_model_set_fp8_delayed(m, luaL_optinteger(L, 3, 0)), "tf.model.new");
+  return 0;
+}
+
+/* m:fp8_history_state() -> history tensor (or nil), rolls, recorded: delayed scaling's state for checkpoints. */
+static int tf_l_model_fp8_history_state(lua_State *L) {
+  tf_model *m = tf_l_checkmodel(L, 1);
+  tf_tensor *h = NULL;
+  int64_t rolls = 0, recorded = 0;
+  TF_LUA_CHECK(L, tf_model_fp8_history_state(m, &h, &rolls, &recorded), "model:fp8_history_state");
+  if (h) tf_lua_pushtensor(L, tf_tensor_retain(h));
+  else lua_pushnil(L);
+  lua_pushinteger(L, (lua_Integer)rolls);
+  lua_pushinteger(L, (lua_Integer)recorded);
+  return 3;
+}
+
+/* m:set_fp8_history_state(rolls, recorded): after the history tensor's values were copied back. */
+static int tf_l_model_set_fp8_history_state(lua_State *L) {
+  tf_model *m = tf_l_checkmodel(L, 1);
+  TF_LUA_CHECK(L, tf_model_set_fp8_history_state(m, luaL_checkinteger(L, 2), luaL_checkinteger(L, 3)),
+               "model:set_fp8_history_state");
   return 0;
 }
 
@@ -365,7 +388,9 @@ static int tf_l_model_info(lua_State *L) {
   TF_LUA_CHECK(L, tf_model_fp8_stats(m, &f), "model:info");
   if (f.on) { /* fp8 = {recipe, grad_dtype, nonfinite, weight amax and scales} */
     lua_createtable(L, 0, 6);
-    TF_SET_STR(L, "recipe", "current scaling");
+    TF_SET_STR(L, "recipe", f.history ? "delayed scaling" : "current scaling");
+    TF_SET_INT(L, "history", f.history);
+    TF_SET_INT(L, "overflows", f.overflows);
     TF_SET_STR(L, "grad_dtype", tf_dtype_name(f.grad));
     TF_SET_INT(L, "nonfinite", f.nonfinite);
     TF_SET_NUM(L, "weight_amax_max", f.weight_amax_max);
@@ -427,6 +452,8 @@ static const luaL_Reg tf_model_methods[] = {
     {"moments", tf_l_model_moments},
     {"info", tf_l_model_info},             {"memory", tf_l_model_memory},
     {"set_fp8", tf_l_model_set_fp8},
+    {"fp8_history_state", tf_l_model_fp8_history_state},
+    {"set_fp8_history_state", tf_l_model_set_fp8_history_state},
     {"sync_weights", tf_l_model_sync_weights}, {"set_graphs", tf_l_model_set_graphs},
     {"set_overlap", tf_l_model_set_overlap}, {"set_data_parallel", tf_l_model_set_data_parallel},
     {"set_recompute_residual", tf_l_model_set_recompute_residual},

@@ -58,14 +58,26 @@ tf_status tf_model_create(const tf_model_config *cfg, tf_device device, tf_dtype
  * e4m3, gradients grad (f8e5m2 or f8e4m3); d_model and d_ff multiples of
  * 16, and batch * seq too at each call. Called again, it changes grad. */
 tf_status tf_model_set_fp8(tf_model *m, tf_dtype grad);
+/* Delayed scaling (Transformer Engine's recipe) in place of current scaling for the training
+ * passes' activations and gradients: each cast scaled by the largest amax of its last history
+ * steps, recording its own amax as it casts (one pass over the operand, not two); the first step
+ * scales by its own amax. history 0 returns to current scaling. Weights keep current scaling. */
+tf_status tf_model_set_fp8_delayed(tf_model *m, int64_t history);
 typedef struct tf_model_fp8_info {
   bool on;
   tf_dtype grad;
+  int64_t history;   /* delayed scaling's history length; 0: current scaling */
+  int64_t overflows; /* delayed scaling: casts whose amax exceeded the one they were scaled by (saturated) */
   int64_t nonfinite; /* casts whose amax was not finite (counted on the device since set_fp8) */
   float weight_amax_max, weight_scale_min, weight_scale_max; /* over the layer matrices' last casts */
 } tf_model_fp8_info;
 /* The recipe's state (waits for the device); on false for other models. */
 tf_status tf_model_fp8_stats(tf_model *m, tf_model_fp8_info *out);
+/* Delayed scaling's state, for checkpoints: the history tensor (borrowed; NULL under current
+ * scaling: f32, the sites' histories, the amax each casts by, the newest, the overflow count) and
+ * the two host counts a resumed run needs to cast as the uninterrupted one. */
+tf_status tf_model_fp8_history_state(tf_model *m, tf_tensor **history, int64_t *rolls, int64_t *recorded);
+tf_status tf_model_set_fp8_history_state(tf_model *m, int64_t rolls, int64_t recorded);
 /* Releases the engine; views handed out keep their storage alive. NULL is fine. */
 void tf_model_free(tf_model *m);
 

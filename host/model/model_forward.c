@@ -175,12 +175,21 @@ static tf_status tf_model_forward_pass(tf_model *m, bool keep, void *logits) {
   return tf_model_lm_head(m, logits);
 }
 
-/* The training forward into the plan's logits, then the fused loss, which
- * leaves the logits' gradient in their place for backward and the mean in
- * the plan's loss slot: the body of the "forward and loss" phase. */
+/* The training forward into the plan's logits, in the "forward" range. */
+static tf_status tf_model_loss_forward(tf_model *m, bool keep) {
+  TF_RANGED("forward", tf_model_forward_pass(m, keep, m->plan.logits));
+  return TF_OK;
+}
+
+/* The training forward (its FP8 casts by the recipe), then the fused loss,
+ * which leaves the logits' gradient in their place for backward and the
+ * mean in the plan's loss slot: the body of the "forward and loss" phase. */
 static tf_status tf_model_loss_pass(tf_model *m, bool keep) {
   tf_model_plan *p = &m->plan;
-  TF_RANGED("forward", tf_model_forward_pass(m, keep, p->logits));
+  TF_TRY(tf_model_fp8_pass_begin(m));
+  const tf_status forward = tf_model_loss_forward(m, keep);
+  tf_model_fp8_pass_end(m);
+  TF_TRY(forward);
   tf_lm_loss_args a = {.rows = p->batch * p->seq, .vocab = m->cfg.vocab_size, .dtype = m->dtype,
                        .logits = p->logits, .targets = p->targets, .row_loss = p->row_loss, .loss = p->loss,
                        .grad = true};

@@ -49,6 +49,32 @@ static float *tf_fp8_input(const tf_model *m, int64_t i) {
   return tf_fp8_word(m, 2 * (TF_LAYER_MATS * m->cfg.num_layers + i));
 }
 
+/* Delayed scaling's words of cast site k (0 .. 8L: matrix i's input at i, its gradient at 4L + i). */
+static int64_t tf_fp8_sites(const tf_model *m) { return 2 * TF_LAYER_MATS * m->cfg.num_layers; }
+static float *tf_fp8_use(const tf_model *m, int64_t k) {
+  return (float *)tf_tensor_data(m->fp8_hist) + tf_fp8_sites(m) * m->fp8_history + k;
+}
+static float *tf_fp8_newest(const tf_model *m, int64_t k) { return tf_fp8_use(m, k) + tf_fp8_sites(m); }
+static int32_t *tf_fp8_overflows(const tf_model *m) { return (int32_t *)tf_fp8_newest(m, tf_fp8_sites(m)); }
+
+/* How a cast of site k is scaled: by the amax in *amax, measured by the cast's own amax pass
+ * first unless known; record, when not NULL, receives the cast's amax as it goes. Current
+ * scaling (and every cast outside a training pass): current's word, measured. Delayed: the
+ * history's max, known, recording the newest; before the first history step, the cast's own
+ * amax, measured into the newest word. */
+typedef struct tf_fp8_how {
+  float *amax;
+  bool known;
+  float *record;
+} tf_fp8_how;
+
+static tf_fp8_how tf_fp8_how_for(tf_model *m, int64_t k, float *current, bool training) {
+  if (!m->fp8_history || !training) return (tf_fp8_how){current, false, NULL};
+  m->fp8_recorded++;
+  if (m->fp8_rolls == 0) return (tf_fp8_how){tf_fp8_newest(m, k), false, NULL};
+  return (tf_fp8_how){tf_fp8_use(m, k), true, tf_fp8_newest(m, k)};
+}
+
 /* The layer matrix at weight offset w: its index among the 4 L, rows and cols. */
 static int64_t tf_fp8_matrix(const tf_model *m, int64_t w, int64_t *rows, int64_t *cols) {
   const int64_t d = m->cfg.d_model, f = m->cfg.d_ff;
@@ -96,24 +122,85 @@ void tf_model_fp8_release(tf_model *m) {
   tf_tensor_release(m->w8);
   tf_tensor_release(m->w8t);
   tf_tensor_release(m->fp8_state);
-  m->w8 = m->w8t = m->fp8_state = NULL;
+  tf_tensor_release(m->fp8_hist);
+  m->w8 = m->w8t = m->fp8_state = m->fp8_hist = NULL;
+}
+
+tf_status tf_model_set_fp8_delayed(tf_model *m, int64_t history) {
+  if (!m->fp8) return tf_fail(TF_ERR_ARG, "model: delayed scaling is a recipe of precision fp8");
+  if (history < 0 || history > 1024)
+    return tf_fail(TF_ERR_ARG, "model: fp8's amax history holds 1 to 1024 steps (0: current scaling), not %lld",
+                   (long long)history);
+  if (!m->k->fp8_history) return tf_fail(TF_ERR_ARG, "model: the %s backend has no delayed scaling",
+                                         m->ctx->backend->name);
+  tf_model_graphs_drop(m); /* the captured passes cast by the recipe they were captured with */
+  tf_tensor_release(m->fp8_hist);
+  m->fp8_hist = NULL;
+  m->fp8_history = history;
+  m->fp8_rolls = m->fp8_recorded = 0;
+  if (!history) return TF_OK;
+  const int64_t k = tf_fp8_sites(m);
+  TF_TRY(tf_model_alloc(m, k * history + 2 * k + 4, TF_F32, TF_TAG_PARAMETER, "model fp8 amax history", &m->fp8_hist));
+  return m->ctx->backend->fill(m->ctx, m->fp8_hist, 0.0);
+}
+
+tf_status tf_model_fp8_pass_begin(tf_model *m) {
+  m->fp8_training_pass = true;
+  if (!m->fp8_history || !m->fp8_recorded) return TF_OK;
+  const int64_t k = tf_fp8_sites(m);
+  tf_fp8_history_args a = {.sites = k, .length = m->fp8_history, .history = (float *)tf_tensor_data(m->fp8_hist),
+                           .use = tf_fp8_use(m, 0), .newest = tf_fp8_newest(m, 0), .overflows = tf_fp8_overflows(m)};
+  m->fp8_rolls++;
+  m->fp8_recorded = 0;
+  return m->k->fp8_history(m->ctx, &a);
+}
+
+void tf_model_fp8_pass_end(tf_model *m) { m->fp8_training_pass = false; }
+
+tf_status tf_model_fp8_history_state(tf_model *m, tf_tensor **history, int64_t *rolls, int64_t *recorded) {
+  *history = m->fp8_hist;
+  *rolls = m->fp8_rolls;
+  *recorded = m->fp8_recorded;
+  return TF_OK;
+}
+
+tf_status tf_model_set_fp8_history_state(tf_model *m, int64_t rolls, int64_t recorded) {
+  if (!m->fp8_hist) return tf_fail(TF_ERR_ARG, "model: no fp8 amax history (delayed scaling is off)");
+  tf_model_graphs_drop(m);
+  m->fp8_rolls = rolls;
+  m->fp8_recorded = recorded;
+  return TF_OK;
 }
 
 /* One cast of x (rows, cols) of dtype by its amax (measured first unless known) into out and/or
  * out_t, the product's scale into scale. */
 static tf_status tf_fp8_cast_by(tf_model *m, const void *x, tf_dtype dtype, int64_t rows, int64_t cols, tf_dtype fp8,
-                                float *amax, bool known, float *scale, void *out, void *out_t) {
-  tf_fp8_amax_args a = {.count = rows * cols, .dtype = dtype, .x = x, .amax = amax};
-  if (!known) TF_TRY(m->k->fp8_amax(m->ctx, &a));
-  tf_fp8_quantize_args q = {.rows = rows, .cols = cols, .dtype = dtype, .fp8 = fp8, .x = x, .amax = amax,
+                                tf_fp8_how how, float *scale, void *out, void *out_t) {
+  tf_fp8_amax_args a = {.count = rows * cols, .dtype = dtype, .x = x, .amax = how.amax};
+  if (!how.known) TF_TRY(m->k->fp8_amax(m->ctx, &a));
+  tf_fp8_quantize_args q = {.rows = rows, .cols = cols, .dtype = dtype, .fp8 = fp8, .x = x, .amax = how.amax,
                             .out = out, .out_t = out_t, .scale = scale,
-                            .nonfinite = (int32_t *)tf_fp8_slot(m, TF_FP8_NONFINITE)};
+                            .nonfinite = (int32_t *)tf_fp8_slot(m, TF_FP8_NONFINITE), .record = how.record};
   return m->k->fp8_quantize(m->ctx, &q);
 }
 
 static tf_status tf_fp8_cast(tf_model *m, const void *x, tf_dtype dtype, int64_t rows, int64_t cols, tf_dtype fp8,
                              float *amax, float *scale, void *out, void *out_t) {
-  return tf_fp8_cast_by(m, x, dtype, rows, cols, fp8, amax, false, scale, out, out_t);
+  return tf_fp8_cast_by(m, x, dtype, rows, cols, fp8, (tf_fp8_how){amax, false, NULL}, scale, out, out_t);
+}
+
+/* Matrix i's gradient dy (rows, out) cast by the recipe into the dy slot's scale, out and/or out_t. */
+static tf_status tf_fp8_cast_dy(tf_model *m, int64_t i, const void *dy, int64_t rows, int64_t out, void *dst,
+                                void *dst_t) {
+  const tf_fp8_how how = tf_fp8_how_for(m, TF_LAYER_MATS * m->cfg.num_layers + i, tf_fp8_slot(m, TF_FP8_DY_AMAX), true);
+  return tf_fp8_cast_by(m, dy, m->dtype, rows, out, m->fp8_grad, how, tf_fp8_slot(m, TF_FP8_DY_SCALE), dst, dst_t);
+}
+
+/* How matrix i's input was scaled by the training pass (the backward pass casts it again, transposed,
+ * by the same amax: known). */
+static tf_fp8_how tf_fp8_input_again(const tf_model *m, int64_t i) {
+  float *amax = !m->fp8_history ? tf_fp8_input(m, i) : m->fp8_rolls == 0 ? tf_fp8_newest(m, i) : tf_fp8_use(m, i);
+  return (tf_fp8_how){amax, true, NULL};
 }
 
 tf_status tf_model_fp8_sync(tf_model *m) {
@@ -163,7 +250,8 @@ tf_status tf_model_layer_linear(tf_model *m, const void *x, int64_t rows, int64_
   int64_t i;
   TF_TRY(tf_fp8_weight(m, w, &i, &w8, &w8t, &ws));
   float *xa = tf_fp8_input(m, i), *xs = xa + TF_FP8_WORD;
-  TF_TRY(tf_fp8_cast(m, x, m->dtype, rows, in, TF_F8E4M3, xa, xs, m->plan.fp8_x, NULL));
+  const tf_fp8_how how = tf_fp8_how_for(m, i, xa, m->fp8_training_pass);
+  TF_TRY(tf_fp8_cast_by(m, x, m->dtype, rows, in, TF_F8E4M3, how, xs, m->plan.fp8_x, NULL));
   return tf_fp8_gemm(m, m->plan.fp8_x, TF_F8E4M3, xs, w8, TF_F8E4M3, ws, rows, out, in, y, m->dtype, false);
 }
 
@@ -183,8 +271,7 @@ tf_status tf_model_layer_linear_dx(tf_model *m, const void *dy, int64_t rows, in
   TF_TRY(tf_fp8_weight(m, w, &i, &w8, &w8t, &ws));
   /* both layouts: the weight gradient's product that follows (tf_model_layer_linear_backward with
    * dx NULL, the engine's order for w2) reads the transposed cast of the same dy */
-  TF_TRY(tf_fp8_cast(m, dy, m->dtype, rows, out, m->fp8_grad, tf_fp8_slot(m, TF_FP8_DY_AMAX),
-                     tf_fp8_slot(m, TF_FP8_DY_SCALE), m->plan.fp8_dy, m->plan.fp8_dyt));
+  TF_TRY(tf_fp8_cast_dy(m, i, dy, rows, out, m->plan.fp8_dy, m->plan.fp8_dyt));
   m->fp8_dy_cast = dy;
   return tf_fp8_dx(m, w8t, ws, rows, in, out, dx);
 }
@@ -197,14 +284,12 @@ tf_status tf_model_layer_linear_backward(tf_model *m, const void *dy, const void
   int64_t i;
   TF_TRY(tf_fp8_weight(m, w, &i, &w8, &w8t, &ws));
   tf_model_plan *p = &m->plan;
-  float *dys = tf_fp8_slot(m, TF_FP8_DY_SCALE), *xa = tf_fp8_input(m, i), *xs = xa + TF_FP8_WORD;
+  float *dys = tf_fp8_slot(m, TF_FP8_DY_SCALE), *xs = tf_fp8_input(m, i) + TF_FP8_WORD;
   const bool cast = m->fp8_dy_cast != dy || dx; /* dy was cast, both layouts, by the dx product just before */
   m->fp8_dy_cast = NULL;
-  if (cast)
-    TF_TRY(tf_fp8_cast(m, dy, m->dtype, rows, out, m->fp8_grad, tf_fp8_slot(m, TF_FP8_DY_AMAX), dys,
-                       dx ? p->fp8_dy : NULL, p->fp8_dyt));
+  if (cast) TF_TRY(tf_fp8_cast_dy(m, i, dy, rows, out, dx ? p->fp8_dy : NULL, p->fp8_dyt));
   /* x as the forward pass cast it (the same bits, kept or recomputed), by that pass's amax */
-  TF_TRY(tf_fp8_cast_by(m, x, m->dtype, rows, in, TF_F8E4M3, xa, true, xs, NULL, p->fp8_xt));
+  TF_TRY(tf_fp8_cast_by(m, x, m->dtype, rows, in, TF_F8E4M3, tf_fp8_input_again(m, i), xs, NULL, p->fp8_xt));
   /* dW (out, in) = dy^T x: A = dy^T (out, rows), B stored (in, rows) = x^T */
   TF_TRY(tf_fp8_gemm(m, p->fp8_dyt, m->fp8_grad, dys, p->fp8_xt, TF_F8E4M3, xs, out, in, rows, dw, TF_F32,
                      !m->use_ring));
@@ -216,6 +301,12 @@ tf_status tf_model_fp8_stats(tf_model *m, tf_model_fp8_info *out) {
   if (!m->fp8) return TF_OK;
   out->on = true;
   out->grad = m->fp8_grad;
+  out->history = m->fp8_history;
+  if (m->fp8_hist) {
+    int32_t overflows = 0;
+    TF_TRY(m->ctx->backend->copy(m->ctx, &overflows, tf_fp8_overflows(m), sizeof overflows, TF_COPY_D2H));
+    out->overflows = overflows;
+  }
   int32_t count = 0;
   TF_TRY(m->ctx->backend->copy(m->ctx, &count, tf_fp8_slot(m, TF_FP8_NONFINITE), sizeof count, TF_COPY_D2H));
   out->nonfinite = count;

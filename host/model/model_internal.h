@@ -181,6 +181,13 @@ struct tf_model {
   tf_tensor *fp8_state;     /* f32 device words: each layer matrix's amax and scale, then the activations' slots */
   uint64_t w8_version;      /* params' storage version w8 and w8t were made from */
   const void *fp8_dy_cast;  /* the gradient tf_model_layer_linear_dx cast last (both layouts), until the next product */
+  /* delayed scaling (tf_model_set_fp8_delayed): 8L cast sites (each matrix's input, then its
+   * gradient), their histories, the amax each is scaled by and the newest, an overflow count */
+  int64_t fp8_history;      /* history length; 0: current scaling */
+  tf_tensor *fp8_hist;      /* f32 (8L history, 8L use, 8L newest, the count) */
+  int64_t fp8_rolls;        /* history steps queued (host side: 0 until the second training pass) */
+  int64_t fp8_recorded;     /* casts queued that record a newest amax */
+  bool fp8_training_pass;   /* the loss pass is being queued (its casts follow the recipe) */
   tf_model_plan plan;
   bool flash;      /* FlashAttention (default) or naive attention with P materialised */
   bool loss_ready; /* the plan holds a loss's activations and logits' gradient */
@@ -337,6 +344,10 @@ tf_status tf_model_layer_linear_backward(tf_model *m, const void *dy, const void
                                          int64_t out, int64_t w, float *dw, void *dx);
 tf_status tf_model_fp8_sync(tf_model *m);
 void tf_model_fp8_release(tf_model *m);
+/* Brackets the loss pass's body (model_forward.c): under delayed scaling, the history step for
+ * the casts recorded since the last one, then the pass's casts by the recipe. */
+tf_status tf_model_fp8_pass_begin(tf_model *m);
+void tf_model_fp8_pass_end(tf_model *m);
 
 /* y (rows, out) = x (rows, in) W^T, W (out, in): a bias-free linear layer. */
 static inline tf_status tf_model_linear(tf_model *m, const void *x, int64_t rows, int64_t in, int64_t out,

@@ -329,7 +329,22 @@ typedef struct tf_fp8_quantize_args {
   void *out, *out_t;
   float *scale;
   int32_t *nonfinite;
+  /* delayed scaling: not NULL, this cast's own max |x| is maxed into
+   * *record (NaN if any), the amax history's newest word, while *amax (the
+   * history's max) scales it */
+  float *record;
 } tf_fp8_quantize_args;
+
+/* Delayed scaling's step (Transformer Engine's recipe): for each of sites
+ * cast sites, an overflow counted where its newest amax exceeds the amax
+ * it was scaled by (use > 0), the newest amax pushed into its history of
+ * length values (the oldest dropped), use = the history's max, newest
+ * zeroed for the next step. history is (sites, length), newest first. */
+typedef struct tf_fp8_history_args {
+  int64_t sites, length;
+  float *history, *use, *newest;
+  int32_t *overflows;
+} tf_fp8_history_args;
 
 /* A captured, instantiated CUDA graph: work queued on a device's stream
  * once, replayed as one launch. */
@@ -418,6 +433,7 @@ typedef struct tf_model_kernels {
   /* FP8 training (tf_fp8_amax_args, tf_fp8_quantize_args above); both capturable. */
   tf_status (*fp8_amax)(tf_device_ctx *ctx, const tf_fp8_amax_args *a);
   tf_status (*fp8_quantize)(tf_device_ctx *ctx, const tf_fp8_quantize_args *a);
+  tf_status (*fp8_history)(tf_device_ctx *ctx, const tf_fp8_history_args *a);
 } tf_model_kernels;
 
 enum { TF_SIDE_MARKS = 2 };

@@ -27,6 +27,7 @@ tf_status tf_cpu_decode_attention(tf_device_ctx *ctx, const tf_decode_attention_
 /* fp8_train.c: FP8 training's amax and current-scaling cast */
 tf_status tf_cpu_fp8_amax(tf_device_ctx *ctx, const tf_fp8_amax_args *a);
 tf_status tf_cpu_fp8_quantize(tf_device_ctx *ctx, const tf_fp8_quantize_args *a);
+tf_status tf_cpu_fp8_history(tf_device_ctx *ctx, const tf_fp8_history_args *a);
 
 /* The table backend.c registers (model_backend.c). */
 extern const tf_model_kernels tf_cpu_model_kernels;

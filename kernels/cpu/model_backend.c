@@ -23,5 +23,6 @@ const tf_model_kernels tf_cpu_model_kernels = {
     .decode_attention = tf_cpu_decode_attention,
     .fp8_amax = tf_cpu_fp8_amax,
     .fp8_quantize = tf_cpu_fp8_quantize,
+    .fp8_history = tf_cpu_fp8_history,
     .gemm_use_lt = NULL,
 };

@@ -167,6 +167,9 @@ static tf_status tf_prof_fp8_amax(tf_device_ctx *ctx, const tf_fp8_amax_args *a)
 static tf_status tf_prof_fp8_quantize(tf_device_ctx *ctx, const tf_fp8_quantize_args *a) {
   TF_PROF_TIMED(ctx, "fp8_quantize", TF_PLAIN_MODEL(ctx)->fp8_quantize(ctx, a));
 }
+static tf_status tf_prof_fp8_history(tf_device_ctx *ctx, const tf_fp8_history_args *a) {
+  TF_PROF_TIMED(ctx, "fp8_history", TF_PLAIN_MODEL(ctx)->fp8_history(ctx, a));
+}
 
 /* ---- the tables ------------------------------------------------------------------------- */
 
@@ -211,6 +214,7 @@ static void tf_prof_wrap_init(tf_prof_wrap *w, const tf_backend *plain) {
     TF_PROF_WRAP(m, pm, lm_loss, tf_prof_lm_loss);
     TF_PROF_WRAP(m, pm, fp8_amax, tf_prof_fp8_amax);
     TF_PROF_WRAP(m, pm, fp8_quantize, tf_prof_fp8_quantize);
+    TF_PROF_WRAP(m, pm, fp8_history, tf_prof_fp8_history);
     t->model = m;
   }
 }

@@ -290,6 +290,7 @@ tf_status tf_cuda_kv_append(tf_device_ctx *ctx, const tf_kv_append_args *a);
 tf_status tf_cuda_decode_attention(tf_device_ctx *ctx, const tf_decode_attention_args *a);
 tf_status tf_cuda_fp8_amax(tf_device_ctx *ctx, const tf_fp8_amax_args *a);         /* fp8_train.cu */
 tf_status tf_cuda_fp8_quantize(tf_device_ctx *ctx, const tf_fp8_quantize_args *a); /* fp8_train.cu */
+tf_status tf_cuda_fp8_history(tf_device_ctx *ctx, const tf_fp8_history_args *a);   /* fp8_train.cu */
 const tf_model_kernels *tf_cuda_model_kernels(void);
 
 #endif

@@ -13,7 +13,10 @@
  * loads stay in L2 for the cast, the cast's are streamed); with the
  * transposed copy too, 32 x 32 tiles through shared memory (each block
  * reads its tile once, writes its rows, and its columns as the transposed
- * tile's rows). */
+ * tile's rows). Under delayed scaling each also records its input's amax
+ * (a warp's max, one atomicMax a warp) while it casts by the history's.
+ *
+ * history: a thread a cast site, the twin of the CPU's loop. */
 #include "cuda_common.cuh"
 
 #include <type_traits>
@@ -51,6 +54,14 @@ __global__ void __launch_bounds__(TF_CUDA_THREADS) tf_cuda_fp8_amax_kernel(const
   if (threadIdx.x % 32 == 0) atomicMax(out, most);
 }
 
+/* A thread's largest magnitude (amax's ordered bits) into *record: a warp's max, one atomicMax a
+ * warp (record's word zeroed, or holding earlier casts' amax, by the history step). Every lane of
+ * the warp calls it. */
+__device__ __forceinline__ void tf_cuda_fp8_record(float *record, unsigned most) {
+  for (int o = 16; o > 0; o /= 2) most = max(most, __shfl_xor_sync(0xffffffffu, most, o));
+  if ((threadIdx.x + threadIdx.y * blockDim.x) % 32 == 0) atomicMax((unsigned *)record, most);
+}
+
 /* One value's code: saturate(x q) in the format. */
 template <int FP8> __device__ __forceinline__ uint8_t tf_cuda_fp8_code(float v, float q) {
   return FP8 == TF_F8E4M3 ? tf_f32_to_f8e4m3_sat(__fmul_rn(v, q)) : tf_f32_to_f8e5m2_sat(__fmul_rn(v, q));
@@ -77,6 +88,7 @@ __global__ void __launch_bounds__(TF_CUDA_THREADS) tf_cuda_fp8_quantize_kernel(t
   uint8_t *out = (uint8_t *)a.out;
   const int64_t total = a.rows * a.cols, stride = (int64_t)gridDim.x * blockDim.x;
   const int64_t first = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  unsigned most = 0;
   if (vec) {
     for (int64_t w = first; w < total / 8; w += stride) {
       S v[8];
@@ -87,12 +99,21 @@ __global__ void __launch_bounds__(TF_CUDA_THREADS) tf_cuda_fp8_quantize_kernel(t
         uint8_t c[8];
       } o;
 #pragma unroll
-      for (int j = 0; j < 8; j++) o.c[j] = tf_cuda_fp8_code<FP8>(D::load(v[j]), q);
+      for (int j = 0; j < 8; j++) {
+        const float f = D::load(v[j]);
+        o.c[j] = tf_cuda_fp8_code<FP8>(f, q);
+        most = max(most, tf_cuda_fp8_mag(f));
+      }
       ((uint2 *)out)[w] = o.word;
     }
-    return;
+  } else {
+    for (int64_t i = first; i < total; i += stride) {
+      const float f = D::load(x[i]);
+      out[i] = tf_cuda_fp8_code<FP8>(f, q);
+      most = max(most, tf_cuda_fp8_mag(f));
+    }
   }
-  for (int64_t i = first; i < total; i += stride) out[i] = tf_cuda_fp8_code<FP8>(D::load(x[i]), q);
+  if (a.record) tf_cuda_fp8_record(a.record, most);
 }
 
 /* Tiles of (32 P)^2 values, a block of 32 x 8 threads: P = 2 where rows and cols are even (each
@@ -110,6 +131,7 @@ __global__ void __launch_bounds__(TF_FP8_TILE * TF_FP8_TILE_ROWS) tf_cuda_fp8_qu
   uint8_t *out = (uint8_t *)a.out, *out_t = (uint8_t *)a.out_t;
   const int64_t row0 = (int64_t)blockIdx.y * EDGE, col0 = (int64_t)blockIdx.x * EDGE;
   const int tx = threadIdx.x, ty = threadIdx.y;
+  unsigned most = 0;
   for (int r = ty; r < EDGE; r += TF_FP8_TILE_ROWS) {
     const int64_t i = row0 + r, j = col0 + P * tx;
     if (i >= a.rows || j >= a.cols) continue; /* P = 2: j even and cols even, so j + 1 is in too */
@@ -122,12 +144,16 @@ __global__ void __launch_bounds__(TF_FP8_TILE * TF_FP8_TILE_ROWS) tf_cuda_fp8_qu
     }
     uint8_t c[P];
 #pragma unroll
-    for (int k = 0; k < P; k++) tile[r][P * tx + k] = c[k] = tf_cuda_fp8_code<FP8>(D::load(v[k]), q);
+    for (int k = 0; k < P; k++) {
+      tile[r][P * tx + k] = c[k] = tf_cuda_fp8_code<FP8>(D::load(v[k]), q);
+      most = max(most, tf_cuda_fp8_mag(D::load(v[k])));
+    }
     if (out) {
       if (P == 2) *(uint16_t *)(out + i * a.cols + j) = (uint16_t)(c[0] | c[P - 1] << 8);
       else out[i * a.cols + j] = c[0];
     }
   }
+  if (a.record) tf_cuda_fp8_record(a.record, most);
   __syncthreads();
   for (int r = ty; r < EDGE; r += TF_FP8_TILE_ROWS) {
     const int64_t j = col0 + r, i = row0 + P * tx; /* out_t (cols, rows): row j, columns i .. i + P - 1 */
@@ -206,4 +232,32 @@ tf_status tf_cuda_fp8_quantize(tf_device_ctx *ctx, const tf_fp8_quantize_args *a
     case TF_F32: return tf_cuda_fp8_quantize_in<TF_F32>(st, a);
     default: return tf_fail(TF_ERR_ARG, "fp8_quantize: no kernel for dtype %s", tf_dtype_name(a->dtype));
   }
+}
+
+/* The larger of two amax values, NaN if either is (the CPU twin's rule). */
+__device__ __forceinline__ float tf_cuda_fp8_max(float a, float b) {
+  return a != a || b != b ? __int_as_float(0x7fc00000) : fmaxf(a, b);
+}
+
+/* A thread a site (fp8_train.c's loop, site by site). */
+__global__ void tf_cuda_fp8_history_kernel(tf_fp8_history_args a) {
+  const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= a.sites) return;
+  float *h = a.history + i * a.length;
+  const float newest = a.newest[i], used = a.use[i];
+  if (used > 0.0f && newest > used) atomicAdd(a.overflows, 1);
+  for (int64_t k = a.length - 1; k > 0; k--) h[k] = h[k - 1];
+  h[0] = newest;
+  float most = 0.0f;
+  for (int64_t k = 0; k < a.length; k++) most = tf_cuda_fp8_max(most, h[k]);
+  a.use[i] = most;
+  a.newest[i] = 0.0f;
+}
+
+tf_status tf_cuda_fp8_history(tf_device_ctx *ctx, const tf_fp8_history_args *a) {
+  TF_TRY(tf_cuda_use_device(ctx));
+  tf_cuda_state *st = tf_cuda_state_of(ctx);
+  if (a->sites == 0) return TF_OK;
+  tf_cuda_fp8_history_kernel<<<(unsigned)((a->sites + 127) / 128), 128, 0, st->stream>>>(*a);
+  return tf_cuda_launched("fp8 amax history kernel");
 }

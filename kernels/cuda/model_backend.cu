@@ -31,6 +31,7 @@ static tf_model_kernels tf_cuda_make_model_table(void) {
   k.decode_attention = tf_cuda_decode_attention;
   k.fp8_amax = tf_cuda_fp8_amax;
   k.fp8_quantize = tf_cuda_fp8_quantize;
+  k.fp8_history = tf_cuda_fp8_history;
   k.side_enter = tf_cuda_side_enter;
   k.side_leave = tf_cuda_side_leave;
   k.side_join = tf_cuda_side_join;

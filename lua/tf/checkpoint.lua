@@ -179,6 +179,13 @@ function M.save(path, state)
     for name, v in pairs(mom.exp_avg) do tensors["optimizer/exp_avg/" .. name] = v end
     for name, v in pairs(mom.exp_avg_sq) do tensors["optimizer/exp_avg_sq/" .. name] = v end
   end
+  -- delayed FP8 scaling's amax history: each rank's own (its own data's amax)
+  local history, rolls, recorded
+  if m.engine and m.fp8 and m.fp8.history then history, rolls, recorded = m.engine:fp8_history_state() end
+  if history then
+    tensors["fp8/amax_history"] = history
+    meta.fp8_state = t.json.encode({ rolls = rolls, recorded = recorded })
+  end
   -- Every other rank first; rank 0's file, which names the save, last.
   local mine = rank_path(path, rank)
   if rank ~= 0 then t.safetensors.save(mine, tensors, meta, { checksums = true }) end
@@ -206,7 +213,7 @@ local function read_meta(path, fname)
     fail(path, "is a checkpoint of format %d, newer than this tfhost reads (format %d): use a newer tfhost", n, M.FORMAT)
   end
   local out = { format = n, entries = entries, raw = meta }
-  for _, key in ipairs({ "model", "optimizer", "data", "rng", "extra", "shard", "tfhost" }) do
+  for _, key in ipairs({ "model", "optimizer", "data", "rng", "extra", "shard", "tfhost", "fp8_state" }) do
     if meta[key] then
       local okj, v = pcall(t.json.decode, meta[key])
       if not okj or type(v) ~= "table" then fail(path, "its metadata '%s' is not valid JSON (a damaged header)", key) end
@@ -245,6 +252,11 @@ local function mismatch(m, saved)
   end
   if m.precision ~= saved.precision then
     diffs[#diffs + 1] = string.format("precision %s in the checkpoint, %s in the model", tostring(saved.precision), m.precision)
+  end
+  local function history(fp8) return fp8 and fp8.history or 0 end
+  if history(m.fp8) ~= history(saved.fp8) then
+    diffs[#diffs + 1] = string.format("fp8 amax history of %d steps in the checkpoint, %d in the model (0: current scaling)",
+      history(saved.fp8), history(m.fp8))
   end
   if #diffs == 0 then return nil end
   return table.concat(diffs, "; ")
@@ -317,6 +329,12 @@ local function restore_tensors(m, main, path, mine, h)
   else
     load_into(path, from_main)
     if next(from_mine) then load_into(mine, from_mine) end
+  end
+  if m.engine and m.fp8 and m.fp8.history then
+    local history = m.engine:fp8_history_state()
+    if not h.fp8_state then fail(mine, "holds no fp8 amax history, which the model's delayed scaling needs") end
+    load_into(mine, { ["fp8/amax_history"] = history })
+    m.engine:set_fp8_history_state(h.fp8_state.rolls, h.fp8_state.recorded)
   end
   if m.engine then m.engine:sync_weights() end
 end

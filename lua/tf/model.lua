@@ -448,6 +448,7 @@ function Model:save(path)
   for _, k in ipairs(FIELDS) do meta[k] = tostring(self.config[k]) end
   meta.precision, meta.impl = self.precision, self.impl
   meta.fp8_grad_dtype = self.fp8 and self.fp8.grad_dtype or nil
+  meta.fp8_history = self.fp8 and self.fp8.history and tostring(self.fp8.history) or nil
   meta.attention = self.attention ~= "function" and self.attention or nil -- a function is the script's, not saved
   meta.graphs = tostring(self.graphs)
   tf.safetensors.save(path, self:parameters(), meta)
@@ -544,7 +545,8 @@ end
 
 --- tf.model.new{preset = "small" | ... or explicit sizes, context_length, vocab_size,
 --- precision = "f32" | "bf16" | "f16" | "fp8" (fused: the layers' products in FP8, the rest bf16),
---- fp8 = {grad_dtype = "f8e5m2" | "f8e4m3"} (precision "fp8": the gradients' format), impl = "fused" | "eager", device,
+--- fp8 = {grad_dtype = "f8e5m2" | "f8e4m3", scaling = "current" | "delayed", history = 16} (precision "fp8":
+--- the gradients' format, the recipe, delayed scaling's amax history), impl = "fused" | "eager", device,
 --- attention = "flash" | "naive" (default: flash under bf16/f16, naive in f32), or for the eager model a
 --- function(q, k, v) -> out of (B, H, T, head_dim) tensors, causal, in place of its own (a script's kernel),
 --- graphs = true | false (fused: CUDA graph replay of fixed shapes, default true where the
@@ -557,11 +559,19 @@ function M.new(spec)
   local cfg = M.config(spec)
   local precision = check.choice(spec.precision, "tf.model.new", "precision", { "f32", "bf16", "f16", "fp8" }) or "f32"
   local impl = resolve_impl(check.choice(spec.impl, "tf.model.new", "impl", { "fused", "eager" }))
-  local fp8 = check.keys(spec.fp8, "tf.model.new: fp8", { "grad_dtype" })
+  local fp8 = check.keys(spec.fp8, "tf.model.new: fp8", { "grad_dtype", "scaling", "history" })
   if spec.fp8 ~= nil and precision ~= "fp8" then error("tf.model.new: fp8 options go with precision = \"fp8\"", 2) end
   if precision == "fp8" then
     if impl ~= "fused" then error("tf.model.new: precision \"fp8\" runs in the fused engine (impl = \"fused\")", 2) end
     fp8.grad_dtype = check.choice(fp8.grad_dtype, "tf.model.new", "fp8.grad_dtype", { "f8e5m2", "f8e4m3" }) or "f8e5m2"
+    fp8.scaling = check.choice(fp8.scaling, "tf.model.new", "fp8.scaling", { "current", "delayed" }) or "current"
+    if fp8.history ~= nil and fp8.scaling ~= "delayed" then
+      error("tf.model.new: fp8.history is delayed scaling's amax history: give scaling = \"delayed\" too", 2)
+    end
+    if fp8.history ~= nil and (math.type(fp8.history) ~= "integer" or fp8.history < 1 or fp8.history > 1024) then
+      error("tf.model.new: fp8.history must be an integer from 1 to 1024, not " .. tostring(fp8.history), 2)
+    end
+    if fp8.scaling == "delayed" then fp8.history = fp8.history or 16 end
   end
   local attend_fn = type(spec.attention) == "function" and spec.attention or nil
   if attend_fn and impl ~= "eager" then
@@ -585,8 +595,8 @@ function M.new(spec)
   self.engine = tf._model.create(cfg, { device = device, precision = precision == "fp8" and "bf16" or precision,
     attention = spec.attention, graphs = spec.graphs })
   if precision == "fp8" then
-    self.engine:set_fp8(fp8.grad_dtype)
-    self.fp8 = { grad_dtype = fp8.grad_dtype }
+    self.engine:set_fp8(fp8.grad_dtype, fp8.history)
+    self.fp8 = { grad_dtype = fp8.grad_dtype, scaling = fp8.scaling, history = fp8.history }
   end
   local info = self.engine:info()
   self.attention, self.graphs = info.attention, info.graphs
@@ -722,7 +732,10 @@ local function saved_settings(path, meta)
   end
   spec.precision = choice("precision", { "f32", "bf16", "f16", "fp8" })
   local grad = choice("fp8_grad_dtype", { "f8e5m2", "f8e4m3" })
-  if grad and spec.precision == "fp8" then spec.fp8 = { grad_dtype = grad } end
+  if grad and spec.precision == "fp8" then
+    local history = math.tointeger(tonumber(meta.fp8_history))
+    spec.fp8 = { grad_dtype = grad, scaling = history and "delayed" or nil, history = history }
+  end
   spec.attention = choice("attention", { "flash", "naive" })
   spec.impl = choice("impl", { "fused", "eager" })
   if spec.impl == "fused" and not tf._model then spec.impl = nil end -- the same model, computed another way

@@ -13,7 +13,8 @@
  *     AdamW update by up to 2 lr), both GEMM paths; an FP8 model (logits
  *     0.1, gradients 0.3: e4m3's rounding flips, see model_case);
  *   - FP8 training's amax and cast kernels bit-identical (both formats,
- *     both layouts, zeros, a NaN);
+ *     both layouts, zeros, a NaN), and delayed scaling's recording cast
+ *     and history step;
  *   - global gradient-norm clipping: the norm kernel's norm and factor
  *     bit-identical, the engine's AdamW reading the factor within 1e-6;
  *   - the GEMM's timed choice of algorithm: the product of a timed call has
@@ -442,7 +443,53 @@ static void fp8_case(tf_dtype d, int64_t rows, int64_t cols, double magnitude, i
   flat_pair_free(&x), flat_pair_free(&amax), flat_pair_free(&scale), flat_pair_free(&count);
 }
 
+/* Kernel fn of both backends on args, its pointers set by SET(CP), then SET(GP). */
+#define ON_BOTH(fn, args, SET)                 \
+  do {                                         \
+    SET(CP);                                   \
+    CHECK_OK(KC->fn(cctx, &(args)));           \
+    SET(GP);                                   \
+    CHECK_OK(KG->fn(gctx, &(args)));           \
+  } while (0)
+
+/* Delayed scaling's kernels: a cast recording its amax into a word that holds an earlier one, then
+ * the history step over sites with overflows, zeros and a NaN: the CPU's bits. */
+static void fp8_history_case(void) {
+  const int64_t rows = 48, cols = 64, n = rows * cols, sites = 37, len = 5;
+  flat_pair x = flat_pair_randn(n, TF_BF16, 2.0, 0), out = flat_pair_zeros(n, TF_F8E4M3);
+  flat_pair use = flat_pair_randn(sites, TF_F32, 1.0, 0), newest = flat_pair_randn(sites, TF_F32, 1.0, 0);
+  flat_pair hist = flat_pair_randn(sites * len, TF_F32, 1.0, 0), count = flat_pair_zeros(1, TF_I32);
+  flat_pair amax = flat_pair_zeros(1, TF_F32), scale = flat_pair_zeros(1, TF_F32);
+  double *u = tensor_values(use.c), *w = tensor_values(newest.c), *h = tensor_values(hist.c);
+  for (int64_t i = 0; i < sites; i++) u[i] = fabs(u[i]) * (i % 4 == 0 ? 0 : 1), w[i] = fabs(w[i]);
+  for (int64_t i = 0; i < sites * len; i++) h[i] = fabs(h[i]);
+  w[5] = NAN;
+  u[0] = 0.75; /* the cast's scale: x's own amax is larger (an overflow, saturated) */
+  flat_pair_free(&use), flat_pair_free(&newest), flat_pair_free(&hist);
+  use = flat_pair_of(u, sites, TF_F32, 0), newest = flat_pair_of(w, sites, TF_F32, 0);
+  hist = flat_pair_of(h, sites * len, TF_F32, 0);
+  free(u), free(w), free(h);
+  tf_fp8_quantize_args q = {.rows = rows, .cols = cols, .dtype = TF_BF16, .fp8 = TF_F8E4M3};
+#define HIST_Q(P) q.x = P(x), q.amax = P(use), q.out = P(out), q.scale = P(scale), q.nonfinite = NULL, \
+                  q.record = (float *)P(newest) + 1
+  ON_BOTH(fp8_quantize, q, HIST_Q);
+#undef HIST_Q
+  identical("fp8 quantize, delayed (saturating)", out);
+  identical("fp8 quantize's recorded amax", newest);
+  tf_fp8_history_args a = {.sites = sites, .length = len};
+#define HIST_A(P) a.history = P(hist), a.use = P(use), a.newest = P(newest), a.overflows = P(count)
+  ON_BOTH(fp8_history, a, HIST_A);
+#undef HIST_A
+  identical("fp8 history", hist);
+  identical("fp8 history's use", use);
+  identical("fp8 history's newest (zeroed)", newest);
+  identical("fp8 history's overflow count", count);
+  flat_pair_free(&x), flat_pair_free(&out), flat_pair_free(&use), flat_pair_free(&newest), flat_pair_free(&hist);
+  flat_pair_free(&count), flat_pair_free(&amax), flat_pair_free(&scale);
+}
+
 static void test_fp8_kernels(void) {
+  fp8_history_case();
   const tf_dtype ds[3] = {TF_F32, TF_BF16, TF_F16};
   for (int di = 0; di < 3; di++) {
     fp8_case(ds[di], 64, 96, 1.0, 0);

@@ -27,9 +27,11 @@ if world > 1 then tf.dist.barrier() end
 
 local function bits(x) return string.format("%a", x) end
 
+-- precision "fp8_delayed": fp8 with delayed scaling (its amax history is part of the state)
 local function make_model(impl, precision, device, parallel)
-  local m = tf.model.new{ preset = "tiny", vocab_size = V, context_length = SEQ, impl = impl, precision = precision,
-    device = device, parallel = parallel }
+  local fp8 = precision == "fp8_delayed" and { scaling = "delayed", history = 4 } or nil
+  local m = tf.model.new{ preset = "tiny", vocab_size = V, context_length = SEQ, impl = impl,
+    precision = fp8 and "fp8" or precision, fp8 = fp8, device = device, parallel = parallel }
   m:optimizer{ schedule = tf.optim.schedule.cosine{ max_lr = 1e-2, min_lr = 1e-3, warmup = 2, cycle = 12 },
     max_norm = parallel ~= "zero1" and 1.0 or nil, weight_decay = 0.1 }
   return m
@@ -84,7 +86,7 @@ if tf._model then table.insert(impls, 1, "fused") end
 if world == 1 then
   for _, device in ipairs(devices) do
     for _, impl in ipairs(impls) do
-      for _, precision in ipairs(impl == "fused" and { "f32", "bf16", "fp8" } or { "f32", "bf16" }) do
+      for _, precision in ipairs(impl == "fused" and { "f32", "bf16", "fp8", "fp8_delayed" } or { "f32", "bf16" }) do
         T.test(string.format("%s %s on %s: the resumed run has the same loss bits at every step", impl, precision,
           device), function() check_resume(impl, precision, device) end)
       end

@@ -1,6 +1,6 @@
--- precision = "fp8", the fused engine's FP8 training (current scaling): a run
--- follows the bf16 run of the same seed and data step by step, with e5m2 and
--- with e4m3 gradients; m:info() reports the recipe and its state; generation
+-- precision = "fp8", the fused engine's FP8 training: a run follows the bf16
+-- run of the same seed and data step by step, with current scaling (e5m2 and
+-- e4m3 gradients) and with delayed scaling; m:info() reports the recipe and its state; generation
 -- runs in bf16; the options and shapes it refuses are named errors. On a GPU
 -- (CUDA graphs on) the run is the CPU run's twin within bf16's tolerance.
 local T = require "harness"
@@ -51,6 +51,26 @@ T.test("fp8 training follows bf16 step by step", function()
   end
 end)
 
+T.test("delayed scaling follows bf16 too, casting by the amax history", function()
+  local ref = losses("bf16", "cpu", 40)
+  local current = losses("fp8", "cpu", 40)
+  local got, m = losses("fp8", "cpu", 40, { scaling = "delayed", history = 8 })
+  local differs = false
+  for i = 1, 40 do
+    T.near(got[i], ref[i], 0.03, 0.02, "delayed, step " .. i)
+    differs = differs or got[i] ~= current[i]
+  end
+  T.eq(got[1], current[1], "the first step scales by its own amax, as current scaling does")
+  T.ok(differs, "later steps cast by the history, not by their own amax")
+  local info = m:info()
+  T.eq(info.fp8.recipe, "delayed scaling")
+  T.eq(info.fp8.history, 8)
+  T.eq(info.fp8.nonfinite, 0)
+  T.ok(info.fp8.overflows >= 0 and info.fp8.overflows < 8 * 40 * 2 * 4, "overflows counted: " .. info.fp8.overflows)
+  T.eq(tf.model.new{ preset = "tiny", precision = "fp8", fp8 = { scaling = "delayed" }, device = "cpu" }:info().fp8.history,
+    16, "the default history")
+end)
+
 T.test("an fp8 model generates (in bf16) and evaluates", function()
   local _, m = losses("fp8", "cpu", 5)
   local x, y = batch("cpu")
@@ -67,6 +87,7 @@ T.test("save and load keep the recipe; loading as bf16 drops it", function()
   local back = tf.model.load(path, { device = "cpu" })
   T.eq(back.precision, "fp8")
   T.eq(back:info().fp8.grad_dtype, "f8e4m3")
+  T.eq(back:info().fp8.history, 0, "current scaling")
   local x, y = batch("cpu")
   T.eq(back:eval_loss(x, y):item(), m:eval_loss(x, y):item(), "the same model")
   T.eq(tf.model.load(path, { device = "cpu", precision = "bf16" }).precision, "bf16")
@@ -80,8 +101,14 @@ T.test("bad fp8 options and shapes are named errors", function()
     "fp8 options go with precision")
   T.raises(function() return tf.model.new{ preset = "tiny", precision = "fp8", fp8 = { grad_dtype = "bf16" } } end,
     "fp8.grad_dtype must be")
-  T.raises(function() return tf.model.new{ preset = "tiny", precision = "fp8", fp8 = { scaling = "delayed" } } end,
+  T.raises(function() return tf.model.new{ preset = "tiny", precision = "fp8", fp8 = { recipe = "delayed" } } end,
     "unknown option")
+  T.raises(function() return tf.model.new{ preset = "tiny", precision = "fp8", fp8 = { scaling = "late" } } end,
+    "fp8.scaling must be")
+  T.raises(function() return tf.model.new{ preset = "tiny", precision = "fp8", fp8 = { history = 4 } } end,
+    "give scaling = \"delayed\" too")
+  T.raises(function() return tf.model.new{ preset = "tiny", precision = "fp8", fp8 = { scaling = "delayed", history = 0 } } end,
+    "from 1 to 1024")
   T.raises(function() return tf.model.new{ d_model = 40, num_heads = 4, num_layers = 1, d_ff = 64, precision = "fp8",
     device = "cpu" } end, "multiples of 16")
   local m = tf.model.new{ preset = "tiny", vocab_size = V, context_length = SEQ, precision = "fp8", device = "cpu" }
@@ -110,11 +137,14 @@ T.test("gradients of two backward passes add up", function() accumulates("cpu") 
 T.test("on the GPU: the CPU run's twin", function()
   if not tf.cuda.is_available() then T.skip_test("no GPU is present") end
   accumulates("cuda")
-  local cpu = losses("fp8", "cpu", 12)
-  local gpu, m = losses("fp8", "cuda", 12)
-  for i = 1, 12 do T.near(gpu[i], cpu[i], 0.02, 0.01, "step " .. i) end
-  T.ok(m:info().graph_replays > 0, "the steps replayed CUDA graphs")
-  T.eq(m:info().fp8.nonfinite, 0)
+  for _, fp8 in ipairs({ {}, { scaling = "delayed", history = 4 } }) do
+    local what = fp8.scaling or "current"
+    local cpu = losses("fp8", "cpu", 12, fp8)
+    local gpu, m = losses("fp8", "cuda", 12, fp8)
+    for i = 1, 12 do T.near(gpu[i], cpu[i], 0.02, 0.01, what .. ", step " .. i) end
+    T.ok(m:info().graph_replays > 0, what .. ": the steps replayed CUDA graphs")
+    T.eq(m:info().fp8.nonfinite, 0)
+  end
 end)
 
 T.run()
