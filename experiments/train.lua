@@ -32,6 +32,9 @@ local opt = tf.options{
     cpu = "f32", type = "string", choices = { "f32", "bf16", "f16", "fp8" } },
   { "fp8_grad", "precision fp8: the gradients' format", default = "f8e5m2", type = "string",
     choices = { "f8e5m2", "f8e4m3" } },
+  { "fp8_scaling", "precision fp8: current scaling (each cast by its own amax) or delayed (by an amax history)",
+    default = "current", type = "string", choices = { "current", "delayed" } },
+  { "fp8_history", "precision fp8, delayed scaling: the amax history's length", default = 16, min = 1 },
   { "impl", "fused or eager (default: fused when built in)", type = "string", choices = { "fused", "eager" } },
   { "steps", "optimizer steps in all (the schedule's length)", default = 2000, cpu = 200, min = 1 },
   { "minutes", "stop after this many minutes of training (0: no limit), with a checkpoint", default = 0.0, min = 0 },
@@ -88,7 +91,8 @@ local warmup = opt.warmup or math.floor(opt.steps * 0.05)
 local min_lr = opt.min_lr or opt.lr / 10
 if warmup >= opt.steps then die(string.format("--warmup (%d) must be fewer steps than --steps (%d)", warmup, opt.steps)) end
 local spec = { preset = opt.preset, vocab_size = vocab, context_length = opt.context, precision = opt.precision,
-  fp8 = opt.precision == "fp8" and { grad_dtype = opt.fp8_grad } or nil,
+  fp8 = opt.precision == "fp8" and { grad_dtype = opt.fp8_grad, scaling = opt.fp8_scaling,
+    history = opt.fp8_scaling == "delayed" and opt.fp8_history or nil } or nil,
   impl = opt.impl, graphs = opt.graphs, d_model = opt.d_model, num_layers = opt.num_layers, num_heads = opt.num_heads,
   d_ff = opt.d_ff }
 if not tf.model.presets[opt.preset] then die("unknown preset '" .. opt.preset .. "'") end
