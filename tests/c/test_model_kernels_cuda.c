@@ -982,10 +982,14 @@ static void bench_model(tf_dtype precision, int64_t B, int64_t T, bool lt) {
 }
 
 /* each part's wall time, so that a slow run says where its time went */
-#define TIMED(what, call)                                                   \
-  do {                                                                      \
-    double t0_ = now_ms();                                                  \
-    call;                                                                   \
+/* Runs a part, timed; with TF_TEST_ONLY set, only the parts whose names contain it (a quick check
+ * of one family on the GPU machine). */
+#define TIMED(what, call)                                                     \
+  do {                                                                        \
+    const char *only_ = getenv("TF_TEST_ONLY");                               \
+    if (only_ && !strstr(what, only_)) break;                                 \
+    double t0_ = now_ms();                                                    \
+    call;                                                                     \
     fprintf(stderr, "time: %-36s %7.2f s\n", what, (now_ms() - t0_) * 1e-3); \
   } while (0)
 
