@@ -268,7 +268,7 @@ void tf_model_free(tf_model *m) {
   if (!m) return;
   if (m->decode_release) m->decode_release(m);
   tf_model_plan_release(m);
-  tf_model_fp8_release(m);
+  if (m->fp8_release) m->fp8_release(m);
   for (int i = 0; i < m->ntensors; i++) {
     tf_tensor_release(m->tensors[i].param);
     tf_tensor_release(m->tensors[i].grad);
@@ -358,7 +358,7 @@ tf_status tf_model_sync_weights(tf_model *m) {
     TF_TRY(tf_copy_into(m->low, m->matmul_params));
     m->low_version = m->params->storage->version;
   }
-  return tf_model_fp8_sync(m);
+  return m->fp8_sync ? m->fp8_sync(m) : TF_OK;
 }
 
 tf_status tf_model_set_attention(tf_model *m, bool flash) {

@@ -91,6 +91,9 @@ static int64_t tf_fp8_matrix(const tf_model *m, int64_t w, int64_t *rows, int64_
   return -1;
 }
 
+static tf_status tf_model_fp8_sync(tf_model *m);
+static void tf_model_fp8_release(tf_model *m);
+
 tf_status tf_model_set_fp8(tf_model *m, tf_dtype grad) {
   const int64_t d = m->cfg.d_model, f = m->cfg.d_ff, L = m->cfg.num_layers;
   if (grad != TF_F8E5M2 && grad != TF_F8E4M3)
@@ -107,18 +110,20 @@ tf_status tf_model_set_fp8(tf_model *m, tf_dtype grad) {
     return TF_OK;
   }
   tf_model_plan_release(m); /* the next plan carves the 8-bit buffers */
+  m->fp8_release = tf_model_fp8_release; /* what is made below is freed with the model, whatever fails */
   TF_TRY(tf_model_alloc(m, m->matmul_total, TF_F8E4M3, TF_TAG_PARAMETER, "model fp8 weights", &m->w8));
   TF_TRY(tf_model_alloc(m, m->matmul_total, TF_F8E4M3, TF_TAG_PARAMETER, "model fp8 weights (transposed)", &m->w8t));
   TF_TRY(tf_model_alloc(m, TF_FP8_WORD * (4 * TF_LAYER_MATS * L + TF_FP8_SLOTS), TF_F32, TF_TAG_PARAMETER, "model fp8 scales",
                         &m->fp8_state));
   TF_TRY(m->ctx->backend->fill(m->ctx, m->fp8_state, 0.0));
   m->fp8 = true;
+  m->fp8_sync = tf_model_fp8_sync;
   m->fp8_grad = grad;
   m->w8_version = m->params->storage->version - 1; /* stale: the next forward casts */
   return TF_OK;
 }
 
-void tf_model_fp8_release(tf_model *m) {
+static void tf_model_fp8_release(tf_model *m) {
   tf_tensor_release(m->w8);
   tf_tensor_release(m->w8t);
   tf_tensor_release(m->fp8_state);
@@ -203,7 +208,7 @@ static tf_fp8_how tf_fp8_input_again(const tf_model *m, int64_t i) {
   return (tf_fp8_how){amax, true, NULL};
 }
 
-tf_status tf_model_fp8_sync(tf_model *m) {
+static tf_status tf_model_fp8_sync(tf_model *m) {
   if (!m->fp8 || m->w8_version == m->params->storage->version) return TF_OK;
   for (int64_t l = 0; l < m->cfg.num_layers; l++) {
     const tf_model_layer_weights *lw = &m->layers[l];

@@ -180,6 +180,9 @@ struct tf_model {
                                transposes (weight (r, c) at its offset as (c, r)) */
   tf_tensor *fp8_state;     /* f32 device words: each layer matrix's amax and scale, then the activations' slots */
   uint64_t w8_version;      /* params' storage version w8 and w8t were made from */
+  /* how model.c refreshes and frees the FP8 state (set with it: no call between the files) */
+  tf_status (*fp8_sync)(tf_model *m);
+  void (*fp8_release)(tf_model *m);
   const void *fp8_dy_cast;  /* the gradient tf_model_layer_linear_dx cast last (both layouts), until the next product */
   /* delayed scaling (tf_model_set_fp8_delayed): 8L cast sites (each matrix's input, then its
    * gradient), their histories, the amax each is scaled by and the newest, an overflow count */
@@ -342,8 +345,6 @@ tf_status tf_model_layer_linear_dx(tf_model *m, const void *dy, int64_t rows, in
                                    void *dx);
 tf_status tf_model_layer_linear_backward(tf_model *m, const void *dy, const void *x, int64_t rows, int64_t in,
                                          int64_t out, int64_t w, float *dw, void *dx);
-tf_status tf_model_fp8_sync(tf_model *m);
-void tf_model_fp8_release(tf_model *m);
 /* Brackets the loss pass's body (model_forward.c): under delayed scaling, the history step for
  * the casts recorded since the last one, then the pass's casts by the recipe. */
 tf_status tf_model_fp8_pass_begin(tf_model *m);

@@ -107,7 +107,8 @@ T.test("choice values list what is accepted", function()
     T.ok(err:sub(1, #here + 1) == here .. ":", what .. ": the position is the caller's: " .. err)
   end
   value_refused("preset", function() tf.model.new{ preset = "huge" } end, "huge", "small", "tiny")
-  value_refused("precision", function() tf.model.new(with(tiny, { precision = "fp8" })) end, "f32", "bf16", "f16")
+  value_refused("precision", function() tf.model.new(with(tiny, { precision = "fp4" })) end, "f32", "bf16", "f16",
+    "fp8")
   value_refused("impl", function() tf.model.new(with(tiny, { impl = "jit" })) end, "fused", "eager")
   value_refused("attention", function() tf.model.new(with(tiny, { attention = "sdpa" })) end, "flash", "naive")
   value_refused("autocast", function() tf.autocast("int8", function() end) end, "tf.autocast", "bf16", "f16")
