@@ -42,6 +42,9 @@ struct tf_model_decode {
   void *h, *qkv, *q, *atty, *proj, *ab, *gate, *logits;
   bool tf32;               /* what the captured step was captured with */
   tf_model_graph graph;
+  /* host staging, made with the cache (nothing is allocated a token) */
+  int64_t *host_step;   /* batch + 1 */
+  uint16_t *host_logits; /* batch x vocab, a low-precision model's logits as copied */
 };
 
 static size_t tf_decode_round(size_t b) { return (b + TF_DECODE_ALIGN - 1) / TF_DECODE_ALIGN * TF_DECODE_ALIGN; }
@@ -78,12 +81,18 @@ static size_t tf_decode_layout(const tf_model *m, tf_model_decode *d, char *base
   return at;
 }
 
-void tf_model_decode_release(tf_model *m) {
-  tf_model_decode *d = m->decode;
-  if (!d) return;
+/* Everything d holds, and d (parts not made yet are NULL). */
+static void tf_decode_free(tf_model *m, tf_model_decode *d) {
   if (d->graph.exec) m->k->graph_destroy(m->ctx, d->graph.exec);
   tf_tensor_release(d->storage);
+  free(d->host_step);
+  free(d->host_logits);
   free(d);
+}
+
+void tf_model_decode_release(tf_model *m) {
+  if (!m->decode) return;
+  tf_decode_free(m, m->decode);
   m->decode = NULL;
 }
 
@@ -107,10 +116,16 @@ static tf_status tf_decode_ensure(tf_model *m, int64_t batch, int64_t max_len) {
   d->batch = batch;
   d->max_len = max_len;
   d->splits = tf_decode_splits(m, batch, max_len);
+  d->host_step = malloc((size_t)(batch + 1) * sizeof *d->host_step);
+  d->host_logits = m->dtype == TF_F32 ? NULL : malloc((size_t)(batch * m->cfg.vocab_size) * sizeof *d->host_logits);
+  if (!d->host_step || (m->dtype != TF_F32 && !d->host_logits)) {
+    tf_decode_free(m, d);
+    return tf_fail(TF_ERR_OOM, "out of memory: no host memory for the decode step's staging");
+  }
   const size_t bytes = tf_decode_layout(m, d, NULL);
   tf_status st = tf_model_alloc(m, (int64_t)bytes, TF_BOOL, TF_TAG_ACTIVATION, "model KV cache", &d->storage);
   if (st != TF_OK) {
-    free(d);
+    tf_decode_free(m, d);
     return st;
   }
   tf_decode_layout(m, d, tf_tensor_data(d->storage));
@@ -127,13 +142,10 @@ static tf_status tf_decode_set_step(tf_model *m, const int64_t *ids, int64_t pos
   tf_model_decode *d = m->decode;
   const tf_backend *be = m->ctx->backend;
   if (!ids) return be->copy(m->ctx, d->step + d->batch, &pos, sizeof pos, TF_COPY_H2D);
-  int64_t *step = malloc((size_t)(d->batch + 1) * sizeof *step);
-  if (!step) return tf_fail(TF_ERR_OOM, "out of memory: no host memory for the decode step");
+  int64_t *step = d->host_step;
   memcpy(step, ids, (size_t)d->batch * sizeof *step);
   step[d->batch] = pos;
-  tf_status st = be->copy(m->ctx, d->step, step, (size_t)(d->batch + 1) * sizeof *step, TF_COPY_H2D);
-  free(step);
-  return st;
+  return be->copy(m->ctx, d->step, step, (size_t)(d->batch + 1) * sizeof *step, TF_COPY_H2D);
 }
 
 static void *tf_decode_layer_cache(const tf_model *m, void *cache, int64_t l) {
@@ -305,12 +317,10 @@ tf_status tf_model_decode_logits_host(tf_model *m, float *out) {
   const int64_t n = d->batch * m->cfg.vocab_size;
   if (m->dtype == TF_F32)
     return m->ctx->backend->copy(m->ctx, out, d->logits, (size_t)n * sizeof *out, TF_COPY_D2H);
-  uint16_t *raw = malloc((size_t)n * sizeof *raw);
-  if (!raw) return tf_fail(TF_ERR_OOM, "out of memory: no host memory for the logits");
+  uint16_t *raw = d->host_logits;
   tf_status st = m->ctx->backend->copy(m->ctx, raw, d->logits, (size_t)n * sizeof *raw, TF_COPY_D2H);
   for (int64_t i = 0; st == TF_OK && i < n; i++)
     out[i] = m->dtype == TF_BF16 ? tf_bf16_to_f32(raw[i]) : tf_f16_to_f32(raw[i]);
-  free(raw);
   return st;
 }
 
