@@ -11,6 +11,7 @@
 #include "backend.h"
 #include "backends.h"
 #include "bind.h"
+#include "hex.h"
 #include "embedded.h"
 #include "luahost.h"
 #include "model_kernels.h"
@@ -208,13 +209,7 @@ static uint64_t tf_l_rng_field(lua_State *L, int idx, const char *key) {
   lua_getfield(L, idx, key);
   const char *v = lua_tostring(L, -1);
   uint64_t x = 0;
-  bool ok = lua_type(L, -1) == LUA_TSTRING && strlen(v) == 16;
-  for (int i = 0; ok && i < 16; i++) {
-    char c = v[i];
-    int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-    ok = d >= 0;
-    x = x << 4 | (uint64_t)(d < 0 ? 0 : d);
-  }
+  const bool ok = lua_type(L, -1) == LUA_TSTRING && strlen(v) == 16 && tf_hex16_parse(v, &x);
   if (!ok) tf_lua_error(L, "tf.set_rng_state: %s must be 16 lowercase hex digits (as tf.rng_state gives it)", key);
   lua_pop(L, 1);
   return x;

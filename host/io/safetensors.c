@@ -27,6 +27,7 @@
 
 #include "backend.h"
 #include "device.h"
+#include "hex.h"
 #include "ops.h"
 #include "xxh64.h"
 
@@ -356,12 +357,6 @@ static tf_status tf_st_parse_header(const char *path, const cJSON *root, uint64_
 #define TF_ST_CHECKSUM_KEY "tfhost.xxh64"
 enum { TF_ST_HEX = 16 };
 
-static int tf_st_hexval(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  return -1;
-}
-
 /* Reads the checksums of the metadata into f's entries (data order). */
 static tf_status tf_st_parse_checksums(const char *path, tf_safetensors_file *f) {
   const char *v = NULL;
@@ -375,12 +370,8 @@ static tf_status tf_st_parse_checksums(const char *path, tf_safetensors_file *f)
   for (int i = 0; i < f->ntensors; i++) {
     const char *h = v + (size_t)i * (TF_ST_HEX + 1);
     uint64_t x = 0;
-    for (int k = 0; k < TF_ST_HEX; k++) {
-      int d = tf_st_hexval(h[k]);
-      if (d < 0)
-        return tf_st_fail(TF_ERR_IO, path, "the metadata's " TF_ST_CHECKSUM_KEY " is not hex digits (a damaged header)");
-      x = x << 4 | (uint64_t)d;
-    }
+    if (!tf_hex16_parse(h, &x))
+      return tf_st_fail(TF_ERR_IO, path, "the metadata's " TF_ST_CHECKSUM_KEY " is not hex digits (a damaged header)");
     if (i + 1 < f->ntensors && h[TF_ST_HEX] != ',')
       return tf_st_fail(TF_ERR_IO, path, "the metadata's " TF_ST_CHECKSUM_KEY " is not comma-separated (a damaged header)");
     f->tensors[i].checksum = x;
