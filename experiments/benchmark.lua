@@ -20,8 +20,9 @@ local opt = tf.options{
     min = 0 },
   { "steps", "timed steps", default = 10, cpu = 3, min = 1 },
   { "mode", "what to time", default = "fwd,fwdbwd,step", type = "list", choices = { "fwd", "fwdbwd", "step" } },
-  { "precision", "precisions (fp8: the fused engine's FP8 products)", default = "f32,bf16", cpu = "f32", type = "list",
-    choices = { "f32", "bf16", "f16", "fp8" } },
+  { "precision", "precisions (fp8: the fused engine's FP8 products, current scaling; fp8_delayed: delayed scaling, "
+    .. "an amax history of 16)", default = "f32,bf16", cpu = "f32", type = "list",
+    choices = { "f32", "bf16", "f16", "fp8", "fp8_delayed" } },
   { "impl", "model implementation (default: fused when built in)", type = "string", choices = { "fused", "eager" } },
   { "graphs", "fused engine: replay fixed shapes as CUDA graphs (where the device has graphs)",
     default = true },
@@ -101,8 +102,9 @@ for _, c in ipairs(configs) do
   local timed = {} -- the modes that ran before an out-of-memory error
   local ok, err = pcall(function()
     tf.seed(0)
-    m = tf.model.new{ preset = size, context_length = ctx, vocab_size = opt.vocab, precision = precision,
-      impl = opt.impl, graphs = opt.graphs }
+    m = tf.model.new{ preset = size, context_length = ctx, vocab_size = opt.vocab,
+      precision = precision == "fp8_delayed" and "fp8" or precision,
+      fp8 = precision == "fp8_delayed" and { scaling = "delayed" } or nil, impl = opt.impl, graphs = opt.graphs }
     m:set_recompute_residual(opt.recompute_residual)
     local ids = tf.randint(0, opt.vocab, { opt.batch, ctx })
     local targets = tf.randint(0, opt.vocab, { opt.batch, ctx })
