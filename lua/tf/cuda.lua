@@ -228,10 +228,22 @@ M.headers = require "tf.cuda_headers"
 
 -- Compiles (or finds in a cache) source with opts' options and the name expressions exprs.
 -- Returns the entry {code, cubin, lowered, log, cached, ms}.
+local header_digest -- of every device header, in the order of their names (pairs' order differs between processes)
+local function headers_key()
+  if not header_digest then
+    local names, parts = {}, {}
+    for name in pairs(M.headers) do names[#names + 1] = name end
+    table.sort(names)
+    for _, name in ipairs(names) do parts[#parts + 1] = name .. "\0" .. tf_ref.sha256(M.headers[name]) end
+    header_digest = tf_ref.sha256(table.concat(parts, "\0"))
+  end
+  return header_digest
+end
+
 local function build(unit, exprs)
   local key_parts = { "tfhost-rtc", M.CACHE_FORMAT, unit.nvrtc, unit.driver, unit.text }
   for _, o in ipairs(unit.options) do key_parts[#key_parts + 1] = o end
-  for name, h in pairs(M.headers) do key_parts[#key_parts + 1] = name .. "\0" .. tf_ref.sha256(h) end
+  key_parts[#key_parts + 1] = headers_key()
   for _, e in ipairs(exprs) do key_parts[#key_parts + 1] = "expr:" .. e end
   local key = tf_ref.sha256(table.concat(key_parts, "\0"))
   local t0 = tf_ref.now()

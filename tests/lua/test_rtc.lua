@@ -69,6 +69,42 @@ extern "C" __global__ void k(const __nv_bfloat16 *x, __half *y, __nv_fp8_e4m3 *z
   T.eq(mod:kernels(), { "k" })
 end)
 
+-- what tfhost's own Hopper kernels are built from, offered to scripts (sm_90a)
+local HOPPER = [[
+#include <tfhost_sm90.cuh>
+extern "C" __global__ void __launch_bounds__(384) hopper(const __nv_bfloat16 *a, float *out, float *sum,
+                                                        const void *map) {
+  __shared__ __align__(1024) unsigned char tile[64 * 128];
+  __shared__ __align__(8) unsigned long long bar;
+  const unsigned t = tf::smem_addr(tile), b = tf::smem_addr(&bar);
+  if (threadIdx.x / 128 == 0) tf::setmaxnreg_dec<40>(); else tf::setmaxnreg_inc<232>();
+  if (threadIdx.x == 0) { tf::mbar_init(b, 1); tf::mbar_init_fence(); }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    tf::mbar_arrive_expect_tx(b, 64 * 128);
+    tf::tma_load_3d(t, map, 0, 0, 0, b);
+  }
+  tf::mbar_wait(b, 0);
+  float d[32] = {};
+  const unsigned long long desc = tf::wgmma_desc(t, 16, 1024);
+  tf::wgmma_fence();
+  tf::wgmma_ss<__nv_bfloat16, 0, 0>(d, desc, tf::wgmma_desc_add(desc, 32), false);
+  tf::wgmma_commit();
+  tf::wgmma_wait<0>();
+  tf::wgmma_hold(d);
+  tf::fence_proxy_async();
+  if (threadIdx.x == 0) { tf::bulk_reduce_add_f32(sum, t, 128); tf::bulk_commit(); tf::bulk_wait<0>(); }
+  out[threadIdx.x] = d[threadIdx.x % 32];
+}
+]]
+
+T.test("<tfhost_sm90.cuh>: wgmma, mbarrier, TMA, bulk reductions and setmaxnreg compile for sm_90a, not below", function()
+  local mod = tf.cuda.compile(HOPPER, { cache = false, target = "sm_90a" })
+  T.eq(mod:kernels(), { "hopper" })
+  local ok, err = pcall(tf.cuda.compile, HOPPER, { cache = false, target = "sm_90" })
+  T.ok(not ok and tostring(err):find("tfhost_sm90.cuh needs the target sm_90a", 1, true), tostring(err))
+end)
+
 T.test("templates: instantiated by name, at compile time or on first use; parameters read per instance", function()
   local mod = tf.cuda.compile(SCALE, { cache = false, instantiate = { "row_copy<256, float>" } })
   T.ok(mod._builds["row_copy<256, float>"].lowered:find("row_copy"), "the lowered name is kept")

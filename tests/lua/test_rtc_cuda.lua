@@ -144,6 +144,58 @@ T.test("parameters declared by the script are checked against the driver's and u
   T.eq(y:sum():item(), 64.0)
 end)
 
+-- a warpgroup's product on Hopper's tensor cores from <tfhost_sm90.cuh>: D = A B^T (64 x 64 x 64,
+-- bf16 in, f32 out), tiles staged in the 128-byte swizzle wgmma reads, an mbarrier in place of
+-- __syncthreads
+local WGMMA = [[
+#include <tfhost_sm90.cuh>
+extern "C" __global__ void __launch_bounds__(128) wg_product(const __nv_bfloat16 *a, const __nv_bfloat16 *b,
+                                                            float *d) {
+  __shared__ __align__(1024) unsigned char sa[64 * 128], sb[64 * 128];
+  __shared__ __align__(8) unsigned long long bar;
+  typedef tf::vec<__nv_bfloat16, 8> chunk;
+  const int tid = threadIdx.x;
+  if (tid == 0) { tf::mbar_init(tf::smem_addr(&bar), 128); tf::mbar_init_fence(); }
+  __syncthreads();
+  for (int i = tid; i < 64 * 8; i += 128) {   // 16-byte chunk c of row r goes to chunk c ^ (r % 8)
+    const int r = i / 8, c = i % 8, at = r * 128 + ((c ^ (r & 7)) << 4);
+    *reinterpret_cast<chunk *>(sa + at) = *reinterpret_cast<const chunk *>(a + r * 64 + c * 8);
+    *reinterpret_cast<chunk *>(sb + at) = *reinterpret_cast<const chunk *>(b + r * 64 + c * 8);
+  }
+  tf::fence_proxy_async();
+  tf::mbar_arrive(tf::smem_addr(&bar));
+  tf::mbar_wait(tf::smem_addr(&bar), 0);
+  float acc[32];
+  const unsigned long long da = tf::wgmma_desc(tf::smem_addr(sa), 16, 1024);
+  const unsigned long long db = tf::wgmma_desc(tf::smem_addr(sb), 16, 1024);
+  tf::wgmma_fence();
+  for (int kk = 0; kk < 4; kk++)
+    tf::wgmma_ss<__nv_bfloat16, 0, 0>(acc, tf::wgmma_desc_add(da, kk * 32), tf::wgmma_desc_add(db, kk * 32), kk > 0);
+  tf::wgmma_commit();
+  tf::wgmma_wait<0>();
+  tf::wgmma_hold(acc);
+  const int warp = tid / 32, g = (tid % 32) / 4, t = tid % 4;
+  for (int j = 0; j < 8; j++)
+    for (int h = 0; h < 2; h++) {
+      const int row = 16 * warp + g + 8 * h, col = 8 * j + 2 * t;
+      d[row * 64 + col] = acc[4 * j + 2 * h];
+      d[row * 64 + col + 1] = acc[4 * j + 2 * h + 1];
+    }
+}
+]]
+
+T.test("<tfhost_sm90.cuh>: a wgmma product from the script equals tf.matmul", function()
+  local major = tonumber((tf.device_info("cuda").compute_capability or "0"):match("^(%d+)"))
+  if major ~= 9 then return T.skip_test("wgmma needs a 9.0 (Hopper) GPU") end
+  local k = tf.cuda.compile(WGMMA, { cache = false, device = "cuda" }):kernel("wg_product")
+  local a = tf.randn(64, 64):to("cuda", "bf16")
+  local b = tf.randn(64, 64):to("cuda", "bf16")
+  local d = tf.zeros(64, 64):to("cuda")
+  k:launch({ grid = 1, block = 128 }, a, b, d)
+  local want = tf.matmul(a:to("f32"), b:to("f32"):t())
+  T.near(d, want, 1e-4, 1e-4)
+end)
+
 T.test("the profiler shows user kernels by name, inside their range, in the class user, in the trace", function()
   local n = 1 << 20
   local x, y = tf.randn(n, { device = "cuda" }), tf.zeros(n, { device = "cuda" })

@@ -216,7 +216,8 @@ __global__ void __launch_bounds__(TF_FLASH_SIMT_THREADS) tf_flash_fwd_simt_kerne
   typedef typename D::storage S;
   constexpr int BR = TF_FLASH_SIMT_BR, T = TF_FLASH_SIMT_TILE, R = TF_FLASH_SIMT_ROWS;
   const int hd = p.head_dim, ldk = hd | 1, warp = (int)threadIdx.x / 32, lane = (int)threadIdx.x % 32;
-  float *sQ = reinterpret_cast<float *>(tf_flash_dynamic_smem()), *sK = sQ + BR * hd, *sV = sK + T * ldk;
+  float *sQ = reinterpret_cast<float *>(tf::dynamic_smem<unsigned char>()),
+        *sK = sQ + BR * hd, *sV = sK + T * ldk;
   int64_t b, q0;
   tf_flash_simt_queries<DT, BR>(p, sQ, &b, &q0);
   const S *K = static_cast<const S *>(p.k) + b * p.seq_k * hd, *V = static_cast<const S *>(p.v) + b * p.seq_k * hd;
@@ -266,7 +267,8 @@ __global__ void __launch_bounds__(TF_FLASH_SIMT_THREADS) tf_flash_dkdv_simt_kern
   typedef typename D::storage S;
   constexpr int BK = TF_FLASH_SIMT_BR, T = TF_FLASH_SIMT_TILE, R = TF_FLASH_SIMT_ROWS;
   const int hd = p.head_dim, ldq = hd | 1, warp = (int)threadIdx.x / 32, lane = (int)threadIdx.x % 32;
-  float *sK = reinterpret_cast<float *>(tf_flash_dynamic_smem()), *sV = sK + BK * hd, *sQ = sV + BK * hd;
+  float *sK = reinterpret_cast<float *>(tf::dynamic_smem<unsigned char>()),
+        *sV = sK + BK * hd, *sQ = sV + BK * hd;
   float *sdO = sQ + T * ldq, *sLse = sdO + T * ldq, *sD = sLse + T;
   int64_t b, kb;
   tf_flash_block_of((p.seq_k + BK - 1) / BK, false, &b, &kb);
@@ -329,7 +331,8 @@ __global__ void __launch_bounds__(TF_FLASH_SIMT_THREADS) tf_flash_dq_simt_kernel
   typedef typename D::storage S;
   constexpr int BR = TF_FLASH_SIMT_BR, T = TF_FLASH_SIMT_TILE, R = TF_FLASH_SIMT_ROWS;
   const int hd = p.head_dim, ldk = hd | 1, warp = (int)threadIdx.x / 32, lane = (int)threadIdx.x % 32;
-  float *sQ = reinterpret_cast<float *>(tf_flash_dynamic_smem()), *sdO = sQ + BR * hd, *sK = sdO + BR * hd;
+  float *sQ = reinterpret_cast<float *>(tf::dynamic_smem<unsigned char>()),
+        *sdO = sQ + BR * hd, *sK = sdO + BR * hd;
   float *sV = sK + T * ldk;
   int64_t b, q0;
   tf_flash_simt_queries<DT, BR>(p, sQ, &b, &q0);

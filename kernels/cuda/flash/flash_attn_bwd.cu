@@ -43,11 +43,11 @@ __device__ __forceinline__ void tf_flash_mma_pair(float (&c1)[N][4], float (&c2)
     for (int n = 0; n < N; n += 2) {
       uint32_t y1[4], y2[4];
       b1(kk, n, y1);
-      tf_flash_mma<DT>(c1[n], x1, y1[0], y1[1]);
-      tf_flash_mma<DT>(c1[n + 1], x1, y1[2], y1[3]);
+      tf::mma_16816<tf_flash_elem<DT>>(c1[n], x1, y1[0], y1[1]);
+      tf::mma_16816<tf_flash_elem<DT>>(c1[n + 1], x1, y1[2], y1[3]);
       b2(kk, n, y2);
-      tf_flash_mma<DT>(c2[n], x2, y2[0], y2[1]);
-      tf_flash_mma<DT>(c2[n + 1], x2, y2[2], y2[3]);
+      tf::mma_16816<tf_flash_elem<DT>>(c2[n], x2, y2[0], y2[1]);
+      tf::mma_16816<tf_flash_elem<DT>>(c2[n + 1], x2, y2[2], y2[3]);
     }
   }
 }
@@ -65,15 +65,16 @@ __device__ __forceinline__ void tf_flash_bwd_scores(float (&s)[NT][4], float (&d
 #pragma unroll
     for (int e = 0; e < 4; e++) s[nt][e] = dp[nt][e] = 0.f;
   auto b_at = [&](uint32_t b, int kk, int nt, uint32_t(&y)[4]) {
-    tf_flash_ldsm4(y, b + (boff + (uint32_t)((nt * 8 * LD + kk * 16) * 2)));
+    tf::ldmatrix_x4(y, b + (boff + (uint32_t)((nt * 8 * LD + kk * 16) * 2)));
   };
   tf_flash_mma_pair<DT, HD / 16, NT>(
       s, dp,
       [&](int kk, uint32_t(&x1)[4], uint32_t(&x2)[4]) {
-        tf_flash_ldsm4(x1, a1 + (uint32_t)(kk * 32));
-        tf_flash_ldsm4(x2, a2 + (uint32_t)(kk * 32));
+        tf::ldmatrix_x4(x1, a1 + (uint32_t)(kk * 32));
+        tf::ldmatrix_x4(x2, a2 + (uint32_t)(kk * 32));
       },
-      [&](int kk, int nt, uint32_t(&y)[4]) { b_at(b1, kk, nt, y); }, [&](int kk, int nt, uint32_t(&y)[4]) { b_at(b2, kk, nt, y); });
+      [&](int kk, int nt, uint32_t(&y)[4]) { b_at(b1, kk, nt, y); },
+      [&](int kk, int nt, uint32_t(&y)[4]) { b_at(b2, kk, nt, y); });
 }
 
 /* The dK/dV configuration: head dim HD (padded), WARPS warps (16 keys
@@ -93,7 +94,8 @@ template <int HD_, int WARPS_, int BR_, int MIN_BLOCKS_> struct tf_flash_bwd_cfg
 template <int DT, class C, bool ATOMIC_DQ>
 __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) tf_flash_bwd_tc_kernel(const tf_cuda_flash_params p) {
   constexpr int HD = C::HD, BR = C::BR, BC = C::BC, LD = C::LD, LDS = C::LDS, NT = BR / 8, DT8 = HD / 8;
-  uint16_t *sK = reinterpret_cast<uint16_t *>(tf_flash_dynamic_smem());
+  uint16_t *sK =
+      reinterpret_cast<uint16_t *>(tf::dynamic_smem<unsigned char>());
   uint16_t *sV = sK + BC * LD, *sQ = sV + BC * LD, *sdO = sQ + 2 * BR * LD;
   float *sLse = reinterpret_cast<float *>(sdO + 2 * BR * LD), *sD = sLse + 2 * BR;
   uint16_t *sdS = reinterpret_cast<uint16_t *>(sD + 2 * BR);
@@ -107,7 +109,7 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) tf_flash_bwd_tc_ker
 
   tf_flash_load_rows<BC, HD, LD, C::THREADS>(sK, K, k0, p.seq_k, hd);
   tf_flash_load_rows<BC, HD, LD, C::THREADS>(sV, V, k0, p.seq_k, hd);
-  tf_flash_cp_commit();
+  tf::cp_async_commit();
   /* under the causal mask, queries before k0 see none of these keys */
   const int64_t q_blocks = (p.seq_q + BR - 1) / BR, first = p.causal ? k0 / BR : 0;
   const int n_it = (int)(q_blocks > first ? q_blocks - first : 0);
@@ -118,7 +120,7 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) tf_flash_bwd_tc_ker
     tf_flash_load_rows<BR, HD, LD, C::THREADS>(sdO + stage * BR * LD, dO, q0, p.seq_q, hd, p.o_ld);
     tf_flash_load_stat<BR, C::THREADS>(sLse + stage * BR, lse, q0, p.seq_q);
     tf_flash_load_stat<BR, C::THREADS>(sD + stage * BR, D, q0, p.seq_q);
-    tf_flash_cp_commit();
+    tf::cp_async_commit();
   };
   if (n_it > 0) load_queries(0);
 
@@ -146,7 +148,7 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) tf_flash_bwd_tc_ker
     constexpr bool MASK = decltype(mask_tag)::value;
     const int stage = it & 1;
     const int64_t q0 = (first + it) * BR;
-    tf_flash_cp_wait<0>();
+    tf::cp_async_wait<0>();
     __syncthreads(); /* block it has landed; every warp is done with block it - 1's Q and dO */
     if (it + 1 < n_it) load_queries(it + 1);
     const uint32_t qs = (uint32_t)(stage * BR * LD * 2);
@@ -186,15 +188,22 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) tf_flash_bwd_tc_ker
             tf_flash_c_to_a<DT>(ap, s[2 * kk], s[2 * kk + 1]);
             tf_flash_c_to_a<DT>(ad, dp[2 * kk], dp[2 * kk + 1]);
           },
-          [&](int kk, int dt, uint32_t(&bo)[4]) { tf_flash_ldsm4_t(bo, do_bt + (qs + (uint32_t)((kk * 16 * LD + dt * 8) * 2))); },
-          [&](int kk, int dt, uint32_t(&bq)[4]) { tf_flash_ldsm4_t(bq, q_bt + (qs + (uint32_t)((kk * 16 * LD + dt * 8) * 2))); });
+          [&](int kk, int dt, uint32_t(&bo)[4]) {
+            tf::ldmatrix_x4_trans(
+                bo, do_bt + (qs + (uint32_t)((kk * 16 * LD + dt * 8) * 2)));
+          },
+          [&](int kk, int dt, uint32_t(&bq)[4]) {
+            tf::ldmatrix_x4_trans(
+                bq, q_bt + (qs + (uint32_t)((kk * 16 * LD + dt * 8) * 2)));
+          });
       if constexpr (ATOMIC_DQ) {
 #pragma unroll
         for (int nt = 0; nt < NT; nt++)
 #pragma unroll
           for (int h = 0; h < 2; h++)
-            *reinterpret_cast<uint32_t *>(dsw + (g + 8 * h) * LDS + nt * 8 + t2) =
-                tf_flash_pack<DT>(dp[nt][2 * h], dp[nt][2 * h + 1]);
+            *reinterpret_cast<uint32_t *>(dsw + (g + 8 * h) * LDS + nt * 8 +
+                                          t2) =
+                tf::pack2<tf_flash_elem<DT>>(dp[nt][2 * h], dp[nt][2 * h + 1]);
       }
     } else if constexpr (ATOMIC_DQ) {
       for (int i = lane; i < 16 * BR / 2; i += 32)
@@ -213,18 +222,20 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) tf_flash_bwd_tc_ker
 #pragma unroll
       for (int kk = 0; kk < BC / 16; kk++) {
         uint32_t a[4];
-        tf_flash_ldsm4_t(a, ds_a + (uint32_t)(kk * 16 * LDS * 2));
+        tf::ldmatrix_x4_trans(a, ds_a + (uint32_t)(kk * 16 * LDS * 2));
 #pragma unroll
         for (int n = 0; n + 1 < C::NTW; n += 2) {
           uint32_t kb[4];
-          tf_flash_ldsm4_t(kb, k_bt + (uint32_t)((kk * 16 * LD + n * 8) * 2));
-          tf_flash_mma<DT>(acc[n], a, kb[0], kb[1]);
-          tf_flash_mma<DT>(acc[n + 1], a, kb[2], kb[3]);
+          tf::ldmatrix_x4_trans(kb,
+                                k_bt + (uint32_t)((kk * 16 * LD + n * 8) * 2));
+          tf::mma_16816<tf_flash_elem<DT>>(acc[n], a, kb[0], kb[1]);
+          tf::mma_16816<tf_flash_elem<DT>>(acc[n + 1], a, kb[2], kb[3]);
         }
         if constexpr (C::NTW % 2 == 1) {
           uint32_t kb[2];
-          tf_flash_ldsm2_t(kb, k_bt + (uint32_t)((kk * 16 * LD + (C::NTW - 1) * 8) * 2));
-          tf_flash_mma<DT>(acc[C::NTW - 1], a, kb[0], kb[1]);
+          tf::ldmatrix_x2_trans(
+              kb, k_bt + (uint32_t)((kk * 16 * LD + (C::NTW - 1) * 8) * 2));
+          tf::mma_16816<tf_flash_elem<DT>>(acc[C::NTW - 1], a, kb[0], kb[1]);
         }
       }
       /* rows g and g + 8 of the tile, columns col0 + 8 n */
@@ -260,7 +271,7 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) tf_flash_bwd_tc_ker
 
   /* dK (times scale) and dV through the warp's own K and V rows, once no
    * warp reads them and no copy is in flight */
-  tf_flash_cp_wait<0>();
+  tf::cp_async_wait<0>();
   __syncthreads();
 #pragma unroll
   for (int h = 0; h < 2; h++) {
@@ -269,8 +280,10 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) tf_flash_bwd_tc_ker
     for (int dt = 0; dt < DT8; dt++) {
       const int c = dt * 8 + (lane & 3) * 2;
       *reinterpret_cast<uint32_t *>(sK + r * LD + c) =
-          tf_flash_pack<DT>(dk[dt][2 * h] * p.scale, dk[dt][2 * h + 1] * p.scale);
-      *reinterpret_cast<uint32_t *>(sV + r * LD + c) = tf_flash_pack<DT>(dv[dt][2 * h], dv[dt][2 * h + 1]);
+          tf::pack2<tf_flash_elem<DT>>(dk[dt][2 * h] * p.scale,
+                                       dk[dt][2 * h + 1] * p.scale);
+      *reinterpret_cast<uint32_t *>(sV + r * LD + c) =
+          tf::pack2<tf_flash_elem<DT>>(dv[dt][2 * h], dv[dt][2 * h + 1]);
     }
   }
   __syncwarp();
@@ -291,7 +304,8 @@ template <int HD_, int WARPS_, int BC_, int MIN_BLOCKS_> struct tf_flash_dq_cfg 
 template <int DT, class C>
 __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) tf_flash_dq_tc_kernel(const tf_cuda_flash_params p) {
   constexpr int HD = C::HD, BR = C::BR, BC = C::BC, LD = C::LD, NT = BC / 8, DT8 = HD / 8;
-  uint16_t *sQ = reinterpret_cast<uint16_t *>(tf_flash_dynamic_smem());
+  uint16_t *sQ =
+      reinterpret_cast<uint16_t *>(tf::dynamic_smem<unsigned char>());
   uint16_t *sdO = sQ + BR * LD, *sK = sdO + BR * LD, *sV = sK + 2 * BC * LD;
   const int warp = (int)threadIdx.x / 32, lane = (int)threadIdx.x % 32;
   int64_t b, q0;
@@ -306,7 +320,7 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) tf_flash_dq_tc_kern
     tf_flash_load_rows<BC, HD, LD, C::THREADS>(sK, K, 0, p.seq_k, hd);
     tf_flash_load_rows<BC, HD, LD, C::THREADS>(sV, V, 0, p.seq_k, hd);
   }
-  tf_flash_cp_commit();
+  tf::cp_async_commit();
 
   const int wrow = warp * 16;
   const int64_t wq0 = q0 + wrow;
@@ -322,10 +336,11 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) tf_flash_dq_tc_kern
    * this kernel's schedule as it was (with the helpers ptxas moved 9-35 instructions) */
   const int a_row = lane & 15, a_col = (lane >> 4) * 8;
   const int b_row = (lane & 7) + ((lane >> 4) << 3), b_col = ((lane >> 3) & 1) * 8;
-  const uint32_t q_a = tf_flash_smem_addr(sQ + (wrow + a_row) * LD + a_col);
-  const uint32_t do_a = tf_flash_smem_addr(sdO + (wrow + a_row) * LD + a_col);
-  const uint32_t k_b = tf_flash_smem_addr(sK + b_row * LD + b_col), k_bt = tf_flash_smem_addr(sK + a_row * LD + a_col);
-  const uint32_t v_b = tf_flash_smem_addr(sV + b_row * LD + b_col);
+  const uint32_t q_a = tf::smem_addr(sQ + (wrow + a_row) * LD + a_col);
+  const uint32_t do_a = tf::smem_addr(sdO + (wrow + a_row) * LD + a_col);
+  const uint32_t k_b = tf::smem_addr(sK + b_row * LD + b_col),
+                 k_bt = tf::smem_addr(sK + a_row * LD + a_col);
+  const uint32_t v_b = tf::smem_addr(sV + b_row * LD + b_col);
   const float sl2 = p.scale_log2;
 
   float dq[DT8][4];
@@ -359,15 +374,16 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) tf_flash_dq_tc_kern
 #pragma unroll
       for (int dt = 0; dt < DT8; dt += 2) {
         uint32_t kb[4];
-        tf_flash_ldsm4_t(kb, k_bt + ks + (uint32_t)((kk * 16 * LD + dt * 8) * 2));
-        tf_flash_mma<DT>(dq[dt], a, kb[0], kb[1]);
-        tf_flash_mma<DT>(dq[dt + 1], a, kb[2], kb[3]);
+        tf::ldmatrix_x4_trans(kb, k_bt + ks +
+                                      (uint32_t)((kk * 16 * LD + dt * 8) * 2));
+        tf::mma_16816<tf_flash_elem<DT>>(dq[dt], a, kb[0], kb[1]);
+        tf::mma_16816<tf_flash_elem<DT>>(dq[dt + 1], a, kb[2], kb[3]);
       }
     }
   }
 
   if (n_tiles == 0) {
-    tf_flash_cp_wait<0>();
+    tf::cp_async_wait<0>();
     __syncthreads();
   }
   __syncwarp();
@@ -377,7 +393,8 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) tf_flash_dq_tc_kern
 #pragma unroll
     for (int dt = 0; dt < DT8; dt++)
       *reinterpret_cast<uint32_t *>(sQ + r * LD + dt * 8 + (lane & 3) * 2) =
-          tf_flash_pack<DT>(dq[dt][2 * h] * p.scale, dq[dt][2 * h + 1] * p.scale);
+          tf::pack2<tf_flash_elem<DT>>(dq[dt][2 * h] * p.scale,
+                                       dq[dt][2 * h + 1] * p.scale);
   }
   __syncwarp();
   tf_flash_store_rows<HD, LD>(static_cast<uint16_t *>(p.dq) + b * p.seq_q * hd, sQ + wrow * LD, 16, wq0, p.seq_q, hd, hd);

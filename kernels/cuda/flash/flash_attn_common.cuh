@@ -1,7 +1,8 @@
 /* What the FlashAttention-2 files share (flash_attn.cu: the entry, the
  * small kernels and the SIMT path; flash_attn_fwd.cu and flash_attn_bwd.cu:
  * the tensor-core kernels): the kernels' parameters, the tile loads and
- * stores built on flash_attn_ptx.cuh's wrappers, and the launchers'
+ * stores built on the PTX wrappers of rtc/tfhost.cuh (the header of the
+ * kernels scripts compile: one copy serves both), and the launchers'
  * declarations.
  *
  * Fragment layouts (PTX ISA, mma.m16n8k16 for 16-bit A/B): with lane =
@@ -18,7 +19,13 @@
 
 #include <string.h>
 
-#include "flash_attn_ptx.cuh"
+#include "rtc/tfhost.cuh"
+
+/* The element type of tfhost.cuh's templates for a 16-bit dtype. */
+template <int DT> struct tf_flash_elem_of;
+template <> struct tf_flash_elem_of<TF_BF16> { typedef __nv_bfloat16 type; };
+template <> struct tf_flash_elem_of<TF_F16> { typedef __half type; };
+template <int DT> using tf_flash_elem = typename tf_flash_elem_of<DT>::type;
 
 /* Everything a flash kernel reads, by value. Element pointers are of the
  * problem dtype; lse, rowdot (D) and dq_acc are f32. */
@@ -57,10 +64,10 @@ template <int V> struct tf_flash_int {
  * fragment of a product whose k runs along those columns. */
 template <int DT>
 __device__ __forceinline__ void tf_flash_c_to_a(uint32_t (&a)[4], const float (&lo)[4], const float (&hi)[4]) {
-  a[0] = tf_flash_pack<DT>(lo[0], lo[1]);
-  a[1] = tf_flash_pack<DT>(lo[2], lo[3]);
-  a[2] = tf_flash_pack<DT>(hi[0], hi[1]);
-  a[3] = tf_flash_pack<DT>(hi[2], hi[3]);
+  a[0] = tf::pack2<tf_flash_elem<DT>>(lo[0], lo[1]);
+  a[1] = tf::pack2<tf_flash_elem<DT>>(lo[2], lo[3]);
+  a[2] = tf::pack2<tf_flash_elem<DT>>(hi[0], hi[1]);
+  a[3] = tf::pack2<tf_flash_elem<DT>>(hi[2], hi[3]);
 }
 
 /* A lane's ldmatrix row address in a 16 x 16 tile at row row0 of a shared
@@ -68,11 +75,12 @@ __device__ __forceinline__ void tf_flash_c_to_a(uint32_t (&a)[4], const float (&
  * (lane % 16, 8 (lane / 16)); plain B operands (8 (lane / 16) + lane % 8,
  * 8 ((lane / 8) % 2)). */
 template <int LD> __device__ __forceinline__ uint32_t tf_flash_a_addr(const uint16_t *tile, int row0, int lane) {
-  return tf_flash_smem_addr(tile + (row0 + (lane & 15)) * LD + (lane >> 4) * 8);
+  return tf::smem_addr(tile + (row0 + (lane & 15)) * LD + (lane >> 4) * 8);
 }
 
 template <int LD> __device__ __forceinline__ uint32_t tf_flash_b_addr(const uint16_t *tile, int lane) {
-  return tf_flash_smem_addr(tile + ((lane & 7) + ((lane >> 4) << 3)) * LD + ((lane >> 3) & 1) * 8);
+  return tf::smem_addr(tile + ((lane & 7) + ((lane >> 4) << 3)) * LD +
+                       ((lane >> 3) & 1) * 8);
 }
 
 /* Where the warp-specialised backward kernel (sm90/flash_attn_bwd_ws.cu)
@@ -251,12 +259,13 @@ __device__ __forceinline__ void tf_flash_load_rows(uint16_t *dst, const uint16_t
   if (THREADS % CH != 0 && r0 >= STEP) return;
   const bool col_ok = ch * 8 < hd;
   const uint16_t *g = src + (row0 + r0) * stride + ch * 8;
-  const uint32_t s = tf_flash_smem_addr(dst + r0 * LD + ch * 8);
+  const uint32_t s = tf::smem_addr(dst + r0 * LD + ch * 8);
 #pragma unroll
   for (int i = 0; i < (ROWS + STEP - 1) / STEP; i++) {
     if (ROWS % STEP == 0 || r0 + i * STEP < ROWS) {
       const bool ok = col_ok && row0 + r0 + i * STEP < nrows;
-      tf_flash_cp16(s + (uint32_t)(i * STEP * LD * 2), ok ? g + (int64_t)i * STEP * stride : src, ok);
+      tf::cp_async16(s + (uint32_t)(i * STEP * LD * 2),
+                     ok ? g + (int64_t)i * STEP * stride : src, ok);
     }
   }
 }
@@ -268,13 +277,13 @@ __device__ __forceinline__ void tf_flash_load_rows(uint16_t *dst, const uint16_t
 template <int BC, int HD, int LD, int THREADS>
 __device__ __forceinline__ void tf_flash_kv_step(const tf_cuda_flash_params &p, uint16_t *sK, uint16_t *sV, const uint16_t *K,
                                                  const uint16_t *V, int next, int n_tiles, int hd) {
-  tf_flash_cp_wait<0>();
+  tf::cp_async_wait<0>();
   __syncthreads();
   if (next < n_tiles) {
     const int buf = next & 1;
     tf_flash_load_rows<BC, HD, LD, THREADS>(sK + buf * BC * LD, K, (int64_t)next * BC, p.seq_k, hd);
     tf_flash_load_rows<BC, HD, LD, THREADS>(sV + buf * BC * LD, V, (int64_t)next * BC, p.seq_k, hd);
-    tf_flash_cp_commit();
+    tf::cp_async_commit();
   }
 }
 
@@ -286,7 +295,7 @@ __device__ __forceinline__ void tf_flash_load_stat(float *dst, const float *src,
     const int r = (int)threadIdx.x + i * THREADS;
     if (ROWS % THREADS == 0 || r < ROWS) {
       const bool ok = row0 + r < nrows;
-      tf_flash_cp4(tf_flash_smem_addr(dst + r), ok ? src + row0 + r : src, ok);
+      tf::cp_async4(tf::smem_addr(dst + r), ok ? src + row0 + r : src, ok);
     }
   }
 }

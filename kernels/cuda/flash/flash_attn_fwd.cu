@@ -41,7 +41,8 @@ template <int HD_, int WARPS_, int MT_, int BC_, int MIN_BLOCKS_> struct tf_flas
 template <int DT, class C>
 __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) tf_flash_fwd_tc_kernel(const tf_cuda_flash_params p) {
   constexpr int HD = C::HD, MT = C::MT, BC = C::BC, BR = C::BR, LD = C::LD, NT = BC / 8, DT8 = HD / 8;
-  uint16_t *sQ = reinterpret_cast<uint16_t *>(tf_flash_dynamic_smem());
+  uint16_t *sQ =
+      reinterpret_cast<uint16_t *>(tf::dynamic_smem<unsigned char>());
   uint16_t *sK = sQ + BR * LD, *sV = sK + 2 * BC * LD;
   const int warp = (int)threadIdx.x / 32, lane = (int)threadIdx.x % 32;
   int64_t b, q0;
@@ -55,7 +56,7 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) tf_flash_fwd_tc_ker
     tf_flash_load_rows<BC, HD, LD, C::THREADS>(sK, K, 0, p.seq_k, hd);
     tf_flash_load_rows<BC, HD, LD, C::THREADS>(sV, V, 0, p.seq_k, hd);
   }
-  tf_flash_cp_commit();
+  tf::cp_async_commit();
 
   const int wrow = warp * 16 * MT; /* the warp's first row in the block */
   const int64_t wq0 = q0 + wrow;
@@ -76,7 +77,7 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) tf_flash_fwd_tc_ker
 
   /* scale < 0: the running max is of -q.k; q's signs are flipped once, in shared memory */
   if (p.q_sign) {
-    tf_flash_cp_wait<0>();
+    tf::cp_async_wait<0>();
     __syncthreads();
     uint32_t *words = reinterpret_cast<uint32_t *>(sQ);
     for (int i = (int)threadIdx.x; i < BR * LD / 2; i += C::THREADS) words[i] ^= p.q_sign;
@@ -102,15 +103,17 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) tf_flash_fwd_tc_ker
     for (int kk = 0; kk < HD / 16; kk++) {
       uint32_t a[MT][4];
 #pragma unroll
-      for (int mt = 0; mt < MT; mt++) tf_flash_ldsm4(a[mt], q_addr + (uint32_t)((mt * 16 * LD + kk * 16) * 2));
+      for (int mt = 0; mt < MT; mt++)
+        tf::ldmatrix_x4(a[mt],
+                        q_addr + (uint32_t)((mt * 16 * LD + kk * 16) * 2));
 #pragma unroll
       for (int nt = 0; nt < NT; nt += 2) {
         uint32_t kb[4];
-        tf_flash_ldsm4(kb, kst + (uint32_t)((nt * 8 * LD + kk * 16) * 2));
+        tf::ldmatrix_x4(kb, kst + (uint32_t)((nt * 8 * LD + kk * 16) * 2));
 #pragma unroll
         for (int mt = 0; mt < MT; mt++) {
-          tf_flash_mma<DT>(s[mt][nt], a[mt], kb[0], kb[1]);
-          tf_flash_mma<DT>(s[mt][nt + 1], a[mt], kb[2], kb[3]);
+          tf::mma_16816<tf_flash_elem<DT>>(s[mt][nt], a[mt], kb[0], kb[1]);
+          tf::mma_16816<tf_flash_elem<DT>>(s[mt][nt + 1], a[mt], kb[2], kb[3]);
         }
       }
     }
@@ -180,11 +183,12 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) tf_flash_fwd_tc_ker
 #pragma unroll
       for (int dt = 0; dt < DT8; dt += 2) {
         uint32_t vb[4];
-        tf_flash_ldsm4_t(vb, vst + (uint32_t)((kk * 16 * LD + dt * 8) * 2));
+        tf::ldmatrix_x4_trans(vb,
+                              vst + (uint32_t)((kk * 16 * LD + dt * 8) * 2));
 #pragma unroll
         for (int mt = 0; mt < MT; mt++) {
-          tf_flash_mma<DT>(o[mt][dt], a[mt], vb[0], vb[1]);
-          tf_flash_mma<DT>(o[mt][dt + 1], a[mt], vb[2], vb[3]);
+          tf::mma_16816<tf_flash_elem<DT>>(o[mt][dt], a[mt], vb[0], vb[1]);
+          tf::mma_16816<tf_flash_elem<DT>>(o[mt][dt + 1], a[mt], vb[2], vb[3]);
         }
       }
     }
@@ -198,7 +202,7 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) tf_flash_fwd_tc_ker
   for (int j = n_full; j < n_tiles; j++) key_block(j, tf_flash_bool<true>());
 
   if (n_tiles == 0) { /* no keys at all: Q's copies must land before its rows are reused */
-    tf_flash_cp_wait<0>();
+    tf::cp_async_wait<0>();
     __syncthreads();
   }
   /* O / sum through the warp's own Q rows (no other warp reads them), lse */
@@ -216,7 +220,8 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) tf_flash_fwd_tc_ker
 #pragma unroll
       for (int dt = 0; dt < DT8; dt++)
         *reinterpret_cast<uint32_t *>(sQ + r * LD + dt * 8 + (lane & 3) * 2) =
-            tf_flash_pack<DT>(o[mt][dt][2 * h] * inv, o[mt][dt][2 * h + 1] * inv);
+            tf::pack2<tf_flash_elem<DT>>(o[mt][dt][2 * h] * inv,
+                                         o[mt][dt][2 * h + 1] * inv);
       if ((lane & 3) == 0 && q0 + r < p.seq_q)
         lse[q0 + r] = sum > 0.f ? row_max[mt][h] * (p.fwd_scale_log2 / TF_FLASH_LOG2E) + logf(sum) : -INFINITY;
     }

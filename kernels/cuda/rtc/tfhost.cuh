@@ -15,6 +15,10 @@
  *     m16n8k16 with f32 accumulators (bf16 or f16 inputs), two floats packed
  *     into a bf16x2 or f16x2 register, and exp2 on the special-function unit.
  *
+ * Hopper's wgmma, mbarrier, TMA and setmaxnreg are in <tfhost_sm90.cuh>
+ * (target sm_90a), which includes this header. tfhost's own FlashAttention
+ * kernels are built from these wrappers too.
+ *
  * It needs only CUDA's own device headers (no C or C++ standard header), so
  * it compiles under NVRTC as it does under nvcc. Everything is a
  * __device__ function or a type; nothing here defines a kernel. */
@@ -206,12 +210,16 @@ __device__ __forceinline__ int frag_b_offset(int lane, int ld) {
   return ((lane & 7) + ((lane >> 4) << 3)) * ld + ((lane >> 3) & 1) * 8;
 }
 
-/* 16 bytes from global to shared memory, asynchronously (through L2 only).
- * With full false nothing is read and the 16 bytes are zeroes (src must
- * still be a valid address: pass any in-bounds one). Both addresses are
- * 16-byte aligned. */
+/* 16 bytes from global to shared memory, asynchronously (through L2 only,
+ * which is asked to fetch the whole 128-byte line: tiles are read in rows
+ * of that). With full false nothing is read and the 16 bytes are zeroes
+ * (src must still be a valid address: pass any in-bounds one). Both
+ * addresses are 16-byte aligned. */
 __device__ __forceinline__ void cp_async16(unsigned dst, const void *src, bool full = true) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(full ? 16 : 0) : "memory");
+  asm volatile(
+      "cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;" ::"r"(dst),
+      "l"(src), "r"(full ? 16 : 0)
+      : "memory");
 }
 
 /* 4 bytes, the same way (through L1), 4-byte aligned. */

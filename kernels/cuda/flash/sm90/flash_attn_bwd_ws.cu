@@ -44,9 +44,9 @@
 
 #include <string.h>
 
+#include "rtc/tfhost_sm90.cuh"
 #include "tma_maps.cuh"
 #include "tma_ptx.cuh"
-#include "wgmma_ptx.cuh"
 #include "wgmma_softmax.cuh"
 #include "wgmma_tiles.cuh"
 
@@ -141,15 +141,17 @@ __device__ __forceinline__ void tf_bwd_ws_produce(const tf_bwd_ws_params &a, con
   if (warp == 0) {
     /* the loader: K and V once, then each query block's Q, dO, lse and D */
     if (lane == 0) {
-      tf_tma_prefetch_map(&a.q);
-      tf_tma_prefetch_map(&a.dout);
-      tf_mbar_arrive_expect_tx(bar_kv, 2 * C::KV);
+      tf::tma_prefetch_map(&a.q);
+      tf::tma_prefetch_map(&a.dout);
+      tf::mbar_arrive_expect_tx(bar_kv, 2 * C::KV);
       tf_tma_load_pair<HALVES, BC>(sK, &a.k, sV, &a.v, (int)k0, (int)b, bar_kv);
     }
     const float *lse = p.lse + b * p.seq_q, *D = p.rowdot + b * p.seq_q;
     for (int it = 0; it < n_it; it++) {
       const int s = it % STAGES;
-      if (it >= STAGES) tf_mbar_wait_idle(bar_empty + 8 * s, (uint32_t)((it / STAGES - 1) & 1));
+      if (it >= STAGES)
+        tf::mbar_wait_idle(bar_empty + 8 * s,
+                           (uint32_t)((it / STAGES - 1) & 1));
       const int64_t q0 = (first + it) * BR;
       /* rows past the end: lse = inf makes their P (and dS) zero */
 #pragma unroll
@@ -160,26 +162,27 @@ __device__ __forceinline__ void tf_bwd_ws_produce(const tf_bwd_ws_params &a, con
       }
       const uint32_t full = bar_full + 8 * s;
       if (lane == 0) {
-        tf_mbar_arrive_expect_tx(full, 2 * QO);
+        tf::mbar_arrive_expect_tx(full, 2 * QO);
         tf_tma_load_q_do<HALVES, BR>(sQ + (uint32_t)s * QO, &a.q, sdO + (uint32_t)s * QO, &a.dout, (int)q0, (int)b,
                                      (int)p.o_group, full);
       } else {
-        tf_mbar_arrive(full);
+        tf::mbar_arrive(full);
       }
     }
   } else if (ATOMIC_DQ && warp == 1 && lane == 0) {
     /* the dQ warp: each query block's tile (rows of hd f32) added into the workspace */
     for (int it = 0; it < n_it; it++) {
       const int buf = it % DQ_BUFS;
-      tf_mbar_wait_idle(bar_dq_full + 8 * buf, (uint32_t)((it / DQ_BUFS) & 1));
+      tf::mbar_wait_idle(bar_dq_full + 8 * buf, (uint32_t)((it / DQ_BUFS) & 1));
       const int64_t q0 = (first + it) * BR, rows = p.seq_q - q0 < BR ? p.seq_q - q0 : BR;
-      tf_bulk_reduce_add_f32(p.dq_acc + (b * p.seq_q + q0) * hd, sdQ + (uint32_t)buf * C::DQ,
-                             (uint32_t)(rows * hd * 4));
-      tf_bulk_commit();
-      tf_bulk_wait_read<0>();
-      tf_mbar_arrive(bar_dq_empty + 8 * buf);
+      tf::bulk_reduce_add_f32(p.dq_acc + (b * p.seq_q + q0) * hd,
+                              sdQ + (uint32_t)buf * C::DQ,
+                              (uint32_t)(rows * hd * 4));
+      tf::bulk_commit();
+      tf::bulk_wait_read<0>();
+      tf::mbar_arrive(bar_dq_empty + 8 * buf);
     }
-    tf_bulk_wait<0>();
+    tf::bulk_wait<0>();
   }
 }
 
@@ -215,10 +218,10 @@ __device__ __forceinline__ void tf_bwd_ws_consume(const tf_cuda_flash_params &p,
     if constexpr (!ATOMIC_DQ) asm volatile("bar.arrive %0, 256;\n" ::"r"(6 - cw) : "memory");
   };
   if (cw == 1) turn_end();
-  tf_mbar_wait(bar_kv, 0);
+  tf::mbar_wait(bar_kv, 0);
   for (int it = 0; it < n_it; it++) {
     const int s = it % STAGES;
-    tf_mbar_wait(bar_full + 8 * s, (uint32_t)((it / STAGES) & 1));
+    tf::mbar_wait(bar_full + 8 * s, (uint32_t)((it / STAGES) & 1));
     const int64_t q0 = (first + it) * BR;
     const uint32_t q_st = sQ + (uint32_t)s * QO, do_st = sdO + (uint32_t)s * QO;
     const float *lse_s = sLse + s * BR, *D_s = sD + s * BR;
@@ -237,9 +240,10 @@ __device__ __forceinline__ void tf_bwd_ws_consume(const tf_cuda_flash_params &p,
      * `||`: p is a reference, whose seq_k the compiler would not read before
      * the test, and it would branch (a different schedule) */
     const bool edge = (p.causal && q0 < k0 + BC) | (k0 + BC > p.seq_k);
-    tf_wgmma_wait<SPLIT ? 1 : 0>();
-    tf_wgmma_hold(sc);
-    if constexpr (!SPLIT) tf_wgmma_hold(dp);
+    tf::wgmma_wait<SPLIT ? 1 : 0>();
+    tf::wgmma_hold(sc);
+    if constexpr (!SPLIT)
+      tf::wgmma_hold(dp);
 #pragma unroll
     for (int nt = 0; nt < NT; nt++)
 #pragma unroll
@@ -256,8 +260,8 @@ __device__ __forceinline__ void tf_bwd_ws_consume(const tf_cuda_flash_params &p,
     uint32_t pa[BR / 16][4], da[BR / 16][4];
     tf_wgmma_pack_p<DT, BR>(sc, pa);
     if constexpr (SPLIT) {
-      tf_wgmma_wait<0>();
-      tf_wgmma_hold(dp);
+      tf::wgmma_wait<0>();
+      tf::wgmma_hold(dp);
 #pragma unroll
       for (int nt = 0; nt < NT; nt++)
 #pragma unroll
@@ -266,17 +270,17 @@ __device__ __forceinline__ void tf_bwd_ws_consume(const tf_cuda_flash_params &p,
     tf_wgmma_pack_p<DT, BR>(dp, da);
     /* the Q/dO buffer back to the loader once dV and dK's products are done (they read it and P^T, dS^T) */
     auto release_stage = [&]() {
-      tf_wgmma_hold(dv);
-      tf_wgmma_hold(dk);
-      tf_wgmma_hold_regs(pa);
-      tf_wgmma_hold_regs(da);
-      tf_mbar_arrive(bar_empty + 8 * s);
+      tf::wgmma_hold(dv);
+      tf::wgmma_hold(dk);
+      tf::wgmma_hold_regs(pa);
+      tf::wgmma_hold_regs(da);
+      tf::mbar_arrive(bar_empty + 8 * s);
     };
     if constexpr (!ATOMIC_DQ) {
       turn_begin();
       tf_wgmma_bwd_dv_dk<DT, BR>(dv, dk, pa, da, do_st, q_st);
       turn_end();
-      tf_wgmma_wait<0>();
+      tf::wgmma_wait<0>();
       release_stage();
     } else {
       /* dS^T (keys x queries) into this consumer's tiles of buffer it & 1: 64 queries a tile. One
@@ -289,12 +293,14 @@ __device__ __forceinline__ void tf_bwd_ws_consume(const tf_cuda_flash_params &p,
 #pragma unroll
       for (int kk = 0; kk < BR / 16; kk++) {
         const int c = 2 * kk + (mj >> 1);
-        tf_stmatrix_x4(ds_tiles + cw * C::DS + (uint32_t)((c >> 3) * 2 * C::DS) + tf_wgmma_chunk<64>(key_row, c & 7),
-                       da[kk]);
+        tf::stmatrix_x4(ds_tiles + cw * C::DS +
+                            (uint32_t)((c >> 3) * 2 * C::DS) +
+                            tf_wgmma_chunk<64>(key_row, c & 7),
+                        da[kk]);
       }
       /* dV's product runs while both consumers' dS^T tiles are completed */
       tf_wgmma_issue_acc<DT, BR>(dv, pa, do_st);
-      tf_wgmma_fence_smem();
+      tf::fence_proxy_async();
       asm volatile("bar.sync 1, 256;\n" ::: "memory"); /* both consumers' dS^T are written */
       const int buf = it % DQ_BUFS;
       float *const dq_tile = reinterpret_cast<float *>(base_ptr + C::DQ_AT + (uint32_t)buf * C::DQ);
@@ -308,19 +314,24 @@ __device__ __forceinline__ void tf_bwd_ws_consume(const tf_cuda_flash_params &p,
         constexpr int N = decltype(n_tag)::value;
         const uint32_t ds_rows = ds_tiles + (uint32_t)(row0 / 64) * 2 * C::DS;
         const uint32_t k_cols = sK + (uint32_t)((col0 >> 6) * BC * 128 + (col0 & 63) * 2);
-        const uint64_t d_ds = tf_wgmma_desc(ds_rows, 64 * 128, 1024), d_k = tf_wgmma_desc(k_cols, BC * 128, 1024);
+        const uint64_t d_ds = tf::wgmma_desc(ds_rows, 64 * 128, 1024),
+                       d_k = tf::wgmma_desc(k_cols, BC * 128, 1024);
         float dq[N / 2];
-        tf_wgmma_fence();
+        tf::wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < BC / 16; kk++)
-          tf_wgmma_ss<DT, 1, 1>(dq, tf_wgmma_desc_add(d_ds, kk * 2048), tf_wgmma_desc_add(d_k, kk * 2048), kk > 0);
-        tf_wgmma_commit();
+          tf::wgmma_ss<tf_flash_elem<DT>, 1, 1>(
+              dq, tf::wgmma_desc_add(d_ds, kk * 2048),
+              tf::wgmma_desc_add(d_k, kk * 2048), kk > 0);
+        tf::wgmma_commit();
         tf_wgmma_issue_acc<DT, BR>(dk, da, q_st);
-        tf_wgmma_wait<1>(); /* dV and dQ */
-        tf_wgmma_hold(dq);
-        tf_wgmma_hold(dv);
-        tf_wgmma_hold_regs(pa);
-        if (it >= DQ_BUFS) tf_mbar_wait(bar_dq_empty + 8 * buf, (uint32_t)((it / DQ_BUFS - 1) & 1));
+        tf::wgmma_wait<1>(); /* dV and dQ */
+        tf::wgmma_hold(dq);
+        tf::wgmma_hold(dv);
+        tf::wgmma_hold_regs(pa);
+        if (it >= DQ_BUFS)
+          tf::mbar_wait(bar_dq_empty + 8 * buf,
+                        (uint32_t)((it / DQ_BUFS - 1) & 1));
         /* the row's permutation from a register the compiler cannot see
          * through, so that it does not keep the tile's N / 4 addresses live
          * across the loop (they spilled at head dim 128); not at 80, where
@@ -338,8 +349,8 @@ __device__ __forceinline__ void tf_bwd_ws_consume(const tf_cuda_flash_params &p,
                   make_float2(dq[4 * nt + 2 * h], dq[4 * nt + 2 * h + 1]);
           }
         }
-        tf_wgmma_fence_smem();
-        tf_mbar_arrive(bar_dq_full + 8 * buf);
+        tf::fence_proxy_async();
+        tf::mbar_arrive(bar_dq_full + 8 * buf);
       };
       if constexpr (BR == 128) /* each consumer 64 query rows, every column */
         add_dq(cw * 64, 0, tf_flash_int<HD>());
@@ -347,7 +358,7 @@ __device__ __forceinline__ void tf_bwd_ws_consume(const tf_cuda_flash_params &p,
         add_dq(0, 0, tf_flash_int<DQ_N0>());
       else
         add_dq(0, DQ_N0, tf_flash_int<HD - DQ_N0>());
-      tf_wgmma_wait<0>(); /* dK */
+      tf::wgmma_wait<0>(); /* dK */
       release_stage();
     }
   }
@@ -368,25 +379,28 @@ __global__ void __launch_bounds__(384, 1) tf_flash_bwd_ws_kernel(const __grid_co
   TF_BWD_WS_UNPACK(blk);
 
   if (threadIdx.x == 0) {
-    tf_mbar_init(bar_kv, 1);
+    tf::mbar_init(bar_kv, 1);
     for (int s = 0; s < STAGES; s++) {
-      tf_mbar_init(bar_full + 8 * s, 32); /* the loading warp's lanes (lse, D), one of them with Q and dO's bytes */
-      tf_mbar_init(bar_empty + 8 * s, 256); /* the consumers' threads (each has read lse and D) */
+      tf::mbar_init(bar_full + 8 * s,
+                    32); /* the loading warp's lanes (lse, D), one of them with
+                            Q and dO's bytes */
+      tf::mbar_init(bar_empty + 8 * s,
+                    256); /* the consumers' threads (each has read lse and D) */
     }
     for (int i = 0; i < DQ_BUFS; i++) {
-      tf_mbar_init(bar_dq_full + 8 * i, 256); /* the consumers' threads */
-      tf_mbar_init(bar_dq_empty + 8 * i, 1);  /* the dQ warp */
+      tf::mbar_init(bar_dq_full + 8 * i, 256); /* the consumers' threads */
+      tf::mbar_init(bar_dq_empty + 8 * i, 1);  /* the dQ warp */
     }
-    tf_mbar_init_fence();
+    tf::mbar_init_fence();
   }
   __syncthreads();
 
   const int wg = tf_wgmma_warpgroup(), lane = (int)threadIdx.x % 32;
   if (wg == 0) {
-    tf_setmaxnreg_dec<TF_WS_LOAD_REGS>();
+    tf::setmaxnreg_dec<TF_WS_LOAD_REGS>();
     tf_bwd_ws_produce<C, ATOMIC_DQ>(a, blk, lane);
   } else {
-    tf_setmaxnreg_inc<TF_WS_MMA_REGS>();
+    tf::setmaxnreg_inc<TF_WS_MMA_REGS>();
     tf_bwd_ws_consume<DT, C, ATOMIC_DQ>(p, blk, wg - 1, lane);
   }
 }

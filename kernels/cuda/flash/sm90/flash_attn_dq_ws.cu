@@ -32,9 +32,9 @@
 
 #include <string.h>
 
+#include "rtc/tfhost_sm90.cuh"
 #include "tma_maps.cuh"
 #include "tma_ptx.cuh"
-#include "wgmma_ptx.cuh"
 #include "wgmma_softmax.cuh"
 #include "wgmma_tiles.cuh"
 
@@ -77,7 +77,7 @@ __global__ void __launch_bounds__(384, 1) tf_flash_dq_ws_kernel(const __grid_con
 
   const int wg = tf_wgmma_warpgroup(), lane = (int)threadIdx.x % 32;
   if (wg == 0) {
-    tf_setmaxnreg_dec<TF_WS_LOAD_REGS>();
+    tf::setmaxnreg_dec<TF_WS_LOAD_REGS>();
     if (threadIdx.x == 0) {
       /* the loader: Q and dO once, then block j's K and V into buffer j mod STAGES */
       tf_ws_loader_begin(&a.k, &a.v, bar_q, 2 * C::ROWS);
@@ -85,8 +85,10 @@ __global__ void __launch_bounds__(384, 1) tf_flash_dq_ws_kernel(const __grid_con
       for (int j = 0; j < n_tiles; j++) {
         const int s = j % STAGES;
         const uint32_t at = (uint32_t)s * KV, full = bar_full + 8 * s;
-        if (j >= STAGES) tf_mbar_wait_idle(bar_empty + 8 * s, (uint32_t)((j / STAGES - 1) & 1));
-        tf_mbar_arrive_expect_tx(full, 2 * KV);
+        if (j >= STAGES)
+          tf::mbar_wait_idle(bar_empty + 8 * s,
+                             (uint32_t)((j / STAGES - 1) & 1));
+        tf::mbar_arrive_expect_tx(full, 2 * KV);
         tf_tma_load_pair<HALVES, BC>(sK + at, &a.k, sV + at, &a.v, j * BC, (int)b, full);
       }
     }
@@ -94,7 +96,7 @@ __global__ void __launch_bounds__(384, 1) tf_flash_dq_ws_kernel(const __grid_con
   }
 
   /* ---- the consumers ---- */
-  tf_setmaxnreg_inc<TF_WS_MMA_REGS>();
+  tf::setmaxnreg_inc<TF_WS_MMA_REGS>();
   const int cw = wg - 1, warp = ((int)threadIdx.x / 32) % 4, g = lane >> 2;
   const int row_in = warp * 16 + g; /* the thread's rows: row_in and row_in + 8 of the consumer */
   const int64_t wq0 = q0 + cw * 64; /* the consumer's first row */
@@ -117,8 +119,10 @@ __global__ void __launch_bounds__(384, 1) tf_flash_dq_ws_kernel(const __grid_con
 #pragma unroll
   for (int i = 0; i < HD / 2; i++) dq[i] = 0.f;
 
-  auto full = [&](int j) { tf_mbar_wait(bar_full + 8 * (j % STAGES), (uint32_t)((j / STAGES) & 1)); };
-  auto release = [&](int j) { tf_mbar_arrive(bar_empty + 8 * (j % STAGES)); };
+  auto full = [&](int j) {
+    tf::mbar_wait(bar_full + 8 * (j % STAGES), (uint32_t)((j / STAGES) & 1));
+  };
+  auto release = [&](int j) { tf::mbar_arrive(bar_empty + 8 * (j % STAGES)); };
   float s[BC / 2], dp[BC / 2];
   uint32_t da[BC / 16][4];
   auto issue_s_dp = [&](int j) {
@@ -138,9 +142,9 @@ __global__ void __launch_bounds__(384, 1) tf_flash_dq_ws_kernel(const __grid_con
   if (n_full > n_tiles) n_full = n_tiles;
   /* S_j and dP_j waited for, then dS_j packed */
   auto grads = [&](int j) {
-    tf_wgmma_wait<0>();
-    tf_wgmma_hold(s);
-    tf_wgmma_hold(dp);
+    tf::wgmma_wait<0>();
+    tf::wgmma_hold(s);
+    tf::wgmma_hold(dp);
     if (j < n_full)
       tf_wgmma_dq_grads<BC, false>(s, dp, lse_l2, dd, sl2, tf_wgmma_mask{});
     else
@@ -150,7 +154,7 @@ __global__ void __launch_bounds__(384, 1) tf_flash_dq_ws_kernel(const __grid_con
   /* Q and dO landed (their own barrier: key block 0's may complete first;
    * until 2026-11-28 nothing waited here, and block 0's products could read
    * tiles still arriving, a rare change of dQ's last bits) */
-  tf_mbar_wait(bar_q, 0);
+  tf::mbar_wait(bar_q, 0);
   if (n_tiles > 0) {
     full(0);
     turn_begin();
@@ -164,18 +168,18 @@ __global__ void __launch_bounds__(384, 1) tf_flash_dq_ws_kernel(const __grid_con
       issue_dq(j - 1);
       issue_s_dp(j);
       turn_end();
-      tf_wgmma_wait<1>();
-      tf_wgmma_hold(dq);
-      tf_wgmma_hold_regs(da);
+      tf::wgmma_wait<1>();
+      tf::wgmma_hold(dq);
+      tf::wgmma_hold_regs(da);
       release(j - 1);
       grads(j);
     }
     turn_begin();
     issue_dq(n_tiles - 1);
     turn_end();
-    tf_wgmma_wait<0>();
-    tf_wgmma_hold(dq);
-    tf_wgmma_hold_regs(da);
+    tf::wgmma_wait<0>();
+    tf::wgmma_hold(dq);
+    tf::wgmma_hold_regs(da);
     release(n_tiles - 1);
   }
   if (cw == 0) turn_begin();

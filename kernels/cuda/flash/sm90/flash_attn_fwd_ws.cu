@@ -42,9 +42,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "rtc/tfhost_sm90.cuh"
 #include "tma_maps.cuh"
 #include "tma_ptx.cuh"
-#include "wgmma_ptx.cuh"
 #include "wgmma_softmax.cuh"
 #include "wgmma_tiles.cuh"
 
@@ -86,43 +86,49 @@ __global__ void __launch_bounds__(384, 1) tf_flash_fwd_ws_kernel(const __grid_co
 
   const int wg = tf_wgmma_warpgroup(), lane = (int)threadIdx.x % 32;
   if (wg == 0) {
-    tf_setmaxnreg_dec<TF_WS_LOAD_REGS>();
+    tf::setmaxnreg_dec<TF_WS_LOAD_REGS>();
     if (threadIdx.x == 0) {
       /* the loader: Q once, then block j's K and V into buffer j mod STAGES */
       tf_ws_loader_begin(&a.k, &a.v, bar_q, C::ROWS);
-      for (int h = 0; h < HALVES; h++) tf_tma_load_3d(sQ + (uint32_t)(h * BR * 128), &a.q, h * 64, (int)q0, (int)b, bar_q);
+      for (int h = 0; h < HALVES; h++)
+        tf::tma_load_3d(sQ + (uint32_t)(h * BR * 128), &a.q, h * 64, (int)q0,
+                        (int)b, bar_q);
       for (int j = 0; j < n_tiles; j++) {
         const int s = j % STAGES;
         const uint32_t again = (uint32_t)((j / STAGES - 1) & 1), at = (uint32_t)s * KV;
-        if (j >= STAGES) tf_mbar_wait_idle(bar_ke + 8 * s, again);
-        tf_mbar_arrive_expect_tx(bar_kf + 8 * s, KV);
+        if (j >= STAGES)
+          tf::mbar_wait_idle(bar_ke + 8 * s, again);
+        tf::mbar_arrive_expect_tx(bar_kf + 8 * s, KV);
         for (int h = 0; h < HALVES; h++)
-          tf_tma_load_3d(sK + at + (uint32_t)(h * BC * 128), &a.k, h * 64, j * BC, (int)b, bar_kf + 8 * s);
-        if (j >= STAGES) tf_mbar_wait_idle(bar_ve + 8 * s, again);
-        tf_mbar_arrive_expect_tx(bar_vf + 8 * s, KV);
+          tf::tma_load_3d(sK + at + (uint32_t)(h * BC * 128), &a.k, h * 64,
+                          j * BC, (int)b, bar_kf + 8 * s);
+        if (j >= STAGES)
+          tf::mbar_wait_idle(bar_ve + 8 * s, again);
+        tf::mbar_arrive_expect_tx(bar_vf + 8 * s, KV);
         for (int h = 0; h < HALVES; h++)
-          tf_tma_load_3d(sV + at + (uint32_t)(h * BC * 128), &a.v, h * 64, j * BC, (int)b, bar_vf + 8 * s);
+          tf::tma_load_3d(sV + at + (uint32_t)(h * BC * 128), &a.v, h * 64,
+                          j * BC, (int)b, bar_vf + 8 * s);
       }
     }
     return;
   }
 
   /* ---- the consumers ---- */
-  tf_setmaxnreg_inc<TF_WS_MMA_REGS>();
+  tf::setmaxnreg_inc<TF_WS_MMA_REGS>();
   const int cw = wg - 1, warp = ((int)threadIdx.x / 32) % 4, g = lane >> 2;
   const int row_in = warp * 16 + g; /* the thread's rows: row_in and row_in + 8 of the consumer */
   const int64_t wq0 = q0 + cw * 64; /* the consumer's first row */
   const uint32_t q_w = sQ + (uint32_t)(cw * 64 * 128); /* its Q rows (in each 64-column half) */
   const float sl2 = p.fwd_scale_log2;
 
-  tf_mbar_wait(bar_q, 0);
+  tf::mbar_wait(bar_q, 0);
   /* scale < 0: the running max is of -q.k; the consumer's Q rows change sign, for the tensor cores' reads */
   if (p.q_sign) {
     for (int h = 0; h < HALVES; h++) {
       uint32_t *words = reinterpret_cast<uint32_t *>(base_ptr + C::Q_AT + h * BR * 128 + cw * 64 * 128);
       for (int i = (int)threadIdx.x % 128; i < 64 * 128 / 4; i += 128) words[i] ^= p.q_sign;
     }
-    tf_wgmma_fence_smem();
+    tf::fence_proxy_async();
     asm volatile("bar.sync %0, 128;\n" ::"r"(3 + cw) : "memory");
   }
 
@@ -131,21 +137,28 @@ __global__ void __launch_bounds__(384, 1) tf_flash_fwd_ws_kernel(const __grid_co
   for (int i = 0; i < HD / 2; i++) o[i] = 0.f;
   float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
 
-  auto k_full = [&](int j) { tf_mbar_wait(bar_kf + 8 * (j % STAGES), (uint32_t)((j / STAGES) & 1)); };
-  auto v_full = [&](int j) { tf_mbar_wait(bar_vf + 8 * (j % STAGES), (uint32_t)((j / STAGES) & 1)); };
-  auto k_free = [&](int j) { tf_mbar_arrive(bar_ke + 8 * (j % STAGES)); };
-  auto v_free = [&](int j) { tf_mbar_arrive(bar_ve + 8 * (j % STAGES)); };
+  auto k_full = [&](int j) {
+    tf::mbar_wait(bar_kf + 8 * (j % STAGES), (uint32_t)((j / STAGES) & 1));
+  };
+  auto v_full = [&](int j) {
+    tf::mbar_wait(bar_vf + 8 * (j % STAGES), (uint32_t)((j / STAGES) & 1));
+  };
+  auto k_free = [&](int j) { tf::mbar_arrive(bar_ke + 8 * (j % STAGES)); };
+  auto v_free = [&](int j) { tf::mbar_arrive(bar_ve + 8 * (j % STAGES)); };
   /* S = Q K_j^T: K-major operands, the k step's 32 bytes in a 128-byte row of its half */
   auto issue_s = [&](float(&s)[BC / 2], int j) {
-    const uint64_t dq = tf_wgmma_desc(q_w, 16, 1024), dk = tf_wgmma_desc(sK + (uint32_t)(j % STAGES) * KV, 16, 1024);
-    tf_wgmma_fence();
+    const uint64_t dq = tf::wgmma_desc(q_w, 16, 1024),
+                   dk = tf::wgmma_desc(sK + (uint32_t)(j % STAGES) * KV, 16,
+                                       1024);
+    tf::wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < HD / 16; kk++) {
       const uint32_t off = (uint32_t)((kk & 3) * 32), half = (uint32_t)(kk >> 2);
-      tf_wgmma_ss<DT, 0, 0>(s, tf_wgmma_desc_add(dq, half * BR * 128 + off), tf_wgmma_desc_add(dk, half * BC * 128 + off),
-                            kk > 0);
+      tf::wgmma_ss<tf_flash_elem<DT>, 0, 0>(
+          s, tf::wgmma_desc_add(dq, half * BR * 128 + off),
+          tf::wgmma_desc_add(dk, half * BC * 128 + off), kk > 0);
     }
-    tf_wgmma_commit();
+    tf::wgmma_commit();
   };
   /* O += P V_j: V N-major (8-key groups 1024 bytes apart, the head dim's halves BC rows apart) */
   auto issue_pv = [&](const uint32_t(&pa)[BC / 16][4], int j) {
@@ -182,13 +195,13 @@ __global__ void __launch_bounds__(384, 1) tf_flash_fwd_ws_kernel(const __grid_co
       issue_s(s, j);
       issue_pv(pa, j - 1);
       turn_end();
-      tf_wgmma_wait<1>();
-      tf_wgmma_hold(s);
+      tf::wgmma_wait<1>();
+      tf::wgmma_hold(s);
       k_free(j);
       softmax(j, decltype(mask_tag)::value);
-      tf_wgmma_wait<0>();
-      tf_wgmma_hold(o);
-      tf_wgmma_hold_regs(pa);
+      tf::wgmma_wait<0>();
+      tf::wgmma_hold(o);
+      tf::wgmma_hold_regs(pa);
       v_free(j - 1);
       tf_wgmma_rescale<HD>(o, alpha);
       tf_wgmma_pack_p<DT, BC>(s, pa);
@@ -198,8 +211,8 @@ __global__ void __launch_bounds__(384, 1) tf_flash_fwd_ws_kernel(const __grid_co
       turn_begin();
       issue_s(s, 0);
       turn_end();
-      tf_wgmma_wait<0>();
-      tf_wgmma_hold(s);
+      tf::wgmma_wait<0>();
+      tf::wgmma_hold(s);
       k_free(0);
       softmax(0, n_full == 0); /* O is still zero: no rescaling */
       tf_wgmma_pack_p<DT, BC>(s, pa);
@@ -209,9 +222,9 @@ __global__ void __launch_bounds__(384, 1) tf_flash_fwd_ws_kernel(const __grid_co
       turn_begin();
       issue_pv(pa, n_tiles - 1);
       turn_end();
-      tf_wgmma_wait<0>();
-      tf_wgmma_hold(o);
-      tf_wgmma_hold_regs(pa);
+      tf::wgmma_wait<0>();
+      tf::wgmma_hold(o);
+      tf::wgmma_hold_regs(pa);
       v_free(n_tiles - 1);
     }
   } else {
@@ -221,8 +234,8 @@ __global__ void __launch_bounds__(384, 1) tf_flash_fwd_ws_kernel(const __grid_co
       turn_begin();
       issue_s(s, j);
       turn_end();
-      tf_wgmma_wait<0>();
-      tf_wgmma_hold(s);
+      tf::wgmma_wait<0>();
+      tf::wgmma_hold(s);
       k_free(j);
       softmax(j, decltype(mask_tag)::value);
       tf_wgmma_rescale<HD>(o, alpha);
@@ -231,9 +244,9 @@ __global__ void __launch_bounds__(384, 1) tf_flash_fwd_ws_kernel(const __grid_co
       turn_begin();
       issue_pv(pa, j);
       turn_end();
-      tf_wgmma_wait<0>();
-      tf_wgmma_hold(o);
-      tf_wgmma_hold_regs(pa);
+      tf::wgmma_wait<0>();
+      tf::wgmma_hold(o);
+      tf::wgmma_hold_regs(pa);
       v_free(j);
     };
     for (int j = 0; j < n_full; j++) step(j, tf_flash_bool<false>());

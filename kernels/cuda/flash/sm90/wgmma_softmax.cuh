@@ -6,7 +6,7 @@
  * rescaling, P rounded to 16 bits as the register A operand of O += P V,
  * and lse; and the backward kernels' (flash_attn_bwd_ws.cu,
  * flash_attn_dq_ws.cu) dV += P^T dO and dK += dS^T Q from the same
- * packing. Include after flash_attn_common.cuh and wgmma_ptx.cuh. */
+ * packing. Include after flash_attn_common.cuh and rtc/tfhost_sm90.cuh. */
 #ifndef TF_WGMMA_SOFTMAX_CUH
 #define TF_WGMMA_SOFTMAX_CUH
 
@@ -90,7 +90,9 @@ __device__ __forceinline__ void tf_wgmma_pack_p(const float (&s)[BC / 2], uint32
 #pragma unroll
   for (int kk = 0; kk < BC / 16; kk++)
 #pragma unroll
-    for (int i = 0; i < 4; i++) pa[kk][i] = tf_flash_pack<DT>(s[8 * kk + 2 * i], s[8 * kk + 2 * i + 1]);
+    for (int i = 0; i < 4; i++)
+      pa[kk][i] = tf::pack2<tf_flash_elem<DT>>(s[8 * kk + 2 * i],
+                                               s[8 * kk + 2 * i + 1]);
 }
 
 /* acc += A B over BC keys for a warpgroup: A (P, or dS) packed in
@@ -101,12 +103,14 @@ __device__ __forceinline__ void tf_wgmma_pack_p(const float (&s)[BC / 2], uint32
  * Committed, not waited for; the caller keeps a until it is. */
 template <int DT, int BC, int R>
 __device__ __forceinline__ void tf_wgmma_issue_acc(float (&acc)[R], const uint32_t (&a)[BC / 16][4], uint32_t b_st) {
-  const uint64_t db = tf_wgmma_desc(b_st, BC * 128, 1024);
-  tf_wgmma_hold(acc);
-  tf_wgmma_fence();
+  const uint64_t db = tf::wgmma_desc(b_st, BC * 128, 1024);
+  tf::wgmma_hold(acc);
+  tf::wgmma_fence();
 #pragma unroll
-  for (int kk = 0; kk < BC / 16; kk++) tf_wgmma_rs<DT, 1>(acc, a[kk], tf_wgmma_desc_add(db, kk * 16 * 128), true);
-  tf_wgmma_commit();
+  for (int kk = 0; kk < BC / 16; kk++)
+    tf::wgmma_rs<tf_flash_elem<DT>, 1>(
+        acc, a[kk], tf::wgmma_desc_add(db, kk * 16 * 128), true);
+  tf::wgmma_commit();
 }
 
 /* The backward pass's scores and their gradients for a warpgroup's 64
@@ -120,20 +124,27 @@ __device__ __forceinline__ void tf_wgmma_issue_acc(float (&acc)[R], const uint32
 template <int DT, int HD, int A_ROWS, int N, bool TWO_GROUPS = false>
 __device__ __forceinline__ void tf_wgmma_issue_s_dp(float (&s)[N / 2], float (&dp)[N / 2], uint32_t a, uint32_t a2,
                                                     uint32_t b, uint32_t b2) {
-  const uint64_t da = tf_wgmma_desc(a, 16, 1024), db = tf_wgmma_desc(b, 16, 1024);
-  const uint64_t da2 = tf_wgmma_desc(a2, 16, 1024), db2 = tf_wgmma_desc(b2, 16, 1024);
+  const uint64_t da = tf::wgmma_desc(a, 16, 1024),
+                 db = tf::wgmma_desc(b, 16, 1024);
+  const uint64_t da2 = tf::wgmma_desc(a2, 16, 1024),
+                 db2 = tf::wgmma_desc(b2, 16, 1024);
   /* the k step's 32 bytes in a 128-byte row of its half */
   auto oa = [](int kk) { return (uint32_t)((kk >> 2) * A_ROWS * 128 + (kk & 3) * 32); };
   auto ob = [](int kk) { return (uint32_t)((kk >> 2) * N * 128 + (kk & 3) * 32); };
-  tf_wgmma_fence();
+  tf::wgmma_fence();
 #pragma unroll
   for (int kk = 0; kk < HD / 16; kk++)
-    tf_wgmma_ss<DT, 0, 0>(s, tf_wgmma_desc_add(da, oa(kk)), tf_wgmma_desc_add(db, ob(kk)), kk > 0);
-  if constexpr (TWO_GROUPS) tf_wgmma_commit(); /* S alone first: wait<1> waits for S, not dP */
+    tf::wgmma_ss<tf_flash_elem<DT>, 0, 0>(s, tf::wgmma_desc_add(da, oa(kk)),
+                                          tf::wgmma_desc_add(db, ob(kk)),
+                                          kk > 0);
+  if constexpr (TWO_GROUPS)
+    tf::wgmma_commit(); /* S alone first: wait<1> waits for S, not dP */
 #pragma unroll
   for (int kk = 0; kk < HD / 16; kk++)
-    tf_wgmma_ss<DT, 0, 0>(dp, tf_wgmma_desc_add(da2, oa(kk)), tf_wgmma_desc_add(db2, ob(kk)), kk > 0);
-  tf_wgmma_commit();
+    tf::wgmma_ss<tf_flash_elem<DT>, 0, 0>(dp, tf::wgmma_desc_add(da2, oa(kk)),
+                                          tf::wgmma_desc_add(db2, ob(kk)),
+                                          kk > 0);
+  tf::wgmma_commit();
 }
 
 /* The dQ kernels' lse log2(e) of the thread's rows row_in and row_in + 8
@@ -176,15 +187,20 @@ __device__ __forceinline__ void tf_wgmma_dq_grads(const float (&s)[BC / 2], floa
 template <int DT, int BR, int R>
 __device__ __forceinline__ void tf_wgmma_bwd_dv_dk(float (&dv)[R], float (&dk)[R], const uint32_t (&pa)[BR / 16][4],
                                                    const uint32_t (&da)[BR / 16][4], uint32_t do_st, uint32_t q_st) {
-  const uint64_t d_do = tf_wgmma_desc(do_st, BR * 128, 1024), d_q = tf_wgmma_desc(q_st, BR * 128, 1024);
-  tf_wgmma_hold(dv);
-  tf_wgmma_hold(dk);
-  tf_wgmma_fence();
+  const uint64_t d_do = tf::wgmma_desc(do_st, BR * 128, 1024),
+                 d_q = tf::wgmma_desc(q_st, BR * 128, 1024);
+  tf::wgmma_hold(dv);
+  tf::wgmma_hold(dk);
+  tf::wgmma_fence();
 #pragma unroll
-  for (int kk = 0; kk < BR / 16; kk++) tf_wgmma_rs<DT, 1>(dv, pa[kk], tf_wgmma_desc_add(d_do, kk * 2048), true);
+  for (int kk = 0; kk < BR / 16; kk++)
+    tf::wgmma_rs<tf_flash_elem<DT>, 1>(
+        dv, pa[kk], tf::wgmma_desc_add(d_do, kk * 2048), true);
 #pragma unroll
-  for (int kk = 0; kk < BR / 16; kk++) tf_wgmma_rs<DT, 1>(dk, da[kk], tf_wgmma_desc_add(d_q, kk * 2048), true);
-  tf_wgmma_commit();
+  for (int kk = 0; kk < BR / 16; kk++)
+    tf::wgmma_rs<tf_flash_elem<DT>, 1>(
+        dk, da[kk], tf::wgmma_desc_add(d_q, kk * 2048), true);
+  tf::wgmma_commit();
 }
 
 /* The end of the rows: inv[h] = 1 / sum (0 for a row that saw no key), and

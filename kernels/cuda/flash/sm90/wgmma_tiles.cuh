@@ -55,8 +55,9 @@ template <int ROWS> __device__ __forceinline__ uint32_t tf_wgmma_chunk(int r, in
 /* The dynamic shared memory from its first 1024-byte boundary (the
  * kernels ask for 1024 bytes of slack): its shared address and a pointer. */
 __device__ __forceinline__ uint32_t tf_wgmma_smem_base(unsigned char **ptr) {
-  unsigned char *const raw = tf_flash_dynamic_smem();
-  const uint32_t raw_addr = tf_flash_smem_addr(raw), base = (raw_addr + 1023u) & ~1023u;
+  unsigned char *const raw = tf::dynamic_smem<unsigned char>();
+  const uint32_t raw_addr = tf::smem_addr(raw),
+                 base = (raw_addr + 1023u) & ~1023u;
   *ptr = raw + (base - raw_addr);
   return base;
 }
@@ -72,8 +73,10 @@ __device__ __forceinline__ void tf_wgmma_stage_rows(unsigned char *tile, int r0,
   for (int h = 0; h < 2; h++)
 #pragma unroll
     for (int dt = 0; dt < HD / 8; dt++)
-      *reinterpret_cast<uint32_t *>(tile + tf_wgmma_chunk<ROWS>(r0 + g + 8 * h, dt) + t2 * 2) =
-          tf_flash_pack<DT>(acc[4 * dt + 2 * h] * scale[h], acc[4 * dt + 2 * h + 1] * scale[h]);
+      *reinterpret_cast<uint32_t *>(
+          tile + tf_wgmma_chunk<ROWS>(r0 + g + 8 * h, dt) + t2 * 2) =
+          tf::pack2<tf_flash_elem<DT>>(acc[4 * dt + 2 * h] * scale[h],
+                                       acc[4 * dt + 2 * h + 1] * scale[h]);
 }
 
 /* A warpgroup's 64 rows tile_row0.. of a swizzled tile of ROWS rows to
@@ -137,14 +140,16 @@ __device__ __forceinline__ void tf_wgmma_bwd_store_dk_dv(const tf_cuda_flash_par
  * tma_ptx.cuh. */
 template <int STAGES, int KINDS> __device__ __forceinline__ void tf_ws_query_bars(uint32_t bar_q) {
   if (threadIdx.x == 0) {
-    tf_mbar_init(bar_q, 1);
+    tf::mbar_init(bar_q, 1);
     for (int s = 0; s < STAGES; s++) {
 #pragma unroll
-      for (int k = 0; k < KINDS; k++) tf_mbar_init(bar_q + 8 + 8 * (k * STAGES + s), 1);
+      for (int k = 0; k < KINDS; k++)
+        tf::mbar_init(bar_q + 8 + 8 * (k * STAGES + s), 1);
 #pragma unroll
-      for (int k = 0; k < KINDS; k++) tf_mbar_init(bar_q + 8 + 8 * ((KINDS + k) * STAGES + s), 256);
+      for (int k = 0; k < KINDS; k++)
+        tf::mbar_init(bar_q + 8 + 8 * ((KINDS + k) * STAGES + s), 256);
     }
-    tf_mbar_init_fence();
+    tf::mbar_init_fence();
   }
   __syncthreads();
 }
@@ -153,9 +158,9 @@ template <int STAGES, int KINDS> __device__ __forceinline__ void tf_ws_query_bar
  * prefetched, and the rows' barrier told to expect their bytes. */
 __device__ __forceinline__ void tf_ws_loader_begin(const CUtensorMap *k, const CUtensorMap *v, uint32_t bar_q,
                                                    uint32_t bytes) {
-  tf_tma_prefetch_map(k);
-  tf_tma_prefetch_map(v);
-  tf_mbar_arrive_expect_tx(bar_q, bytes);
+  tf::tma_prefetch_map(k);
+  tf::tma_prefetch_map(v);
+  tf::mbar_arrive_expect_tx(bar_q, bytes);
 }
 
 #endif

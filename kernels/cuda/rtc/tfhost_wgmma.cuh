@@ -2,21 +2,24 @@
  *
  * The wgmma (sm_90a) products with f32 accumulators in registers, one
  * overload per accumulator size (m64nNk16: float[N / 2] a thread, in
- * mma.sync's C layout), both 16-bit input types:
- *   tf_wgmma_ss<DT, TA, TB>(d, a, b, accumulate): D (+)= A B, A and B in
- *     shared memory (descriptors); TA = 0: A K-major, 1: M-major; TB = 0:
- *     B K-major (D = A B^T of row-major tiles), 1: N-major;
- *   tf_wgmma_rs<DT, TB>(d, a, b, accumulate): A in registers (the
- *     mma.m16n8k16 A fragment of the warp's 16 rows), B as above.
- * accumulate = false overwrites D. Shapes: N in {16, 32, 64, 80, 96, 128, 192}. */
-#ifndef TF_WGMMA_PRODUCTS_CUH
-#define TF_WGMMA_PRODUCTS_CUH
+ * mma.sync's C layout), in namespace tf, for T = __nv_bfloat16 or __half:
+ *   wgmma_ss<T, TA, TB>(d, a, b, accumulate): D (+)= A B, A and B in shared
+ *     memory (wgmma_desc descriptors); TA = 0: A K-major, 1: M-major;
+ *     TB = 0: B K-major (D = A B^T of row-major tiles), 1: N-major;
+ *   wgmma_rs<T, TB>(d, a, b, accumulate): A in registers (the mma.m16n8k16
+ *     A fragment of the warp's 16 rows of the 64), B as above.
+ * accumulate = false overwrites D. The warpgroup issues them together,
+ * between wgmma_fence() and wgmma_commit(). Shapes: N in {16, 32, 64, 80, 96, 128, 192}.
+ * Included by tfhost_sm90.cuh. */
+#ifndef TFHOST_WGMMA_CUH
+#define TFHOST_WGMMA_CUH
 
-#include <stdint.h>
+namespace tf {
 
-template <int DT, int TA, int TB>
-__device__ __forceinline__ void tf_wgmma_ss(float (&d)[8], uint64_t a, uint64_t b, bool accumulate) {
-  if constexpr (DT == TF_BF16)
+template <typename T, int TA, int TB>
+__device__ __forceinline__ void wgmma_ss(float (&d)[8], unsigned long long a, unsigned long long b, bool accumulate) {
+  static_assert(same_type<T, __nv_bfloat16> || same_type<T, __half>, "wgmma_ss takes __nv_bfloat16 or __half");
+  if constexpr (same_type<T, __nv_bfloat16>)
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, p, 1, 1, %11, %12;\n}\n"
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
@@ -28,9 +31,10 @@ __device__ __forceinline__ void tf_wgmma_ss(float (&d)[8], uint64_t a, uint64_t 
                  : "l"(a), "l"(b), "r"((int)accumulate), "n"(TA), "n"(TB));
 }
 
-template <int DT, int TB>
-__device__ __forceinline__ void tf_wgmma_rs(float (&d)[8], const uint32_t (&a)[4], uint64_t b, bool accumulate) {
-  if constexpr (DT == TF_BF16)
+template <typename T, int TB>
+__device__ __forceinline__ void wgmma_rs(float (&d)[8], const unsigned (&a)[4], unsigned long long b, bool accumulate) {
+  static_assert(same_type<T, __nv_bfloat16> || same_type<T, __half>, "wgmma_rs takes __nv_bfloat16 or __half");
+  if constexpr (same_type<T, __nv_bfloat16>)
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7}, {%8, %9, %10, %11}, %12, p, 1, 1, %14;\n}\n"
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
@@ -42,9 +46,10 @@ __device__ __forceinline__ void tf_wgmma_rs(float (&d)[8], const uint32_t (&a)[4
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"((int)accumulate), "n"(TB));
 }
 
-template <int DT, int TA, int TB>
-__device__ __forceinline__ void tf_wgmma_ss(float (&d)[16], uint64_t a, uint64_t b, bool accumulate) {
-  if constexpr (DT == TF_BF16)
+template <typename T, int TA, int TB>
+__device__ __forceinline__ void wgmma_ss(float (&d)[16], unsigned long long a, unsigned long long b, bool accumulate) {
+  static_assert(same_type<T, __nv_bfloat16> || same_type<T, __half>, "wgmma_ss takes __nv_bfloat16 or __half");
+  if constexpr (same_type<T, __nv_bfloat16>)
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1, %19, %20;\n}\n"
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
@@ -56,9 +61,10 @@ __device__ __forceinline__ void tf_wgmma_ss(float (&d)[16], uint64_t a, uint64_t
                  : "l"(a), "l"(b), "r"((int)accumulate), "n"(TA), "n"(TB));
 }
 
-template <int DT, int TB>
-__device__ __forceinline__ void tf_wgmma_rs(float (&d)[16], const uint32_t (&a)[4], uint64_t b, bool accumulate) {
-  if constexpr (DT == TF_BF16)
+template <typename T, int TB>
+__device__ __forceinline__ void wgmma_rs(float (&d)[16], const unsigned (&a)[4], unsigned long long b, bool accumulate) {
+  static_assert(same_type<T, __nv_bfloat16> || same_type<T, __half>, "wgmma_rs takes __nv_bfloat16 or __half");
+  if constexpr (same_type<T, __nv_bfloat16>)
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%16, %17, %18, %19}, %20, p, 1, 1, %22;\n}\n"
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
@@ -70,9 +76,10 @@ __device__ __forceinline__ void tf_wgmma_rs(float (&d)[16], const uint32_t (&a)[
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"((int)accumulate), "n"(TB));
 }
 
-template <int DT, int TA, int TB>
-__device__ __forceinline__ void tf_wgmma_ss(float (&d)[32], uint64_t a, uint64_t b, bool accumulate) {
-  if constexpr (DT == TF_BF16)
+template <typename T, int TA, int TB>
+__device__ __forceinline__ void wgmma_ss(float (&d)[32], unsigned long long a, unsigned long long b, bool accumulate) {
+  static_assert(same_type<T, __nv_bfloat16> || same_type<T, __half>, "wgmma_ss takes __nv_bfloat16 or __half");
+  if constexpr (same_type<T, __nv_bfloat16>)
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, %35, %36;\n}\n"
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
@@ -84,9 +91,10 @@ __device__ __forceinline__ void tf_wgmma_ss(float (&d)[32], uint64_t a, uint64_t
                  : "l"(a), "l"(b), "r"((int)accumulate), "n"(TA), "n"(TB));
 }
 
-template <int DT, int TB>
-__device__ __forceinline__ void tf_wgmma_rs(float (&d)[32], const uint32_t (&a)[4], uint64_t b, bool accumulate) {
-  if constexpr (DT == TF_BF16)
+template <typename T, int TB>
+__device__ __forceinline__ void wgmma_rs(float (&d)[32], const unsigned (&a)[4], unsigned long long b, bool accumulate) {
+  static_assert(same_type<T, __nv_bfloat16> || same_type<T, __half>, "wgmma_rs takes __nv_bfloat16 or __half");
+  if constexpr (same_type<T, __nv_bfloat16>)
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}\n"
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
@@ -98,9 +106,10 @@ __device__ __forceinline__ void tf_wgmma_rs(float (&d)[32], const uint32_t (&a)[
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"((int)accumulate), "n"(TB));
 }
 
-template <int DT, int TA, int TB>
-__device__ __forceinline__ void tf_wgmma_ss(float (&d)[40], uint64_t a, uint64_t b, bool accumulate) {
-  if constexpr (DT == TF_BF16)
+template <typename T, int TA, int TB>
+__device__ __forceinline__ void wgmma_ss(float (&d)[40], unsigned long long a, unsigned long long b, bool accumulate) {
+  static_assert(same_type<T, __nv_bfloat16> || same_type<T, __half>, "wgmma_ss takes __nv_bfloat16 or __half");
+  if constexpr (same_type<T, __nv_bfloat16>)
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %42, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n80k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39}, %40, %41, p, 1, 1, %43, %44;\n}\n"
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39])
@@ -112,9 +121,10 @@ __device__ __forceinline__ void tf_wgmma_ss(float (&d)[40], uint64_t a, uint64_t
                  : "l"(a), "l"(b), "r"((int)accumulate), "n"(TA), "n"(TB));
 }
 
-template <int DT, int TB>
-__device__ __forceinline__ void tf_wgmma_rs(float (&d)[40], const uint32_t (&a)[4], uint64_t b, bool accumulate) {
-  if constexpr (DT == TF_BF16)
+template <typename T, int TB>
+__device__ __forceinline__ void wgmma_rs(float (&d)[40], const unsigned (&a)[4], unsigned long long b, bool accumulate) {
+  static_assert(same_type<T, __nv_bfloat16> || same_type<T, __half>, "wgmma_rs takes __nv_bfloat16 or __half");
+  if constexpr (same_type<T, __nv_bfloat16>)
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %45, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n80k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39}, {%40, %41, %42, %43}, %44, p, 1, 1, %46;\n}\n"
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39])
@@ -126,9 +136,10 @@ __device__ __forceinline__ void tf_wgmma_rs(float (&d)[40], const uint32_t (&a)[
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"((int)accumulate), "n"(TB));
 }
 
-template <int DT, int TA, int TB>
-__device__ __forceinline__ void tf_wgmma_ss(float (&d)[48], uint64_t a, uint64_t b, bool accumulate) {
-  if constexpr (DT == TF_BF16)
+template <typename T, int TA, int TB>
+__device__ __forceinline__ void wgmma_ss(float (&d)[48], unsigned long long a, unsigned long long b, bool accumulate) {
+  static_assert(same_type<T, __nv_bfloat16> || same_type<T, __half>, "wgmma_ss takes __nv_bfloat16 or __half");
+  if constexpr (same_type<T, __nv_bfloat16>)
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %50, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n96k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47}, %48, %49, p, 1, 1, %51, %52;\n}\n"
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47])
@@ -140,9 +151,10 @@ __device__ __forceinline__ void tf_wgmma_ss(float (&d)[48], uint64_t a, uint64_t
                  : "l"(a), "l"(b), "r"((int)accumulate), "n"(TA), "n"(TB));
 }
 
-template <int DT, int TB>
-__device__ __forceinline__ void tf_wgmma_rs(float (&d)[48], const uint32_t (&a)[4], uint64_t b, bool accumulate) {
-  if constexpr (DT == TF_BF16)
+template <typename T, int TB>
+__device__ __forceinline__ void wgmma_rs(float (&d)[48], const unsigned (&a)[4], unsigned long long b, bool accumulate) {
+  static_assert(same_type<T, __nv_bfloat16> || same_type<T, __half>, "wgmma_rs takes __nv_bfloat16 or __half");
+  if constexpr (same_type<T, __nv_bfloat16>)
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %53, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n96k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47}, {%48, %49, %50, %51}, %52, p, 1, 1, %54;\n}\n"
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47])
@@ -154,9 +166,10 @@ __device__ __forceinline__ void tf_wgmma_rs(float (&d)[48], const uint32_t (&a)[
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"((int)accumulate), "n"(TB));
 }
 
-template <int DT, int TA, int TB>
-__device__ __forceinline__ void tf_wgmma_ss(float (&d)[64], uint64_t a, uint64_t b, bool accumulate) {
-  if constexpr (DT == TF_BF16)
+template <typename T, int TA, int TB>
+__device__ __forceinline__ void wgmma_ss(float (&d)[64], unsigned long long a, unsigned long long b, bool accumulate) {
+  static_assert(same_type<T, __nv_bfloat16> || same_type<T, __half>, "wgmma_ss takes __nv_bfloat16 or __half");
+  if constexpr (same_type<T, __nv_bfloat16>)
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, %67, %68;\n}\n"
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
@@ -168,9 +181,10 @@ __device__ __forceinline__ void tf_wgmma_ss(float (&d)[64], uint64_t a, uint64_t
                  : "l"(a), "l"(b), "r"((int)accumulate), "n"(TA), "n"(TB));
 }
 
-template <int DT, int TB>
-__device__ __forceinline__ void tf_wgmma_rs(float (&d)[64], const uint32_t (&a)[4], uint64_t b, bool accumulate) {
-  if constexpr (DT == TF_BF16)
+template <typename T, int TB>
+__device__ __forceinline__ void wgmma_rs(float (&d)[64], const unsigned (&a)[4], unsigned long long b, bool accumulate) {
+  static_assert(same_type<T, __nv_bfloat16> || same_type<T, __half>, "wgmma_rs takes __nv_bfloat16 or __half");
+  if constexpr (same_type<T, __nv_bfloat16>)
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1, %70;\n}\n"
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
@@ -182,9 +196,10 @@ __device__ __forceinline__ void tf_wgmma_rs(float (&d)[64], const uint32_t (&a)[
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"((int)accumulate), "n"(TB));
 }
 
-template <int DT, int TA, int TB>
-__device__ __forceinline__ void tf_wgmma_ss(float (&d)[96], uint64_t a, uint64_t b, bool accumulate) {
-  if constexpr (DT == TF_BF16)
+template <typename T, int TA, int TB>
+__device__ __forceinline__ void wgmma_ss(float (&d)[96], unsigned long long a, unsigned long long b, bool accumulate) {
+  static_assert(same_type<T, __nv_bfloat16> || same_type<T, __half>, "wgmma_ss takes __nv_bfloat16 or __half");
+  if constexpr (same_type<T, __nv_bfloat16>)
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n192k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95}, %96, %97, p, 1, 1, %99, %100;\n}\n"
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
@@ -196,9 +211,10 @@ __device__ __forceinline__ void tf_wgmma_ss(float (&d)[96], uint64_t a, uint64_t
                  : "l"(a), "l"(b), "r"((int)accumulate), "n"(TA), "n"(TB));
 }
 
-template <int DT, int TB>
-__device__ __forceinline__ void tf_wgmma_rs(float (&d)[96], const uint32_t (&a)[4], uint64_t b, bool accumulate) {
-  if constexpr (DT == TF_BF16)
+template <typename T, int TB>
+__device__ __forceinline__ void wgmma_rs(float (&d)[96], const unsigned (&a)[4], unsigned long long b, bool accumulate) {
+  static_assert(same_type<T, __nv_bfloat16> || same_type<T, __half>, "wgmma_rs takes __nv_bfloat16 or __half");
+  if constexpr (same_type<T, __nv_bfloat16>)
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %101, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n192k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95}, {%96, %97, %98, %99}, %100, p, 1, 1, %102;\n}\n"
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
@@ -209,5 +225,7 @@ __device__ __forceinline__ void tf_wgmma_rs(float (&d)[96], const uint32_t (&a)[
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"((int)accumulate), "n"(TB));
 }
+
+} /* namespace tf */
 
 #endif
