@@ -619,21 +619,27 @@ end
 
 local noted_ceilings = false
 
--- The ceilings counted rows are compared with (tf.ceilings.get of the
--- counted device), loaded on first need; nil where the module is missing.
-local function ceilings_of(a)
-  if a.ceilings ~= nil then return a.ceilings or nil end
+--- tf.prof.load_ceilings(device) -> require("tf.ceilings").get(device)
+-- (device "cuda:0"): the peaks counted rows are compared with; nil, said
+-- once on stderr, where tfhost has no tf.ceilings module.
+function M.load_ceilings(device)
   local ok, mod = pcall(require, "tf.ceilings")
   if not ok or type(mod) ~= "table" or type(mod.get) ~= "function" then
     if not noted_ceilings then
       noted_ceilings = true
       io.stderr:write("tf.prof: no tf.ceilings module: roof_share is left out\n")
     end
-    a.ceilings = false
     return nil
   end
-  local c = a.info.counters
-  a.ceilings = mod.get("cuda:" .. (c and c.device or 0)) or false
+  return mod.get(device)
+end
+
+-- The ceilings of a counted session's device, loaded on first need.
+local function ceilings_of(a)
+  if a.ceilings == nil then
+    local c = a.info.counters
+    a.ceilings = M.load_ceilings("cuda:" .. (c and c.device or 0)) or false
+  end
   return a.ceilings or nil
 end
 
