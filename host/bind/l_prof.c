@@ -288,6 +288,18 @@ static void tf_l_push_dim3(lua_State *L, const int32_t *d) {
   }
 }
 
+/* Sets the record's counters = {metric = value} to row counter_row (1-based) of v's values, when it has one. */
+static void tf_l_push_counters(lua_State *L, uint32_t counter_row, const tf_prof_view *v) {
+  if (!counter_row || counter_row > v->counter_rows) return;
+  const double *values = v->counter_values + (size_t)(counter_row - 1) * v->options.num_metrics;
+  lua_createtable(L, 0, (int)v->options.num_metrics);
+  for (size_t m = 0; m < v->options.num_metrics; m++) {
+    lua_pushnumber(L, values[m]);
+    lua_setfield(L, -2, v->options.metrics[m]);
+  }
+  lua_setfield(L, -2, "counters");
+}
+
 /* Pushes a kernel record; with counters = {metric = value} when it was counted. */
 static void tf_l_push_kernel(lua_State *L, const tf_prof_kernel *k, const tf_prof_view *v) {
   char dev[32];
@@ -311,19 +323,11 @@ static void tf_l_push_kernel(lua_State *L, const tf_prof_kernel *k, const tf_pro
     TF_SET_INT(L, "static_shared", k->static_shared);
     TF_SET_INT(L, "dynamic_shared", k->dynamic_shared);
     TF_SET_INT(L, "shared_memory", (int64_t)k->static_shared + k->dynamic_shared);
-    if (k->counter_row && k->counter_row <= v->counter_rows) {
-      const double *values = v->counter_values + (size_t)(k->counter_row - 1) * v->options.num_metrics;
-      lua_createtable(L, 0, (int)v->options.num_metrics);
-      for (size_t m = 0; m < v->options.num_metrics; m++) {
-        lua_pushnumber(L, values[m]);
-        lua_setfield(L, -2, v->options.metrics[m]);
-      }
-      lua_setfield(L, -2, "counters");
-    }
+    tf_l_push_counters(L, k->counter_row, v);
   }
 }
 
-static void tf_l_push_transfer(lua_State *L, const tf_prof_transfer *t) {
+static void tf_l_push_transfer(lua_State *L, const tf_prof_transfer *t, const tf_prof_view *v) {
   char dev[32];
   lua_createtable(L, 0, 10);
   TF_SET_STR(L, "kind", t->kind);
@@ -335,6 +339,7 @@ static void tf_l_push_transfer(lua_State *L, const tf_prof_transfer *t) {
   TF_SET_INT(L, "correlation", t->correlation);
   if (t->graph_node) TF_SET_INT(L, "graph_node", (int64_t)t->graph_node);
   if (t->range) TF_SET_INT(L, "range", t->range);
+  tf_l_push_counters(L, t->counter_row, v);
 }
 
 static void tf_l_push_range(lua_State *L, const tf_prof_range *r) {
@@ -374,7 +379,7 @@ static int tf_l_prof_records(lua_State *L) {
     tf_l_append(L, k->host && k->device.type != TF_DEV_CPU ? top + 5 : top + 1);
   }
   for (size_t i = 0; i < v.num_transfers; i++) {
-    tf_l_push_transfer(L, &v.transfers[i]);
+    tf_l_push_transfer(L, &v.transfers[i], &v);
     tf_l_append(L, v.transfers[i].memset ? top + 3 : top + 2);
   }
   for (size_t i = 0; i < v.num_ranges; i++) {

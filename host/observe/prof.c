@@ -701,7 +701,8 @@ static int tf_counted_launch_order(const void *pa, const void *pb) {
 /* Gives each kernel record its counters. CUPTI's automatic ranges are
  * named by index alone, so the n-th range is paired with the n-th launch
  * on the counted device (in correlation id order, the order of the launch
- * calls); a range paired with a copy is left out. Where gpu__time_duration
+ * calls); a range paired with a copy goes to the copy's record (it does
+ * not count as a kernel). Where gpu__time_duration
  * was counted, a pair whose counted time and recorded time disagree by
  * more than a quarter (and 5 us) is counted as mismatched: pairing by
  * order being off by one shows as many of those. */
@@ -731,9 +732,10 @@ static void tf_prof_pair_counters(tf_prof_session *s) {
     const tf_counted_launch *l = &launches[i];
     if (l->copy) {
       s->counters.copies++;
+      ts[l->index].counter_row = (uint32_t)r + 1;
       if (debug)
-        fprintf(stderr, "tf.counters: range %zu -> DtoD copy (correlation %u, %llu bytes): left out\n", r,
-                l->correlation, (unsigned long long)ts[l->index].bytes);
+        fprintf(stderr, "tf.counters: range %zu -> DtoD copy (correlation %u, %llu bytes): a copy, not a kernel\n",
+                r, l->correlation, (unsigned long long)ts[l->index].bytes);
       continue;
     }
     tf_prof_kernel *k = &ks[l->index];

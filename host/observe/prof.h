@@ -30,9 +30,10 @@
  * side's counter hooks (CUPTI's range profiler: kernels serialised and
  * replayed once per pass). The ranges come back at stop, in launch order,
  * and are paired with the kernel records by that order (a device-to-device
- * copy makes a range too and is left out); kernels beyond max_kernels, on
- * other devices or left unpaired are counted as lost. Where counters cannot
- * be had, starting such a session fails (it does not fall back to times).
+ * copy makes a range too: its counters go to the copy's record); kernels
+ * beyond max_kernels, on other devices or left unpaired are counted as
+ * lost. Where counters cannot be had, starting such a session fails (it
+ * does not fall back to times).
  * A session without metrics never touches the counters. */
 #ifndef TF_PROF_H
 #define TF_PROF_H
@@ -124,6 +125,7 @@ typedef struct tf_prof_transfer {
   uint32_t stream;
   uint64_t graph_node; /* as for kernels */
   tf_device device;
+  uint32_t counter_row; /* as for kernels: a device-to-device copy makes a counted range */
 } tf_prof_transfer;
 
 /* A range instance that was open while the session ran. */
@@ -156,7 +158,7 @@ typedef struct tf_prof_counter_info {
   uint64_t dropped;    /* ranges CUPTI dropped (past max_kernels) */
   uint64_t counted;    /* kernel records given counters */
   uint64_t lost;       /* GPU kernel records without counters: past max_kernels, on another device, unpaired */
-  uint64_t copies;     /* ranges that were device-to-device copies (their counters are left out) */
+  uint64_t copies;     /* ranges that were device-to-device copies (counted on the copy's record) */
   uint64_t mismatched; /* pairs whose gpu__time_duration disagrees with the record's duration */
   uint64_t unpaired;   /* ranges with no launch left to pair with */
   int64_t start_ns, stop_ns; /* host time the counters took to set up and to read out */

@@ -779,13 +779,13 @@ function Profile:kernels(opts)
             seen[r.name] = true
             local g = group(r.name, nil)
             g.samples[#g.samples + 1] = item.ns
-            if item.kind == "kernel" then g.recs[#g.recs + 1] = item.rec end
+            g.recs[#g.recs + 1] = item.rec
           end
         end
       else
         local g = by == "class" and group(item.class, item.class) or group(item.name, item.class)
         g.samples[#g.samples + 1] = item.ns
-        if item.kind == "kernel" then g.recs[#g.recs + 1] = item.rec end
+        g.recs[#g.recs + 1] = item.rec
       end
     end
   end

@@ -591,6 +591,8 @@ static void test_counters_pairing(void) {
         CHECK_NEAR(v.counter_values[(k->counter_row - 1) * 2 + 1], 3, 0);
       if (strcmp(k->name, "past_the_ranges") == 0) CHECK_INT(k->counter_row, 0);
     }
+    for (size_t i = 0; i < v.num_transfers; i++)
+      CHECK_INT(v.transfers[i].counter_row, v.transfers[i].memset ? 0 : 2);
   }
   tf_prof_session_free(s);
 }
