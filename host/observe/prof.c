@@ -650,12 +650,12 @@ static tf_status tf_prof_counters_prepare(tf_prof_session *s, const tf_prof_opti
  * kernel records), then the counters; either failing is an error, not a
  * session with host timings only, since counters were asked for. */
 static tf_status tf_prof_counters_start(tf_prof_session *s) {
-  tf_prof_options activity = s->opts;
-  activity.kernels = true;
-  if (!tf_gpu_source->start(&activity, s->reason, sizeof s->reason))
+  /* Kernel and copy records both: a device-to-device copy makes a counted
+   * range, and pairing by order needs every launch that made one. */
+  s->opts.kernels = s->opts.memcpy = true;
+  if (!tf_gpu_source->start(&s->opts, s->reason, sizeof s->reason))
     return tf_fail(TF_ERR_DEVICE, "hardware counters unavailable: %s", s->reason);
   s->gpu = true;
-  s->opts.kernels = true;
   int64_t t0 = tf_clock_ns();
   char why[512] = "";
   if (!tf_gpu_source->counters_start(s->opts.metrics, s->opts.num_metrics, s->opts.max_kernels, &s->counters, why,
@@ -689,13 +689,15 @@ static tf_status tf_prof_counters_stop(tf_prof_session *s) {
  * (which the driver runs as a kernel of its own; memsets make none). */
 typedef struct tf_counted_launch {
   uint32_t correlation;
+  int64_t start_ns;
   bool copy;
   size_t index; /* in s->kernels or s->transfers */
 } tf_counted_launch;
 
 static int tf_counted_launch_order(const void *pa, const void *pb) {
   const tf_counted_launch *a = pa, *b = pb;
-  return a->correlation < b->correlation ? -1 : a->correlation > b->correlation;
+  if (a->correlation != b->correlation) return a->correlation < b->correlation ? -1 : 1;
+  return a->start_ns < b->start_ns ? -1 : a->start_ns > b->start_ns;
 }
 
 /* Gives each kernel record its counters. CUPTI's automatic ranges are
@@ -717,25 +719,34 @@ static void tf_prof_pair_counters(tf_prof_session *s) {
     if (ks[i].host) continue;
     gpu_kernels++;
     if (launches && ks[i].device.type == TF_DEV_CUDA && ks[i].device.index == s->counters.device)
-      launches[n++] = (tf_counted_launch){ks[i].correlation, false, i};
+      launches[n++] = (tf_counted_launch){ks[i].correlation, ks[i].start_ns, false, i};
   }
   for (size_t i = 0; launches && i < s->transfers.len; i++)
     if (!ts[i].memset && strcmp(ts[i].kind, "DtoD") == 0 && ts[i].device.type == TF_DEV_CUDA &&
         ts[i].device.index == s->counters.device)
-      launches[n++] = (tf_counted_launch){ts[i].correlation, true, i};
+      launches[n++] = (tf_counted_launch){ts[i].correlation, ts[i].start_ns, true, i};
   qsort(launches, n, sizeof *launches, tf_counted_launch_order);
   ptrdiff_t duration = -1;
   for (size_t m = 0; m < s->opts.num_metrics; m++)
     if (strcmp(s->metrics[m], "gpu__time_duration.sum") == 0) duration = (ptrdiff_t)m;
-  size_t r = 0;
-  for (size_t i = 0; i < n && r < s->counter_ranges; i++, r++) {
+  size_t r = 0; /* the next range */
+  for (size_t i = 0; i < n && r < s->counter_ranges; i++) {
     const tf_counted_launch *l = &launches[i];
+    /* One launch, one range: a second record of a launch (none is
+     * expected while counting: graphs run eagerly) gets none and is lost. */
+    if (i > 0 && launches[i - 1].correlation == l->correlation) {
+      if (debug)
+        fprintf(stderr, "tf.counters: launch %u has another record (%s): no range of its own\n", l->correlation,
+                l->copy ? "a copy" : ks[l->index].short_name);
+      continue;
+    }
     if (l->copy) {
       s->counters.copies++;
       ts[l->index].counter_row = (uint32_t)r + 1;
       if (debug)
         fprintf(stderr, "tf.counters: range %zu -> DtoD copy (correlation %u, %llu bytes): a copy, not a kernel\n",
                 r, l->correlation, (unsigned long long)ts[l->index].bytes);
+      r++;
       continue;
     }
     tf_prof_kernel *k = &ks[l->index];
@@ -756,6 +767,7 @@ static void tf_prof_pair_counters(tf_prof_session *s) {
       if (duration >= 0) fprintf(stderr, ", counted %.1f us%s", counted / 1e3, mismatch ? " MISMATCH" : "");
       fprintf(stderr, "\n");
     }
+    r++;
   }
   if (r < s->counter_ranges) s->counters.unpaired = s->counter_ranges - r;
   s->counters.lost = gpu_kernels - s->counters.counted;

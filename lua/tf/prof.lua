@@ -779,13 +779,13 @@ function Profile:kernels(opts)
             seen[r.name] = true
             local g = group(r.name, nil)
             g.samples[#g.samples + 1] = item.ns
-            g.recs[#g.recs + 1] = item.rec
+            if a.counting then g.recs[#g.recs + 1] = item.rec end
           end
         end
       else
         local g = by == "class" and group(item.class, item.class) or group(item.name, item.class)
         g.samples[#g.samples + 1] = item.ns
-        g.recs[#g.recs + 1] = item.rec
+        if a.counting then g.recs[#g.recs + 1] = item.rec end
       end
     end
   end
