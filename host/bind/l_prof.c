@@ -102,13 +102,46 @@ static bool tf_l_optbool(lua_State *L, int idx, const char *key, bool dflt) {
   return v;
 }
 
+/* opts.metrics (a list of CUPTI metric names, lua/tf/prof.lua having
+ * expanded the sets) into opts, the names pointing into the Lua strings of
+ * the table at idx (alive for the call); opts.max_kernels. */
+static void tf_l_prof_metrics(lua_State *L, int idx, tf_prof_options *opts) {
+  if (lua_getfield(L, idx, "max_kernels") != LUA_TNIL) {
+    int ok = 0;
+    lua_Integer n = lua_tointegerx(L, -1, &ok);
+    if (!ok || n < 1 || n > (1 << 24))
+      tf_lua_error(L, "tf.prof.start: max_kernels must be an integer from 1 to %d", 1 << 24);
+    opts->max_kernels = (size_t)n;
+  }
+  lua_pop(L, 1);
+  if (lua_getfield(L, idx, "metrics") == LUA_TNIL) {
+    lua_pop(L, 1);
+    return;
+  }
+  if (!lua_istable(L, -1)) tf_lua_error(L, "tf.prof.start: metrics must be a list of metric names");
+  int list = lua_gettop(L);
+  size_t n = (size_t)lua_rawlen(L, list);
+  const char **names = lua_newuserdatauv(L, (n ? n : 1) * sizeof *names, 0); /* freed by the GC, also on error */
+  for (size_t i = 0; i < n; i++) {
+    lua_rawgeti(L, list, (lua_Integer)i + 1);
+    if (lua_type(L, -1) != LUA_TSTRING) tf_lua_error(L, "tf.prof.start: metric %d is not a name (a string)", (int)i + 1);
+    names[i] = lua_tostring(L, -1);
+    lua_pop(L, 1); /* the string stays in the table */
+  }
+  opts->metrics = names;
+  opts->num_metrics = n;
+  /* the list and the array stay on the stack until the call returns */
+}
+
 /* tf._prof.start([opts]) -> a running tf.Profile. opts: kernels, memcpy,
- * host_ops (booleans, true by default). driver, an option of earlier
- * versions (driver API records, which attributed driver-launched work to
- * ranges), is accepted and does nothing: every launch is attributed now. */
+ * host_ops (booleans, true by default); metrics (a list of CUPTI metric
+ * names: hardware counters of each kernel) and max_kernels. driver, an
+ * option of earlier versions (driver API records, which attributed
+ * driver-launched work to ranges), is accepted and does nothing: every
+ * launch is attributed now. */
 static int tf_l_prof_start(lua_State *L) {
-  static const char *const keys[] = {"kernels", "memcpy", "host_ops", "driver", NULL};
-  tf_prof_options opts = {true, true, true};
+  static const char *const keys[] = {"kernels", "memcpy", "host_ops", "driver", "metrics", "max_kernels", NULL};
+  tf_prof_options opts = {true, true, true, NULL, 0, 0};
   if (!lua_isnoneornil(L, 1)) {
     luaL_checktype(L, 1, LUA_TTABLE);
     lua_pushnil(L);
@@ -118,13 +151,15 @@ static int tf_l_prof_start(lua_State *L) {
       if (lua_type(L, -1) == LUA_TSTRING)
         for (int i = 0; keys[i]; i++) known = known || strcmp(lua_tostring(L, -1), keys[i]) == 0;
       if (!known)
-        return tf_lua_error(L, "tf.prof.start: unknown option '%s' (have kernels, memcpy, host_ops, driver)",
+        return tf_lua_error(L, "tf.prof.start: unknown option '%s' (have kernels, memcpy, host_ops, metrics, "
+                            "max_kernels, driver)",
                           luaL_tolstring(L, -1, NULL));
     }
     opts.kernels = tf_l_optbool(L, 1, "kernels", true);
     opts.memcpy = tf_l_optbool(L, 1, "memcpy", true);
     opts.host_ops = tf_l_optbool(L, 1, "host_ops", true);
     (void)tf_l_optbool(L, 1, "driver", false); /* checked for a boolean, no effect */
+    tf_l_prof_metrics(L, 1, &opts);
   }
   tf_lua_profile *p = lua_newuserdatauv(L, sizeof *p, 0);
   p->s = NULL;
@@ -162,6 +197,45 @@ static const char *tf_l_device_name(tf_device d, char *buf, size_t n) {
   return buf;
 }
 
+static void tf_l_push_names(lua_State *L, const char *const *names, size_t n) {
+  lua_createtable(L, (int)n, 0);
+  for (size_t i = 0; i < n; i++) {
+    lua_pushstring(L, names[i]);
+    lua_rawseti(L, -2, (lua_Integer)i + 1);
+  }
+}
+
+/* What p:info().counters says: how counting went, and the device's limits. */
+static void tf_l_push_counter_info(lua_State *L, const tf_prof_counter_info *c) {
+  lua_createtable(L, 0, 14);
+  TF_SET_INT(L, "device", c->device);
+  TF_SET_STR(L, "chip", c->chip);
+  TF_SET_INT(L, "passes", c->passes);
+  TF_SET_INT(L, "max_kernels", c->max_kernels);
+  TF_SET_INT(L, "ranges", c->ranges);
+  TF_SET_INT(L, "dropped", c->dropped);
+  TF_SET_INT(L, "counted", c->counted);
+  TF_SET_INT(L, "lost", c->lost);
+  TF_SET_INT(L, "copies", c->copies);
+  TF_SET_INT(L, "mismatched", c->mismatched);
+  TF_SET_INT(L, "unpaired", c->unpaired);
+  TF_SET_INT(L, "start_ns", c->start_ns);
+  TF_SET_INT(L, "stop_ns", c->stop_ns);
+  const tf_prof_device_limits *l = &c->limits;
+  lua_createtable(L, 0, 10);
+  TF_SET_INT(L, "sm_count", l->sm_count);
+  TF_SET_INT(L, "warp_size", l->warp_size);
+  TF_SET_INT(L, "max_threads_per_sm", l->max_threads_per_sm);
+  TF_SET_INT(L, "max_blocks_per_sm", l->max_blocks_per_sm);
+  TF_SET_INT(L, "max_threads_per_block", l->max_threads_per_block);
+  TF_SET_INT(L, "regs_per_sm", l->regs_per_sm);
+  TF_SET_INT(L, "regs_per_block", l->regs_per_block);
+  TF_SET_INT(L, "shared_per_sm", l->shared_per_sm);
+  TF_SET_INT(L, "shared_per_block_optin", l->shared_per_block_optin);
+  TF_SET_INT(L, "reserved_shared_per_block", l->reserved_shared_per_block);
+  lua_setfield(L, -2, "limits");
+}
+
 /* p:info() -> {running, gpu, reason, start_ns, stop_ns, dropped,
  * clock_drift_ns, options = {...}, kernels, transfers, ranges (counts)}. */
 static int tf_l_prof_info(lua_State *L) {
@@ -183,7 +257,16 @@ static int tf_l_prof_info(lua_State *L) {
   TF_SET_BOOL(L, "kernels", v.options.kernels);
   TF_SET_BOOL(L, "memcpy", v.options.memcpy);
   TF_SET_BOOL(L, "host_ops", v.options.host_ops);
+  if (v.options.num_metrics) {
+    tf_l_push_names(L, v.options.metrics, v.options.num_metrics);
+    lua_setfield(L, -2, "metrics");
+    TF_SET_INT(L, "max_kernels", v.options.max_kernels);
+  }
   lua_setfield(L, -2, "options");
+  if (v.options.num_metrics) {
+    tf_l_push_counter_info(L, &v.counters);
+    lua_setfield(L, -2, "counters");
+  }
   return 1;
 }
 
@@ -205,7 +288,20 @@ static void tf_l_push_dim3(lua_State *L, const int32_t *d) {
   }
 }
 
-static void tf_l_push_kernel(lua_State *L, const tf_prof_kernel *k) {
+/* Sets the record's counters = {metric = value} to row counter_row (1-based) of v's values, when it has one. */
+static void tf_l_push_counters(lua_State *L, uint32_t counter_row, const tf_prof_view *v) {
+  if (!counter_row || counter_row > v->counter_rows) return;
+  const double *values = v->counter_values + (size_t)(counter_row - 1) * v->options.num_metrics;
+  lua_createtable(L, 0, (int)v->options.num_metrics);
+  for (size_t m = 0; m < v->options.num_metrics; m++) {
+    lua_pushnumber(L, values[m]);
+    lua_setfield(L, -2, v->options.metrics[m]);
+  }
+  lua_setfield(L, -2, "counters");
+}
+
+/* Pushes a kernel record; with counters = {metric = value} when it was counted. */
+static void tf_l_push_kernel(lua_State *L, const tf_prof_kernel *k, const tf_prof_view *v) {
   char dev[32];
   lua_createtable(L, 0, 16);
   TF_SET_STR(L, "name", k->name);
@@ -227,10 +323,11 @@ static void tf_l_push_kernel(lua_State *L, const tf_prof_kernel *k) {
     TF_SET_INT(L, "static_shared", k->static_shared);
     TF_SET_INT(L, "dynamic_shared", k->dynamic_shared);
     TF_SET_INT(L, "shared_memory", (int64_t)k->static_shared + k->dynamic_shared);
+    tf_l_push_counters(L, k->counter_row, v);
   }
 }
 
-static void tf_l_push_transfer(lua_State *L, const tf_prof_transfer *t) {
+static void tf_l_push_transfer(lua_State *L, const tf_prof_transfer *t, const tf_prof_view *v) {
   char dev[32];
   lua_createtable(L, 0, 10);
   TF_SET_STR(L, "kind", t->kind);
@@ -242,6 +339,7 @@ static void tf_l_push_transfer(lua_State *L, const tf_prof_transfer *t) {
   TF_SET_INT(L, "correlation", t->correlation);
   if (t->graph_node) TF_SET_INT(L, "graph_node", (int64_t)t->graph_node);
   if (t->range) TF_SET_INT(L, "range", t->range);
+  tf_l_push_counters(L, t->counter_row, v);
 }
 
 static void tf_l_push_range(lua_State *L, const tf_prof_range *r) {
@@ -277,11 +375,11 @@ static int tf_l_prof_records(lua_State *L) {
   lua_createtable(L, 0, 0);                    /* top + 5: host_ops */
   for (size_t i = 0; i < v.num_kernels; i++) {
     const tf_prof_kernel *k = &v.kernels[i];
-    tf_l_push_kernel(L, k);
+    tf_l_push_kernel(L, k, &v);
     tf_l_append(L, k->host && k->device.type != TF_DEV_CPU ? top + 5 : top + 1);
   }
   for (size_t i = 0; i < v.num_transfers; i++) {
-    tf_l_push_transfer(L, &v.transfers[i]);
+    tf_l_push_transfer(L, &v.transfers[i], &v);
     tf_l_append(L, v.transfers[i].memset ? top + 3 : top + 2);
   }
   for (size_t i = 0; i < v.num_ranges; i++) {
@@ -342,6 +440,20 @@ static int tf_l_prof_busy_ns(lua_State *L) {
   return 1;
 }
 
+/* tf._prof.counter_names([chip]) -> the chip's base metric names (chip
+ * nil: the current GPU's); tf._prof.counter_names(chip, base) -> base's
+ * submetrics (".sum", ...). An error where this build or machine has no
+ * hardware counters. */
+static int tf_l_prof_counter_names(lua_State *L) {
+  const char *chip = luaL_optstring(L, 1, NULL);
+  const char *base = luaL_optstring(L, 2, NULL);
+  const char *const *names = NULL;
+  size_t n = 0;
+  TF_LUA_CHECK(L, tf_prof_counter_names(chip, base, &names, &n), "tf.prof");
+  tf_l_push_names(L, names, n);
+  return 1;
+}
+
 static const luaL_Reg tf_profile_methods[] = {
     {"stop", tf_l_prof_stop},       {"info", tf_l_prof_info}, {"records", tf_l_prof_records},
     {"_status", tf_l_prof_status}, {NULL, NULL},
@@ -350,7 +462,7 @@ static const luaL_Reg tf_profile_methods[] = {
 static const luaL_Reg tf_prof_functions[] = {
     {"range", tf_l_range_open},         {"range_stack", tf_l_range_stack}, {"start", tf_l_prof_start},
     {"available", tf_l_prof_available}, {"cpu_wired", tf_l_prof_cpu_wired}, {"busy_ns", tf_l_prof_busy_ns},
-    {NULL, NULL},
+    {"counter_names", tf_l_prof_counter_names}, {NULL, NULL},
 };
 
 /* Adds _prof (with _prof.methods, tf.Profile's method table, for

@@ -14,6 +14,7 @@
 #include "bind.h"
 #include "clock.h"
 #include "model_kernels.h"
+#include "prof.h"
 #include "rtc.h"
 #include "safe.h"
 
@@ -538,9 +539,14 @@ static tf_l_graph *tf_l_checkgraph(lua_State *L, int idx) {
   return u;
 }
 
-/* graph:replay(): queues the captured work again on the device's stream. */
+/* graph:replay(): queues the captured work again on the device's stream.
+ * Refused while tf.prof counts hardware counters: those are counted per
+ * launched kernel, and a graph's kernels come in one launch. */
 static int tf_l_graph_replay(lua_State *L) {
   tf_l_graph *u = tf_l_checkgraph(L, 1);
+  if (tf_prof_counting())
+    return tf_lua_error(L, "graph:replay: CUDA graphs cannot be replayed while tf.prof counts hardware counters "
+                           "(tf.prof.start{metrics = ...}); run the work eagerly inside the profile");
   TF_LUA_CHECK(L, u->ctx->backend->model->graph_launch(u->ctx, u->g), "graph:replay");
   return 0;
 }

@@ -102,7 +102,13 @@ tf_status tf_model_run_phase(tf_model *m, tf_model_phase phase, bool keep, tf_mo
 }
 
 tf_status tf_model_run_graph(tf_model *m, tf_model_graph *g, const char *name, bool keep, tf_model_phase_fn body) {
-  if (!m->graphs) return body(m, keep);
+  /* While the collector counts hardware counters (tf.prof.start{metrics}),
+   * the phases run eagerly, neither captured nor replayed: CUPTI counts
+   * each launched kernel as a range of its own, replaying it once per pass,
+   * which a graph launch (many kernels in one launch) does not give. A
+   * graph captured before stays, and is replayed again once counting
+   * stops. */
+  if (!m->graphs || tf_prof_counting()) return body(m, keep);
   if (g->exec && !g->traced && tf_prof_collecting_gpu()) {
     m->k->graph_destroy(m->ctx, g->exec);
     g->exec = NULL;

@@ -273,6 +273,12 @@ struct tf_prof_session {
   uint64_t dropped; /* CUPTI's, and records lost for want of host memory */
   uint64_t lost;    /* range instances and clock readings lost (the ranges' thread) */
   uint64_t untimed; /* GPU records CUPTI delivered without timestamps (left out) */
+  /* Hardware counters (opts.num_metrics > 0): */
+  const char **metrics;   /* interned copies of the names, opts.metrics points here */
+  bool counting;          /* the GPU side's counters run */
+  double *counter_values; /* num_metrics per range, in launch order, once stopped */
+  size_t counter_ranges;
+  tf_prof_counter_info counters;
 };
 
 static pthread_mutex_t tf_record_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -610,6 +616,173 @@ static void tf_prof_mark_open(tf_prof_session *s, int64_t now) {
   }
 }
 
+/* ---- hardware counters ------------------------------------------------------------------- */
+
+/* TF_COUNTERS_DEBUG=1: each pairing of a counted range with a launch on stderr. */
+static bool tf_counters_debug(void) {
+  const char *e = getenv("TF_COUNTERS_DEBUG");
+  return e && *e && strcmp(e, "0") != 0;
+}
+
+static const char *tf_prof_gpu_precheck(void);
+
+/* Copies the metric names into s (interned) and the capacity, after
+ * checking that this build and machine can count. */
+static tf_status tf_prof_counters_prepare(tf_prof_session *s, const tf_prof_options *opts) {
+  if (!tf_gpu_source || !tf_gpu_source->counters_start)
+    return tf_fail(TF_ERR_DEVICE, "this tfhost was built without CUDA: it has no hardware counters (metrics)");
+  const char *pre = tf_prof_gpu_precheck();
+  if (pre) return tf_fail(TF_ERR_DEVICE, "%s: no hardware counters (metrics) can be read", pre);
+  s->metrics = calloc(opts->num_metrics, sizeof *s->metrics);
+  if (!s->metrics) return tf_fail(TF_ERR_OOM, "out of memory: no host memory for the metric names");
+  for (size_t i = 0; i < opts->num_metrics; i++) {
+    if (!opts->metrics[i] || !opts->metrics[i][0]) return tf_fail(TF_ERR_ARG, "metric %zu has no name", i + 1);
+    s->metrics[i] = tf_intern(opts->metrics[i]);
+    if (!s->metrics[i]) return tf_fail(TF_ERR_OOM, "out of memory: no host memory for the metric names");
+  }
+  s->opts.metrics = s->metrics;
+  s->opts.num_metrics = opts->num_metrics;
+  s->opts.max_kernels = opts->max_kernels ? opts->max_kernels : TF_PROF_COUNTERS_DEFAULT_KERNELS;
+  return TF_OK;
+}
+
+/* Starts the activity records (always: the counters are paired with their
+ * kernel records), then the counters; either failing is an error, not a
+ * session with host timings only, since counters were asked for. */
+static tf_status tf_prof_counters_start(tf_prof_session *s) {
+  /* Kernel and copy records both: a device-to-device copy makes a counted
+   * range, and pairing by order needs every launch that made one. */
+  s->opts.kernels = s->opts.memcpy = true;
+  if (!tf_gpu_source->start(&s->opts, s->reason, sizeof s->reason))
+    return tf_fail(TF_ERR_DEVICE, "hardware counters unavailable: %s", s->reason);
+  s->gpu = true;
+  int64_t t0 = tf_clock_ns();
+  char why[512] = "";
+  if (!tf_gpu_source->counters_start(s->opts.metrics, s->opts.num_metrics, s->opts.max_kernels, &s->counters, why,
+                                     sizeof why)) {
+    tf_gpu_source->stop();
+    s->gpu = false;
+    return tf_fail(TF_ERR_DEVICE, "hardware counters unavailable: %s", why);
+  }
+  s->counters.start_ns = tf_clock_ns() - t0;
+  s->counting = true;
+  return TF_OK;
+}
+
+/* Reads the counted ranges out (the devices have finished). */
+static tf_status tf_prof_counters_stop(tf_prof_session *s) {
+  s->counting = false;
+  int64_t t0 = tf_clock_ns();
+  char why[512] = "";
+  bool ok = tf_gpu_source->counters_stop(&s->counter_values, &s->counter_ranges, &s->counters, why, sizeof why);
+  s->counters.stop_ns = tf_clock_ns() - t0;
+  if (!ok) {
+    free(s->counter_values);
+    s->counter_values = NULL;
+    s->counter_ranges = 0;
+    return tf_fail(TF_ERR_BACKEND, "reading the hardware counters failed: %s", why);
+  }
+  return TF_OK;
+}
+
+/* A launch that made a counted range: a kernel, or a device-to-device copy
+ * (which the driver runs as a kernel of its own; memsets make none). */
+typedef struct tf_counted_launch {
+  uint32_t correlation;
+  int64_t start_ns;
+  bool copy;
+  size_t index; /* in s->kernels or s->transfers */
+} tf_counted_launch;
+
+static int tf_counted_launch_order(const void *pa, const void *pb) {
+  const tf_counted_launch *a = pa, *b = pb;
+  if (a->correlation != b->correlation) return a->correlation < b->correlation ? -1 : 1;
+  return a->start_ns < b->start_ns ? -1 : a->start_ns > b->start_ns;
+}
+
+/* Gives each kernel record its counters. CUPTI's automatic ranges are
+ * named by index alone, so the n-th range is paired with the n-th launch
+ * on the counted device (in correlation id order, the order of the launch
+ * calls); a range paired with a copy goes to the copy's record (it does
+ * not count as a kernel). Where gpu__time_duration
+ * was counted, a pair whose counted time and recorded time disagree by
+ * more than a quarter (and 5 us) is counted as mismatched: pairing by
+ * order being off by one shows as many of those. */
+static void tf_prof_pair_counters(tf_prof_session *s) {
+  const bool debug = tf_counters_debug();
+  tf_prof_kernel *ks = s->kernels.data;
+  tf_prof_transfer *ts = s->transfers.data;
+  tf_counted_launch *launches = malloc((s->kernels.len + s->transfers.len + 1) * sizeof *launches);
+  size_t n = 0;
+  uint64_t gpu_kernels = 0;
+  for (size_t i = 0; i < s->kernels.len; i++) {
+    if (ks[i].host) continue;
+    gpu_kernels++;
+    if (launches && ks[i].device.type == TF_DEV_CUDA && ks[i].device.index == s->counters.device)
+      launches[n++] = (tf_counted_launch){ks[i].correlation, ks[i].start_ns, false, i};
+  }
+  for (size_t i = 0; launches && i < s->transfers.len; i++)
+    if (!ts[i].memset && strcmp(ts[i].kind, "DtoD") == 0 && ts[i].device.type == TF_DEV_CUDA &&
+        ts[i].device.index == s->counters.device)
+      launches[n++] = (tf_counted_launch){ts[i].correlation, ts[i].start_ns, true, i};
+  qsort(launches, n, sizeof *launches, tf_counted_launch_order);
+  ptrdiff_t duration = -1;
+  for (size_t m = 0; m < s->opts.num_metrics; m++)
+    if (strcmp(s->metrics[m], "gpu__time_duration.sum") == 0) duration = (ptrdiff_t)m;
+  size_t r = 0; /* the next range */
+  for (size_t i = 0; i < n && r < s->counter_ranges; i++) {
+    const tf_counted_launch *l = &launches[i];
+    /* One launch, one range: a second record of a launch (none is
+     * expected while counting: graphs run eagerly) gets none and is lost. */
+    if (i > 0 && launches[i - 1].correlation == l->correlation) {
+      if (debug)
+        fprintf(stderr, "tf.counters: launch %u has another record (%s): no range of its own\n", l->correlation,
+                l->copy ? "a copy" : ks[l->index].short_name);
+      continue;
+    }
+    if (l->copy) {
+      s->counters.copies++;
+      ts[l->index].counter_row = (uint32_t)r + 1;
+      if (debug)
+        fprintf(stderr, "tf.counters: range %zu -> DtoD copy (correlation %u, %llu bytes): a copy, not a kernel\n",
+                r, l->correlation, (unsigned long long)ts[l->index].bytes);
+      r++;
+      continue;
+    }
+    tf_prof_kernel *k = &ks[l->index];
+    k->counter_row = (uint32_t)r + 1;
+    s->counters.counted++;
+    double recorded = (double)(k->end_ns - k->start_ns);
+    double counted = duration >= 0 ? s->counter_values[r * s->opts.num_metrics + (size_t)duration] : -1;
+    bool mismatch = false;
+    if (duration >= 0) {
+      double diff = counted > recorded ? counted - recorded : recorded - counted;
+      double big = counted > recorded ? counted : recorded;
+      mismatch = diff > 5000 && diff > 0.25 * big;
+      if (mismatch) s->counters.mismatched++;
+    }
+    if (debug) {
+      fprintf(stderr, "tf.counters: range %zu -> kernel %s (correlation %u): recorded %.1f us", r, k->short_name,
+              k->correlation, recorded / 1e3);
+      if (duration >= 0) fprintf(stderr, ", counted %.1f us%s", counted / 1e3, mismatch ? " MISMATCH" : "");
+      fprintf(stderr, "\n");
+    }
+    r++;
+  }
+  if (r < s->counter_ranges) s->counters.unpaired = s->counter_ranges - r;
+  s->counters.lost = gpu_kernels - s->counters.counted;
+  if (debug)
+    fprintf(stderr, "tf.counters: %zu ranges, %zu launches on cuda:%d: %llu kernels counted, %llu copies, "
+            "%llu ranges unpaired, %llu kernels lost, %llu mismatched\n", s->counter_ranges, n, s->counters.device,
+            (unsigned long long)s->counters.counted, (unsigned long long)s->counters.copies,
+            (unsigned long long)s->counters.unpaired, (unsigned long long)s->counters.lost,
+            (unsigned long long)s->counters.mismatched);
+  if (s->counters.lost)
+    fprintf(stderr, "tf.prof: %llu kernels were not counted (lost: past max_kernels = %zu, or on another device)\n",
+            (unsigned long long)s->counters.lost, s->opts.max_kernels);
+  free(launches);
+}
+
 /* ---- starting and stopping ---------------------------------------------------------------- */
 
 /* Why GPU records cannot be had, before trying CUPTI; NULL when they may. */
@@ -653,10 +826,27 @@ tf_status tf_prof_start(const tf_prof_options *opts, tf_prof_session **out) {
   tf_prof_session *s = calloc(1, sizeof *s);
   if (!s) return tf_fail(TF_ERR_OOM, "out of memory: no host memory for a profiling session");
   s->opts = *opts;
+  s->opts.metrics = NULL;
+  s->opts.num_metrics = 0;
   s->running = true;
+  if (opts->num_metrics > 0) {
+    tf_status st = tf_prof_counters_prepare(s, opts);
+    if (st != TF_OK) {
+      s->running = false;
+      tf_prof_session_free(s);
+      return st;
+    }
+  }
   /* The GPU side starts (and warms up, see prof.h) before records are
    * kept: whatever it runs to warm up is not part of the session. */
-  if (opts->kernels || opts->memcpy) {
+  if (s->opts.num_metrics > 0) {
+    tf_status st = tf_prof_counters_start(s);
+    if (st != TF_OK) {
+      s->running = false;
+      tf_prof_session_free(s);
+      return st;
+    }
+  } else if (opts->kernels || opts->memcpy) {
     const char *pre = tf_prof_gpu_precheck();
     if (pre)
       snprintf(s->reason, sizeof s->reason, "%s", pre);
@@ -686,6 +876,8 @@ tf_status tf_prof_stop(tf_prof_session *s) {
   atomic_store(&tf_host_ops_flag, false);
   tf_status st = tf_prof_sync_devices();
   int64_t now = tf_clock_ns();
+  tf_status counted = TF_OK;
+  if (s->counting) counted = tf_prof_counters_stop(s);
   if (s->gpu) {
     tf_prof_clock_point(s);
     tf_gpu_source->stop(); /* flushes what CUPTI still holds into s */
@@ -699,6 +891,7 @@ tf_status tf_prof_stop(tf_prof_session *s) {
   s->lost += s->lost_launches;
   s->lost_launches = 0;
   pthread_mutex_unlock(&tf_launch_lock);
+  if (s->opts.num_metrics > 0 && counted == TF_OK) tf_prof_pair_counters(s);
   tf_prof_mark_open(s, now);
   for (int i = 0; i < tf_range_count; i++) tf_ranges[i].recorded = -1;
   s->running = false;
@@ -707,8 +900,11 @@ tf_status tf_prof_stop(tf_prof_session *s) {
   if (s->dropped + s->lost)
     fprintf(stderr, "tf.prof: %llu records were dropped (out of buffer space)\n",
             (unsigned long long)(s->dropped + s->lost));
-  if (st != TF_OK) tf_fail_context("while waiting for the devices to stop profiling");
-  return st;
+  if (st != TF_OK) {
+    tf_fail_context("while waiting for the devices to stop profiling");
+    return st;
+  }
+  return counted;
 }
 
 tf_status tf_prof_view_get(tf_prof_session *s, tf_prof_view *out) {
@@ -737,6 +933,9 @@ tf_status tf_prof_view_get(tf_prof_session *s, tf_prof_view *out) {
   out->dropped = s->dropped + s->lost;
   out->untimed = s->untimed;
   out->options = s->opts;
+  out->counter_values = s->counter_values;
+  out->counter_rows = s->counter_ranges;
+  out->counters = s->counters;
   if (s->clock.len > 1) {
     const tf_clock_point *p = s->clock.data, *q = p + s->clock.len - 1;
     out->clock_drift_ns = (q->host_ns - (int64_t)q->cupti_ns) - (p->host_ns - (int64_t)p->cupti_ns);
@@ -750,6 +949,23 @@ bool tf_prof_running(const tf_prof_session *s) { return s && s->running; }
 bool tf_prof_collecting(void) { return tf_running != NULL; }
 
 bool tf_prof_collecting_gpu(void) { return tf_running && tf_running->gpu; }
+
+bool tf_prof_counting(void) { return tf_running && tf_running->counting; }
+
+tf_status tf_prof_counter_names(const char *chip, const char *base, const char *const **names, size_t *n) {
+  *names = NULL;
+  *n = 0;
+  if (!tf_gpu_source || !tf_gpu_source->counter_names)
+    return tf_fail(TF_ERR_DEVICE, "this tfhost was built without CUDA: it has no hardware counters");
+  if (!chip) {
+    const char *why = tf_gpu_source->unavailable();
+    if (why) return tf_fail(TF_ERR_DEVICE, "%s: no hardware counters to read", why);
+  }
+  char reason[512];
+  if (!tf_gpu_source->counter_names(chip, base, names, n, reason, sizeof reason))
+    return tf_fail(base || chip ? TF_ERR_ARG : TF_ERR_DEVICE, "%s", reason);
+  return TF_OK;
+}
 
 bool tf_prof_session_gpu(const tf_prof_session *s, const char **reason) {
   *reason = s->gpu ? "" : s->reason;
@@ -767,5 +983,7 @@ void tf_prof_session_free(tf_prof_session *s) {
   tf_vec_free(&s->in_transfers);
   tf_map_free(&s->corr);
   tf_map_free(&s->replays);
+  free(s->metrics);
+  free(s->counter_values);
   free(s);
 }

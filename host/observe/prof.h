@@ -23,7 +23,18 @@
  * another profiler attached, any CUPTI error) it says why once on stderr
  * and keeps recording host timings. Every time is in nanoseconds of the
  * process's clock (clock.h); CUPTI's timestamps are mapped
- * onto it through clock readings taken at start, at every read and at stop. */
+ * onto it through clock readings taken at start, at every read and at stop.
+ *
+ * Hardware counters: a session started with metrics (CUPTI metric names)
+ * also counts each kernel launched on the current device through the GPU
+ * side's counter hooks (CUPTI's range profiler: kernels serialised and
+ * replayed once per pass). The ranges come back at stop, in launch order,
+ * and are paired with the kernel records by that order (a device-to-device
+ * copy makes a range too: its counters go to the copy's record); kernels
+ * beyond max_kernels, on other devices or left unpaired are counted as
+ * lost. Where counters cannot be had, starting such a session fails (it
+ * does not fall back to times).
+ * A session without metrics never touches the counters. */
 #ifndef TF_PROF_H
 #define TF_PROF_H
 
@@ -70,10 +81,18 @@ tf_status tf_range_close(uint64_t id);
 
 /* ---- the collector ------------------------------------------------------------------------ */
 
+enum { TF_PROF_COUNTERS_DEFAULT_KERNELS = 1024 };
+
 typedef struct tf_prof_options {
   bool kernels;  /* GPU kernel records (CUPTI) */
   bool memcpy;   /* GPU memcpy and memset records (CUPTI) */
   bool host_ops; /* host-timed op records from wrapped backends (the CPU's ops) */
+  /* Hardware counters of each kernel (see "hardware counters" below):
+   * CUPTI metric names ("dram__bytes_read.sum"), none for time only. The
+   * names are copied at start. */
+  const char *const *metrics;
+  size_t num_metrics;
+  size_t max_kernels; /* kernels that can be counted; 0: TF_PROF_COUNTERS_DEFAULT_KERNELS */
 } tf_prof_options;
 
 /* A kernel: a GPU kernel from CUPTI, or an op timed on the host (host:
@@ -91,6 +110,7 @@ typedef struct tf_prof_kernel {
   int32_t grid[3], block[3];
   int32_t registers;                     /* per thread */
   int32_t static_shared, dynamic_shared; /* bytes per block */
+  uint32_t counter_row;                  /* 1 + its row of tf_prof_view.counter_values; 0: not counted */
 } tf_prof_kernel;
 
 /* A memcpy or memset on a GPU. */
@@ -105,6 +125,7 @@ typedef struct tf_prof_transfer {
   uint32_t stream;
   uint64_t graph_node; /* as for kernels */
   tf_device device;
+  uint32_t counter_row; /* as for kernels: a device-to-device copy makes a counted range */
 } tf_prof_transfer;
 
 /* A range instance that was open while the session ran. */
@@ -117,6 +138,32 @@ typedef struct tf_prof_range {
   bool replay;         /* a range captured in a CUDA graph, for one replay: its times are
                           the GPU span of its kernels */
 } tf_prof_range;
+
+/* The limits of a device that decide how many blocks of a kernel fit on
+ * one SM (its occupancy), for the counters' occupancy limiter. */
+typedef struct tf_prof_device_limits {
+  int sm_count, warp_size;
+  int max_threads_per_sm, max_blocks_per_sm, max_threads_per_block;
+  int regs_per_sm, regs_per_block;
+  int64_t shared_per_sm, shared_per_block_optin, reserved_shared_per_block; /* bytes */
+} tf_prof_device_limits;
+
+/* How a session's hardware counters went (tf_prof_view.counters). */
+typedef struct tf_prof_counter_info {
+  int device;          /* the CUDA device index counted */
+  char chip[32];       /* CUPTI's chip name ("GH100") */
+  size_t passes;       /* replay passes of each kernel for the metrics */
+  size_t max_kernels;  /* the counter data's capacity in kernels */
+  uint64_t ranges;     /* ranges (counted launches) CUPTI returned */
+  uint64_t dropped;    /* ranges CUPTI dropped (past max_kernels) */
+  uint64_t counted;    /* kernel records given counters */
+  uint64_t lost;       /* GPU kernel records without counters: past max_kernels, on another device, unpaired */
+  uint64_t copies;     /* ranges that were device-to-device copies (counted on the copy's record) */
+  uint64_t mismatched; /* pairs whose gpu__time_duration disagrees with the record's duration */
+  uint64_t unpaired;   /* ranges with no launch left to pair with */
+  int64_t start_ns, stop_ns; /* host time the counters took to set up and to read out */
+  tf_prof_device_limits limits;
+} tf_prof_counter_info;
 
 /* What a session holds, as of tf_prof_view. Ranges are in order of id. */
 typedef struct tf_prof_view {
@@ -134,6 +181,12 @@ typedef struct tf_prof_view {
   uint64_t untimed;       /* GPU records without timestamps (work unfinished at a flush), left out */
   int64_t clock_drift_ns; /* change of the CUPTI-to-host clock offset from start to the last reading */
   tf_prof_options options;
+  /* Hardware counters (when options.num_metrics > 0; values once stopped):
+   * row r - 1 of counter_values (num_metrics values, in the order of
+   * options.metrics) belongs to the kernel whose counter_row is r. */
+  const double *counter_values;
+  size_t counter_rows;
+  tf_prof_counter_info counters;
 } tf_prof_view;
 
 typedef struct tf_prof_session tf_prof_session;
@@ -163,6 +216,17 @@ void tf_prof_graph_capture_begin(void);
 void tf_prof_graph_capture_end(void);
 /* Whether s collects (collected) GPU records; when not, *reason says why. */
 bool tf_prof_session_gpu(const tf_prof_session *s, const char **reason);
+/* Whether a running collector counts hardware counters: kernels are then
+ * serialised and replayed, one counted range per launch, so the fused
+ * engine launches its phases eagerly instead of replaying CUDA graphs. */
+bool tf_prof_counting(void);
+/* The metric names of a chip's counters (chip NULL: the current GPU's),
+ * for checking names before a start: base NULL lists the base metrics
+ * ("dram__bytes_read"), else base's submetrics (".sum",
+ * ".avg.pct_of_peak_sustained_active", ...). The names stay valid for the
+ * life of the process. TF_ERR_DEVICE when this build or this machine has
+ * no hardware counters, TF_ERR_ARG for an unknown chip or base. */
+tf_status tf_prof_counter_names(const char *chip, const char *base, const char *const **names, size_t *n);
 /* Stops it if running and frees it. NULL is fine. */
 void tf_prof_session_free(tf_prof_session *s);
 /* Whether GPU records can be collected now; when not, *reason says why. */
@@ -215,6 +279,21 @@ typedef struct tf_prof_gpu_source {
   /* A CUPTI timestamp and the host clock read at the same moment (the
    * tightest of a few tries). */
   void (*clock_pair)(int64_t *host_ns, uint64_t *cupti_ns);
+  /* Hardware counters (NULL when the source has none), started after
+   * start and stopped before stop, on the current device: every kernel
+   * launched in between is one counted range, in launch order
+   * (kernels/cuda/counters.cu). counters_start fills info's device, chip,
+   * passes, max_kernels and limits. counters_stop reads the ranges out:
+   * *values (malloc'd, the caller frees it) holds num_metrics values for
+   * each of *ranges ranges, in launch order; it tears the counters down
+   * even when it fails. */
+  bool (*counters_start)(const char *const *metrics, size_t num_metrics, size_t max_kernels,
+                         tf_prof_counter_info *info, char *reason, size_t reason_size);
+  bool (*counters_stop)(double **values, size_t *ranges, tf_prof_counter_info *info, char *reason,
+                        size_t reason_size);
+  /* As tf_prof_counter_names; false with the reason. */
+  bool (*counter_names)(const char *chip, const char *base, const char *const **names, size_t *n, char *reason,
+                        size_t reason_size);
 } tf_prof_gpu_source;
 void tf_prof_set_gpu_source(const tf_prof_gpu_source *src);
 

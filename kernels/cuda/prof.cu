@@ -404,8 +404,9 @@ const char *cupti_unavailable(void) {
   return tf_cuda_backend_device_count() == 0 ? "no CUDA device is present" : NULL;
 }
 
-const tf_prof_gpu_source cupti_source = {cupti_unavailable, cupti_probe, cupti_start,
-                                         cupti_flush,       cupti_stop,  cupti_clock_pair};
+const tf_prof_gpu_source cupti_source = {cupti_unavailable,      cupti_probe,           cupti_start,
+                                         cupti_flush,            cupti_stop,            cupti_clock_pair,
+                                         tf_cuda_counters_start, tf_cuda_counters_stop, tf_cuda_counter_names};
 
 }  // namespace
 

@@ -123,6 +123,375 @@ function M.classify(short_name, full_name, cache)
   return c
 end
 
+-- ---- hardware counters --------------------------------------------------------------------
+
+--- The named metric sets of tf.prof.start{metrics = ...}: CUPTI metric
+-- names (checked on GH100, sm_90). Each set is kept small: every metric
+-- that needs counters of its own can add a replay pass of each kernel
+-- (roofline: 3 passes on GH100; pipes and occupancy: 1 each, 1 together).
+-- Half-precision tensor ops (sm__ops_path_tensor_src_fp16.sum) would cost
+-- 2 passes more, FP64 tensor ops (sm__ops_path_tensor_src_fp64.sum) 1:
+-- name them beside "roofline" to count them; the FLOPs derived below take
+-- them in when present.
+M.metric_sets = {
+  roofline = {
+    "dram__bytes_read.sum", "dram__bytes_write.sum", "gpu__time_duration.sum",
+    "sm__sass_thread_inst_executed_op_ffma_pred_on.sum", "sm__sass_thread_inst_executed_op_fadd_pred_on.sum",
+    "sm__sass_thread_inst_executed_op_fmul_pred_on.sum",
+    "sm__sass_thread_inst_executed_op_dfma_pred_on.sum", "sm__sass_thread_inst_executed_op_dadd_pred_on.sum",
+    "sm__sass_thread_inst_executed_op_dmul_pred_on.sum",
+    "sm__sass_thread_inst_executed_op_hfma_pred_on.sum", "sm__sass_thread_inst_executed_op_hadd_pred_on.sum",
+    "sm__sass_thread_inst_executed_op_hmul_pred_on.sum",
+    "sm__ops_path_tensor_src_bf16_dst_fp32.sum", "sm__ops_path_tensor_src_tf32_dst_fp32.sum",
+    "sm__ops_path_tensor_src_fp8.sum",
+  },
+  pipes = {
+    "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active",
+    "sm__inst_executed_pipe_fma.avg.pct_of_peak_sustained_active",
+    "sm__inst_executed_pipe_alu.avg.pct_of_peak_sustained_active",
+    "sm__inst_executed_pipe_lsu.avg.pct_of_peak_sustained_active",
+    "gpu__time_duration.sum",
+  },
+  occupancy = { "sm__warps_active.avg.pct_of_peak_sustained_active", "gpu__time_duration.sum" },
+}
+
+--- FLOPs by precision from counted metrics: {metric, precision, weight}
+-- (as Nsight Compute's roofline: an FMA thread instruction is 2 FLOPs, an
+-- add or a multiply 1; the tensor path's "math ops" are FLOPs).
+M.flop_metrics = {
+  { "sm__sass_thread_inst_executed_op_ffma_pred_on.sum", "f32", 2 },
+  { "sm__sass_thread_inst_executed_op_fadd_pred_on.sum", "f32", 1 },
+  { "sm__sass_thread_inst_executed_op_fmul_pred_on.sum", "f32", 1 },
+  { "sm__sass_thread_inst_executed_op_dfma_pred_on.sum", "f64", 2 },
+  { "sm__sass_thread_inst_executed_op_dadd_pred_on.sum", "f64", 1 },
+  { "sm__sass_thread_inst_executed_op_dmul_pred_on.sum", "f64", 1 },
+  { "sm__sass_thread_inst_executed_op_hfma_pred_on.sum", "f16", 2 },
+  { "sm__sass_thread_inst_executed_op_hadd_pred_on.sum", "f16", 1 },
+  { "sm__sass_thread_inst_executed_op_hmul_pred_on.sum", "f16", 1 },
+  { "sm__ops_path_tensor_src_bf16_dst_fp32.sum", "bf16", 1 },
+  { "sm__ops_path_tensor_src_fp16.sum", "f16", 1 },
+  { "sm__ops_path_tensor_src_tf32_dst_fp32.sum", "tf32", 1 },
+  { "sm__ops_path_tensor_src_fp8.sum", "fp8", 1 },
+  { "sm__ops_path_tensor_src_fp64.sum", "f64", 1 },
+}
+M.precisions = { "bf16", "f16", "tf32", "fp8", "f32", "f64" }
+
+--- The averaged utilisations of the rows, by field: the metric each comes from.
+M.pct_metrics = {
+  tensor_pct = "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active",
+  fma_pct = "sm__inst_executed_pipe_fma.avg.pct_of_peak_sustained_active",
+  alu_pct = "sm__inst_executed_pipe_alu.avg.pct_of_peak_sustained_active",
+  lsu_pct = "sm__inst_executed_pipe_lsu.avg.pct_of_peak_sustained_active",
+  occupancy_pct = "sm__warps_active.avg.pct_of_peak_sustained_active",
+}
+local DURATION = "gpu__time_duration.sum"
+
+-- Levenshtein distance, given up past limit (returns limit + 1).
+local function distance(a, b, limit)
+  if math.abs(#a - #b) > limit then return limit + 1 end
+  local prev = {}
+  for j = 0, #b do prev[j] = j end
+  for i = 1, #a do
+    local cur, best = { [0] = i }, i
+    local ca = a:byte(i)
+    for j = 1, #b do
+      local cost = ca == b:byte(j) and 0 or 1
+      local v = math.min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + cost)
+      cur[j] = v
+      if v < best then best = v end
+    end
+    if best > limit then return limit + 1 end
+    prev = cur
+  end
+  return prev[#b]
+end
+
+-- Up to n of names nearest to name: by edit distance, a name containing
+-- it (or contained in it) counting as 1.5.
+local function near_names(name, names, n)
+  local scored = {}
+  local limit = math.max(3, #name // 3)
+  for _, c in ipairs(names) do
+    local d
+    if c:find(name, 1, true) or name:find(c, 1, true) then d = 1.5 + math.abs(#c - #name) / 100
+    else d = distance(name, c, limit) end
+    if d <= limit then scored[#scored + 1] = { c, d } end
+  end
+  table.sort(scored, function(x, y)
+    if x[2] ~= y[2] then return x[2] < y[2] end
+    return x[1] < y[1]
+  end)
+  local out = {}
+  for i = 1, math.min(n, #scored) do out[i] = scored[i][1] end
+  return out
+end
+
+local function set_names()
+  local names = {}
+  for k in pairs(M.metric_sets) do names[#names + 1] = k end
+  table.sort(names)
+  return names
+end
+
+--- tf.prof.metric_list(spec [, catalog]) -> the CUPTI metric names of a
+-- metrics option: a set name ("roofline", "pipes", "occupancy"), or a list
+-- mixing set names and raw metric names ("dram__bytes_read.sum"), without
+-- repeats, in order. catalog (optional) checks raw names against a chip:
+-- {chip = "GH100", bases = {name = true, ...}, submetrics = function(base)
+-- -> {".sum" = true, ...}}; a set's metrics the chip lacks are left out
+-- (said once on stderr), an unknown raw name is an error naming near ones.
+-- level: the error level (default 2).
+function M.metric_list(spec, catalog, level)
+  level = level or 2
+  local fname = "tf.prof.start"
+  local items
+  if type(spec) == "string" then
+    items = { spec }
+  elseif type(spec) == "table" then
+    items = {}
+    for k in pairs(spec) do
+      if math.type(k) ~= "integer" or k < 1 or k > #spec then
+        error(string.format("%s: metrics must be a list of names (a key %s is not an index)", fname, tostring(k)), level)
+      end
+    end
+    for i = 1, #spec do
+      if type(spec[i]) ~= "string" then
+        error(string.format("%s: metrics[%d] must be a set or metric name (a string), not %s", fname, i,
+          type(spec[i])), level)
+      end
+      items[i] = spec[i]
+    end
+    if #items == 0 then error(fname .. ": metrics is an empty list (name a set: " ..
+      table.concat(set_names(), ", ") .. ")", level) end
+  else
+    error(string.format("%s: metrics must be a set name (%s) or a list of set and metric names, not %s", fname,
+      table.concat(set_names(), ", "), type(spec)), level)
+  end
+  local out, seen, missing = {}, {}, {}
+  local function add(name)
+    if not seen[name] then
+      seen[name] = true
+      out[#out + 1] = name
+    end
+  end
+  for _, item in ipairs(items) do
+    local set = M.metric_sets[item]
+    if set then
+      for _, name in ipairs(set) do
+        local base = name:match("^[^.]+")
+        if catalog and not catalog.bases[base] then missing[#missing + 1] = name else add(name) end
+      end
+    elseif not item:find("__", 1, true) then
+      local near = near_names(item, set_names(), 1)[1]
+      error(string.format("%s: unknown metric set '%s'%s; the sets are %s, or name a CUPTI metric "
+        .. "(\"dram__bytes_read.sum\")", fname, item, near and " (did you mean " .. near .. "?)" or "",
+        table.concat(set_names(), ", ")), level)
+    else
+      local base, sub = item:match("^([^.]+)(.*)$")
+      if catalog then
+        local chip = catalog.chip or "this GPU"
+        if not catalog.bases[base] then
+          local list = catalog.list
+          if not list then
+            list = {}
+            for b in pairs(catalog.bases) do list[#list + 1] = b end
+            table.sort(list)
+            catalog.list = list
+          end
+          local near = near_names(base, list, 5)
+          error(string.format("%s: unknown metric '%s' on %s%s", fname, item, chip,
+            #near > 0 and " (near: " .. table.concat(near, ", ") .. ")" or ""), level)
+        end
+        local subs = catalog.submetrics(base)
+        if not subs[sub] then
+          local sublist = {}
+          for k in pairs(subs) do sublist[#sublist + 1] = k end
+          table.sort(sublist)
+          local near = sub ~= "" and near_names(sub, sublist, 5) or {}
+          if #near == 0 then
+            for _, cand in ipairs({ ".sum", ".avg", ".max", ".ratio", ".pct", ".avg.pct_of_peak_sustained_active" }) do
+              if subs[cand] then near[#near + 1] = cand end
+            end
+          end
+          for i, n in ipairs(near) do near[i] = base .. n end
+          error(string.format("%s: metric '%s' on %s %s%s", fname, item, chip,
+            sub == "" and "needs a rollup" or "has no submetric '" .. sub .. "'",
+            #near > 0 and " (near: " .. table.concat(near, ", ") .. ")" or ""), level)
+        end
+      end
+      add(item)
+    end
+  end
+  if #missing > 0 then
+    io.stderr:write(string.format("tf.prof: %s lacks %d metric%s of the sets asked for, left out: %s\n",
+      catalog.chip or "this GPU", #missing, #missing > 1 and "s" or "", table.concat(missing, ", ")))
+  end
+  return out
+end
+
+local catalogs = {} -- by chip name ("" for the current GPU's)
+
+local function strip_where(msg) return (tostring(msg):gsub("^[^:\n]*:%d+: ", ""):gsub("^tf%.prof: ", "")) end
+
+--- tf.prof.counter_catalog([chip]) -> {chip, bases, submetrics} for
+-- tf.prof.metric_list: the metrics of chip ("GH100"; none needs a GPU), or
+-- of the current GPU. An error where this build or machine has no
+-- hardware counters.
+function M.counter_catalog(chip, level)
+  local key = chip or ""
+  local c = catalogs[key]
+  if c then return c end
+  local ok, bases = pcall(core().counter_names, chip)
+  if not ok then error("tf.prof.start{metrics}: " .. strip_where(bases), (level or 1) + 1) end
+  local set = {}
+  for _, b in ipairs(bases) do set[b] = true end
+  local subs = {}
+  c = { chip = chip, bases = set,
+        submetrics = function(base)
+          local s = subs[base]
+          if not s then
+            s = {}
+            local okn, list = pcall(core().counter_names, chip, base)
+            if okn then for _, n in ipairs(list) do s[n] = true end end
+            subs[base] = s
+          end
+          return s
+        end }
+  catalogs[key] = c
+  return c
+end
+
+-- The occupancy a launch shape can reach on a device, and what limits it:
+-- blocks per SM by registers, shared memory, warps and the block limit
+-- (registers allocated per warp in units of 256, shared memory in units of
+-- 128 bytes plus the per-block reserve); the smallest wins (ties in that
+-- order). -> {limiter, blocks_per_sm, theoretical_pct}, nil without limits.
+function M.occupancy_limit(rec, limits)
+  if not limits or not limits.max_threads_per_sm or limits.max_threads_per_sm <= 0 or not rec.block then return nil end
+  local warp = limits.warp_size > 0 and limits.warp_size or 32
+  local threads = rec.block[1] * rec.block[2] * rec.block[3]
+  if threads <= 0 then return nil end
+  local warps = (threads + warp - 1) // warp
+  local max_warps = limits.max_threads_per_sm // warp
+  local by = {}
+  by.warps = max_warps // warps
+  by.blocks = limits.max_blocks_per_sm
+  if (rec.registers or 0) > 0 and limits.regs_per_sm > 0 then
+    local per_warp = ((rec.registers * warp + 255) // 256) * 256
+    by.registers = (limits.regs_per_sm // per_warp) // warps
+  end
+  if limits.shared_per_sm > 0 then
+    local shared = (rec.shared_memory or ((rec.static_shared or 0) + (rec.dynamic_shared or 0)))
+      + (limits.reserved_shared_per_block or 0)
+    shared = ((shared + 127) // 128) * 128
+    if shared > 0 then by.shared_memory = limits.shared_per_sm // shared end
+  end
+  local limiter, blocks
+  for _, k in ipairs({ "registers", "shared_memory", "warps", "blocks" }) do
+    if by[k] and (blocks == nil or by[k] < blocks) then limiter, blocks = k, by[k] end
+  end
+  return { limiter = limiter, blocks_per_sm = blocks, theoretical_pct = 100 * blocks * warps / max_warps }
+end
+
+--- tf.prof.counter_fields(kernels, ceilings, limits) -> the counter
+-- fields of a row made of kernel records (p:records().kernels' tables;
+-- those without counters are left out): flops (sum), flops_by
+-- {bf16, f16, tf32, fp8, f32, f64}, dram_read, dram_write, dram_bytes
+-- (bytes), tflops (flops / their time), gbs (dram_bytes / their time, GB/s),
+-- intensity (flops / dram_bytes), roof_share (the achieved rate over the
+-- roof at that intensity: min(peak of the precision with the most flops,
+-- intensity * ceilings.copy); without flops, gbs over ceilings.copy),
+-- tensor_pct, fma_pct, alu_pct, lsu_pct, occupancy_pct (averaged, weighted
+-- by kernel time), registers, shared_per_block (time-weighted averages),
+-- limiter (the occupancy limiter of most of their time), counted (how
+-- many kernels had counters). A field is nil when its metrics were not
+-- counted. The time is gpu__time_duration where counted, else the
+-- record's. Pure: no GPU needed (ceilings: tf.ceilings.get's table).
+function M.counter_fields(kernels, ceilings, limits)
+  local f = { counted = 0 }
+  local time_ns, by, have = 0, {}, {}
+  local pct_sum, pct_w = {}, {}
+  local regs, shared, occ_w = 0, 0, 0
+  local limiter_ns = {}
+  for _, k in ipairs(kernels) do
+    local c = k.counters
+    if c then
+      f.counted = f.counted + 1
+      local ns = c[DURATION] or math.max(0, (k.end_ns or 0) - (k.start_ns or 0))
+      time_ns = time_ns + ns
+      for _, m in ipairs(M.flop_metrics) do
+        local v = c[m[1]]
+        if v then
+          by[m[2]] = (by[m[2]] or 0) + v * m[3]
+          have.flops = true
+        end
+      end
+      for _, key in ipairs({ "dram__bytes_read.sum", "dram__bytes_write.sum" }) do
+        if c[key] then have[key] = (have[key] or 0) + c[key] end
+      end
+      for field, metric in pairs(M.pct_metrics) do
+        if c[metric] then
+          pct_sum[field] = (pct_sum[field] or 0) + c[metric] * ns
+          pct_w[field] = (pct_w[field] or 0) + ns
+        end
+      end
+      if k.registers then
+        regs = regs + k.registers * ns
+        shared = shared + (k.shared_memory or 0) * ns
+        occ_w = occ_w + ns
+        local lim = M.occupancy_limit(k, limits)
+        if lim then limiter_ns[lim.limiter] = (limiter_ns[lim.limiter] or 0) + ns end
+      end
+    end
+  end
+  if f.counted == 0 then return f end
+  local secs = time_ns / 1e9
+  if have.flops then
+    f.flops_by, f.flops = {}, 0
+    for _, p in ipairs(M.precisions) do
+      f.flops_by[p] = by[p] or 0
+      f.flops = f.flops + f.flops_by[p]
+    end
+    f.tflops = secs > 0 and f.flops / secs / 1e12 or nil
+  end
+  f.dram_read, f.dram_write = have["dram__bytes_read.sum"], have["dram__bytes_write.sum"]
+  if f.dram_read or f.dram_write then
+    f.dram_bytes = (f.dram_read or 0) + (f.dram_write or 0)
+    f.gbs = secs > 0 and f.dram_bytes / secs / 1e9 or nil
+  end
+  if f.flops and f.dram_bytes and f.dram_bytes > 0 then f.intensity = f.flops / f.dram_bytes end
+  if ceilings and secs > 0 then
+    local copy = ceilings.copy and ceilings.copy * 1e9 -- bytes/s
+    if f.flops and f.flops > 0 then
+      local top, top_flops = nil, -1
+      for _, p in ipairs(M.precisions) do
+        if f.flops_by[p] > top_flops then top, top_flops = p, f.flops_by[p] end
+      end
+      local peak = ceilings[top] or (top == "f16" and ceilings.bf16) or nil
+      if peak then
+        local roof = peak * 1e12
+        if copy and f.intensity then roof = math.min(roof, f.intensity * copy) end
+        f.roof_share = (f.flops / secs) / roof
+        f.roof_precision = top
+      end
+    elseif f.dram_bytes and copy and copy > 0 then
+      f.roof_share = (f.dram_bytes / secs) / copy
+    end
+  end
+  for field in pairs(M.pct_metrics) do
+    if pct_w[field] and pct_w[field] > 0 then f[field] = pct_sum[field] / pct_w[field] end
+  end
+  if occ_w > 0 then
+    f.registers, f.shared_per_block = regs / occ_w, shared / occ_w
+    local best, best_ns = nil, -1
+    for lim, ns in pairs(limiter_ns) do
+      if ns > best_ns or (ns == best_ns and lim < best) then best, best_ns = lim, ns end
+    end
+    if f.occupancy_pct then f.limiter = best end
+  end
+  return f
+end
+
 -- ---- analysis of a session's records -------------------------------------------------------
 
 local Profile = {} -- the Lua methods of tf.Profile (the C ones: stop, info, records)
@@ -175,6 +544,7 @@ local function analyse(p)
       end
     end
   end
+  a.counting = info.options.metrics ~= nil
   a.t0 = info.start_ns
   for _, r in ipairs(rec.ranges) do a.t0 = math.min(a.t0, r.start_ns) end
   for _, item in ipairs(a.items) do a.t0 = math.min(a.t0, item.rec.start_ns) end
@@ -188,6 +558,12 @@ end
 -- two streams (the fused engine's optimizer beside its backward pass) run
 -- at the same time: they count twice in kernel_ns and once in busy_ns.
 -- devices: one entry per device, by name.
+local function recs_of(items)
+  local recs = {}
+  for i, item in ipairs(items or {}) do recs[i] = item.rec end
+  return recs
+end
+
 local function busy_of(items)
   local by_device, devices = {}, {}
   for _, item in ipairs(items) do
@@ -236,8 +612,44 @@ local function range_busy(a)
     end
   end
   for _, r in ipairs(a.rec.ranges) do r.busy_ns = of_instance[r] and busy_of(of_instance[r]).busy_ns or 0 end
+  a.of_instance, a.of_name = of_instance, of_name
   a.name_busy_ns = {}
   for name in pairs(a.names) do a.name_busy_ns[name] = of_name[name] and busy_of(of_name[name]).busy_ns or 0 end
+end
+
+local noted_ceilings = false
+
+--- tf.prof.load_ceilings(device) -> require("tf.ceilings").get(device)
+-- (device "cuda:0"): the peaks counted rows are compared with; nil, said
+-- once on stderr, where tfhost has no tf.ceilings module.
+function M.load_ceilings(device)
+  local ok, mod = pcall(require, "tf.ceilings")
+  if not ok or type(mod) ~= "table" or type(mod.get) ~= "function" then
+    if not noted_ceilings then
+      noted_ceilings = true
+      io.stderr:write("tf.prof: no tf.ceilings module: roof_share is left out\n")
+    end
+    return nil
+  end
+  return mod.get(device)
+end
+
+-- The ceilings of a counted session's device, loaded on first need.
+local function ceilings_of(a)
+  if a.ceilings == nil then
+    local c = a.info.counters
+    a.ceilings = M.load_ceilings("cuda:" .. (c and c.device or 0)) or false
+  end
+  return a.ceilings or nil
+end
+
+-- Adds the counter fields of the kernel records recs to row (when the
+-- session counted).
+local function add_counters(a, row, recs)
+  if not a.counting then return row end
+  local f = M.counter_fields(recs, ceilings_of(a), a.info.counters and a.info.counters.limits)
+  for k, v in pairs(f) do row[k] = v end
+  return row
 end
 
 local no_chain = {}
@@ -346,7 +758,7 @@ function Profile:kernels(opts)
   local function group(key, class)
     local g = groups[key]
     if not g then
-      g = { name = key, class = class, samples = {} }
+      g = { name = key, class = class, samples = {}, recs = {} }
       groups[key] = g
       order[#order + 1] = g
     end
@@ -367,11 +779,13 @@ function Profile:kernels(opts)
             seen[r.name] = true
             local g = group(r.name, nil)
             g.samples[#g.samples + 1] = item.ns
+            if a.counting then g.recs[#g.recs + 1] = item.rec end
           end
         end
       else
         local g = by == "class" and group(item.class, item.class) or group(item.name, item.class)
         g.samples[#g.samples + 1] = item.ns
+        if a.counting then g.recs[#g.recs + 1] = item.rec end
       end
     end
   end
@@ -381,11 +795,11 @@ function Profile:kernels(opts)
     table.sort(s)
     local sum = 0
     for _, v in ipairs(s) do sum = sum + v end
-    rows[#rows + 1] = {
+    rows[#rows + 1] = add_counters(a, {
       name = g.name, class = g.class, instances = #s, total_ms = sum / 1e6, avg_us = sum / #s / 1e3,
       median_us = median(s) / 1e3, min_us = s[1] / 1e3, max_us = s[#s] / 1e3,
       pct = total > 0 and 100 * sum / total or 0, rank = rank,
-    }
+    }, g.recs)
   end
   table.sort(rows, function(x, y)
     if x.total_ms ~= y.total_ms then return x.total_ms > y.total_ms end
@@ -411,12 +825,12 @@ function Profile:ranges(opts)
   local rows = {}
   if opts.instances then
     for _, r in ipairs(a.rec.ranges) do
-      rows[#rows + 1] = {
+      rows[#rows + 1] = add_counters(a, {
         id = r.id, name = r.name, parent = r.parent, depth = r.depth, path = r.path,
         start_ms = (r.start_ns - a.info.start_ns) / 1e6, end_ms = (r.end_ns - a.info.start_ns) / 1e6,
         wall_ms = duration_ns(r) / 1e6, gpu_ms = r.gpu_ns / 1e6, busy_ms = r.busy_ns / 1e6, kernels = r.kernels,
         open = r.open, rank = dist_rank(),
-      }
+      }, recs_of(a.of_instance[r]))
     end
     return rows
   end
@@ -446,7 +860,10 @@ function Profile:ranges(opts)
       end
     end
   end
-  for _, row in ipairs(rows) do row.wall_ms, row.gpu_ms = row.wall_ms / 1e6, row.gpu_ms / 1e6 end
+  for _, row in ipairs(rows) do
+    row.wall_ms, row.gpu_ms = row.wall_ms / 1e6, row.gpu_ms / 1e6
+    add_counters(a, row, recs_of(a.of_name[row.name]))
+  end
   table.sort(rows, function(x, y)
     if x.wall_ms ~= y.wall_ms then return x.wall_ms > y.wall_ms end
     return x.name < y.name
@@ -508,6 +925,12 @@ M.columns = {
               { "pct", "%", "%.1f" } },
   ranges = { "name", "instances", { "wall_ms", "wall ms", "%.3f" }, { "gpu_ms", "kernel ms", "%.3f" },
              { "busy_ms", "busy ms", "%.3f" }, "kernels" },
+  counters = { "name", "class", "instances", { "total_ms", "total ms", "%.3f" }, { "tflops", "TFLOP/s", "%.1f" },
+               { "gbs", "GB/s", "%.0f" }, { "intensity", "FLOP/B", "%.1f" }, { "roof_share", "of roof", "%.2f" },
+               { "flops", "FLOPs", "%.3g" }, { "dram_bytes", "DRAM B", "%.3g" }, { "tensor_pct", "tensor %", "%.0f" },
+               { "fma_pct", "fma %", "%.0f" }, { "alu_pct", "alu %", "%.0f" }, { "lsu_pct", "lsu %", "%.0f" },
+               { "occupancy_pct", "occupancy %", "%.0f" }, { "registers", "regs", "%.0f" },
+               { "shared_per_block", "shared B", "%.0f" }, "limiter" },
   instances = { "id", "name", "parent", "depth", "path", { "start_ms", "start ms", "%.3f" },
                 { "end_ms", "end ms", "%.3f" }, { "wall_ms", "wall ms", "%.3f" }, { "gpu_ms", "kernel ms", "%.3f" },
                 { "busy_ms", "busy ms", "%.3f" }, "kernels", "open" },
@@ -624,8 +1047,24 @@ end
 -- at a time. Without GPU records (no GPU, another profiler attached, ...)
 -- it says why once on stderr and records host timings; p:info().reason
 -- keeps the reason.
+-- metrics = "roofline" | "pipes" | "occupancy" | {set or CUPTI metric
+-- names...} counts hardware counters of each kernel (CUPTI's range
+-- profiler, kernels/cuda/counters.cu): kernels are serialised and replayed
+-- once per pass, the fused engine runs eagerly (no CUDA graph replay), and
+-- at most max_kernels (default 1024) kernels are counted: the rest are
+-- "lost" (p.counters.lost, said on stderr). Records get counters
+-- {metric = value}, p:kernels and p:ranges rows the fields of
+-- tf.prof.counter_fields. Where counters cannot be had (a build without
+-- CUDA, no GPU, another profiler holding them) it is an error.
 -- p.gpu, p.reason (why no GPU records), p.running: read without waiting for the devices.
 local properties = {
+  -- the ceilings counted rows were compared with (nil without counters or tf.ceilings)
+  ceilings = function(p)
+    local a = analyse(p)
+    return a.counting and ceilings_of(a) or nil
+  end,
+  -- p:info().counters: how counting went (lost, passes, ...), nil without metrics
+  counters = function(p) return p:info().counters end,
   running = function(p) return (p:_status()) end,
   gpu = function(p) return select(2, p:_status()) end,
   reason = function(p)
@@ -649,6 +1088,16 @@ end
 
 function M.start(opts)
   if opts ~= nil and type(opts) ~= "table" then error("tf.prof.start: expects an options table", 2) end
+  if opts and opts.metrics ~= nil then
+    M.metric_list(opts.metrics, nil, 2) -- the option's form first, on every build
+    local list = M.metric_list(opts.metrics, M.counter_catalog(nil, 2), 2)
+    local copy = {}
+    for k, v in pairs(opts) do copy[k] = v end
+    copy.metrics = list
+    opts = copy
+  elseif opts and opts.max_kernels ~= nil then
+    error("tf.prof.start: max_kernels is the room for counted kernels: it goes with metrics", 2)
+  end
   local p = core().start(opts)
   if not installed then install(p) end
   return p

@@ -142,7 +142,7 @@ static void test_sessions(void) {
 
   CHECK_OK(tf_range_push("before start")); /* open when the session starts */
   uint64_t before = tf_range_current();
-  tf_prof_options opts = {true, true, true};
+  tf_prof_options opts = {true, true, true, NULL, 0, 0};
   tf_prof_session *s = NULL, *other = NULL;
   if (!CHECK_OK(tf_prof_start(&opts, &s))) return;
   CHECK(tf_prof_start(&opts, &other) == TF_ERR_STATE);
@@ -229,7 +229,7 @@ static void test_sessions(void) {
   tf_prof_session_free(s);
 
   /* Host ops only: no CUPTI attempt. */
-  tf_prof_options host_only = {false, false, true};
+  tf_prof_options host_only = {false, false, true, NULL, 0, 0};
   if (CHECK_OK(tf_prof_start(&host_only, &s))) {
     CHECK(!tf_prof_session_gpu(s, &reason));
     CHECK(strstr(reason, "not asked for") != NULL);
@@ -245,7 +245,7 @@ static void test_forced_failure(void) {
   const char *reason = NULL;
   CHECK(!tf_prof_gpu_available(&reason));
   printf("forced: %s\n", reason);
-  tf_prof_options opts = {true, true, true};
+  tf_prof_options opts = {true, true, true, NULL, 0, 0};
   tf_prof_session *s = NULL;
   if (CHECK_OK(tf_prof_start(&opts, &s))) {
     CHECK(!tf_prof_session_gpu(s, &reason));
@@ -270,8 +270,34 @@ static void fake_clock(int64_t *host_ns, uint64_t *cupti_ns) {
   *host_ns = tf_clock_ns();
   *cupti_ns = (uint64_t)*host_ns;
 }
-static const tf_prof_gpu_source fake_source = {fake_unavailable, fake_probe, fake_start,
-                                               fake_nothing,     fake_nothing, fake_clock};
+static const tf_prof_gpu_source fake_source = {fake_unavailable, fake_probe, fake_start, fake_nothing, fake_nothing,
+                                               fake_clock,       NULL,       NULL,       NULL};
+
+/* Stand-in counters: three ranges of two metrics (a duration, a count),
+ * in launch order, as CUPTI's range profiler would hand them over. */
+static int fake_counter_starts;
+static bool fake_counters_start(const char *const *metrics, size_t n, size_t max_kernels, tf_prof_counter_info *info,
+                                char *reason, size_t reason_size) {
+  (void)metrics, (void)n, (void)reason, (void)reason_size;
+  fake_counter_starts++;
+  info->device = 0;
+  info->passes = 3;
+  info->max_kernels = max_kernels;
+  return true;
+}
+static bool fake_counters_stop(double **values, size_t *ranges, tf_prof_counter_info *info, char *reason,
+                               size_t reason_size) {
+  (void)reason, (void)reason_size;
+  static const double v[] = {100, 1, 7777, 2, 200, 3}; /* range 1 is the copy's */
+  *values = malloc(sizeof v);
+  memcpy(*values, v, sizeof v);
+  *ranges = 3;
+  info->ranges = 3;
+  return true;
+}
+static const tf_prof_gpu_source fake_counting_source = {
+    fake_unavailable, fake_probe, fake_start, fake_nothing, fake_nothing, fake_clock, fake_counters_start,
+    fake_counters_stop, NULL};
 
 /* A kernel record as CUPTI's thread hands it over. */
 static void fake_kernel(const char *name, uint32_t correlation, uint64_t node, int64_t start_ns, int64_t end_ns) {
@@ -300,7 +326,7 @@ static const tf_prof_kernel *kernel_at(const tf_prof_view *v, const char *name, 
  * collector never saw. */
 static void test_launches_and_replays(void) {
   tf_prof_set_gpu_source(&fake_source);
-  tf_prof_options opts = {true, true, false};
+  tf_prof_options opts = {true, true, false, NULL, 0, 0};
   tf_prof_session *s = NULL;
   if (!CHECK_OK(tf_prof_start(&opts, &s))) return;
   const char *reason = NULL;
@@ -465,7 +491,7 @@ static void test_busy_union(void) {
  * range that waited for them. */
 static void test_overlapped_records(void) {
   tf_prof_set_gpu_source(&fake_source);
-  tf_prof_options opts = {true, true, false};
+  tf_prof_options opts = {true, true, false, NULL, 0, 0};
   tf_prof_session *s = NULL;
   if (!CHECK_OK(tf_prof_start(&opts, &s))) return;
   CHECK_OK(tf_range_push("step"));
@@ -498,6 +524,79 @@ static void test_overlapped_records(void) {
   tf_prof_session_free(s);
 }
 
+/* Counters are paired with launches by order on the counted device: the
+ * n-th range with the n-th launch (correlation order, whatever order the
+ * records arrive in), a device-to-device copy's range left out, a kernel
+ * past the ranges lost, the stand-in's durations matching the records'.
+ * Without a source that counts, asking for counters is an error; the
+ * time-only session never starts the counters. */
+static void test_counters_pairing(void) {
+  static const char *const metrics[] = {"gpu__time_duration.sum", "sm__count.sum"};
+  tf_prof_options opts = {true, true, false, metrics, 2, 0};
+  tf_prof_session *s = NULL;
+  tf_prof_set_gpu_source(&fake_source);
+  CHECK(tf_prof_start(&opts, &s) == TF_ERR_DEVICE);
+  CHECK(strstr(tf_last_error(), "no hardware counters") != NULL);
+  CHECK(!tf_prof_collecting());
+
+  tf_prof_set_gpu_source(&fake_counting_source);
+  tf_prof_options plain = {true, true, false, NULL, 0, 0};
+  if (CHECK_OK(tf_prof_start(&plain, &s))) {
+    CHECK(!tf_prof_counting());
+    tf_prof_session_free(s);
+  }
+  CHECK_INT(fake_counter_starts, 0);
+
+  if (!CHECK_OK(tf_prof_start(&opts, &s))) return;
+  CHECK(tf_prof_counting());
+  CHECK_INT(fake_counter_starts, 1);
+  const int64_t t0 = tf_clock_ns();
+  fake_kernel("second", 7, 0, t0 + 1000, t0 + 1200);
+  fake_kernel("first", 5, 0, t0, t0 + 100);
+  fake_kernel("past_the_ranges", 8, 0, t0 + 2000, t0 + 2100);
+  tf_prof_transfer copy = {0};
+  copy.kind = "DtoD";
+  copy.bytes = 64;
+  copy.correlation = 6;
+  copy.start_ns = t0 + 500;
+  copy.end_ns = t0 + 600;
+  copy.device = (tf_device){TF_DEV_CUDA, 0};
+  tf_prof_transfer memset_rec = copy;
+  memset_rec.memset = true;
+  memset_rec.kind = "memset";
+  memset_rec.correlation = 4;
+  tf_prof_gpu_lock();
+  tf_prof_gpu_transfer(&copy);
+  tf_prof_gpu_transfer(&memset_rec);
+  tf_prof_gpu_unlock();
+  CHECK_OK(tf_prof_stop(s));
+  CHECK(!tf_prof_counting());
+  tf_prof_view v;
+  if (CHECK_OK(tf_prof_view_get(s, &v))) {
+    CHECK_INT(v.options.num_metrics, 2);
+    CHECK(strcmp(v.options.metrics[0], "gpu__time_duration.sum") == 0);
+    CHECK_INT(v.options.max_kernels, TF_PROF_COUNTERS_DEFAULT_KERNELS);
+    CHECK_INT(v.counter_rows, 3);
+    CHECK_INT(v.counters.counted, 2);
+    CHECK_INT(v.counters.copies, 1);
+    CHECK_INT(v.counters.lost, 1);
+    CHECK_INT(v.counters.unpaired, 0);
+    CHECK_INT(v.counters.mismatched, 0);
+    CHECK_INT(v.counters.passes, 3);
+    for (size_t i = 0; i < v.num_kernels; i++) {
+      const tf_prof_kernel *k = &v.kernels[i];
+      if (strcmp(k->name, "first") == 0 && CHECK_INT(k->counter_row, 1))
+        CHECK_NEAR(v.counter_values[(k->counter_row - 1) * 2 + 1], 1, 0);
+      if (strcmp(k->name, "second") == 0 && CHECK_INT(k->counter_row, 3))
+        CHECK_NEAR(v.counter_values[(k->counter_row - 1) * 2 + 1], 3, 0);
+      if (strcmp(k->name, "past_the_ranges") == 0) CHECK_INT(k->counter_row, 0);
+    }
+    for (size_t i = 0; i < v.num_transfers; i++)
+      CHECK_INT(v.transfers[i].counter_row, v.transfers[i].memset ? 0 : 2);
+  }
+  tf_prof_session_free(s);
+}
+
 int main(void) {
   tf_backends_init();
   test_short_names();
@@ -507,5 +606,6 @@ int main(void) {
   test_busy_union();
   test_launches_and_replays(); /* from here on: the stand-in GPU side */
   test_overlapped_records();
+  test_counters_pairing();
   return tf_check_done();
 }

@@ -1,0 +1,570 @@
+/* Hardware counters for the profiler (host/observe/prof.h's counter hooks):
+ * CUPTI's Range Profiling API with automatic ranges and kernel replay.
+ * While counting, every kernel launched on the counted device is one range:
+ * CUPTI serialises it and replays it once per pass its metrics need, then
+ * the next. The ranges are read out in one go at stop (one decode, one
+ * evaluation per range of every metric at once); nothing is done per
+ * kernel on the host meanwhile. The collector pairs the n-th range with
+ * the n-th launch (host/observe/prof.c).
+ *
+ * The images CUPTI works on (the counter availability image, the config
+ * image, the counter data image) live in one state for the session, as
+ * long as the host object initialised with them: CUPTI keeps pointers into
+ * them. The counter data image grows with the number of ranges it can hold
+ * (about 0.5 MB a range for some 20 metrics), so its capacity is a
+ * session's max_kernels, never more.
+ *
+ * TF_COUNTERS_DEBUG=1 prints each CUPTI call with its result and time,
+ * each range's name and values, and the time of each phase, on stderr. */
+#include <cuda.h>
+#include <cuda_runtime.h>
+#include <cupti.h>
+#include <cupti_profiler_host.h>
+#include <cupti_profiler_target.h>
+#include <cupti_range_profiler.h>
+#include <cupti_target.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <string>
+#include <vector>
+
+#include "cuda_backend.h"
+#include "prof.h"
+
+namespace {
+
+bool debug_on() {
+  static int on = -1;
+  if (on < 0) {
+    const char *e = getenv("TF_COUNTERS_DEBUG");
+    on = e && *e && strcmp(e, "0") != 0;
+  }
+  return on == 1;
+}
+
+void debug(const char *fmt, ...) {
+  if (!debug_on()) return;
+  va_list ap;
+  va_start(ap, fmt);
+  fputs("tf.counters: ", stderr);
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
+}
+
+const char *result_text(CUptiResult r) {
+  const char *text = NULL;
+  if (cuptiGetResultString(r, &text) != CUPTI_SUCCESS || !text) text = "unknown CUPTI error";
+  return text;
+}
+
+/* Runs one CUPTI call (printed under TF_COUNTERS_DEBUG); on failure writes
+ * why into reason, in words where the cause is a known one. */
+template <typename Params>
+bool call(const char *name, CUptiResult (*fn)(Params *), Params *params, char *reason, size_t n) {
+  int64_t t0 = tf_clock_ns();
+  CUptiResult r = fn(params);
+  debug("%s -> %s (%.3f ms)", name, r == CUPTI_SUCCESS ? "ok" : result_text(r), (tf_clock_ns() - t0) / 1e6);
+  if (r == CUPTI_SUCCESS) return true;
+  if (r == CUPTI_ERROR_INSUFFICIENT_PRIVILEGES)
+    snprintf(reason, n, "%s: %s (the driver lets only administrators read GPU counters: run as root, or load "
+             "nvidia with NVreg_RestrictProfilingToAdminUsers=0)", name, result_text(r));
+  else if (r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED || r == CUPTI_ERROR_HARDWARE_BUSY)
+    snprintf(reason, n, "%s: %s (another CUDA profiler holds the GPU's counters: Nsight Compute or Systems, "
+             "compute-sanitizer, DCGM?)", name, result_text(r));
+  else
+    snprintf(reason, n, "%s: %s", name, result_text(r));
+  return false;
+}
+#define CUPTI_CALL(fn, params) call(#fn, fn, &(params), reason, reason_size)
+
+/* The names of one chip's metrics, for checking names (no GPU needed):
+ * kept for the life of the process, as the names point into its host
+ * object. */
+struct catalog {
+  std::string chip;
+  CUpti_Profiler_Host_Object *host = NULL;
+  std::vector<const char *> bases;
+  std::vector<CUpti_MetricType> types;
+  std::vector<const char *> subs; /* of the last base asked for */
+};
+std::vector<catalog *> &catalogs = *new std::vector<catalog *>;
+
+/* The chip of CUDA device `device` ("GH100"). */
+bool chip_of(int device, std::string *chip, char *reason, size_t reason_size) {
+  CUpti_Device_GetChipName_Params p;
+  memset(&p, 0, sizeof p);
+  p.structSize = CUpti_Device_GetChipName_Params_STRUCT_SIZE;
+  p.deviceIndex = (size_t)device;
+  if (!CUPTI_CALL(cuptiDeviceGetChipName, p)) return false;
+  *chip = p.pChipName;
+  return true;
+}
+
+catalog *catalog_of(const char *chip_name, char *reason, size_t reason_size) {
+  std::string chip;
+  if (chip_name) {
+    chip = chip_name;
+  } else {
+    int device = 0;
+    if (cudaGetDevice(&device) != cudaSuccess) {
+      (void)cudaGetLastError();
+      snprintf(reason, reason_size, "no CUDA device to read the counters of");
+      return NULL;
+    }
+    if (!chip_of(device, &chip, reason, reason_size)) return NULL;
+  }
+  for (catalog *c : catalogs)
+    if (c->chip == chip) return c;
+  catalog *c = new catalog;
+  c->chip = chip;
+  CUpti_Profiler_Host_Initialize_Params ip;
+  memset(&ip, 0, sizeof ip);
+  ip.structSize = CUpti_Profiler_Host_Initialize_Params_STRUCT_SIZE;
+  ip.profilerType = CUPTI_PROFILER_TYPE_RANGE_PROFILER;
+  ip.pChipName = c->chip.c_str();
+  if (!CUPTI_CALL(cuptiProfilerHostInitialize, ip)) {
+    snprintf(reason, reason_size, "no counters are known for chip '%s'", chip.c_str());
+    delete c;
+    return NULL;
+  }
+  c->host = ip.pHostObject;
+  for (int t = 0; t < CUPTI_METRIC_TYPE__COUNT; t++) {
+    CUpti_Profiler_Host_GetBaseMetrics_Params bp;
+    memset(&bp, 0, sizeof bp);
+    bp.structSize = CUpti_Profiler_Host_GetBaseMetrics_Params_STRUCT_SIZE;
+    bp.pHostObject = c->host;
+    bp.metricType = (CUpti_MetricType)t;
+    if (!CUPTI_CALL(cuptiProfilerHostGetBaseMetrics, bp)) continue;
+    for (size_t i = 0; i < bp.numMetrics; i++) {
+      c->bases.push_back(bp.ppMetricNames[i]);
+      c->types.push_back((CUpti_MetricType)t);
+    }
+  }
+  catalogs.push_back(c);
+  return c;
+}
+
+bool cupti_counter_names(const char *chip, const char *base, const char *const **names, size_t *n, char *reason,
+                         size_t reason_size) {
+  catalog *c = catalog_of(chip, reason, reason_size);
+  if (!c) return false;
+  if (!base) {
+    *names = c->bases.data();
+    *n = c->bases.size();
+    return true;
+  }
+  for (size_t i = 0; i < c->bases.size(); i++) {
+    if (strcmp(c->bases[i], base) != 0) continue;
+    CUpti_Profiler_Host_GetSubMetrics_Params sp;
+    memset(&sp, 0, sizeof sp);
+    sp.structSize = CUpti_Profiler_Host_GetSubMetrics_Params_STRUCT_SIZE;
+    sp.pHostObject = c->host;
+    sp.metricType = c->types[i];
+    sp.pMetricName = c->bases[i];
+    if (!CUPTI_CALL(cuptiProfilerHostGetSubMetrics, sp)) return false;
+    c->subs.assign(sp.ppSubMetrics, sp.ppSubMetrics + sp.numOfSubmetrics);
+    *names = c->subs.data();
+    *n = c->subs.size();
+    return true;
+  }
+  snprintf(reason, reason_size, "chip %s has no metric '%s'", c->chip.c_str(), base);
+  return false;
+}
+
+/* One counting session's state: every image CUPTI was handed lives here
+ * until the session ends (see the top of this file). */
+struct session {
+  CUcontext ctx = NULL;
+  int device = 0;
+  std::string chip;
+  std::vector<uint8_t> availability;
+  CUpti_Profiler_Host_Object *host = NULL;
+  std::vector<uint8_t> config;
+  std::vector<uint8_t> counter_data;
+  CUpti_RangeProfiler_Object *profiler = NULL;
+  bool started = false;
+  std::vector<std::string> names;
+  std::vector<const char *> metrics;
+  size_t max_kernels = 0;
+};
+session *current;
+
+/* cuCtxGetCurrent through the runtime (tfhost does not link libcuda). */
+bool current_context(CUcontext *ctx, char *reason, size_t reason_size) {
+  typedef CUresult (*get_current_fn)(CUcontext *);
+  static get_current_fn get_current;
+  if (!get_current) {
+    void *p = NULL;
+    cudaDriverEntryPointQueryResult found;
+    if (cudaGetDriverEntryPointByVersion("cuCtxGetCurrent", &p, 12000, cudaEnableDefault, &found) != cudaSuccess ||
+        found != cudaDriverEntryPointSuccess || !p) {
+      (void)cudaGetLastError();
+      snprintf(reason, reason_size, "the driver has no cuCtxGetCurrent");
+      return false;
+    }
+    get_current = (get_current_fn)p;
+  }
+  if (cudaFree(0) != cudaSuccess || get_current(ctx) != CUDA_SUCCESS || !*ctx) {
+    (void)cudaGetLastError();
+    snprintf(reason, reason_size, "no CUDA context on the current device");
+    return false;
+  }
+  return true;
+}
+
+void device_limits(int device, tf_prof_device_limits *l) {
+  auto attr = [device](cudaDeviceAttr a) {
+    int v = 0;
+    if (cudaDeviceGetAttribute(&v, a, device) != cudaSuccess) (void)cudaGetLastError();
+    return v;
+  };
+  memset(l, 0, sizeof *l);
+  l->sm_count = attr(cudaDevAttrMultiProcessorCount);
+  l->warp_size = attr(cudaDevAttrWarpSize);
+  l->max_threads_per_sm = attr(cudaDevAttrMaxThreadsPerMultiProcessor);
+  l->max_blocks_per_sm = attr(cudaDevAttrMaxBlocksPerMultiprocessor);
+  l->max_threads_per_block = attr(cudaDevAttrMaxThreadsPerBlock);
+  l->regs_per_sm = attr(cudaDevAttrMaxRegistersPerMultiprocessor);
+  l->regs_per_block = attr(cudaDevAttrMaxRegistersPerBlock);
+  l->shared_per_sm = attr(cudaDevAttrMaxSharedMemoryPerMultiprocessor);
+  l->shared_per_block_optin = attr(cudaDevAttrMaxSharedMemoryPerBlockOptin);
+  l->reserved_shared_per_block = attr(cudaDevAttrReservedSharedMemoryPerBlock);
+}
+
+/* Takes the session down as far as it got; harmless on a partial one. */
+void teardown(session *s) {
+  char reason[256];
+  const size_t reason_size = sizeof reason;
+  if (s->profiler) {
+    if (s->started) {
+      CUpti_RangeProfiler_Stop_Params p;
+      memset(&p, 0, sizeof p);
+      p.structSize = CUpti_RangeProfiler_Stop_Params_STRUCT_SIZE;
+      p.pRangeProfilerObject = s->profiler;
+      (void)CUPTI_CALL(cuptiRangeProfilerStop, p);
+    }
+    CUpti_RangeProfiler_Disable_Params p;
+    memset(&p, 0, sizeof p);
+    p.structSize = CUpti_RangeProfiler_Disable_Params_STRUCT_SIZE;
+    p.pRangeProfilerObject = s->profiler;
+    (void)CUPTI_CALL(cuptiRangeProfilerDisable, p);
+  }
+  if (s->host) {
+    CUpti_Profiler_Host_Deinitialize_Params p;
+    memset(&p, 0, sizeof p);
+    p.structSize = CUpti_Profiler_Host_Deinitialize_Params_STRUCT_SIZE;
+    p.pHostObject = s->host;
+    (void)CUPTI_CALL(cuptiProfilerHostDeinitialize, p);
+  }
+  delete s;
+}
+
+/* Whether the device can be counted at all, and if not why, in words. */
+bool device_supported(int device, char *reason, size_t reason_size) {
+  CUpti_Profiler_DeviceSupported_Params p;
+  memset(&p, 0, sizeof p);
+  p.structSize = CUpti_Profiler_DeviceSupported_Params_STRUCT_SIZE;
+  p.cuDevice = device;
+  p.api = CUPTI_PROFILER_RANGE_PROFILING;
+  if (!CUPTI_CALL(cuptiProfilerDeviceSupported, p)) return false;
+  if (p.isSupported == CUPTI_PROFILER_CONFIGURATION_SUPPORTED) return true;
+  const char *why = p.architecture != CUPTI_PROFILER_CONFIGURATION_SUPPORTED ? "its architecture (compute capability < 7.0)"
+                    : p.vGpu != CUPTI_PROFILER_CONFIGURATION_SUPPORTED ? "a virtual GPU without profiling enabled"
+                    : p.confidentialCompute != CUPTI_PROFILER_CONFIGURATION_SUPPORTED ? "confidential computing"
+                    : p.sli != CUPTI_PROFILER_CONFIGURATION_SUPPORTED ? "SLI"
+                    : p.cmp != CUPTI_PROFILER_CONFIGURATION_SUPPORTED ? "a crypto-mining processor"
+                    : p.wsl != CUPTI_PROFILER_CONFIGURATION_SUPPORTED ? "WSL"
+                    : "an unknown reason";
+  snprintf(reason, reason_size, "CUDA device %d cannot be counted: %s", device, why);
+  return false;
+}
+
+bool cupti_counters_start(const char *const *metrics, size_t num_metrics, size_t max_kernels,
+                          tf_prof_counter_info *info, char *reason, size_t reason_size) {
+  if (current) {
+    snprintf(reason, reason_size, "hardware counters are already running");
+    return false;
+  }
+  const int64_t t0 = tf_clock_ns();
+  session *s = new session;
+  s->max_kernels = max_kernels;
+  for (size_t i = 0; i < num_metrics; i++) s->names.push_back(metrics[i]);
+  for (const std::string &n : s->names) s->metrics.push_back(n.c_str());
+  if (cudaGetDevice(&s->device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    snprintf(reason, reason_size, "no current CUDA device");
+    delete s;
+    return false;
+  }
+  if (!current_context(&s->ctx, reason, reason_size)) {
+    delete s;
+    return false;
+  }
+  static bool initialized = false;
+  if (!initialized) {
+    CUpti_Profiler_Initialize_Params p;
+    memset(&p, 0, sizeof p);
+    p.structSize = CUpti_Profiler_Initialize_Params_STRUCT_SIZE;
+    if (!CUPTI_CALL(cuptiProfilerInitialize, p)) {
+      delete s;
+      return false;
+    }
+    initialized = true;
+  }
+  if (!device_supported(s->device, reason, reason_size) || !chip_of(s->device, &s->chip, reason, reason_size)) {
+    delete s;
+    return false;
+  }
+  /* The availability image: its size, then the image (before the range
+   * profiler is enabled on the context). */
+  CUpti_Profiler_GetCounterAvailability_Params av;
+  memset(&av, 0, sizeof av);
+  av.structSize = CUpti_Profiler_GetCounterAvailability_Params_STRUCT_SIZE;
+  av.ctx = s->ctx;
+  if (!CUPTI_CALL(cuptiProfilerGetCounterAvailability, av)) {
+    delete s;
+    return false;
+  }
+  s->availability.resize(av.counterAvailabilityImageSize);
+  av.pCounterAvailabilityImage = s->availability.data();
+  if (!CUPTI_CALL(cuptiProfilerGetCounterAvailability, av)) {
+    delete s;
+    return false;
+  }
+  CUpti_Profiler_Host_Initialize_Params ip;
+  memset(&ip, 0, sizeof ip);
+  ip.structSize = CUpti_Profiler_Host_Initialize_Params_STRUCT_SIZE;
+  ip.profilerType = CUPTI_PROFILER_TYPE_RANGE_PROFILER;
+  ip.pChipName = s->chip.c_str();
+  ip.pCounterAvailabilityImage = s->availability.data();
+  if (!CUPTI_CALL(cuptiProfilerHostInitialize, ip)) {
+    delete s;
+    return false;
+  }
+  s->host = ip.pHostObject;
+  CUpti_Profiler_Host_ConfigAddMetrics_Params am;
+  memset(&am, 0, sizeof am);
+  am.structSize = CUpti_Profiler_Host_ConfigAddMetrics_Params_STRUCT_SIZE;
+  am.pHostObject = s->host;
+  am.ppMetricNames = s->metrics.data();
+  am.numMetrics = s->metrics.size();
+  if (!CUPTI_CALL(cuptiProfilerHostConfigAddMetrics, am)) {
+    snprintf(reason + strlen(reason), reason_size - strlen(reason),
+             " (a metric this device cannot count now: the counters in use by another tool?)");
+    teardown(s);
+    return false;
+  }
+  CUpti_Profiler_Host_GetConfigImageSize_Params cs;
+  memset(&cs, 0, sizeof cs);
+  cs.structSize = CUpti_Profiler_Host_GetConfigImageSize_Params_STRUCT_SIZE;
+  cs.pHostObject = s->host;
+  if (!CUPTI_CALL(cuptiProfilerHostGetConfigImageSize, cs)) {
+    teardown(s);
+    return false;
+  }
+  s->config.resize(cs.configImageSize);
+  CUpti_Profiler_Host_GetConfigImage_Params ci;
+  memset(&ci, 0, sizeof ci);
+  ci.structSize = CUpti_Profiler_Host_GetConfigImage_Params_STRUCT_SIZE;
+  ci.pHostObject = s->host;
+  ci.configImageSize = s->config.size();
+  ci.pConfigImage = s->config.data();
+  if (!CUPTI_CALL(cuptiProfilerHostGetConfigImage, ci)) {
+    teardown(s);
+    return false;
+  }
+  CUpti_Profiler_Host_GetNumOfPasses_Params np;
+  memset(&np, 0, sizeof np);
+  np.structSize = CUpti_Profiler_Host_GetNumOfPasses_Params_STRUCT_SIZE;
+  np.configImageSize = s->config.size();
+  np.pConfigImage = s->config.data();
+  if (!CUPTI_CALL(cuptiProfilerHostGetNumOfPasses, np)) {
+    teardown(s);
+    return false;
+  }
+  const int64_t t_host = tf_clock_ns();
+  CUpti_RangeProfiler_Enable_Params en;
+  memset(&en, 0, sizeof en);
+  en.structSize = CUpti_RangeProfiler_Enable_Params_STRUCT_SIZE;
+  en.ctx = s->ctx;
+  if (!CUPTI_CALL(cuptiRangeProfilerEnable, en)) {
+    teardown(s);
+    return false;
+  }
+  s->profiler = en.pRangeProfilerObject;
+  CUpti_RangeProfiler_GetCounterDataSize_Params ds;
+  memset(&ds, 0, sizeof ds);
+  ds.structSize = CUpti_RangeProfiler_GetCounterDataSize_Params_STRUCT_SIZE;
+  ds.pRangeProfilerObject = s->profiler;
+  ds.pMetricNames = s->metrics.data();
+  ds.numMetrics = s->metrics.size();
+  ds.maxNumOfRanges = max_kernels;
+  ds.maxNumRangeTreeNodes = (uint32_t)max_kernels;
+  if (!CUPTI_CALL(cuptiRangeProfilerGetCounterDataSize, ds)) {
+    teardown(s);
+    return false;
+  }
+  s->counter_data.resize(ds.counterDataSize);
+  CUpti_RangeProfiler_CounterDataImage_Initialize_Params di;
+  memset(&di, 0, sizeof di);
+  di.structSize = CUpti_RangeProfiler_CounterDataImage_Initialize_Params_STRUCT_SIZE;
+  di.pRangeProfilerObject = s->profiler;
+  di.counterDataSize = s->counter_data.size();
+  di.pCounterData = s->counter_data.data();
+  if (!CUPTI_CALL(cuptiRangeProfilerCounterDataImageInitialize, di)) {
+    teardown(s);
+    return false;
+  }
+  CUpti_RangeProfiler_SetConfig_Params sc;
+  memset(&sc, 0, sizeof sc);
+  sc.structSize = CUpti_RangeProfiler_SetConfig_Params_STRUCT_SIZE;
+  sc.pRangeProfilerObject = s->profiler;
+  sc.configSize = s->config.size();
+  sc.pConfig = s->config.data();
+  sc.counterDataImageSize = s->counter_data.size();
+  sc.pCounterDataImage = s->counter_data.data();
+  sc.range = CUPTI_AutoRange;
+  sc.replayMode = CUPTI_KernelReplay;
+  sc.maxRangesPerPass = max_kernels;
+  sc.numNestingLevels = 1;
+  sc.minNestingLevel = 1;
+  sc.passIndex = 0;
+  sc.targetNestingLevel = 1;
+  if (!CUPTI_CALL(cuptiRangeProfilerSetConfig, sc)) {
+    teardown(s);
+    return false;
+  }
+  CUpti_RangeProfiler_Start_Params st;
+  memset(&st, 0, sizeof st);
+  st.structSize = CUpti_RangeProfiler_Start_Params_STRUCT_SIZE;
+  st.pRangeProfilerObject = s->profiler;
+  if (!CUPTI_CALL(cuptiRangeProfilerStart, st)) {
+    teardown(s);
+    return false;
+  }
+  s->started = true;
+  current = s;
+  info->device = s->device;
+  snprintf(info->chip, sizeof info->chip, "%s", s->chip.c_str());
+  info->passes = np.numOfPasses;
+  info->max_kernels = max_kernels;
+  device_limits(s->device, &info->limits);
+  debug("start: %zu metrics on %s (cuda:%d), %zu passes a kernel, room for %zu kernels (counter data %.1f MB); "
+        "host setup %.1f ms, device setup %.1f ms",
+        num_metrics, s->chip.c_str(), s->device, np.numOfPasses, max_kernels, s->counter_data.size() / 1e6,
+        (t_host - t0) / 1e6, (tf_clock_ns() - t_host) / 1e6);
+  return true;
+}
+
+bool cupti_counters_stop(double **values, size_t *ranges, tf_prof_counter_info *info, char *reason,
+                         size_t reason_size) {
+  *values = NULL;
+  *ranges = 0;
+  session *s = current;
+  current = NULL;
+  if (!s) {
+    snprintf(reason, reason_size, "hardware counters are not running");
+    return false;
+  }
+  const int64_t t0 = tf_clock_ns();
+  CUpti_RangeProfiler_Stop_Params sp;
+  memset(&sp, 0, sizeof sp);
+  sp.structSize = CUpti_RangeProfiler_Stop_Params_STRUCT_SIZE;
+  sp.pRangeProfilerObject = s->profiler;
+  bool ok = CUPTI_CALL(cuptiRangeProfilerStop, sp);
+  s->started = false;
+  if (ok && !sp.isAllPassSubmitted) debug("stop: not every pass was submitted (pass %zu)", sp.passIndex);
+  CUpti_RangeProfiler_DecodeData_Params dd;
+  memset(&dd, 0, sizeof dd);
+  dd.structSize = CUpti_RangeProfiler_DecodeData_Params_STRUCT_SIZE;
+  dd.pRangeProfilerObject = s->profiler;
+  ok = ok && CUPTI_CALL(cuptiRangeProfilerDecodeData, dd);
+  const int64_t t_decode = tf_clock_ns();
+  CUpti_RangeProfiler_GetCounterDataInfo_Params gi;
+  memset(&gi, 0, sizeof gi);
+  gi.structSize = CUpti_RangeProfiler_GetCounterDataInfo_Params_STRUCT_SIZE;
+  gi.pCounterDataImage = s->counter_data.data();
+  gi.counterDataImageSize = s->counter_data.size();
+  ok = ok && CUPTI_CALL(cuptiRangeProfilerGetCounterDataInfo, gi);
+  const size_t n = s->metrics.size();
+  double *v = NULL;
+  if (ok && gi.numTotalRanges > 0) {
+    v = (double *)calloc(gi.numTotalRanges * n, sizeof *v);
+    if (!v) {
+      snprintf(reason, reason_size, "out of host memory for %zu ranges' counters", (size_t)gi.numTotalRanges);
+      ok = false;
+    }
+  }
+  /* One evaluation per range, of every metric at once; printed per range
+   * only under TF_COUNTERS_DEBUG (the calls stay out of the debug output:
+   * one line per range is enough). */
+  const bool dbg = debug_on();
+  for (size_t r = 0; ok && r < gi.numTotalRanges; r++) {
+    CUpti_Profiler_Host_EvaluateToGpuValues_Params ev;
+    memset(&ev, 0, sizeof ev);
+    ev.structSize = CUpti_Profiler_Host_EvaluateToGpuValues_Params_STRUCT_SIZE;
+    ev.pHostObject = s->host;
+    ev.pCounterDataImage = s->counter_data.data();
+    ev.counterDataImageSize = s->counter_data.size();
+    ev.rangeIndex = r;
+    ev.ppMetricNames = s->metrics.data();
+    ev.numMetrics = n;
+    ev.pMetricValues = v + r * n;
+    CUptiResult res = cuptiProfilerHostEvaluateToGpuValues(&ev);
+    if (res != CUPTI_SUCCESS) {
+      snprintf(reason, reason_size, "cuptiProfilerHostEvaluateToGpuValues (range %zu): %s", r, result_text(res));
+      ok = false;
+      break;
+    }
+    if (dbg) {
+      CUpti_RangeProfiler_CounterData_GetRangeInfo_Params ri;
+      memset(&ri, 0, sizeof ri);
+      ri.structSize = CUpti_RangeProfiler_CounterData_GetRangeInfo_Params_STRUCT_SIZE;
+      ri.pCounterDataImage = s->counter_data.data();
+      ri.counterDataImageSize = s->counter_data.size();
+      ri.rangeIndex = r;
+      ri.rangeDelimiter = "/";
+      const char *name = cuptiRangeProfilerCounterDataGetRangeInfo(&ri) == CUPTI_SUCCESS && ri.rangeName
+                             ? ri.rangeName : "?";
+      fprintf(stderr, "tf.counters: range %zu '%s':", r, name);
+      for (size_t m = 0; m < n; m++) fprintf(stderr, " %s=%.6g", s->metrics[m], v[r * n + m]);
+      fputc('\n', stderr);
+    }
+  }
+  const int64_t t_eval = tf_clock_ns();
+  info->ranges = ok ? gi.numTotalRanges : 0;
+  info->dropped = dd.numOfRangeDropped;
+  if (dd.numOfRangeDropped)
+    debug("stop: %zu ranges dropped (past max_kernels = %zu)", (size_t)dd.numOfRangeDropped, s->max_kernels);
+  teardown(s);
+  debug("stop: stop and decode %.1f ms, %zu ranges evaluated in %.1f ms, teardown %.1f ms", (t_decode - t0) / 1e6,
+        (size_t)info->ranges, (t_eval - t_decode) / 1e6, (tf_clock_ns() - t_eval) / 1e6);
+  if (!ok) {
+    free(v);
+    return false;
+  }
+  *values = v;
+  *ranges = (size_t)gi.numTotalRanges;
+  return true;
+}
+
+}  // namespace
+
+extern "C" bool tf_cuda_counters_start(const char *const *metrics, size_t num_metrics, size_t max_kernels,
+                                       tf_prof_counter_info *info, char *reason, size_t reason_size) {
+  return cupti_counters_start(metrics, num_metrics, max_kernels, info, reason, reason_size);
+}
+
+extern "C" bool tf_cuda_counters_stop(double **values, size_t *ranges, tf_prof_counter_info *info, char *reason,
+                                      size_t reason_size) {
+  return cupti_counters_stop(values, ranges, info, reason, reason_size);
+}
+
+extern "C" bool tf_cuda_counter_names(const char *chip, const char *base, const char *const **names, size_t *n,
+                                      char *reason, size_t reason_size) {
+  return cupti_counter_names(chip, base, names, n, reason, reason_size);
+}

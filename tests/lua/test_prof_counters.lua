@@ -1,0 +1,201 @@
+-- tf.prof's hardware counters on a GPU (tf.prof.start{metrics = ...}),
+-- checked against work whose counts are known: a bf16 GEMM 4096^3 (FLOPs
+-- within 1 % of 2MNK, DRAM reads at least its operands), a device-to-device
+-- copy and a copy kernel of N bytes (DRAM reads ~N), an f32 elementwise
+-- multiply (f32 FLOPs = numel), a fused-engine training step (every kernel
+-- counted or counted as lost, the classes present, no CUDA graph replayed
+-- while counting), the pipes and occupancy sets having values, and
+-- max_kernels overflowing into "lost". Each pairing of a counted range
+-- with its kernel is checked by the counted duration against the record's
+-- (p.counters.mismatched). Skipped (77) without a GPU or without CUPTI;
+-- a test skips itself when the driver refuses the counters (permissions),
+-- saying why. TF_COUNTERS_DEBUG=1 shows every CUPTI call and pairing.
+local T = require "harness"
+T.require_cuda()
+if not tf.prof.available() then T.skip("CUPTI is unavailable: " .. select(2, tf.prof.available())) end
+tf.seed(T.fresh_seed())
+
+-- tf.ceilings comes from elsewhere; where it is missing, stand-in H100-like
+-- peaks let roof_share be computed (its value is not checked against them).
+if not pcall(require, "tf.ceilings") then
+  package.loaded["tf.ceilings"] = { get = function(device)
+    return { bf16 = 989, fp8 = 1979, tf32 = 494, f32 = 67, f64 = 34, copy = 3000, device = device, driver = "stand-in" }
+  end }
+end
+
+-- Runs body under a counting profile; skips the test where the counters
+-- cannot be had (permissions, another profiler), failing on other errors.
+local function counted(opts, body)
+  tf.sync()
+  local ok, p = pcall(tf.prof.start, opts)
+  if not ok then
+    local e = tostring(p)
+    if e:find("administrators") or e:find("another CUDA profiler") or e:find("cannot be counted") then
+      T.skip_test(e)
+    end
+    error(e, 0)
+  end
+  local t0 = tf.now()
+  body()
+  tf.sync()
+  p:stop()
+  local c = p.counters
+  print(string.format("  %d kernels counted, %d lost, %d copies, %d mismatched, %d passes; start %.1f ms, read-out "
+    .. "%.1f ms, %.1f s in all", c.counted, c.lost, c.copies, c.mismatched, c.passes, c.start_ns / 1e6, c.stop_ns / 1e6,
+    tf.now() - t0))
+  return p
+end
+
+local function find(rows, key, value)
+  for _, r in ipairs(rows) do
+    if r[key] == value then return r end
+  end
+end
+
+local function rel(a, b) return math.abs(a - b) / math.abs(b) end
+
+T.test("a bf16 GEMM 4096^3: FLOPs within 1 % of 2MNK, DRAM reads at least the operands", function()
+  local n = 4096
+  local a = tf.randn({ n, n }, { device = "cuda", dtype = "bf16" })
+  local b = tf.randn({ n, n }, { device = "cuda", dtype = "bf16" })
+  tf.matmul(a, b) -- the plan chosen and cached before counting
+  local c
+  local p = counted({ metrics = "roofline" }, function() c = tf.matmul(a, b) end)
+  T.eq(p.counters.lost, 0)
+  T.eq(p.counters.mismatched, 0)
+  local rows = p:kernels{ by = "class" }
+  local gemm = find(rows, "name", "gemm")
+  T.ok(gemm, "a gemm row")
+  print(string.format("  gemm: %.4g FLOPs (bf16 %.4g), %.1f TFLOP/s, read %.3g B, written %.3g B, %.1f FLOP/B, "
+    .. "%.2f of the roof", gemm.flops, gemm.flops_by.bf16, gemm.tflops, gemm.dram_read, gemm.dram_write,
+    gemm.intensity, gemm.roof_share or -1))
+  T.ok(rel(gemm.flops, 2 * n * n * n) < 0.01, "flops within 1 % of 2MNK")
+  T.ok(gemm.flops_by.bf16 > 0.99 * gemm.flops, "bf16 tensor FLOPs dominate")
+  T.ok(gemm.dram_read >= 0.99 * 2 * n * n * 2, "DRAM reads at least A and B")
+  T.ok(gemm.dram_bytes >= gemm.dram_read)
+  T.ok(gemm.tflops > 0 and gemm.gbs > 0)
+  T.ok(gemm.roof_share and gemm.roof_share > 0 and gemm.roof_share < 1.5, "a share of the roof")
+  T.ok(p.ceilings and p.ceilings.bf16, "the profile carries its ceilings")
+  local rec = p:records().kernels
+  for _, k in ipairs(rec) do T.ok(k.counters, k.short_name .. " has counters") end
+  T.ok(c)
+end)
+
+T.test("copies of N bytes: DRAM reads ~N, on the copy's record and on a copy kernel", function()
+  local numel = 1 << 26 -- 256 MB in f32: past the L2
+  local x = tf.randn({ numel }, { device = "cuda" })
+  local y, z
+  local sq = tf.randn({ 8192, 8192 }, { device = "cuda" })
+  local p = counted({ metrics = "roofline" }, function()
+    y = x:clone() -- a device-to-device cudaMemcpy
+    z = sq:t():contiguous() -- a copy kernel
+  end)
+  local rec = p:records()
+  local copy
+  for _, c in ipairs(rec.memcpy) do
+    if c.kind == "DtoD" and c.bytes == numel * 4 then copy = c end
+  end
+  if copy and copy.counters then
+    local read = copy.counters["dram__bytes_read.sum"]
+    print(string.format("  the DtoD copy of %d bytes: read %.4g B", numel * 4, read))
+    T.ok(rel(read, numel * 4) < 0.05, "the copy reads ~N bytes")
+    T.ok(p.counters.copies >= 1)
+  else
+    print("  the DtoD copy made no counted range (or was not a cudaMemcpy)")
+  end
+  local kernel_row = find(p:kernels{ by = "class", copies = false }, "name", "copy")
+  T.ok(kernel_row, "a copy kernel")
+  do
+    print(string.format("  the transposing copy of %d bytes: read %.4g B, wrote %.4g B, %.0f GB/s", numel * 4,
+      kernel_row.dram_read, kernel_row.dram_write, kernel_row.gbs))
+    T.ok(rel(kernel_row.dram_read, 8192 * 8192 * 4) < 0.1, "the copy kernel reads ~N bytes")
+    T.ok(kernel_row.flops == 0 or kernel_row.flops < 0.01 * 8192 * 8192)
+  end
+  T.eq(p.counters.lost, 0)
+  T.ok(y and z)
+end)
+
+T.test("an f32 elementwise multiply: f32 FLOPs = numel", function()
+  local numel = 1 << 24
+  local a = tf.randn({ numel }, { device = "cuda" })
+  local b = tf.randn({ numel }, { device = "cuda" })
+  local c
+  local p = counted({ metrics = { "roofline" } }, function() c = a * b end)
+  local rows = p:kernels()
+  T.eq(#rows, 1)
+  local r = rows[1]
+  print(string.format("  %s: f32 %.6g FLOPs (numel %d), read %.4g B", r.name, r.flops_by.f32, numel, r.dram_read))
+  T.ok(rel(r.flops_by.f32, numel) < 1e-3, "one FMUL per element")
+  T.ok(rel(r.dram_read, 2 * numel * 4) < 0.1, "reads both operands")
+  T.ok(c)
+end)
+
+T.test("a fused-engine training step: every kernel counted or lost, the classes present, no graph replayed", function()
+  tf.seed(0)
+  local m = tf.model.new{ preset = "tiny", context_length = 64, precision = "bf16", impl = "fused", device = "cuda" }
+  local ids = tf.randint(0, 256, { 2, 64 }, { device = "cuda" })
+  local targets = tf.randint(0, 256, { 2, 64 }, { device = "cuda" })
+  for _ = 1, 3 do m:step(ids, targets):free() end -- graphs captured and replayed
+  local before = m:info().graph_replays
+  local p = counted({ metrics = "roofline" }, function() m:step(ids, targets):free() end)
+  T.eq(m:info().graph_replays, before, "no CUDA graph replayed while counting")
+  local rec = p:records()
+  local with = 0
+  for _, k in ipairs(rec.kernels) do if k.counters then with = with + 1 end end
+  T.eq(with, p.counters.counted)
+  T.eq(p.counters.counted + p.counters.lost, #rec.kernels, "every kernel counted or counted as lost")
+  T.eq(p.counters.lost, 0)
+  T.eq(p.counters.mismatched, 0)
+  local classes = {}
+  for _, r in ipairs(p:kernels{ by = "class" }) do classes[r.name] = r end
+  for _, cls in ipairs({ "gemm", "norm", "optimizer" }) do T.ok(classes[cls], "class " .. cls) end
+  T.ok(classes.attention or classes.softmax, "attention (or its softmax)")
+  if classes.gemm then T.ok(classes.gemm.flops > 0, "the step's GEMMs have FLOPs") end
+  m:step(ids, targets):free()
+  T.ok(m:info().graph_replays > before, "graphs replayed again once counting stopped")
+end)
+
+T.test("the pipes and occupancy sets have values", function()
+  local n = 2048
+  local a = tf.randn({ n, n }, { device = "cuda", dtype = "bf16" })
+  tf.matmul(a, a)
+  local p = counted({ metrics = { "pipes", "occupancy" } }, function() tf.matmul(a, a) end)
+  local gemm = find(p:kernels{ by = "class" }, "name", "gemm")
+  T.ok(gemm, "a gemm row")
+  print(string.format("  gemm: tensor %.0f %%, fma %.0f %%, alu %.0f %%, lsu %.0f %%, occupancy %.0f %%, %.0f registers, "
+    .. "%.0f B shared a block, limited by %s", gemm.tensor_pct, gemm.fma_pct, gemm.alu_pct, gemm.lsu_pct,
+    gemm.occupancy_pct, gemm.registers, gemm.shared_per_block, tostring(gemm.limiter)))
+  T.ok(gemm.tensor_pct > 10, "the tensor pipe is busy")
+  T.ok(gemm.fma_pct >= 0 and gemm.alu_pct >= 0 and gemm.lsu_pct >= 0)
+  T.ok(gemm.occupancy_pct > 0)
+  T.ok(gemm.registers > 0)
+  T.ok(gemm.limiter, "an occupancy limiter")
+  T.eq(gemm.flops, nil) -- roofline not counted
+  T.eq(p.counters.passes, 1)
+end)
+
+T.test("max_kernels overflowing: the kernels past it are lost, and said", function()
+  local x = tf.randn({ 1024 }, { device = "cuda" })
+  local p = counted({ metrics = "occupancy", max_kernels = 4 }, function()
+    for _ = 1, 10 do x = x + 1 end
+  end)
+  local rec = p:records()
+  T.ok(#rec.kernels >= 10)
+  T.ok(p.counters.counted <= 4)
+  T.eq(p.counters.counted + p.counters.lost, #rec.kernels)
+  T.ok(p.counters.lost >= 6)
+  T.eq(p:info().options.max_kernels, 4)
+end)
+
+T.test("time-only profiles are unchanged: no counters, graphs replayed", function()
+  local x = tf.randn({ 1024 }, { device = "cuda" })
+  tf.sync()
+  local p <close> = tf.prof.start()
+  x = x + 1
+  p:stop()
+  T.eq(p:info().counters, nil)
+  for _, k in ipairs(p:records().kernels) do T.eq(k.counters, nil) end
+  T.eq(p:kernels()[1].flops, nil)
+end)
+
+T.run()
