@@ -216,8 +216,8 @@ M.entries = {
   { "tf.mem.summary", "tf.mem.summary([snapshot])", "bytes live per tag at the recorded peak" },
   { "tf.mem.is_oom", "tf.mem.is_oom(err)", "whether an error is an out-of-memory error" },
   { "tf.range", "tf.range(name [, fn, ...])", "a named range (NVTX and the profiler), closed at scope end" },
-  { "tf.prof.start", "tf.prof.start([opts])", "starts the kernel profiler; p:kernels{}, p:ranges(), p:busy{}; "
-    .. "opts.metrics (\"roofline\", \"pipes\", \"occupancy\" or a list of raw names): hardware counters per kernel (GPU)" },
+  { "tf.prof.start", "tf.prof.start([{metrics = \"roofline\"|\"pipes\"|\"occupancy\"|{names}, max_kernels, ...}])",
+    "starts the kernel profiler (metrics: each kernel's hardware counters, GPU); p:kernels{}, p:ranges()" },
   { "tf.prof.stack", "tf.prof.stack()", "the names of the open ranges, outermost first" },
   { "tf.prof.available", "tf.prof.available()", "true, or false and why GPU kernel records are off" },
   { "tf.prof.classify", "tf.prof.classify(short_name [, full_name [, cache]])", "a kernel's class: gemm, attention, softmax, ..." },
