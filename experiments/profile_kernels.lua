@@ -16,6 +16,10 @@
 --
 --   tfhost experiments/profile_kernels.lua --size small,2.7B --context 128,512
 --   tfhost experiments/profile_kernels.lua --size tiny --context 32 --trace /tmp/traces   (CPU: host-timed ops)
+--   tfhost experiments/profile_kernels.lua --size small --context 512 --roofline --out /tmp/roof   (GPU counters)
+-- With --roofline, one training step of each implementation is profiled again under the hardware
+-- counters (tf.prof.start{metrics = "roofline"}): where each kernel class stands against the
+-- device's ceilings (tf.ceilings), as a table and as roofline pictures.
 -- On the CPU the defaults are the sizes a CPU finishes in seconds.
 local gpu = tf.default_device() ~= "cpu" -- what runs here (--device cpu on a GPU machine too)
 local opt = tf.options{
@@ -39,6 +43,12 @@ local opt = tf.options{
   { "json", "write the rows and the environment to this file", type = "string" },
   { "plot", "draw kernel and host time and the GEMM share against context length into this file (.svg or .html)",
     type = "string" },
+  { "roofline", "also count one training step of the fused engine and one of the eager model (the first --size and "
+    .. "--context) with the GPU's hardware counters: their roofline tables, and roofline_fused and roofline_eager "
+    .. ".svg and .html in --out", default = false },
+  { "out", "the folder --roofline writes its pictures into", default = "profile_kernels", type = "string" },
+  { "max_kernels", "kernels --roofline counts in a step (tf.prof.start's max_kernels; past it they are lost)",
+    default = 4096, min = 1 },
 }
 local sizes = opt.size
 if #sizes == 1 and sizes[1] == "all" then sizes = tf.model.preset_names end
@@ -96,13 +106,19 @@ local notes = {}
 
 -- One configuration: warm-up, then `passes` forward passes and training
 -- steps under the collector, each range waiting for its kernels.
-local function profile(size, ctx, impl)
+-- The model of one configuration, its batch, after `warmup` training steps.
+local function warm_model(size, ctx, impl, warmup)
   tf.seed(0)
   local m = tf.model.new{ preset = size, context_length = ctx, vocab_size = opt.vocab, precision = opt.precision,
     impl = impl, attention = impl == "fused" and opt.attention or nil }
   local ids = tf.randint(0, opt.vocab, { opt.batch, ctx })
   local targets = tf.randint(0, opt.vocab, { opt.batch, ctx })
-  for _ = 1, opt.warmup do m:step(ids, targets):free() end
+  for _ = 1, warmup do m:step(ids, targets):free() end
+  return m, ids, targets
+end
+
+local function profile(size, ctx, impl)
+  local m, ids, targets = warm_model(size, ctx, impl, opt.warmup)
   m:forward(ids):free()
   tf.sync()
   local p <close> = tf.prof.start{}
@@ -395,9 +411,95 @@ else
       .. ".")
   end
 end
+-- ---- --roofline: one training step of each implementation under the hardware counters ------------
+
+-- One training step of impl counted: its rows by class and by name, the ceilings, and how many of
+-- its kernels were not counted; or nil and why not.
+local function counted_step(size, ctx, impl)
+  local m, ids, targets = warm_model(size, ctx, impl, math.max(1, opt.warmup))
+  tf.sync()
+  local started, p = pcall(tf.prof.start, { metrics = "roofline", max_kernels = opt.max_kernels })
+  if not started then return nil, tostring(p) end
+  local _ <close> = p
+  tf.range("training step", function()
+    m:step(ids, targets):free()
+    tf.sync()
+  end)
+  p:stop()
+  local kernels = p:records().kernels or {}
+  local counted = 0
+  for _, k in ipairs(kernels) do
+    if k.counters ~= nil then counted = counted + 1 end
+  end
+  return { by_class = p:kernels{ range = "training step", by = "class" },
+    by_name = p:kernels{ range = "training step", by = "name" },
+    ceilings = p.ceilings or tf.ceilings.get(), kernels = #kernels, lost = #kernels - counted }
+end
+
+-- "fp8 1300.0 TFLOP/s, bf16 790.0 TFLOP/s, ...": the compute ceilings the device has.
+local function ceiling_text(c)
+  local parts = {}
+  for _, k in ipairs(tf.roofline.compute) do
+    if c[k] then parts[#parts + 1] = string.format("%s %.1f TFLOP/s", k, c[k]) end
+  end
+  return table.concat(parts, ", ")
+end
+
+local roofline_rows
+if opt.roofline then
+  print("\n## Roofline: one training step under the hardware counters\n")
+  local no_counters = not gpu and "the device is the CPU" or not ok_prof and tostring(why) or nil
+  if no_counters then
+    print("The roofline needs a GPU's hardware counters (tf.prof.start{metrics = \"roofline\"}), and " .. no_counters
+      .. ": this part is skipped.")
+  else
+    local size, ctx = sizes[1], opt.context[1]
+    tf.mkdir(opt.out)
+    roofline_rows = {}
+    for _, impl in ipairs({ "fused", "eager" }) do
+      progress("roofline: %s ctx %d %s ...", size, ctx, impl)
+      local ok, got, why_not = pcall(counted_step, size, ctx, impl)
+      if not ok and not tf.mem.is_oom(got) then error(got, 0) end
+      progress(" %s\n", ok and (got and "done" or "not counted") or "OOM")
+      local what = string.format("%s ctx %d %s, one training step, %s", size, ctx, impl, opt.precision)
+      if not ok then
+        print(string.format("### %s\n\nOut of memory.\n", what))
+      elseif not got then
+        print(string.format("### %s\n\nThe counters could not start: %s\n", what, why_not))
+      else
+        local c = got.ceilings
+        local tbl = tf.roofline.table(got.by_class, { ceilings = c })
+        roofline_rows[impl] = tbl
+        tf.report.table(tbl, { columns = tf.roofline.columns, title = what .. ": by kernel class" })
+        local top = {}
+        for i = 1, math.min(opt.top, #got.by_name) do top[i] = got.by_name[i] end
+        print()
+        tf.report.table(tf.roofline.table(top, { ceilings = c }), { columns = tf.roofline.columns,
+          title = string.format("%s: the %d kernels with the most time", what, #top) })
+        print(string.format("\nCeilings of %s (%s): %s; copy %.0f GB/s. \"of roof\" is the achieved rate over the "
+          .. "roof at the row's intensity (the ceiling of its precision, or the copy rate times the intensity); "
+          .. "bound is the side of that ceiling's ridge point.", tostring(c.device), tostring(c.source or "given"),
+          ceiling_text(c), c.copy))
+        if got.lost > 0 then
+          print(string.format("%d of the step's %d kernels were not counted (past --max_kernels %d): the rows leave "
+            .. "them out.", got.lost, got.kernels, opt.max_kernels))
+        end
+        for _, ext in ipairs({ "svg", "html" }) do
+          local path = string.format("%s/roofline_%s.%s", opt.out, impl, ext)
+          tf.roofline.plot(got.by_class, { ceilings = c, path = path, title = "Roofline: " .. what })
+          print("wrote " .. path)
+        end
+        print()
+      end
+      tf.mem.empty_cache()
+    end
+  end
+end
+
 if opt.json then
   tf.results.write(opt.json, rows, { options = opt, key = { "size", "context", "impl", "attention" },
-    metrics = { "fwd_kernel_ms", "fwd_host_ms", "step_kernel_ms", "fwd_gemm_pct", "step_gemm_pct" } })
+    metrics = { "fwd_kernel_ms", "fwd_host_ms", "step_kernel_ms", "fwd_gemm_pct", "step_gemm_pct" },
+    roofline = roofline_rows })
   print("wrote " .. opt.json)
 end
 if opt.plot then

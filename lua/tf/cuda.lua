@@ -161,15 +161,22 @@ local function note(text)
   io.stderr:write("tf.cuda: ", text, "\n")
 end
 
+--- user_cache(sub) -> the folder sub of tfhost's per-user cache: $XDG_CACHE_HOME/tfhost/sub, else
+-- ~/.cache/tfhost/sub (nil without either variable). The kernel cache and tf.ceilings' cache
+-- (lua/tf/ceilings.lua) both live there.
+function M.user_cache(sub)
+  local xdg = getenv("XDG_CACHE_HOME")
+  if xdg and xdg ~= "" then return xdg .. "/tfhost/" .. sub end
+  local home = getenv("HOME")
+  return home and home ~= "" and home .. "/.cache/tfhost/" .. sub or nil
+end
+
 --- The folder of the disk cache: TFHOST_KERNEL_CACHE, else $XDG_CACHE_HOME/tfhost/kernels, else
 -- ~/.cache/tfhost/kernels. TFHOST_KERNEL_CACHE=none turns the disk cache off.
 function M.cache_dir()
   local env = getenv("TFHOST_KERNEL_CACHE")
   if env and env ~= "" then return env ~= "none" and env or nil end
-  local xdg = getenv("XDG_CACHE_HOME")
-  if xdg and xdg ~= "" then return xdg .. "/tfhost/kernels" end
-  local home = getenv("HOME")
-  return home and home ~= "" and home .. "/.cache/tfhost/kernels" or nil
+  return M.user_cache("kernels")
 end
 
 local MAGIC = "tfhost kernel cache "

@@ -198,6 +198,8 @@ tf.results = require "tf.results"
 tf.results._start(tf.now())
 tf.units = require "tf.units"
 tf.plot = require "tf.plot"
+tf.ceilings = { get = require("tf.ceilings").get } -- the device's measured rates (lua/tf/ceilings.lua)
+tf.roofline = require "tf.roofline"               -- counted kernels against them (lua/tf/roofline.lua)
 tf.safe_run = safe.run
 --- tf.help([x]) (also the global help): namespaces, or one function's signature and summary.
 tf.help = require("tf.help").help

@@ -80,6 +80,12 @@ local function log_scale(lo, hi, values, base)
     map = function(v) return (math.log(v, 10) - dlo) / (dhi - dlo) end }
 end
 
+--- For other charts of tfhost's (lua/tf/roofline.lua): a base-10 log scale over [lo, hi] (lo > 0)
+-- widened to whole decades, {lo, hi, ticks, log = true, map = function(v) -> 0..1}, and the escape
+-- of text into SVG.
+function M._log_scale(lo, hi) return log_scale(lo, hi, nil, 10) end
+M._escape = esc
+
 -- Whether sorted positive values grow by factors (sizes that double): a log axis.
 local function doubling(values)
   if #values < 2 or values[1] <= 0 then return false end

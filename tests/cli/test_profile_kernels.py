@@ -13,6 +13,9 @@ import sys
 import tempfile
 import unittest
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cuda_present import cuda_present  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TFHOST = None
 SMALL = ["--size", "tiny", "--context", "32", "--batch", "2", "--warmup", "1", "--passes", "3"]
@@ -140,6 +143,28 @@ class ProfileKernels(unittest.TestCase):
         self.assertIn("Every configuration ran out of memory", a)
         self.assertIn("The table is empty: every configuration ran out of memory.", section(text, "c"))
         self.assertIn("(out of memory)", section(text, "e"))
+
+    def test_roofline(self):
+        """--roofline: on a GPU, the tables of a counted training step of each implementation and the four
+        pictures; on the CPU, a line that says the roofline needs a GPU's hardware counters, and exit 0."""
+        with tempfile.TemporaryDirectory() as tmp:
+            out = os.path.join(tmp, "roof")
+            r = run("--impl", "fused", "--passes", "1", "--roofline", "--out", out)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            part = r.stdout[r.stdout.index("## Roofline: one training step under the hardware counters"):]
+            if not cuda_present(TFHOST):
+                self.assertIn("The roofline needs a GPU's hardware counters (tf.prof.start{metrics = \"roofline\"}), "
+                              "and the device is the CPU: this part is skipped.", part)
+                self.assertFalse(os.path.exists(out), "nothing written")
+                return
+            for impl in ("fused", "eager"):
+                self.assertIn(f"tiny ctx 32 {impl}, one training step", part)
+                for ext in ("svg", "html"):
+                    path = os.path.join(out, f"roofline_{impl}.{ext}")
+                    self.assertIn("wrote " + path, part)
+                    with open(path) as f:
+                        self.assertIn('<circle class="kernel"', f.read(), path)
+            self.assertIn("| name | class | % time | TFLOP/s | GB/s | FLOP/byte | of roof | bound |", part)
 
     def test_bad_min_pct(self):
         r = run("--min_pct", "101")
