@@ -81,6 +81,16 @@ bool call(const char *name, CUptiResult (*fn)(Params *), Params *params, char *r
 }
 #define CUPTI_CALL(fn, params) call(#fn, fn, &(params), reason, reason_size)
 
+/* A CUPTI parameter struct, zeroed, with its size set. */
+template <typename Params>
+Params make_params(size_t size) {
+  Params p;
+  memset(&p, 0, sizeof p);
+  p.structSize = size;
+  return p;
+}
+#define PARAMS(type) make_params<type>(type##_STRUCT_SIZE)
+
 /* The names of one chip's metrics, for checking names (no GPU needed):
  * kept for the life of the process, as the names point into its host
  * object. */
@@ -95,9 +105,7 @@ std::vector<catalog *> &catalogs = *new std::vector<catalog *>;
 
 /* The chip of CUDA device `device` ("GH100"). */
 bool chip_of(int device, std::string *chip, char *reason, size_t reason_size) {
-  CUpti_Device_GetChipName_Params p;
-  memset(&p, 0, sizeof p);
-  p.structSize = CUpti_Device_GetChipName_Params_STRUCT_SIZE;
+  auto p = PARAMS(CUpti_Device_GetChipName_Params);
   p.deviceIndex = (size_t)device;
   if (!CUPTI_CALL(cuptiDeviceGetChipName, p)) return false;
   *chip = p.pChipName;
@@ -121,9 +129,7 @@ catalog *catalog_of(const char *chip_name, char *reason, size_t reason_size) {
     if (c->chip == chip) return c;
   catalog *c = new catalog;
   c->chip = chip;
-  CUpti_Profiler_Host_Initialize_Params ip;
-  memset(&ip, 0, sizeof ip);
-  ip.structSize = CUpti_Profiler_Host_Initialize_Params_STRUCT_SIZE;
+  auto ip = PARAMS(CUpti_Profiler_Host_Initialize_Params);
   ip.profilerType = CUPTI_PROFILER_TYPE_RANGE_PROFILER;
   ip.pChipName = c->chip.c_str();
   if (!CUPTI_CALL(cuptiProfilerHostInitialize, ip)) {
@@ -133,9 +139,7 @@ catalog *catalog_of(const char *chip_name, char *reason, size_t reason_size) {
   }
   c->host = ip.pHostObject;
   for (int t = 0; t < CUPTI_METRIC_TYPE__COUNT; t++) {
-    CUpti_Profiler_Host_GetBaseMetrics_Params bp;
-    memset(&bp, 0, sizeof bp);
-    bp.structSize = CUpti_Profiler_Host_GetBaseMetrics_Params_STRUCT_SIZE;
+    auto bp = PARAMS(CUpti_Profiler_Host_GetBaseMetrics_Params);
     bp.pHostObject = c->host;
     bp.metricType = (CUpti_MetricType)t;
     if (!CUPTI_CALL(cuptiProfilerHostGetBaseMetrics, bp)) continue;
@@ -159,9 +163,7 @@ bool cupti_counter_names(const char *chip, const char *base, const char *const *
   }
   for (size_t i = 0; i < c->bases.size(); i++) {
     if (strcmp(c->bases[i], base) != 0) continue;
-    CUpti_Profiler_Host_GetSubMetrics_Params sp;
-    memset(&sp, 0, sizeof sp);
-    sp.structSize = CUpti_Profiler_Host_GetSubMetrics_Params_STRUCT_SIZE;
+    auto sp = PARAMS(CUpti_Profiler_Host_GetSubMetrics_Params);
     sp.pHostObject = c->host;
     sp.metricType = c->types[i];
     sp.pMetricName = c->bases[i];
@@ -241,22 +243,16 @@ void teardown(session *s) {
   const size_t reason_size = sizeof reason;
   if (s->profiler) {
     if (s->started) {
-      CUpti_RangeProfiler_Stop_Params p;
-      memset(&p, 0, sizeof p);
-      p.structSize = CUpti_RangeProfiler_Stop_Params_STRUCT_SIZE;
+      auto p = PARAMS(CUpti_RangeProfiler_Stop_Params);
       p.pRangeProfilerObject = s->profiler;
       (void)CUPTI_CALL(cuptiRangeProfilerStop, p);
     }
-    CUpti_RangeProfiler_Disable_Params p;
-    memset(&p, 0, sizeof p);
-    p.structSize = CUpti_RangeProfiler_Disable_Params_STRUCT_SIZE;
+    auto p = PARAMS(CUpti_RangeProfiler_Disable_Params);
     p.pRangeProfilerObject = s->profiler;
     (void)CUPTI_CALL(cuptiRangeProfilerDisable, p);
   }
   if (s->host) {
-    CUpti_Profiler_Host_Deinitialize_Params p;
-    memset(&p, 0, sizeof p);
-    p.structSize = CUpti_Profiler_Host_Deinitialize_Params_STRUCT_SIZE;
+    auto p = PARAMS(CUpti_Profiler_Host_Deinitialize_Params);
     p.pHostObject = s->host;
     (void)CUPTI_CALL(cuptiProfilerHostDeinitialize, p);
   }
@@ -265,9 +261,7 @@ void teardown(session *s) {
 
 /* Whether the device can be counted at all, and if not why, in words. */
 bool device_supported(int device, char *reason, size_t reason_size) {
-  CUpti_Profiler_DeviceSupported_Params p;
-  memset(&p, 0, sizeof p);
-  p.structSize = CUpti_Profiler_DeviceSupported_Params_STRUCT_SIZE;
+  auto p = PARAMS(CUpti_Profiler_DeviceSupported_Params);
   p.cuDevice = device;
   p.api = CUPTI_PROFILER_RANGE_PROFILING;
   if (!CUPTI_CALL(cuptiProfilerDeviceSupported, p)) return false;
@@ -283,145 +277,79 @@ bool device_supported(int device, char *reason, size_t reason_size) {
   return false;
 }
 
-bool cupti_counters_start(const char *const *metrics, size_t num_metrics, size_t max_kernels,
-                          tf_prof_counter_info *info, char *reason, size_t reason_size) {
-  if (current) {
-    snprintf(reason, reason_size, "hardware counters are already running");
-    return false;
-  }
+/* Sets s up and starts counting, as far as it gets; the caller tears a
+ * failed one down. */
+bool setup(session *s, size_t *passes, char *reason, size_t reason_size) {
   const int64_t t0 = tf_clock_ns();
-  session *s = new session;
-  s->max_kernels = max_kernels;
-  for (size_t i = 0; i < num_metrics; i++) s->names.push_back(metrics[i]);
-  for (const std::string &n : s->names) s->metrics.push_back(n.c_str());
   if (cudaGetDevice(&s->device) != cudaSuccess) {
     (void)cudaGetLastError();
     snprintf(reason, reason_size, "no current CUDA device");
-    delete s;
     return false;
   }
-  if (!current_context(&s->ctx, reason, reason_size)) {
-    delete s;
-    return false;
-  }
+  if (!current_context(&s->ctx, reason, reason_size)) return false;
   static bool initialized = false;
   if (!initialized) {
-    CUpti_Profiler_Initialize_Params p;
-    memset(&p, 0, sizeof p);
-    p.structSize = CUpti_Profiler_Initialize_Params_STRUCT_SIZE;
-    if (!CUPTI_CALL(cuptiProfilerInitialize, p)) {
-      delete s;
-      return false;
-    }
+    auto p = PARAMS(CUpti_Profiler_Initialize_Params);
+    if (!CUPTI_CALL(cuptiProfilerInitialize, p)) return false;
     initialized = true;
   }
-  if (!device_supported(s->device, reason, reason_size) || !chip_of(s->device, &s->chip, reason, reason_size)) {
-    delete s;
+  if (!device_supported(s->device, reason, reason_size) || !chip_of(s->device, &s->chip, reason, reason_size))
     return false;
-  }
   /* The availability image: its size, then the image (before the range
    * profiler is enabled on the context). */
-  CUpti_Profiler_GetCounterAvailability_Params av;
-  memset(&av, 0, sizeof av);
-  av.structSize = CUpti_Profiler_GetCounterAvailability_Params_STRUCT_SIZE;
+  auto av = PARAMS(CUpti_Profiler_GetCounterAvailability_Params);
   av.ctx = s->ctx;
-  if (!CUPTI_CALL(cuptiProfilerGetCounterAvailability, av)) {
-    delete s;
-    return false;
-  }
+  if (!CUPTI_CALL(cuptiProfilerGetCounterAvailability, av)) return false;
   s->availability.resize(av.counterAvailabilityImageSize);
   av.pCounterAvailabilityImage = s->availability.data();
-  if (!CUPTI_CALL(cuptiProfilerGetCounterAvailability, av)) {
-    delete s;
-    return false;
-  }
-  CUpti_Profiler_Host_Initialize_Params ip;
-  memset(&ip, 0, sizeof ip);
-  ip.structSize = CUpti_Profiler_Host_Initialize_Params_STRUCT_SIZE;
+  if (!CUPTI_CALL(cuptiProfilerGetCounterAvailability, av)) return false;
+  auto ip = PARAMS(CUpti_Profiler_Host_Initialize_Params);
   ip.profilerType = CUPTI_PROFILER_TYPE_RANGE_PROFILER;
   ip.pChipName = s->chip.c_str();
   ip.pCounterAvailabilityImage = s->availability.data();
-  if (!CUPTI_CALL(cuptiProfilerHostInitialize, ip)) {
-    delete s;
-    return false;
-  }
+  if (!CUPTI_CALL(cuptiProfilerHostInitialize, ip)) return false;
   s->host = ip.pHostObject;
-  CUpti_Profiler_Host_ConfigAddMetrics_Params am;
-  memset(&am, 0, sizeof am);
-  am.structSize = CUpti_Profiler_Host_ConfigAddMetrics_Params_STRUCT_SIZE;
+  auto am = PARAMS(CUpti_Profiler_Host_ConfigAddMetrics_Params);
   am.pHostObject = s->host;
   am.ppMetricNames = s->metrics.data();
   am.numMetrics = s->metrics.size();
   if (!CUPTI_CALL(cuptiProfilerHostConfigAddMetrics, am)) {
     snprintf(reason + strlen(reason), reason_size - strlen(reason),
              " (a metric this device cannot count now: the counters in use by another tool?)");
-    teardown(s);
     return false;
   }
-  CUpti_Profiler_Host_GetConfigImageSize_Params cs;
-  memset(&cs, 0, sizeof cs);
-  cs.structSize = CUpti_Profiler_Host_GetConfigImageSize_Params_STRUCT_SIZE;
+  auto cs = PARAMS(CUpti_Profiler_Host_GetConfigImageSize_Params);
   cs.pHostObject = s->host;
-  if (!CUPTI_CALL(cuptiProfilerHostGetConfigImageSize, cs)) {
-    teardown(s);
-    return false;
-  }
+  if (!CUPTI_CALL(cuptiProfilerHostGetConfigImageSize, cs)) return false;
   s->config.resize(cs.configImageSize);
-  CUpti_Profiler_Host_GetConfigImage_Params ci;
-  memset(&ci, 0, sizeof ci);
-  ci.structSize = CUpti_Profiler_Host_GetConfigImage_Params_STRUCT_SIZE;
+  auto ci = PARAMS(CUpti_Profiler_Host_GetConfigImage_Params);
   ci.pHostObject = s->host;
   ci.configImageSize = s->config.size();
   ci.pConfigImage = s->config.data();
-  if (!CUPTI_CALL(cuptiProfilerHostGetConfigImage, ci)) {
-    teardown(s);
-    return false;
-  }
-  CUpti_Profiler_Host_GetNumOfPasses_Params np;
-  memset(&np, 0, sizeof np);
-  np.structSize = CUpti_Profiler_Host_GetNumOfPasses_Params_STRUCT_SIZE;
+  if (!CUPTI_CALL(cuptiProfilerHostGetConfigImage, ci)) return false;
+  auto np = PARAMS(CUpti_Profiler_Host_GetNumOfPasses_Params);
   np.configImageSize = s->config.size();
   np.pConfigImage = s->config.data();
-  if (!CUPTI_CALL(cuptiProfilerHostGetNumOfPasses, np)) {
-    teardown(s);
-    return false;
-  }
+  if (!CUPTI_CALL(cuptiProfilerHostGetNumOfPasses, np)) return false;
   const int64_t t_host = tf_clock_ns();
-  CUpti_RangeProfiler_Enable_Params en;
-  memset(&en, 0, sizeof en);
-  en.structSize = CUpti_RangeProfiler_Enable_Params_STRUCT_SIZE;
+  auto en = PARAMS(CUpti_RangeProfiler_Enable_Params);
   en.ctx = s->ctx;
-  if (!CUPTI_CALL(cuptiRangeProfilerEnable, en)) {
-    teardown(s);
-    return false;
-  }
+  if (!CUPTI_CALL(cuptiRangeProfilerEnable, en)) return false;
   s->profiler = en.pRangeProfilerObject;
-  CUpti_RangeProfiler_GetCounterDataSize_Params ds;
-  memset(&ds, 0, sizeof ds);
-  ds.structSize = CUpti_RangeProfiler_GetCounterDataSize_Params_STRUCT_SIZE;
+  auto ds = PARAMS(CUpti_RangeProfiler_GetCounterDataSize_Params);
   ds.pRangeProfilerObject = s->profiler;
   ds.pMetricNames = s->metrics.data();
   ds.numMetrics = s->metrics.size();
-  ds.maxNumOfRanges = max_kernels;
-  ds.maxNumRangeTreeNodes = (uint32_t)max_kernels;
-  if (!CUPTI_CALL(cuptiRangeProfilerGetCounterDataSize, ds)) {
-    teardown(s);
-    return false;
-  }
+  ds.maxNumOfRanges = s->max_kernels;
+  ds.maxNumRangeTreeNodes = (uint32_t)s->max_kernels;
+  if (!CUPTI_CALL(cuptiRangeProfilerGetCounterDataSize, ds)) return false;
   s->counter_data.resize(ds.counterDataSize);
-  CUpti_RangeProfiler_CounterDataImage_Initialize_Params di;
-  memset(&di, 0, sizeof di);
-  di.structSize = CUpti_RangeProfiler_CounterDataImage_Initialize_Params_STRUCT_SIZE;
+  auto di = PARAMS(CUpti_RangeProfiler_CounterDataImage_Initialize_Params);
   di.pRangeProfilerObject = s->profiler;
   di.counterDataSize = s->counter_data.size();
   di.pCounterData = s->counter_data.data();
-  if (!CUPTI_CALL(cuptiRangeProfilerCounterDataImageInitialize, di)) {
-    teardown(s);
-    return false;
-  }
-  CUpti_RangeProfiler_SetConfig_Params sc;
-  memset(&sc, 0, sizeof sc);
-  sc.structSize = CUpti_RangeProfiler_SetConfig_Params_STRUCT_SIZE;
+  if (!CUPTI_CALL(cuptiRangeProfilerCounterDataImageInitialize, di)) return false;
+  auto sc = PARAMS(CUpti_RangeProfiler_SetConfig_Params);
   sc.pRangeProfilerObject = s->profiler;
   sc.configSize = s->config.size();
   sc.pConfig = s->config.data();
@@ -429,34 +357,45 @@ bool cupti_counters_start(const char *const *metrics, size_t num_metrics, size_t
   sc.pCounterDataImage = s->counter_data.data();
   sc.range = CUPTI_AutoRange;
   sc.replayMode = CUPTI_KernelReplay;
-  sc.maxRangesPerPass = max_kernels;
+  sc.maxRangesPerPass = s->max_kernels;
   sc.numNestingLevels = 1;
   sc.minNestingLevel = 1;
   sc.passIndex = 0;
   sc.targetNestingLevel = 1;
-  if (!CUPTI_CALL(cuptiRangeProfilerSetConfig, sc)) {
-    teardown(s);
-    return false;
-  }
-  CUpti_RangeProfiler_Start_Params st;
-  memset(&st, 0, sizeof st);
-  st.structSize = CUpti_RangeProfiler_Start_Params_STRUCT_SIZE;
+  if (!CUPTI_CALL(cuptiRangeProfilerSetConfig, sc)) return false;
+  auto st = PARAMS(CUpti_RangeProfiler_Start_Params);
   st.pRangeProfilerObject = s->profiler;
-  if (!CUPTI_CALL(cuptiRangeProfilerStart, st)) {
+  if (!CUPTI_CALL(cuptiRangeProfilerStart, st)) return false;
+  s->started = true;
+  *passes = np.numOfPasses;
+  debug("start: %zu metrics on %s (cuda:%d), %zu passes a kernel, room for %zu kernels (counter data %.1f MB); "
+        "host setup %.1f ms, device setup %.1f ms",
+        s->metrics.size(), s->chip.c_str(), s->device, np.numOfPasses, s->max_kernels, s->counter_data.size() / 1e6,
+        (t_host - t0) / 1e6, (tf_clock_ns() - t_host) / 1e6);
+  return true;
+}
+
+bool cupti_counters_start(const char *const *metrics, size_t num_metrics, size_t max_kernels,
+                          tf_prof_counter_info *info, char *reason, size_t reason_size) {
+  if (current) {
+    snprintf(reason, reason_size, "hardware counters are already running");
+    return false;
+  }
+  session *s = new session;
+  s->max_kernels = max_kernels;
+  for (size_t i = 0; i < num_metrics; i++) s->names.push_back(metrics[i]);
+  for (const std::string &n : s->names) s->metrics.push_back(n.c_str());
+  size_t passes = 0;
+  if (!setup(s, &passes, reason, reason_size)) {
     teardown(s);
     return false;
   }
-  s->started = true;
   current = s;
   info->device = s->device;
   snprintf(info->chip, sizeof info->chip, "%s", s->chip.c_str());
-  info->passes = np.numOfPasses;
+  info->passes = passes;
   info->max_kernels = max_kernels;
   device_limits(s->device, &info->limits);
-  debug("start: %zu metrics on %s (cuda:%d), %zu passes a kernel, room for %zu kernels (counter data %.1f MB); "
-        "host setup %.1f ms, device setup %.1f ms",
-        num_metrics, s->chip.c_str(), s->device, np.numOfPasses, max_kernels, s->counter_data.size() / 1e6,
-        (t_host - t0) / 1e6, (tf_clock_ns() - t_host) / 1e6);
   return true;
 }
 
@@ -471,22 +410,16 @@ bool cupti_counters_stop(double **values, size_t *ranges, tf_prof_counter_info *
     return false;
   }
   const int64_t t0 = tf_clock_ns();
-  CUpti_RangeProfiler_Stop_Params sp;
-  memset(&sp, 0, sizeof sp);
-  sp.structSize = CUpti_RangeProfiler_Stop_Params_STRUCT_SIZE;
+  auto sp = PARAMS(CUpti_RangeProfiler_Stop_Params);
   sp.pRangeProfilerObject = s->profiler;
   bool ok = CUPTI_CALL(cuptiRangeProfilerStop, sp);
   s->started = false;
   if (ok && !sp.isAllPassSubmitted) debug("stop: not every pass was submitted (pass %zu)", sp.passIndex);
-  CUpti_RangeProfiler_DecodeData_Params dd;
-  memset(&dd, 0, sizeof dd);
-  dd.structSize = CUpti_RangeProfiler_DecodeData_Params_STRUCT_SIZE;
+  auto dd = PARAMS(CUpti_RangeProfiler_DecodeData_Params);
   dd.pRangeProfilerObject = s->profiler;
   ok = ok && CUPTI_CALL(cuptiRangeProfilerDecodeData, dd);
   const int64_t t_decode = tf_clock_ns();
-  CUpti_RangeProfiler_GetCounterDataInfo_Params gi;
-  memset(&gi, 0, sizeof gi);
-  gi.structSize = CUpti_RangeProfiler_GetCounterDataInfo_Params_STRUCT_SIZE;
+  auto gi = PARAMS(CUpti_RangeProfiler_GetCounterDataInfo_Params);
   gi.pCounterDataImage = s->counter_data.data();
   gi.counterDataImageSize = s->counter_data.size();
   ok = ok && CUPTI_CALL(cuptiRangeProfilerGetCounterDataInfo, gi);
@@ -504,9 +437,7 @@ bool cupti_counters_stop(double **values, size_t *ranges, tf_prof_counter_info *
    * one line per range is enough). */
   const bool dbg = debug_on();
   for (size_t r = 0; ok && r < gi.numTotalRanges; r++) {
-    CUpti_Profiler_Host_EvaluateToGpuValues_Params ev;
-    memset(&ev, 0, sizeof ev);
-    ev.structSize = CUpti_Profiler_Host_EvaluateToGpuValues_Params_STRUCT_SIZE;
+    auto ev = PARAMS(CUpti_Profiler_Host_EvaluateToGpuValues_Params);
     ev.pHostObject = s->host;
     ev.pCounterDataImage = s->counter_data.data();
     ev.counterDataImageSize = s->counter_data.size();
@@ -521,9 +452,7 @@ bool cupti_counters_stop(double **values, size_t *ranges, tf_prof_counter_info *
       break;
     }
     if (dbg) {
-      CUpti_RangeProfiler_CounterData_GetRangeInfo_Params ri;
-      memset(&ri, 0, sizeof ri);
-      ri.structSize = CUpti_RangeProfiler_CounterData_GetRangeInfo_Params_STRUCT_SIZE;
+      auto ri = PARAMS(CUpti_RangeProfiler_CounterData_GetRangeInfo_Params);
       ri.pCounterDataImage = s->counter_data.data();
       ri.counterDataImageSize = s->counter_data.size();
       ri.rangeIndex = r;

@@ -125,6 +125,11 @@ end
 
 -- ---- hardware counters --------------------------------------------------------------------
 
+-- The counters' pure parts, for the tests and for scripts that want them
+-- (tf.prof._counters: not yet a documented interface).
+local C = {}
+M._counters = C
+
 --- The named metric sets of tf.prof.start{metrics = ...}: CUPTI metric
 -- names (checked on GH100, sm_90). Each set is kept small: every metric
 -- that needs counters of its own can add a replay pass of each kernel
@@ -233,7 +238,7 @@ local function set_names()
   return names
 end
 
---- tf.prof.metric_list(spec [, catalog]) -> the CUPTI metric names of a
+--- tf.prof._counters.metric_list(spec [, catalog]) -> the CUPTI metric names of a
 -- metrics option: a set name ("roofline", "pipes", "occupancy"), or a list
 -- mixing set names and raw metric names ("dram__bytes_read.sum"), without
 -- repeats, in order. catalog (optional) checks raw names against a chip:
@@ -241,7 +246,7 @@ end
 -- -> {".sum" = true, ...}}; a set's metrics the chip lacks are left out
 -- (said once on stderr), an unknown raw name is an error naming near ones.
 -- level: the error level (default 2).
-function M.metric_list(spec, catalog, level)
+function C.metric_list(spec, catalog, level)
   level = level or 2
   local fname = "tf.prof.start"
   local items
@@ -333,11 +338,11 @@ local catalogs = {} -- by chip name ("" for the current GPU's)
 
 local function strip_where(msg) return (tostring(msg):gsub("^[^:\n]*:%d+: ", ""):gsub("^tf%.prof: ", "")) end
 
---- tf.prof.counter_catalog([chip]) -> {chip, bases, submetrics} for
--- tf.prof.metric_list: the metrics of chip ("GH100"; none needs a GPU), or
+--- tf.prof._counters.counter_catalog([chip]) -> {chip, bases, submetrics} for
+-- tf.prof._counters.metric_list: the metrics of chip ("GH100"; none needs a GPU), or
 -- of the current GPU. An error where this build or machine has no
 -- hardware counters.
-function M.counter_catalog(chip, level)
+function C.counter_catalog(chip, level)
   local key = chip or ""
   local c = catalogs[key]
   if c then return c end
@@ -366,7 +371,7 @@ end
 -- (registers allocated per warp in units of 256, shared memory in units of
 -- 128 bytes plus the per-block reserve); the smallest wins (ties in that
 -- order). -> {limiter, blocks_per_sm, theoretical_pct}, nil without limits.
-function M.occupancy_limit(rec, limits)
+function C.occupancy_limit(rec, limits)
   if not limits or not limits.max_threads_per_sm or limits.max_threads_per_sm <= 0 or not rec.block then return nil end
   local warp = limits.warp_size > 0 and limits.warp_size or 32
   local threads = rec.block[1] * rec.block[2] * rec.block[3]
@@ -393,7 +398,7 @@ function M.occupancy_limit(rec, limits)
   return { limiter = limiter, blocks_per_sm = blocks, theoretical_pct = 100 * blocks * warps / max_warps }
 end
 
---- tf.prof.counter_fields(kernels, ceilings, limits) -> the counter
+--- tf.prof._counters.counter_fields(kernels, ceilings, limits) -> the counter
 -- fields of a row made of kernel records (p:records().kernels' tables;
 -- those without counters are left out): flops (sum), flops_by
 -- {bf16, f16, tf32, fp8, f32, f64}, dram_read, dram_write, dram_bytes
@@ -407,7 +412,7 @@ end
 -- many kernels had counters). A field is nil when its metrics were not
 -- counted. The time is gpu__time_duration where counted, else the
 -- record's. Pure: no GPU needed (ceilings: tf.ceilings.get's table).
-function M.counter_fields(kernels, ceilings, limits)
+function C.counter_fields(kernels, ceilings, limits)
   local f = { counted = 0 }
   local time_ns, by, have = 0, {}, {}
   local pct_sum, pct_w = {}, {}
@@ -439,7 +444,7 @@ function M.counter_fields(kernels, ceilings, limits)
         regs = regs + k.registers * ns
         shared = shared + (k.shared_memory or 0) * ns
         occ_w = occ_w + ns
-        local lim = M.occupancy_limit(k, limits)
+        local lim = C.occupancy_limit(k, limits)
         if lim then limiter_ns[lim.limiter] = (limiter_ns[lim.limiter] or 0) + ns end
       end
     end
@@ -544,7 +549,7 @@ local function analyse(p)
       end
     end
   end
-  a.counting = info.options.metrics ~= nil
+  a.counting = info.options ~= nil and info.options.metrics ~= nil
   a.t0 = info.start_ns
   for _, r in ipairs(rec.ranges) do a.t0 = math.min(a.t0, r.start_ns) end
   for _, item in ipairs(a.items) do a.t0 = math.min(a.t0, item.rec.start_ns) end
@@ -619,10 +624,10 @@ end
 
 local noted_ceilings = false
 
---- tf.prof.load_ceilings(device) -> require("tf.ceilings").get(device)
+--- tf.prof._counters.load_ceilings(device) -> require("tf.ceilings").get(device)
 -- (device "cuda:0"): the peaks counted rows are compared with; nil, said
 -- once on stderr, where tfhost has no tf.ceilings module.
-function M.load_ceilings(device)
+function C.load_ceilings(device)
   local ok, mod = pcall(require, "tf.ceilings")
   if not ok or type(mod) ~= "table" or type(mod.get) ~= "function" then
     if not noted_ceilings then
@@ -638,7 +643,7 @@ end
 local function ceilings_of(a)
   if a.ceilings == nil then
     local c = a.info.counters
-    a.ceilings = M.load_ceilings("cuda:" .. (c and c.device or 0)) or false
+    a.ceilings = C.load_ceilings("cuda:" .. (c and c.device or 0)) or false
   end
   return a.ceilings or nil
 end
@@ -647,7 +652,7 @@ end
 -- session counted).
 local function add_counters(a, row, recs)
   if not a.counting then return row end
-  local f = M.counter_fields(recs, ceilings_of(a), a.info.counters and a.info.counters.limits)
+  local f = C.counter_fields(recs, ceilings_of(a), a.info.counters and a.info.counters.limits)
   for k, v in pairs(f) do row[k] = v end
   return row
 end
@@ -1054,7 +1059,7 @@ end
 -- at most max_kernels (default 1024) kernels are counted: the rest are
 -- "lost" (p.counters.lost, said on stderr). Records get counters
 -- {metric = value}, p:kernels and p:ranges rows the fields of
--- tf.prof.counter_fields. Where counters cannot be had (a build without
+-- tf.prof._counters.counter_fields. Where counters cannot be had (a build without
 -- CUDA, no GPU, another profiler holding them) it is an error.
 -- p.gpu, p.reason (why no GPU records), p.running: read without waiting for the devices.
 local properties = {
@@ -1089,8 +1094,8 @@ end
 function M.start(opts)
   if opts ~= nil and type(opts) ~= "table" then error("tf.prof.start: expects an options table", 2) end
   if opts and opts.metrics ~= nil then
-    M.metric_list(opts.metrics, nil, 2) -- the option's form first, on every build
-    local list = M.metric_list(opts.metrics, M.counter_catalog(nil, 2), 2)
+    C.metric_list(opts.metrics, nil, 2) -- the option's form first, on every build
+    local list = C.metric_list(opts.metrics, C.counter_catalog(nil, 2), 2)
     local copy = {}
     for k, v in pairs(opts) do copy[k] = v end
     copy.metrics = list

@@ -7,6 +7,7 @@
 -- intensity, the share of the roof, time-weighted utilisations, the
 -- occupancy limiter) fed with stand-in records and a stand-in tf.ceilings.
 local T = require "harness"
+local C = tf.prof._counters
 
 local function err_of(fn, ...)
   local ok, e = pcall(fn, ...)
@@ -20,10 +21,10 @@ local function has(list, name)
 end
 
 T.test("sets expand, without repeats, in order", function()
-  local roof = tf.prof.metric_list("roofline")
+  local roof = C.metric_list("roofline")
   T.eq(#roof, #tf.prof.metric_sets.roofline)
   T.eq(roof[1], "dram__bytes_read.sum")
-  local all = tf.prof.metric_list({ "roofline", "pipes", "occupancy", "gpu__time_duration.sum", "x__y.sum" })
+  local all = C.metric_list({ "roofline", "pipes", "occupancy", "gpu__time_duration.sum", "x__y.sum" })
   local seen = {}
   for _, n in ipairs(all) do
     T.ok(not seen[n], "repeated " .. n)
@@ -32,15 +33,15 @@ T.test("sets expand, without repeats, in order", function()
   T.ok(seen["sm__warps_active.avg.pct_of_peak_sustained_active"])
   T.ok(seen["sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active"])
   T.eq(all[#all], "x__y.sum") -- a raw name passes when no chip checks it
-  T.eq(tf.prof.metric_list({ "dram__bytes_read.sum" }), { "dram__bytes_read.sum" })
+  T.eq(C.metric_list({ "dram__bytes_read.sum" }), { "dram__bytes_read.sum" })
 end)
 
 T.test("bad metrics options are errors that say what is accepted", function()
-  T.ok(err_of(tf.prof.metric_list, 3):find("metrics must be a set name %(occupancy, pipes, roofline%)"))
-  T.ok(err_of(tf.prof.metric_list, { "roofline", 4 }):find("metrics%[2%] must be a set or metric name"))
-  T.ok(err_of(tf.prof.metric_list, {}):find("empty list"))
-  T.ok(err_of(tf.prof.metric_list, { roofline = true }):find("list of names"))
-  local e = err_of(tf.prof.metric_list, "roofine")
+  T.ok(err_of(C.metric_list, 3):find("metrics must be a set name %(occupancy, pipes, roofline%)"))
+  T.ok(err_of(C.metric_list, { "roofline", 4 }):find("metrics%[2%] must be a set or metric name"))
+  T.ok(err_of(C.metric_list, {}):find("empty list"))
+  T.ok(err_of(C.metric_list, { roofline = true }):find("list of names"))
+  local e = err_of(C.metric_list, "roofine")
   T.ok(e:find("unknown metric set 'roofine'") and e:find("did you mean roofline%?"), e)
   T.ok(err_of(tf.prof.start, { max_kernels = 10 }):find("goes with metrics"))
   T.ok(err_of(tf.prof.start, { metrics = true }):find("metrics must be a set name"))
@@ -62,20 +63,20 @@ local fake = {
 }
 
 T.test("raw names are checked against the chip, with the near names", function()
-  local e = err_of(tf.prof.metric_list, { "dram__bytes_reed.sum" }, fake)
+  local e = err_of(C.metric_list, { "dram__bytes_reed.sum" }, fake)
   T.ok(e:find("unknown metric 'dram__bytes_reed.sum' on FAKE1") and e:find("near: dram__bytes_read"), e)
-  e = err_of(tf.prof.metric_list, { "dram__bytes_read" }, fake)
+  e = err_of(C.metric_list, { "dram__bytes_read" }, fake)
   T.ok(e:find("needs a rollup") and e:find("dram__bytes_read.sum"), e)
-  e = err_of(tf.prof.metric_list, { "dram__bytes_read.summ" }, fake)
+  e = err_of(C.metric_list, { "dram__bytes_read.summ" }, fake)
   T.ok(e:find("has no submetric '.summ'") and e:find("near: dram__bytes_read.sum"), e)
-  T.eq(tf.prof.metric_list({ "dram__bytes_read.sum.per_second" }, fake), { "dram__bytes_read.sum.per_second" })
+  T.eq(C.metric_list({ "dram__bytes_read.sum.per_second" }, fake), { "dram__bytes_read.sum.per_second" })
   -- a set's metrics the chip lacks are left out (and said on stderr)
-  T.eq(tf.prof.metric_list("occupancy", fake), { "gpu__time_duration.sum" })
+  T.eq(C.metric_list("occupancy", fake), { "gpu__time_duration.sum" })
 end)
 
 T.test("the sets' metrics exist on GH100 (CUPTI's host API, no GPU needed)", function()
   if not tf.cuda.compiled() then T.skip_test("this tfhost was built without CUDA") end
-  local c = tf.prof.counter_catalog("GH100")
+  local c = C.counter_catalog("GH100")
   for set, names in pairs(tf.prof.metric_sets) do
     for _, name in ipairs(names) do
       local base, sub = name:match("^([^.]+)(.*)$")
@@ -84,10 +85,10 @@ T.test("the sets' metrics exist on GH100 (CUPTI's host API, no GPU needed)", fun
     end
   end
   local extra = { "sm__ops_path_tensor_src_fp16.sum", "sm__ops_path_tensor_src_fp64.sum" }
-  T.eq(tf.prof.metric_list(extra, c), extra)
-  local e = err_of(tf.prof.metric_list, { "sm__ops_path_tensor_src_bf16.sum" }, c)
+  T.eq(C.metric_list(extra, c), extra)
+  local e = err_of(C.metric_list, { "sm__ops_path_tensor_src_bf16.sum" }, c)
   T.ok(e:find("near: sm__ops_path_tensor_src_bf16_dst_fp32"), e)
-  T.ok(err_of(tf.prof.counter_catalog, "NOSUCHCHIP"):find("no counters are known for chip 'NOSUCHCHIP'"))
+  T.ok(err_of(C.counter_catalog, "NOSUCHCHIP"):find("no counters are known for chip 'NOSUCHCHIP'"))
 end)
 
 T.test("without counters to read, metrics are a clear error", function()
@@ -123,7 +124,7 @@ end
 T.test("a bf16 GEMM's fields: FLOPs, bytes, rates, intensity, roof share", function()
   local M, N, K = 4096, 4096, 4096
   local flops = 2 * M * N * K
-  local f = tf.prof.counter_fields({ kernel({
+  local f = C.counter_fields({ kernel({
     ["sm__ops_path_tensor_src_bf16_dst_fp32.sum"] = flops, ["sm__ops_path_tensor_src_tf32_dst_fp32.sum"] = 0,
     ["sm__ops_path_tensor_src_fp8.sum"] = 0, ["sm__sass_thread_inst_executed_op_ffma_pred_on.sum"] = 1000,
     ["dram__bytes_read.sum"] = 3e8, ["dram__bytes_write.sum"] = 1e8, ["gpu__time_duration.sum"] = 1e6,
@@ -151,12 +152,12 @@ T.test("an f32 elementwise kernel and a copy: FLOPs by instruction, the bandwidt
     ["sm__sass_thread_inst_executed_op_fmul_pred_on.sum"] = n, ["dram__bytes_read.sum"] = 8 * n,
     ["dram__bytes_write.sum"] = 4 * n, ["gpu__time_duration.sum"] = 5000,
   })
-  local f = tf.prof.counter_fields({ mul }, CEIL, LIMITS)
+  local f = C.counter_fields({ mul }, CEIL, LIMITS)
   T.eq(f.flops_by.f32, n)
   near(f.intensity, 1 / 12, 1e-12, "intensity")
   -- memory-bound: the roof is intensity * copy bandwidth
   near(f.roof_share, (n / 5e-6) / (f.intensity * 4000e9), 1e-12, "roof_share")
-  local mixed = tf.prof.counter_fields({ kernel({
+  local mixed = C.counter_fields({ kernel({
     ["sm__sass_thread_inst_executed_op_ffma_pred_on.sum"] = 10, ["sm__sass_thread_inst_executed_op_fadd_pred_on.sum"] = 5,
     ["sm__sass_thread_inst_executed_op_fmul_pred_on.sum"] = 3, ["sm__sass_thread_inst_executed_op_dfma_pred_on.sum"] = 2,
     ["sm__sass_thread_inst_executed_op_hfma_pred_on.sum"] = 1, ["sm__ops_path_tensor_src_fp16.sum"] = 100,
@@ -167,7 +168,7 @@ T.test("an f32 elementwise kernel and a copy: FLOPs by instruction, the bandwidt
   T.eq(mixed.dram_bytes, nil)
   T.eq(mixed.roof_share, nil) -- no ceilings given
   near(mixed.tflops, 134 / 2e-3 / 1e12, 1e-12, "tflops from the record's time without a duration metric")
-  local copy = tf.prof.counter_fields({ kernel({
+  local copy = C.counter_fields({ kernel({
     ["sm__sass_thread_inst_executed_op_ffma_pred_on.sum"] = 0, ["dram__bytes_read.sum"] = 1e9,
     ["dram__bytes_write.sum"] = 1e9, ["gpu__time_duration.sum"] = 1e6,
   }) }, CEIL)
@@ -186,7 +187,7 @@ T.test("rows sum FLOPs and bytes and weight utilisations by time; uncounted kern
                      ["sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active"] = 40,
                      ["sm__warps_active.avg.pct_of_peak_sustained_active"] = 30 }, { registers = 24 })
   local uncounted = kernel(nil)
-  local f = tf.prof.counter_fields({ a, b, uncounted }, CEIL, LIMITS)
+  local f = C.counter_fields({ a, b, uncounted }, CEIL, LIMITS)
   T.eq(f.counted, 2)
   T.eq(f.flops, 400)
   T.eq(f.dram_bytes, 60)
@@ -195,30 +196,30 @@ T.test("rows sum FLOPs and bytes and weight utilisations by time; uncounted kern
   near(f.registers, (128 * 1000 + 24 * 3000) / 4000, 1e-12, "registers")
   -- b (3/4 of the time): 24 registers, 256 threads -> 10 blocks by registers, 8 by warps: warps limit
   T.eq(f.limiter, "warps")
-  T.eq(tf.prof.counter_fields({ uncounted }, CEIL, LIMITS), { counted = 0 })
+  T.eq(C.counter_fields({ uncounted }, CEIL, LIMITS), { counted = 0 })
 end)
 
 T.test("the occupancy limiter from the launch shape and the device's limits", function()
-  local r = tf.prof.occupancy_limit({ block = { 256, 1, 1 }, registers = 128, shared_memory = 0 }, LIMITS)
+  local r = C.occupancy_limit({ block = { 256, 1, 1 }, registers = 128, shared_memory = 0 }, LIMITS)
   T.eq(r.limiter, "registers")
   T.eq(r.blocks_per_sm, 2)
   near(r.theoretical_pct, 25, 1e-12, "theoretical")
-  r = tf.prof.occupancy_limit({ block = { 128, 1, 1 }, registers = 32, shared_memory = 100 * 1024 }, LIMITS)
+  r = C.occupancy_limit({ block = { 128, 1, 1 }, registers = 32, shared_memory = 100 * 1024 }, LIMITS)
   T.eq(r.limiter, "shared_memory")
   T.eq(r.blocks_per_sm, 2)
-  r = tf.prof.occupancy_limit({ block = { 1024, 1, 1 }, registers = 16, shared_memory = 0 }, LIMITS)
+  r = C.occupancy_limit({ block = { 1024, 1, 1 }, registers = 16, shared_memory = 0 }, LIMITS)
   T.eq(r.limiter, "warps")
   T.eq(r.blocks_per_sm, 2)
-  r = tf.prof.occupancy_limit({ block = { 32, 1, 1 }, registers = 16, shared_memory = 0 }, LIMITS)
+  r = C.occupancy_limit({ block = { 32, 1, 1 }, registers = 16, shared_memory = 0 }, LIMITS)
   T.eq(r.limiter, "blocks")
   T.eq(r.blocks_per_sm, 32)
-  T.eq(tf.prof.occupancy_limit({ block = { 32, 1, 1 } }, nil), nil)
+  T.eq(C.occupancy_limit({ block = { 32, 1, 1 } }, nil), nil)
 end)
 
 T.test("tf.ceilings is loaded lazily through package.loaded", function()
   local seen
   package.loaded["tf.ceilings"] = { get = function(device) seen = device; return CEIL end }
-  T.eq(tf.prof.load_ceilings("cuda:0"), CEIL)
+  T.eq(C.load_ceilings("cuda:0"), CEIL)
   T.eq(seen, "cuda:0")
   package.loaded["tf.ceilings"] = nil
 end)
