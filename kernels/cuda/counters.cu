@@ -103,8 +103,21 @@ struct catalog {
 };
 std::vector<catalog *> &catalogs = *new std::vector<catalog *>;
 
+/* CUPTI's profiler initialised, once a process: before any other call of
+ * its profiling API (cuptiDeviceGetChipName without it crashed on the H200). */
+bool profiler_initialized(char *reason, size_t reason_size) {
+  static bool initialized = false;
+  if (!initialized) {
+    auto p = PARAMS(CUpti_Profiler_Initialize_Params);
+    if (!CUPTI_CALL(cuptiProfilerInitialize, p)) return false;
+    initialized = true;
+  }
+  return true;
+}
+
 /* The chip of CUDA device `device` ("GH100"). */
 bool chip_of(int device, std::string *chip, char *reason, size_t reason_size) {
+  if (!profiler_initialized(reason, reason_size)) return false;
   auto p = PARAMS(CUpti_Device_GetChipName_Params);
   p.deviceIndex = (size_t)device;
   if (!CUPTI_CALL(cuptiDeviceGetChipName, p)) return false;
@@ -287,12 +300,7 @@ bool setup(session *s, size_t *passes, char *reason, size_t reason_size) {
     return false;
   }
   if (!current_context(&s->ctx, reason, reason_size)) return false;
-  static bool initialized = false;
-  if (!initialized) {
-    auto p = PARAMS(CUpti_Profiler_Initialize_Params);
-    if (!CUPTI_CALL(cuptiProfilerInitialize, p)) return false;
-    initialized = true;
-  }
+  if (!profiler_initialized(reason, reason_size)) return false;
   if (!device_supported(s->device, reason, reason_size) || !chip_of(s->device, &s->chip, reason, reason_size))
     return false;
   /* The availability image: its size, then the image (before the range
