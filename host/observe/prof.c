@@ -651,25 +651,20 @@ static tf_status tf_prof_counters_prepare(tf_prof_session *s, const tf_prof_opti
  * session with host timings only, since counters were asked for. */
 static tf_status tf_prof_counters_start(tf_prof_session *s) {
   /* Kernel and copy records both: a device-to-device copy makes a counted
-   * range, and pairing by order needs every launch that made one. The
-   * activity records are enabled after the range profiler has started: on
-   * the H200 (CUDA 13.0) records enabled before it were never delivered
-   * for the kernels it counted. */
+   * range, and pairing by order needs every launch that made one. */
   s->opts.kernels = s->opts.memcpy = true;
+  if (!tf_gpu_source->start(&s->opts, s->reason, sizeof s->reason))
+    return tf_fail(TF_ERR_DEVICE, "hardware counters unavailable: %s", s->reason);
+  s->gpu = true;
   int64_t t0 = tf_clock_ns();
   char why[512] = "";
   if (!tf_gpu_source->counters_start(s->opts.metrics, s->opts.num_metrics, s->opts.max_kernels, &s->counters, why,
-                                     sizeof why))
+                                     sizeof why)) {
+    tf_gpu_source->stop();
+    s->gpu = false;
     return tf_fail(TF_ERR_DEVICE, "hardware counters unavailable: %s", why);
-  s->counters.start_ns = tf_clock_ns() - t0;
-  if (!tf_gpu_source->start(&s->opts, s->reason, sizeof s->reason)) {
-    double *values = NULL;
-    size_t ranges = 0;
-    (void)tf_gpu_source->counters_stop(&values, &ranges, &s->counters, why, sizeof why);
-    free(values);
-    return tf_fail(TF_ERR_DEVICE, "hardware counters unavailable: %s", s->reason);
   }
-  s->gpu = true;
+  s->counters.start_ns = tf_clock_ns() - t0;
   s->counting = true;
   return TF_OK;
 }

@@ -284,7 +284,6 @@ bool failed(CUptiResult r, const char *call, char *reason, size_t n) {
 const char *kind_name(CUpti_ActivityKind k) {
   switch (k) {
     case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: return "cuptiActivityEnable(CONCURRENT_KERNEL)";
-    case CUPTI_ACTIVITY_KIND_KERNEL: return "cuptiActivityEnable(KERNEL)";
     case CUPTI_ACTIVITY_KIND_MEMCPY: return "cuptiActivityEnable(MEMCPY)";
     case CUPTI_ACTIVITY_KIND_MEMSET: return "cuptiActivityEnable(MEMSET)";
     default: return "cuptiActivityEnable";
@@ -354,12 +353,7 @@ bool cupti_start(const tf_prof_options *opts, char *reason, size_t reason_size) 
     callbacks_registered = true;
   }
   std::vector<CUpti_ActivityKind> kinds;
-  /* Under hardware counters CUPTI refuses CONCURRENT_KERNEL records
-   * (CUPTI_ERROR_NOT_COMPATIBLE with the range profiler, CUDA 13.0): the
-   * counted kernels run one at a time anyway, so the serialising KERNEL
-   * records are what they get. */
-  if (opts->kernels)
-    kinds.push_back(opts->num_metrics > 0 ? CUPTI_ACTIVITY_KIND_KERNEL : CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+  if (opts->kernels) kinds.push_back(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
   if (opts->memcpy) {
     kinds.push_back(CUPTI_ACTIVITY_KIND_MEMCPY);
     kinds.push_back(CUPTI_ACTIVITY_KIND_MEMSET);
