@@ -18,8 +18,9 @@
 --   tfhost experiments/profile_kernels.lua --size tiny --context 32 --trace /tmp/traces   (CPU: host-timed ops)
 --   tfhost experiments/profile_kernels.lua --size small --context 512 --roofline --out /tmp/roof   (GPU counters)
 -- With --roofline, one training step of each implementation is profiled again under the hardware
--- counters (tf.prof.start{metrics = "roofline"}): where each kernel class stands against the
--- device's ceilings (tf.ceilings), as a table and as roofline pictures.
+-- counters (tf.prof.count with metrics = "roofline": the step runs once per counting pass, three
+-- steps in all): where each kernel class stands against the device's ceilings (tf.ceilings), as a
+-- table and as roofline pictures.
 -- On the CPU the defaults are the sizes a CPU finishes in seconds.
 local gpu = tf.default_device() ~= "cpu" -- what runs here (--device cpu on a GPU machine too)
 local opt = tf.options{
@@ -418,14 +419,18 @@ end
 local function counted_step(size, ctx, impl)
   local m, ids, targets = warm_model(size, ctx, impl, math.max(1, opt.warmup))
   tf.sync()
-  local started, p = pcall(tf.prof.start, { metrics = "roofline", max_kernels = opt.max_kernels })
-  if not started then return nil, tostring(p) end
-  local _ <close> = p
-  tf.range("training step", function()
-    m:step(ids, targets):free()
-    tf.sync()
-  end)
-  p:stop()
+  -- The step runs once per counting pass (tf.prof.count): replaying each kernel instead would save and
+  -- restore all the memory the model holds around every kernel.
+  local counted_ok, p = pcall(tf.prof.count, function()
+    tf.range("training step", function()
+      m:step(ids, targets):free()
+      tf.sync()
+    end)
+  end, { metrics = "roofline", max_kernels = opt.max_kernels })
+  if not counted_ok then
+    if tf.mem.is_oom(p) then error(p, 0) end
+    return nil, tostring(p)
+  end
   local kernels = p:records().kernels or {}
   local counted = 0
   for _, k in ipairs(kernels) do
@@ -458,9 +463,10 @@ if opt.roofline then
     roofline_rows = {}
     for _, impl in ipairs({ "fused", "eager" }) do
       progress("roofline: %s ctx %d %s ...", size, ctx, impl)
+      local t0 = tf.now()
       local ok, got, why_not = pcall(counted_step, size, ctx, impl)
       if not ok and not tf.mem.is_oom(got) then error(got, 0) end
-      progress(" %s\n", ok and (got and "done" or "not counted") or "OOM")
+      progress(" %s (%.1f s)\n", ok and (got and "done" or "not counted") or "OOM", (tf.now() - t0) / 1e3)
       local what = string.format("%s ctx %d %s, one training step, %s", size, ctx, impl, opt.precision)
       if not ok then
         print(string.format("### %s\n\nOut of memory.\n", what))

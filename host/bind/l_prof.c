@@ -135,13 +135,16 @@ static void tf_l_prof_metrics(lua_State *L, int idx, tf_prof_options *opts) {
 
 /* tf._prof.start([opts]) -> a running tf.Profile. opts: kernels, memcpy,
  * host_ops (booleans, true by default); metrics (a list of CUPTI metric
- * names: hardware counters of each kernel) and max_kernels. driver, an
+ * names: hardware counters of each kernel), max_kernels and by_pass (the
+ * counters by passes of the work, p:next_pass(); false: by replaying each
+ * kernel). driver, an
  * option of earlier versions (driver API records, which attributed
  * driver-launched work to ranges), is accepted and does nothing: every
  * launch is attributed now. */
 static int tf_l_prof_start(lua_State *L) {
-  static const char *const keys[] = {"kernels", "memcpy", "host_ops", "driver", "metrics", "max_kernels", NULL};
-  tf_prof_options opts = {true, true, true, NULL, 0, 0};
+  static const char *const keys[] = {"kernels", "memcpy", "host_ops", "driver", "metrics", "max_kernels", "by_pass",
+                                     NULL};
+  tf_prof_options opts = {true, true, true, NULL, 0, 0, false};
   if (!lua_isnoneornil(L, 1)) {
     luaL_checktype(L, 1, LUA_TTABLE);
     lua_pushnil(L);
@@ -152,13 +155,14 @@ static int tf_l_prof_start(lua_State *L) {
         for (int i = 0; keys[i]; i++) known = known || strcmp(lua_tostring(L, -1), keys[i]) == 0;
       if (!known)
         return tf_lua_error(L, "tf.prof.start: unknown option '%s' (have kernels, memcpy, host_ops, metrics, "
-                            "max_kernels, driver)",
+                            "max_kernels, by_pass, driver)",
                           luaL_tolstring(L, -1, NULL));
     }
     opts.kernels = tf_l_optbool(L, 1, "kernels", true);
     opts.memcpy = tf_l_optbool(L, 1, "memcpy", true);
     opts.host_ops = tf_l_optbool(L, 1, "host_ops", true);
     (void)tf_l_optbool(L, 1, "driver", false); /* checked for a boolean, no effect */
+    opts.by_pass = tf_l_optbool(L, 1, "by_pass", false);
     tf_l_prof_metrics(L, 1, &opts);
   }
   tf_lua_profile *p = lua_newuserdatauv(L, sizeof *p, 0);
@@ -172,6 +176,15 @@ static int tf_l_prof_start(lua_State *L) {
 static int tf_l_prof_stop(lua_State *L) {
   TF_LUA_CHECK(L, tf_prof_stop(tf_l_checkprofile(L)), "profile:stop");
   lua_settop(L, 1);
+  return 1;
+}
+
+/* p:next_pass() -> more: ends a counting pass of a profile counted by
+ * passes; true while the metrics need the work run again. */
+static int tf_l_prof_next_pass(lua_State *L) {
+  bool more = false;
+  TF_LUA_CHECK(L, tf_prof_next_pass(tf_l_checkprofile(L), &more), "profile:next_pass");
+  lua_pushboolean(L, more);
   return 1;
 }
 
@@ -211,6 +224,9 @@ static void tf_l_push_counter_info(lua_State *L, const tf_prof_counter_info *c) 
   TF_SET_INT(L, "device", c->device);
   TF_SET_STR(L, "chip", c->chip);
   TF_SET_INT(L, "passes", c->passes);
+  lua_pushboolean(L, c->by_pass);
+  lua_setfield(L, -2, "by_pass");
+  TF_SET_INT(L, "launches", c->launches);
   TF_SET_INT(L, "max_kernels", c->max_kernels);
   TF_SET_INT(L, "ranges", c->ranges);
   TF_SET_INT(L, "dropped", c->dropped);
@@ -456,6 +472,7 @@ static int tf_l_prof_counter_names(lua_State *L) {
 
 static const luaL_Reg tf_profile_methods[] = {
     {"stop", tf_l_prof_stop},       {"info", tf_l_prof_info}, {"records", tf_l_prof_records},
+    {"next_pass", tf_l_prof_next_pass},
     {"_status", tf_l_prof_status}, {NULL, NULL},
 };
 

@@ -279,6 +279,12 @@ struct tf_prof_session {
   double *counter_values; /* num_metrics per range, in launch order, once stopped */
   size_t counter_ranges;
   tf_prof_counter_info counters;
+  /* Counted by passes (opts.by_pass): after the first pass, nothing more is
+   * recorded (muted: ranges, host ops, and GPU records from correlation id
+   * mute_from on, which settling leaves out). */
+  size_t passes_run;
+  bool muted;
+  uint32_t mute_from;
 };
 
 static pthread_mutex_t tf_record_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -287,6 +293,7 @@ static pthread_mutex_t tf_launch_lock = PTHREAD_MUTEX_INITIALIZER;
 static tf_prof_session *tf_launch_target; /* under tf_launch_lock: where launches go */
 static tf_prof_session *tf_running;       /* the ranges' thread's view of the same */
 static atomic_bool tf_host_ops_flag;
+static _Atomic uint32_t tf_last_correlation; /* of the latest launch call */
 
 bool tf_prof_host_ops_on(void) { return atomic_load_explicit(&tf_host_ops_flag, memory_order_relaxed); }
 
@@ -316,7 +323,7 @@ void tf_prof_record_host_op(const char *name, tf_device device, int64_t start_ns
   k.device = device;
   k.host = true;
   pthread_mutex_lock(&tf_record_lock);
-  tf_prof_gpu_kernel(&k);
+  if (!tf_record_target || !tf_record_target->muted) tf_prof_gpu_kernel(&k);
   pthread_mutex_unlock(&tf_record_lock);
 }
 
@@ -337,6 +344,10 @@ static uint64_t tf_range_next_id = 1;
  * or when the range opens while s runs). */
 static void tf_range_record(tf_prof_session *s, int i) {
   tf_range_entry *e = &tf_ranges[i];
+  if (s->muted) {
+    e->recorded = -1;
+    return;
+  }
   tf_prof_range r = {e->id, i > 0 ? tf_ranges[i - 1].id : 0, e->name, i, e->start_ns, 0, true, false};
   e->recorded = tf_vec_push(&s->ranges, sizeof r, &r) ? (ptrdiff_t)s->ranges.len - 1 : -1;
   if (e->recorded < 0) s->lost++;
@@ -412,6 +423,7 @@ tf_status tf_range_close(uint64_t id) {
 /* ---- launches and graph nodes --------------------------------------------------------------- */
 
 void tf_prof_gpu_launch(uint32_t correlation) {
+  atomic_store_explicit(&tf_last_correlation, correlation, memory_order_relaxed);
   uint64_t range = tf_range_current();
   if (!range) return;
   pthread_mutex_lock(&tf_launch_lock);
@@ -575,9 +587,11 @@ static void tf_prof_settle(tf_prof_session *s) {
   s->corr = (tf_u64_map){0};
   pthread_mutex_unlock(&tf_launch_lock);
   pthread_mutex_lock(&tf_record_lock);
+  const uint32_t mute_from = s->mute_from;
   tf_prof_kernel *ks = s->in_kernels.data;
   for (size_t i = 0; i < s->in_kernels.len; i++) {
     tf_prof_kernel k = ks[i];
+    if (!k.host && mute_from && k.correlation >= mute_from) continue; /* a later pass's */
     if (!k.host && k.start_ns == 0 && k.end_ns == 0) {
       s->untimed++;
       continue;
@@ -592,6 +606,7 @@ static void tf_prof_settle(tf_prof_session *s) {
   tf_prof_transfer *ts = s->in_transfers.data;
   for (size_t i = 0; i < s->in_transfers.len; i++) {
     tf_prof_transfer t = ts[i];
+    if (mute_from && t.correlation >= mute_from) continue;
     if (t.start_ns == 0 && t.end_ns == 0) {
       s->untimed++;
       continue;
@@ -643,6 +658,8 @@ static tf_status tf_prof_counters_prepare(tf_prof_session *s, const tf_prof_opti
   s->opts.metrics = s->metrics;
   s->opts.num_metrics = opts->num_metrics;
   s->opts.max_kernels = opts->max_kernels ? opts->max_kernels : TF_PROF_COUNTERS_DEFAULT_KERNELS;
+  if (opts->by_pass && !tf_gpu_source->counters_pass)
+    return tf_fail(TF_ERR_DEVICE, "this tfhost's GPU side cannot count by passes");
   return TF_OK;
 }
 
@@ -658,14 +675,51 @@ static tf_status tf_prof_counters_start(tf_prof_session *s) {
   s->gpu = true;
   int64_t t0 = tf_clock_ns();
   char why[512] = "";
-  if (!tf_gpu_source->counters_start(s->opts.metrics, s->opts.num_metrics, s->opts.max_kernels, &s->counters, why,
-                                     sizeof why)) {
+  if (!tf_gpu_source->counters_start(s->opts.metrics, s->opts.num_metrics, s->opts.max_kernels, s->opts.by_pass,
+                                     &s->counters, why, sizeof why)) {
     tf_gpu_source->stop();
     s->gpu = false;
     return tf_fail(TF_ERR_DEVICE, "hardware counters unavailable: %s", why);
   }
   s->counters.start_ns = tf_clock_ns() - t0;
+  s->counters.by_pass = s->opts.by_pass;
   s->counting = true;
+  return TF_OK;
+}
+
+tf_status tf_prof_next_pass(tf_prof_session *s, bool *more) {
+  *more = false;
+  if (!s || !s->running) return tf_fail(TF_ERR_STATE, "the profile has stopped: it has no passes left");
+  if (!s->opts.by_pass || !s->counting)
+    return tf_fail(TF_ERR_STATE, "this profile does not count by passes (tf.prof.start{metrics = ..., by_pass = "
+                   "true} does)");
+  tf_status st = tf_prof_sync_devices();
+  if (st != TF_OK) return st;
+  char why[512] = "";
+  bool done = false;
+  uint64_t launches = 0;
+  if (!tf_gpu_source->counters_pass(&done, &launches, why, sizeof why))
+    return tf_fail(TF_ERR_BACKEND, "ending counting pass %zu failed: %s", s->passes_run + 1, why);
+  s->passes_run++;
+  if (s->passes_run == 1) {
+    s->counters.launches = launches;
+    /* Nothing after the first pass is recorded: its launches come after the
+     * latest launch call so far. */
+    pthread_mutex_lock(&tf_record_lock);
+    s->muted = true;
+    s->mute_from = atomic_load_explicit(&tf_last_correlation, memory_order_relaxed) + 1;
+    pthread_mutex_unlock(&tf_record_lock);
+  } else if (launches != s->counters.launches) {
+    double *values = NULL;
+    size_t ranges = 0;
+    s->counting = false;
+    (void)tf_gpu_source->counters_stop(&values, &ranges, &s->counters, why, sizeof why);
+    free(values);
+    return tf_fail(TF_ERR_STATE, "counting by passes needs the same work in every pass: pass 1 launched %llu "
+                   "kernels and copies, pass %zu %llu (the counters are given up)",
+                   (unsigned long long)s->counters.launches, s->passes_run, (unsigned long long)launches);
+  }
+  *more = !done;
   return TF_OK;
 }
 
@@ -703,17 +757,21 @@ static int tf_counted_launch_order(const void *pa, const void *pb) {
 /* Gives each kernel record its counters. CUPTI's automatic ranges are
  * named by index alone, so the n-th range is paired with the n-th launch
  * on the counted device (in correlation id order, the order of the launch
- * calls); a range paired with a copy goes to the copy's record (it does
- * not count as a kernel). Where gpu__time_duration
- * was counted, a pair whose counted time and recorded time disagree by
- * more than a quarter (and 5 us) is counted as mismatched: pairing by
- * order being off by one shows as many of those. */
+ * calls). Device-to-device copies take part where the ranges made (those
+ * read out and those dropped) outnumber the kernels by them: a range paired
+ * with a copy goes to the copy's record (it does not count as a kernel).
+ * A kernel record made from its launch call (kernels/cuda/prof.cu) takes
+ * its end from the counted gpu__time_duration. Where that was counted, a
+ * pair whose counted time does not fit the record (a launch's record: the
+ * call that ran it and its replays; an activity record: its duration,
+ * within a quarter and 5 us) is counted as mismatched: pairing by order
+ * being off by one shows as many of those. */
 static void tf_prof_pair_counters(tf_prof_session *s) {
   const bool debug = tf_counters_debug();
   tf_prof_kernel *ks = s->kernels.data;
   tf_prof_transfer *ts = s->transfers.data;
   tf_counted_launch *launches = malloc((s->kernels.len + s->transfers.len + 1) * sizeof *launches);
-  size_t n = 0;
+  size_t n = 0, kernel_launches = 0, copies = 0;
   uint64_t gpu_kernels = 0;
   for (size_t i = 0; i < s->kernels.len; i++) {
     if (ks[i].host) continue;
@@ -721,10 +779,16 @@ static void tf_prof_pair_counters(tf_prof_session *s) {
     if (launches && ks[i].device.type == TF_DEV_CUDA && ks[i].device.index == s->counters.device)
       launches[n++] = (tf_counted_launch){ks[i].correlation, ks[i].start_ns, false, i};
   }
+  kernel_launches = n;
   for (size_t i = 0; launches && i < s->transfers.len; i++)
     if (!ts[i].memset && strcmp(ts[i].kind, "DtoD") == 0 && ts[i].device.type == TF_DEV_CUDA &&
-        ts[i].device.index == s->counters.device)
+        ts[i].device.index == s->counters.device) {
       launches[n++] = (tf_counted_launch){ts[i].correlation, ts[i].start_ns, true, i};
+      copies++;
+    }
+  const size_t made = s->counter_ranges + (size_t)s->counters.dropped;
+  const bool copies_counted = copies > 0 && made != kernel_launches;
+  if (!copies_counted) n = kernel_launches;
   qsort(launches, n, sizeof *launches, tf_counted_launch_order);
   ptrdiff_t duration = -1;
   for (size_t m = 0; m < s->opts.num_metrics; m++)
@@ -755,15 +819,18 @@ static void tf_prof_pair_counters(tf_prof_session *s) {
     double recorded = (double)(k->end_ns - k->start_ns);
     double counted = duration >= 0 ? s->counter_values[r * s->opts.num_metrics + (size_t)duration] : -1;
     bool mismatch = false;
-    if (duration >= 0) {
+    if (duration >= 0 && k->from_launch) {
+      mismatch = counted > recorded + 5000;
+      k->end_ns = k->start_ns + (int64_t)counted;
+    } else if (duration >= 0) {
       double diff = counted > recorded ? counted - recorded : recorded - counted;
       double big = counted > recorded ? counted : recorded;
       mismatch = diff > 5000 && diff > 0.25 * big;
-      if (mismatch) s->counters.mismatched++;
     }
+    if (mismatch) s->counters.mismatched++;
     if (debug) {
-      fprintf(stderr, "tf.counters: range %zu -> kernel %s (correlation %u): recorded %.1f us", r, k->short_name,
-              k->correlation, recorded / 1e3);
+      fprintf(stderr, "tf.counters: range %zu -> kernel %s (correlation %u): %s %.1f us", r, k->short_name,
+              k->correlation, k->from_launch ? "launch call" : "recorded", recorded / 1e3);
       if (duration >= 0) fprintf(stderr, ", counted %.1f us%s", counted / 1e3, mismatch ? " MISMATCH" : "");
       fprintf(stderr, "\n");
     }
@@ -772,11 +839,12 @@ static void tf_prof_pair_counters(tf_prof_session *s) {
   if (r < s->counter_ranges) s->counters.unpaired = s->counter_ranges - r;
   s->counters.lost = gpu_kernels - s->counters.counted;
   if (debug)
-    fprintf(stderr, "tf.counters: %zu ranges, %zu launches on cuda:%d: %llu kernels counted, %llu copies, "
-            "%llu ranges unpaired, %llu kernels lost, %llu mismatched\n", s->counter_ranges, n, s->counters.device,
-            (unsigned long long)s->counters.counted, (unsigned long long)s->counters.copies,
-            (unsigned long long)s->counters.unpaired, (unsigned long long)s->counters.lost,
-            (unsigned long long)s->counters.mismatched);
+    fprintf(stderr, "tf.counters: %zu ranges (%llu dropped), %zu kernel launches and %zu DtoD copies on cuda:%d "
+            "(copies %s): %llu kernels counted, %llu copies, %llu ranges unpaired, %llu kernels lost, "
+            "%llu mismatched\n", s->counter_ranges, (unsigned long long)s->counters.dropped, kernel_launches, copies,
+            s->counters.device, copies_counted ? "made ranges" : "made none", (unsigned long long)s->counters.counted,
+            (unsigned long long)s->counters.copies, (unsigned long long)s->counters.unpaired,
+            (unsigned long long)s->counters.lost, (unsigned long long)s->counters.mismatched);
   if (s->counters.lost)
     fprintf(stderr, "tf.prof: %llu kernels were not counted (lost: past max_kernels = %zu, or on another device)\n",
             (unsigned long long)s->counters.lost, s->opts.max_kernels);

@@ -32,7 +32,10 @@
  * and are paired with the kernel records by that order (a device-to-device
  * copy makes a range too: its counters go to the copy's record); kernels
  * beyond max_kernels, on other devices or left unpaired are counted as
- * lost. Where counters cannot be had, starting such a session fails (it
+ * lost. Replaying a kernel saves and restores the device memory in use
+ * around each pass, which costs time in proportion to it; a session
+ * counted by passes (by_pass) instead has the caller run the same work
+ * once per pass (tf_prof_next_pass), and keeps the records of the first. Where counters cannot be had, starting such a session fails (it
  * does not fall back to times).
  * A session without metrics never touches the counters. */
 #ifndef TF_PROF_H
@@ -93,6 +96,7 @@ typedef struct tf_prof_options {
   const char *const *metrics;
   size_t num_metrics;
   size_t max_kernels; /* kernels that can be counted; 0: TF_PROF_COUNTERS_DEFAULT_KERNELS */
+  bool by_pass;       /* counters by passes of the caller's work (tf_prof_next_pass), not by kernel replay */
 } tf_prof_options;
 
 /* A kernel: a GPU kernel from CUPTI, or an op timed on the host (host:
@@ -111,6 +115,8 @@ typedef struct tf_prof_kernel {
   int32_t registers;                     /* per thread */
   int32_t static_shared, dynamic_shared; /* bytes per block */
   uint32_t counter_row;                  /* 1 + its row of tf_prof_view.counter_values; 0: not counted */
+  bool from_launch; /* made from its launch call while counting: the times bracket the call, replays
+                       included, until pairing puts the counted gpu__time_duration in */
 } tf_prof_kernel;
 
 /* A memcpy or memset on a GPU. */
@@ -126,6 +132,7 @@ typedef struct tf_prof_transfer {
   uint64_t graph_node; /* as for kernels */
   tf_device device;
   uint32_t counter_row; /* as for kernels: a device-to-device copy makes a counted range */
+  bool from_launch;     /* made from its copy call while counting (times bracket the call) */
 } tf_prof_transfer;
 
 /* A range instance that was open while the session ran. */
@@ -152,7 +159,9 @@ typedef struct tf_prof_device_limits {
 typedef struct tf_prof_counter_info {
   int device;          /* the CUDA device index counted */
   char chip[32];       /* CUPTI's chip name ("GH100") */
-  size_t passes;       /* replay passes of each kernel for the metrics */
+  size_t passes;       /* passes the metrics need (replays of each kernel, or runs of the work by_pass) */
+  bool by_pass;        /* counted by passes of the work rather than by kernel replay */
+  uint64_t launches;   /* by_pass: the launches (kernels, device-to-device copies) of the first pass */
   size_t max_kernels;  /* the counter data's capacity in kernels */
   uint64_t ranges;     /* ranges (counted launches) CUPTI returned */
   uint64_t dropped;    /* ranges CUPTI dropped (past max_kernels) */
@@ -195,6 +204,11 @@ typedef struct tf_prof_session tf_prof_session;
 tf_status tf_prof_start(const tf_prof_options *opts, tf_prof_session **out);
 /* Waits for the devices, collects what is pending and stops; harmless when stopped. */
 tf_status tf_prof_stop(tf_prof_session *s);
+/* Ends a pass of a session counted by passes (options.by_pass): *more is
+ * true while the metrics need the work run again. The records of the
+ * first pass are kept; the later passes must launch the same kernels
+ * (TF_ERR_STATE, and the counters are given up, where they do not). */
+tf_status tf_prof_next_pass(tf_prof_session *s, bool *more);
 /* The session's records; while it runs, first waits for the devices and
  * collects what CUPTI holds. The arrays stay valid until the next call on
  * this session (or its release). */
@@ -287,8 +301,13 @@ typedef struct tf_prof_gpu_source {
    * *values (malloc'd, the caller frees it) holds num_metrics values for
    * each of *ranges ranges, in launch order; it tears the counters down
    * even when it fails. */
-  bool (*counters_start)(const char *const *metrics, size_t num_metrics, size_t max_kernels,
+  bool (*counters_start)(const char *const *metrics, size_t num_metrics, size_t max_kernels, bool by_pass,
                          tf_prof_counter_info *info, char *reason, size_t reason_size);
+  /* By passes: ends the pass now running (the devices have finished it),
+   * saying in *done whether every pass the metrics need has run, and
+   * starts the next one if not; *launches: the kernels and device-to-
+   * device copies launched in the pass that ended. */
+  bool (*counters_pass)(bool *done, uint64_t *launches, char *reason, size_t reason_size);
   bool (*counters_stop)(double **values, size_t *ranges, tf_prof_counter_info *info, char *reason,
                         size_t reason_size);
   /* As tf_prof_counter_names; false with the reason. */

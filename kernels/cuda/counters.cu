@@ -1,8 +1,12 @@
 /* Hardware counters for the profiler (host/observe/prof.h's counter hooks):
- * CUPTI's Range Profiling API with automatic ranges and kernel replay.
- * While counting, every kernel launched on the counted device is one range:
- * CUPTI serialises it and replays it once per pass its metrics need, then
- * the next. The ranges are read out in one go at stop (one decode, one
+ * CUPTI's Range Profiling API with automatic ranges, and kernel replay or
+ * user replay (by passes). While counting, every kernel launched on the
+ * counted device is one range: CUPTI serialises it and, replaying kernels,
+ * runs it once per pass its metrics need, saving and restoring the device
+ * memory in use around each run (the cost grows with the memory in use:
+ * about 0.1 s a kernel with a few GB allocated on an H200). By passes, the
+ * caller runs its work once per pass instead (cupti_counters_pass), and
+ * the n-th kernel of every pass adds to the n-th range. The ranges are read out in one go at stop (one decode, one
  * evaluation per range of every metric at once); nothing is done per
  * kernel on the host meanwhile. The collector pairs the n-th range with
  * the n-th launch (host/observe/prof.c).
@@ -205,6 +209,8 @@ struct session {
   std::vector<std::string> names;
   std::vector<const char *> metrics;
   size_t max_kernels = 0;
+  bool by_pass = false;
+  size_t passes = 0, passes_done = 0;
 };
 session *current;
 
@@ -364,7 +370,7 @@ bool setup(session *s, size_t *passes, char *reason, size_t reason_size) {
   sc.counterDataImageSize = s->counter_data.size();
   sc.pCounterDataImage = s->counter_data.data();
   sc.range = CUPTI_AutoRange;
-  sc.replayMode = CUPTI_KernelReplay;
+  sc.replayMode = s->by_pass ? CUPTI_UserReplay : CUPTI_KernelReplay;
   sc.maxRangesPerPass = s->max_kernels;
   sc.numNestingLevels = 1;
   sc.minNestingLevel = 1;
@@ -375,15 +381,16 @@ bool setup(session *s, size_t *passes, char *reason, size_t reason_size) {
   st.pRangeProfilerObject = s->profiler;
   if (!CUPTI_CALL(cuptiRangeProfilerStart, st)) return false;
   s->started = true;
-  *passes = np.numOfPasses;
-  debug("start: %zu metrics on %s (cuda:%d), %zu passes a kernel, room for %zu kernels (counter data %.1f MB); "
+  *passes = s->passes = np.numOfPasses;
+  debug("start: %zu metrics on %s (cuda:%d), %zu passes %s, room for %zu kernels (counter data %.1f MB); "
         "host setup %.1f ms, device setup %.1f ms",
-        s->metrics.size(), s->chip.c_str(), s->device, np.numOfPasses, s->max_kernels, s->counter_data.size() / 1e6,
+        s->metrics.size(), s->chip.c_str(), s->device, np.numOfPasses, s->by_pass ? "of the work" : "a kernel",
+        s->max_kernels, s->counter_data.size() / 1e6,
         (t_host - t0) / 1e6, (tf_clock_ns() - t_host) / 1e6);
   return true;
 }
 
-bool cupti_counters_start(const char *const *metrics, size_t num_metrics, size_t max_kernels,
+bool cupti_counters_start(const char *const *metrics, size_t num_metrics, size_t max_kernels, bool by_pass,
                           tf_prof_counter_info *info, char *reason, size_t reason_size) {
   if (current) {
     snprintf(reason, reason_size, "hardware counters are already running");
@@ -391,6 +398,7 @@ bool cupti_counters_start(const char *const *metrics, size_t num_metrics, size_t
   }
   session *s = new session;
   s->max_kernels = max_kernels;
+  s->by_pass = by_pass;
   for (size_t i = 0; i < num_metrics; i++) s->names.push_back(metrics[i]);
   for (const std::string &n : s->names) s->metrics.push_back(n.c_str());
   size_t passes = 0;
@@ -407,6 +415,30 @@ bool cupti_counters_start(const char *const *metrics, size_t num_metrics, size_t
   return true;
 }
 
+/* Ends the pass running; starts the next while passes are left. */
+bool cupti_counters_pass(bool *done, char *reason, size_t reason_size) {
+  session *s = current;
+  *done = true;
+  if (!s || !s->by_pass) {
+    snprintf(reason, reason_size, "hardware counters are not counting by passes");
+    return false;
+  }
+  if (!s->started) return true; /* every pass has run */
+  auto sp = PARAMS(CUpti_RangeProfiler_Stop_Params);
+  sp.pRangeProfilerObject = s->profiler;
+  if (!CUPTI_CALL(cuptiRangeProfilerStop, sp)) return false;
+  s->started = false;
+  s->passes_done++;
+  debug("pass %zu of %zu ended%s", s->passes_done, s->passes, sp.isAllPassSubmitted ? ": all submitted" : "");
+  if (sp.isAllPassSubmitted) return true;
+  *done = false;
+  auto st = PARAMS(CUpti_RangeProfiler_Start_Params);
+  st.pRangeProfilerObject = s->profiler;
+  if (!CUPTI_CALL(cuptiRangeProfilerStart, st)) return false;
+  s->started = true;
+  return true;
+}
+
 bool cupti_counters_stop(double **values, size_t *ranges, tf_prof_counter_info *info, char *reason,
                          size_t reason_size) {
   *values = NULL;
@@ -418,11 +450,19 @@ bool cupti_counters_stop(double **values, size_t *ranges, tf_prof_counter_info *
     return false;
   }
   const int64_t t0 = tf_clock_ns();
-  auto sp = PARAMS(CUpti_RangeProfiler_Stop_Params);
-  sp.pRangeProfilerObject = s->profiler;
-  bool ok = CUPTI_CALL(cuptiRangeProfilerStop, sp);
-  s->started = false;
-  if (ok && !sp.isAllPassSubmitted) debug("stop: not every pass was submitted (pass %zu)", sp.passIndex);
+  bool ok = true;
+  if (s->started) {
+    auto sp = PARAMS(CUpti_RangeProfiler_Stop_Params);
+    sp.pRangeProfilerObject = s->profiler;
+    ok = CUPTI_CALL(cuptiRangeProfilerStop, sp);
+    s->started = false;
+    if (ok && s->by_pass) s->passes_done++;
+    if (ok && !sp.isAllPassSubmitted) {
+      snprintf(reason, reason_size, "stopped after pass %zu of the %zu the metrics need (run the work once a pass: "
+               "tf.prof.count)", s->by_pass ? s->passes_done : (size_t)1, s->passes);
+      ok = false;
+    }
+  }
   auto dd = PARAMS(CUpti_RangeProfiler_DecodeData_Params);
   dd.pRangeProfilerObject = s->profiler;
   ok = ok && CUPTI_CALL(cuptiRangeProfilerDecodeData, dd);
@@ -492,8 +532,12 @@ bool cupti_counters_stop(double **values, size_t *ranges, tf_prof_counter_info *
 }  // namespace
 
 extern "C" bool tf_cuda_counters_start(const char *const *metrics, size_t num_metrics, size_t max_kernels,
-                                       tf_prof_counter_info *info, char *reason, size_t reason_size) {
-  return cupti_counters_start(metrics, num_metrics, max_kernels, info, reason, reason_size);
+                                       bool by_pass, tf_prof_counter_info *info, char *reason, size_t reason_size) {
+  return cupti_counters_start(metrics, num_metrics, max_kernels, by_pass, info, reason, reason_size);
+}
+
+extern "C" bool tf_cuda_counters_pass(bool *done, char *reason, size_t reason_size) {
+  return cupti_counters_pass(done, reason, reason_size);
 }
 
 extern "C" bool tf_cuda_counters_stop(double **values, size_t *ranges, tf_prof_counter_info *info, char *reason,

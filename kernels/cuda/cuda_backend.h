@@ -26,10 +26,12 @@ const char *tf_cublas_status(int status);
 const tf_rtc_api *tf_cuda_rtc(void);
 /* The profiler's GPU side: CUPTI's activity records (prof.cu). */
 const tf_prof_gpu_source *tf_cuda_prof_source(void);
-/* Its hardware counters: CUPTI's range profiler (counters.cu), the
- * counters_start, counters_stop and counter_names hooks of that source. */
-bool tf_cuda_counters_start(const char *const *metrics, size_t num_metrics, size_t max_kernels,
+/* Its hardware counters: CUPTI's range profiler (counters.cu), behind the
+ * counters_start, counters_pass, counters_stop and counter_names hooks of
+ * that source (counters_pass's launches are counted in prof.cu). */
+bool tf_cuda_counters_start(const char *const *metrics, size_t num_metrics, size_t max_kernels, bool by_pass,
                             tf_prof_counter_info *info, char *reason, size_t reason_size);
+bool tf_cuda_counters_pass(bool *done, char *reason, size_t reason_size);
 bool tf_cuda_counters_stop(double **values, size_t *ranges, tf_prof_counter_info *info, char *reason,
                            size_t reason_size);
 bool tf_cuda_counter_names(const char *chip, const char *base, const char *const **names, size_t *n, char *reason,

@@ -20,7 +20,20 @@
  * records of one kernel). Only one CUPTI subscriber may exist per process:
  * the collector subscribes (a callback that does nothing) while it runs, so
  * that with Nsight Compute or Systems attached it fails to start and steps
- * aside with a message instead of fighting over CUPTI. */
+ * aside with a message instead of fighting over CUPTI.
+ *
+ * While the hardware counters run, CUPTI's range profiler delivers no
+ * kernel activity records for the kernels it counts (measured on an H200,
+ * CUDA 13.0; enabling KERNEL or CONCURRENT_KERNEL records after it fails
+ * with CUPTI_ERROR_NOT_COMPATIBLE). The kernel launch calls' callbacks
+ * then make the records: the name, grid, block, shared memory and
+ * registers from the call, the times of entering and leaving the call
+ * (which bracket the kernel and its replays: the profiler serialises
+ * them), the end to be replaced by the start plus the counted
+ * gpu__time_duration when the collector pairs them with their ranges.
+ * Device-to-device copies make counted ranges of their own but no memcpy
+ * records either: the copy calls' callbacks make those. */
+#include <cuda.h>
 #include <cupti.h>
 #include <cupti_driver_cbid.h>
 #include <cxxabi.h>
@@ -28,6 +41,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <atomic>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -60,6 +74,17 @@ CUpti_SubscriberHandle subscriber;
 bool subscribed = false;
 bool callbacks_registered = false;
 std::vector<CUpti_ActivityKind> &enabled = *new std::vector<CUpti_ActivityKind>;
+std::atomic<bool> launch_records{false}; /* the counters run: kernel records come from the launch calls */
+
+/* cuFuncGetAttribute through the runtime (tfhost does not link libcuda);
+ * looked up when the counters start, outside CUPTI's callbacks. */
+typedef CUresult (*func_get_attribute_fn)(int *, CUfunction_attribute, CUfunction);
+typedef CUresult (*kernel_get_attribute_fn)(int *, CUfunction_attribute, CUkernel, CUdevice);
+typedef CUresult (*pointer_get_attribute_fn)(void *, CUpointer_attribute, CUdeviceptr);
+func_get_attribute_fn func_get_attribute;
+kernel_get_attribute_fn kernel_get_attribute; /* library kernels (cuBLAS's) launch as CUkernel handles */
+pointer_get_attribute_fn pointer_get_attribute;
+std::atomic<uint64_t> pass_launches{0}; /* kernels and device-to-device copies launched while counting */
 
 /* Names by CUPTI's name pointer (the string is checked too, in case a
  * module was unloaded and its memory reused). Under tf_prof_gpu_lock. */
@@ -202,12 +227,164 @@ void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *buffer, 
   if (buffer) give_back(buffer);
 }
 
+bool is_kernel_launch(CUpti_CallbackId cbid) {
+  switch (cbid) {
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel:
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz:
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx:
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz:
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel:
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz: return true;
+    default: return false;
+  }
+}
+
+/* A launch's shape from cuLaunchKernel's parameters (its cooperative and
+ * per-thread-stream variants share the leading fields). */
+template <typename Params>
+void launch_shape(const void *params, tf_prof_kernel *k, CUfunction *f, CUstream *stream) {
+  const Params *p = (const Params *)params;
+  k->grid[0] = (int32_t)p->gridDimX, k->grid[1] = (int32_t)p->gridDimY, k->grid[2] = (int32_t)p->gridDimZ;
+  k->block[0] = (int32_t)p->blockDimX, k->block[1] = (int32_t)p->blockDimY, k->block[2] = (int32_t)p->blockDimZ;
+  k->dynamic_shared = (int32_t)p->sharedMemBytes;
+  *f = p->f;
+  *stream = p->hStream;
+}
+
+/* The same from cuLaunchKernelEx's launch configuration. */
+template <typename Params>
+void launch_shape_ex(const void *params, tf_prof_kernel *k, CUfunction *f, CUstream *stream) {
+  const Params *p = (const Params *)params;
+  const CUlaunchConfig *c = p->config;
+  *f = p->f;
+  if (!c) return;
+  k->grid[0] = (int32_t)c->gridDimX, k->grid[1] = (int32_t)c->gridDimY, k->grid[2] = (int32_t)c->gridDimZ;
+  k->block[0] = (int32_t)c->blockDimX, k->block[1] = (int32_t)c->blockDimY, k->block[2] = (int32_t)c->blockDimZ;
+  k->dynamic_shared = (int32_t)c->sharedMemBytes;
+  *stream = c->hStream;
+}
+
+/* A function attribute of f (a CUfunction, or a CUkernel cast to one). */
+bool attribute_of(CUfunction f, CUfunction_attribute a, uint32_t device, int *value) {
+  if (!f) return false;
+  if (func_get_attribute && func_get_attribute(value, a, f) == CUDA_SUCCESS) return true;
+  return kernel_get_attribute && kernel_get_attribute(value, a, (CUkernel)f, (CUdevice)device) == CUDA_SUCCESS;
+}
+
+/* Whether p is device memory (copies between two such make counted ranges). */
+bool device_memory(CUdeviceptr p) {
+  unsigned int type = 0;
+  return pointer_get_attribute && pointer_get_attribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, p) == CUDA_SUCCESS &&
+         type == CU_MEMORYTYPE_DEVICE;
+}
+
+/* The copy calls whose copies may run device to device: their parameters
+ * all begin (dst, src, ByteCount[, hStream]). */
+enum copy_call { NOT_A_COPY, DEVICE_COPY, ANY_COPY };
+copy_call copy_call_of(CUpti_CallbackId cbid) {
+  switch (cbid) {
+    case CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoD_v2:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoD_v2_ptds:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoDAsync_v2:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoDAsync_v2_ptsz: return DEVICE_COPY;
+    case CUPTI_DRIVER_TRACE_CBID_cuMemcpy:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemcpy_ptds:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemcpyAsync:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemcpyAsync_ptsz: return ANY_COPY;
+    default: return NOT_A_COPY;
+  }
+}
+
+/* A device-to-device copy's record made from its call, on leaving it. */
+void record_copy(copy_call kind, const CUpti_CallbackData *cb) {
+  if (cb->functionReturnValue && *(const CUresult *)cb->functionReturnValue != CUDA_SUCCESS) return;
+  const cuMemcpy_params *p = (const cuMemcpy_params *)cb->functionParams;
+  if (kind == ANY_COPY && !(device_memory(p->dst) && device_memory(p->src))) return;
+  pass_launches.fetch_add(1, std::memory_order_relaxed);
+  tf_prof_transfer t;
+  memset(&t, 0, sizeof t);
+  uint64_t end = 0;
+  if (cuptiGetTimestamp(&end) != CUPTI_SUCCESS) end = 0;
+  t.kind = "DtoD";
+  t.bytes = p->ByteCount;
+  t.start_ns = (int64_t)*cb->correlationData;
+  t.end_ns = (int64_t)end;
+  if (!t.start_ns || !t.end_ns) t.start_ns = t.end_ns = 0;
+  t.correlation = cb->correlationId;
+  t.from_launch = true;
+  uint32_t device = 0;
+  if (cuptiGetDeviceId(cb->context, &device) != CUPTI_SUCCESS) device = 0;
+  t.device = cuda_device(device);
+  tf_prof_gpu_lock();
+  tf_prof_gpu_transfer(&t);
+  tf_prof_gpu_unlock();
+}
+
+/* A kernel record made from a kernel launch call on leaving it (see the
+ * top of this file); a call that failed launched nothing. */
+void record_launch(CUpti_CallbackId cbid, const CUpti_CallbackData *cb) {
+  if (cb->functionReturnValue && *(const CUresult *)cb->functionReturnValue != CUDA_SUCCESS) return;
+  pass_launches.fetch_add(1, std::memory_order_relaxed);
+  tf_prof_kernel k;
+  memset(&k, 0, sizeof k);
+  uint64_t end = 0;
+  if (cuptiGetTimestamp(&end) != CUPTI_SUCCESS) end = 0;
+  k.start_ns = (int64_t)*cb->correlationData;
+  k.end_ns = (int64_t)end;
+  if (!k.start_ns || !k.end_ns) k.start_ns = k.end_ns = 0; /* untimed: the collector counts it so */
+  k.correlation = cb->correlationId;
+  k.from_launch = true;
+  uint32_t device = 0;
+  if (cuptiGetDeviceId(cb->context, &device) != CUPTI_SUCCESS) device = 0;
+  k.device = cuda_device(device);
+  CUfunction f = NULL;
+  CUstream stream = NULL;
+  const void *params = cb->functionParams;
+  switch (cbid) {
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel: launch_shape<cuLaunchKernel_params>(params, &k, &f, &stream); break;
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz:
+      launch_shape<cuLaunchKernel_ptsz_params>(params, &k, &f, &stream);
+      break;
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel:
+      launch_shape<cuLaunchCooperativeKernel_params>(params, &k, &f, &stream);
+      break;
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz:
+      launch_shape<cuLaunchCooperativeKernel_ptsz_params>(params, &k, &f, &stream);
+      break;
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx:
+      launch_shape_ex<cuLaunchKernelEx_params>(params, &k, &f, &stream);
+      break;
+    default: launch_shape_ex<cuLaunchKernelEx_ptsz_params>(params, &k, &f, &stream); break;
+  }
+  if (cuptiGetStreamId(cb->context, stream, &k.stream) != CUPTI_SUCCESS) k.stream = 0;
+  int value = 0;
+  if (attribute_of(f, CU_FUNC_ATTRIBUTE_NUM_REGS, device, &value)) k.registers = value;
+  if (attribute_of(f, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, device, &value)) k.static_shared = value;
+  tf_prof_gpu_lock();
+  const kernel_name &n = name_of(cb->symbolName);
+  k.name = n.full;
+  k.short_name = n.bare;
+  tf_prof_gpu_kernel(&k);
+  tf_prof_gpu_unlock();
+}
+
 /* Launch calls tie their correlation id to the open range; graph nodes
  * made or cloned tie their ids to the capture's ranges. */
 void CUPTIAPI on_callback(void *, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void *data) {
   if (domain == CUPTI_CB_DOMAIN_DRIVER_API) {
     const CUpti_CallbackData *cb = (const CUpti_CallbackData *)data;
-    if (cb->callbackSite == CUPTI_API_ENTER) tf_prof_gpu_launch(cb->correlationId);
+    const bool counting = launch_records.load(std::memory_order_relaxed);
+    const bool kernel = counting && is_kernel_launch(cbid);
+    const copy_call copy = counting ? copy_call_of(cbid) : NOT_A_COPY;
+    if (cb->callbackSite == CUPTI_API_ENTER) {
+      tf_prof_gpu_launch(cb->correlationId);
+      if ((kernel || copy != NOT_A_COPY) && cuptiGetTimestamp(cb->correlationData) != CUPTI_SUCCESS)
+        *cb->correlationData = 0;
+    } else if (kernel) {
+      record_launch(cbid, cb);
+    } else if (copy != NOT_A_COPY) {
+      record_copy(copy, cb);
+    }
     return;
   }
   if (domain != CUPTI_CB_DOMAIN_RESOURCE) return;
@@ -404,9 +581,45 @@ const char *cupti_unavailable(void) {
   return tf_cuda_backend_device_count() == 0 ? "no CUDA device is present" : NULL;
 }
 
-const tf_prof_gpu_source cupti_source = {cupti_unavailable,      cupti_probe,           cupti_start,
-                                         cupti_flush,            cupti_stop,            cupti_clock_pair,
-                                         tf_cuda_counters_start, tf_cuda_counters_stop, tf_cuda_counter_names};
+/* The counters (kernels/cuda/counters.cu), with the kernel records made
+ * from the launch calls while they run. */
+/* A driver function by name (NULL where this driver lacks it). */
+void *driver_function(const char *name) {
+  void *p = NULL;
+  cudaDriverEntryPointQueryResult found;
+  if (cudaGetDriverEntryPointByVersion(name, &p, 12000, cudaEnableDefault, &found) != cudaSuccess ||
+      found != cudaDriverEntryPointSuccess)
+    p = NULL;
+  (void)cudaGetLastError();
+  return p;
+}
+
+bool counters_start(const char *const *metrics, size_t num_metrics, size_t max_kernels, bool by_pass,
+                    tf_prof_counter_info *info, char *reason, size_t reason_size) {
+  if (!func_get_attribute) {
+    func_get_attribute = (func_get_attribute_fn)driver_function("cuFuncGetAttribute");
+    kernel_get_attribute = (kernel_get_attribute_fn)driver_function("cuKernelGetAttribute");
+    pointer_get_attribute = (pointer_get_attribute_fn)driver_function("cuPointerGetAttribute");
+  }
+  if (!tf_cuda_counters_start(metrics, num_metrics, max_kernels, by_pass, info, reason, reason_size)) return false;
+  pass_launches.store(0);
+  launch_records.store(true);
+  return true;
+}
+
+bool counters_pass(bool *done, uint64_t *launches, char *reason, size_t reason_size) {
+  *launches = pass_launches.exchange(0);
+  return tf_cuda_counters_pass(done, reason, reason_size);
+}
+
+bool counters_stop(double **values, size_t *ranges, tf_prof_counter_info *info, char *reason, size_t reason_size) {
+  launch_records.store(false);
+  return tf_cuda_counters_stop(values, ranges, info, reason, reason_size);
+}
+
+const tf_prof_gpu_source cupti_source = {cupti_unavailable, cupti_probe,   cupti_start,    cupti_flush,
+                                         cupti_stop,        cupti_clock_pair, counters_start, counters_pass,
+                                         counters_stop,     tf_cuda_counter_names};
 
 }  // namespace
 

@@ -218,6 +218,8 @@ M.entries = {
   { "tf.range", "tf.range(name [, fn, ...])", "a named range (NVTX and the profiler), closed at scope end" },
   { "tf.prof.start", "tf.prof.start([{metrics = \"roofline\"|\"pipes\"|\"occupancy\"|{names}, max_kernels, ...}])",
     "starts the kernel profiler (metrics: each kernel's hardware counters, GPU); p:kernels{}, p:ranges()" },
+  { "tf.prof.count", "tf.prof.count(fn, {metrics = \"roofline\"|..., max_kernels})",
+    "hardware counters of fn's kernels, fn run once per counting pass (no memory saved or restored)" },
   { "tf.prof.stack", "tf.prof.stack()", "the names of the open ranges, outermost first" },
   { "tf.prof.available", "tf.prof.available()", "true, or false and why GPU kernel records are off" },
   { "tf.prof.classify", "tf.prof.classify(short_name [, full_name [, cache]])", "a kernel's class: gemm, attention, softmax, ..." },

@@ -1055,9 +1055,12 @@ end
 -- metrics = "roofline" | "pipes" | "occupancy" | {set or CUPTI metric
 -- names...} counts hardware counters of each kernel (CUPTI's range
 -- profiler, kernels/cuda/counters.cu): kernels are serialised and replayed
--- once per pass, the fused engine runs eagerly (no CUDA graph replay), and
--- at most max_kernels (default 1024) kernels are counted: the rest are
--- "lost" (p.counters.lost, said on stderr). Records get counters
+-- once per pass (saving and restoring the device memory in use around
+-- each: slow with many GB allocated; tf.prof.count runs the work once a
+-- pass instead, by_pass = true with p:next_pass()), the fused engine runs
+-- eagerly (no CUDA graph replay), and at most max_kernels (default 1024)
+-- kernels are counted: the rest are "lost" (p.counters.lost, said on
+-- stderr). Records get counters
 -- {metric = value}, p:kernels and p:ranges rows the fields of
 -- tf.prof._counters.counter_fields. Where counters cannot be had (a build without
 -- CUDA, no GPU, another profiler holding them) it is an error.
@@ -1102,9 +1105,47 @@ function M.start(opts)
     opts = copy
   elseif opts and opts.max_kernels ~= nil then
     error("tf.prof.start: max_kernels is the room for counted kernels: it goes with metrics", 2)
+  elseif opts and opts.by_pass then
+    error("tf.prof.start: by_pass is how counters are counted: it goes with metrics", 2)
   end
   local p = core().start(opts)
   if not installed then install(p) end
+  return p
+end
+
+--- tf.prof.count(fn, opts) -> a stopped profile with hardware counters:
+-- fn() runs once per pass the metrics need (p.counters.passes: 3 for
+-- "roofline"), under tf.prof.start(opts) with by_pass = true; the records
+-- and ranges are those of the first run, each kernel's counters come from
+-- all of them. fn must launch the same kernels each time (a training step,
+-- a forward pass: the values may change, the work may not); where a run
+-- launches other work it is an error. Unlike kernel replay (tf.prof.start
+-- {metrics}), no device memory is saved or restored, so the cost is the
+-- passes' runs with each kernel serialised, whatever memory is in use; fn's
+-- effects happen once per pass (an optimizer step is taken each time).
+function M.count(fn, opts)
+  if type(fn) ~= "function" then error("tf.prof.count: expects a function to run once per pass, then options", 2) end
+  if opts ~= nil and type(opts) ~= "table" then error("tf.prof.count: options must be a table", 2) end
+  if not (opts and opts.metrics) then
+    error("tf.prof.count: metrics are needed (\"roofline\", \"pipes\", \"occupancy\" or metric names)", 2)
+  end
+  local copy = {}
+  for k, v in pairs(opts) do copy[k] = v end
+  copy.by_pass = true
+  local ok, p = pcall(M.start, copy)
+  if not ok then error("tf.prof.count: " .. strip_where(p), 2) end
+  local passes = 0
+  local ran, err = pcall(function()
+    repeat
+      fn()
+      passes = passes + 1
+    until not p:next_pass()
+  end)
+  if not ran then
+    pcall(p.stop, p)
+    error(string.format("tf.prof.count: pass %d: %s", passes + 1, strip_where(err)), 2)
+  end
+  p:stop()
   return p
 end
 

@@ -142,7 +142,7 @@ static void test_sessions(void) {
 
   CHECK_OK(tf_range_push("before start")); /* open when the session starts */
   uint64_t before = tf_range_current();
-  tf_prof_options opts = {true, true, true, NULL, 0, 0};
+  tf_prof_options opts = {true, true, true, NULL, 0, 0, false};
   tf_prof_session *s = NULL, *other = NULL;
   if (!CHECK_OK(tf_prof_start(&opts, &s))) return;
   CHECK(tf_prof_start(&opts, &other) == TF_ERR_STATE);
@@ -229,7 +229,7 @@ static void test_sessions(void) {
   tf_prof_session_free(s);
 
   /* Host ops only: no CUPTI attempt. */
-  tf_prof_options host_only = {false, false, true, NULL, 0, 0};
+  tf_prof_options host_only = {false, false, true, NULL, 0, 0, false};
   if (CHECK_OK(tf_prof_start(&host_only, &s))) {
     CHECK(!tf_prof_session_gpu(s, &reason));
     CHECK(strstr(reason, "not asked for") != NULL);
@@ -245,7 +245,7 @@ static void test_forced_failure(void) {
   const char *reason = NULL;
   CHECK(!tf_prof_gpu_available(&reason));
   printf("forced: %s\n", reason);
-  tf_prof_options opts = {true, true, true, NULL, 0, 0};
+  tf_prof_options opts = {true, true, true, NULL, 0, 0, false};
   tf_prof_session *s = NULL;
   if (CHECK_OK(tf_prof_start(&opts, &s))) {
     CHECK(!tf_prof_session_gpu(s, &reason));
@@ -271,14 +271,21 @@ static void fake_clock(int64_t *host_ns, uint64_t *cupti_ns) {
   *cupti_ns = (uint64_t)*host_ns;
 }
 static const tf_prof_gpu_source fake_source = {fake_unavailable, fake_probe, fake_start, fake_nothing, fake_nothing,
-                                               fake_clock,       NULL,       NULL,       NULL};
+                                               fake_clock,       NULL,       NULL,       NULL,
+                                               NULL};
 
-/* Stand-in counters: three ranges of two metrics (a duration, a count),
- * in launch order, as CUPTI's range profiler would hand them over. */
+/* Stand-in counters: ranges of two metrics (a duration, a count), in
+ * launch order, as CUPTI's range profiler would hand them over, with the
+ * number it dropped past its capacity; each test sets them. */
 static int fake_counter_starts;
-static bool fake_counters_start(const char *const *metrics, size_t n, size_t max_kernels, tf_prof_counter_info *info,
-                                char *reason, size_t reason_size) {
-  (void)metrics, (void)n, (void)reason, (void)reason_size;
+static const double *fake_range_values;
+static size_t fake_range_count, fake_ranges_dropped;
+static uint64_t fake_pass_launches[4]; /* launches each pass reports */
+static size_t fake_passes_needed = 3, fake_passes_ended;
+static bool fake_counters_start(const char *const *metrics, size_t n, size_t max_kernels, bool by_pass,
+                                tf_prof_counter_info *info, char *reason, size_t reason_size) {
+  (void)metrics, (void)n, (void)reason, (void)reason_size, (void)by_pass;
+  fake_passes_ended = 0;
   fake_counter_starts++;
   info->device = 0;
   info->passes = 3;
@@ -288,20 +295,28 @@ static bool fake_counters_start(const char *const *metrics, size_t n, size_t max
 static bool fake_counters_stop(double **values, size_t *ranges, tf_prof_counter_info *info, char *reason,
                                size_t reason_size) {
   (void)reason, (void)reason_size;
-  static const double v[] = {100, 1, 7777, 2, 200, 3}; /* range 1 is the copy's */
-  *values = malloc(sizeof v);
-  memcpy(*values, v, sizeof v);
-  *ranges = 3;
-  info->ranges = 3;
+  *values = malloc(fake_range_count * 2 * sizeof **values);
+  memcpy(*values, fake_range_values, fake_range_count * 2 * sizeof **values);
+  *ranges = fake_range_count;
+  info->ranges = fake_range_count;
+  info->dropped = fake_ranges_dropped;
+  return true;
+}
+static bool fake_counters_pass(bool *done, uint64_t *launches, char *reason, size_t reason_size) {
+  (void)reason, (void)reason_size;
+  *launches = fake_pass_launches[fake_passes_ended % 4];
+  *done = ++fake_passes_ended >= fake_passes_needed;
   return true;
 }
 static const tf_prof_gpu_source fake_counting_source = {
-    fake_unavailable, fake_probe, fake_start, fake_nothing, fake_nothing, fake_clock, fake_counters_start,
-    fake_counters_stop, NULL};
+    fake_unavailable,   fake_probe,         fake_start, fake_nothing, fake_nothing, fake_clock, fake_counters_start,
+    fake_counters_pass, fake_counters_stop, NULL};
 
 /* A kernel record as CUPTI's thread hands it over. */
-static void fake_kernel(const char *name, uint32_t correlation, uint64_t node, int64_t start_ns, int64_t end_ns) {
+static void fake_kernel_from(const char *name, uint32_t correlation, uint64_t node, int64_t start_ns, int64_t end_ns,
+                             bool from_launch) {
   tf_prof_kernel k = {0};
+  k.from_launch = from_launch;
   k.name = k.short_name = name;
   k.correlation = correlation;
   k.graph_node = node;
@@ -311,6 +326,10 @@ static void fake_kernel(const char *name, uint32_t correlation, uint64_t node, i
   tf_prof_gpu_lock();
   tf_prof_gpu_kernel(&k);
   tf_prof_gpu_unlock();
+}
+
+static void fake_kernel(const char *name, uint32_t correlation, uint64_t node, int64_t start_ns, int64_t end_ns) {
+  fake_kernel_from(name, correlation, node, start_ns, end_ns, false);
 }
 
 static const tf_prof_kernel *kernel_at(const tf_prof_view *v, const char *name, int64_t start_ns) {
@@ -326,7 +345,7 @@ static const tf_prof_kernel *kernel_at(const tf_prof_view *v, const char *name, 
  * collector never saw. */
 static void test_launches_and_replays(void) {
   tf_prof_set_gpu_source(&fake_source);
-  tf_prof_options opts = {true, true, false, NULL, 0, 0};
+  tf_prof_options opts = {true, true, false, NULL, 0, 0, false};
   tf_prof_session *s = NULL;
   if (!CHECK_OK(tf_prof_start(&opts, &s))) return;
   const char *reason = NULL;
@@ -491,7 +510,7 @@ static void test_busy_union(void) {
  * range that waited for them. */
 static void test_overlapped_records(void) {
   tf_prof_set_gpu_source(&fake_source);
-  tf_prof_options opts = {true, true, false, NULL, 0, 0};
+  tf_prof_options opts = {true, true, false, NULL, 0, 0, false};
   tf_prof_session *s = NULL;
   if (!CHECK_OK(tf_prof_start(&opts, &s))) return;
   CHECK_OK(tf_range_push("step"));
@@ -524,6 +543,26 @@ static void test_overlapped_records(void) {
   tf_prof_session_free(s);
 }
 
+/* A device-to-device copy of 64 bytes (correlation c, at t), and a memset
+ * (which never makes a counted range), as CUPTI's thread hands them over. */
+static void fake_copy_and_memset(uint32_t c, uint32_t memset_c, int64_t t) {
+  tf_prof_transfer copy = {0};
+  copy.kind = "DtoD";
+  copy.bytes = 64;
+  copy.correlation = c;
+  copy.start_ns = t;
+  copy.end_ns = t + 100;
+  copy.device = (tf_device){TF_DEV_CUDA, 0};
+  tf_prof_transfer memset_rec = copy;
+  memset_rec.memset = true;
+  memset_rec.kind = "memset";
+  memset_rec.correlation = memset_c;
+  tf_prof_gpu_lock();
+  tf_prof_gpu_transfer(&copy);
+  tf_prof_gpu_transfer(&memset_rec);
+  tf_prof_gpu_unlock();
+}
+
 /* Counters are paired with launches by order on the counted device: the
  * n-th range with the n-th launch (correlation order, whatever order the
  * records arrive in), a device-to-device copy's range left out, a kernel
@@ -532,7 +571,7 @@ static void test_overlapped_records(void) {
  * time-only session never starts the counters. */
 static void test_counters_pairing(void) {
   static const char *const metrics[] = {"gpu__time_duration.sum", "sm__count.sum"};
-  tf_prof_options opts = {true, true, false, metrics, 2, 0};
+  tf_prof_options opts = {true, true, false, metrics, 2, 0, false};
   tf_prof_session *s = NULL;
   tf_prof_set_gpu_source(&fake_source);
   CHECK(tf_prof_start(&opts, &s) == TF_ERR_DEVICE);
@@ -540,7 +579,7 @@ static void test_counters_pairing(void) {
   CHECK(!tf_prof_collecting());
 
   tf_prof_set_gpu_source(&fake_counting_source);
-  tf_prof_options plain = {true, true, false, NULL, 0, 0};
+  tf_prof_options plain = {true, true, false, NULL, 0, 0, false};
   if (CHECK_OK(tf_prof_start(&plain, &s))) {
     CHECK(!tf_prof_counting());
     tf_prof_session_free(s);
@@ -550,25 +589,14 @@ static void test_counters_pairing(void) {
   if (!CHECK_OK(tf_prof_start(&opts, &s))) return;
   CHECK(tf_prof_counting());
   CHECK_INT(fake_counter_starts, 1);
+  /* Four ranges made (the copy's among them), one dropped past the capacity. */
+  static const double values[] = {100, 1, 100, 2, 200, 3}; /* range 1 is the copy's */
+  fake_range_values = values, fake_range_count = 3, fake_ranges_dropped = 1;
   const int64_t t0 = tf_clock_ns();
   fake_kernel("second", 7, 0, t0 + 1000, t0 + 1200);
   fake_kernel("first", 5, 0, t0, t0 + 100);
   fake_kernel("past_the_ranges", 8, 0, t0 + 2000, t0 + 2100);
-  tf_prof_transfer copy = {0};
-  copy.kind = "DtoD";
-  copy.bytes = 64;
-  copy.correlation = 6;
-  copy.start_ns = t0 + 500;
-  copy.end_ns = t0 + 600;
-  copy.device = (tf_device){TF_DEV_CUDA, 0};
-  tf_prof_transfer memset_rec = copy;
-  memset_rec.memset = true;
-  memset_rec.kind = "memset";
-  memset_rec.correlation = 4;
-  tf_prof_gpu_lock();
-  tf_prof_gpu_transfer(&copy);
-  tf_prof_gpu_transfer(&memset_rec);
-  tf_prof_gpu_unlock();
+  fake_copy_and_memset(6, 4, t0 + 500);
   CHECK_OK(tf_prof_stop(s));
   CHECK(!tf_prof_counting());
   tf_prof_view v;
@@ -597,6 +625,111 @@ static void test_counters_pairing(void) {
   tf_prof_session_free(s);
 }
 
+/* Kernel records made from the launch calls while counting: as many ranges
+ * as kernels means the copy made none (it is left out of the order); each
+ * record's end becomes its start plus the counted duration, and a counted
+ * time longer than the call that ran it is a mismatch. */
+static void test_counters_launch_records(void) {
+  static const char *const metrics[] = {"gpu__time_duration.sum", "sm__count.sum"};
+  tf_prof_options opts = {true, true, false, metrics, 2, 0, false};
+  tf_prof_session *s = NULL;
+  tf_prof_set_gpu_source(&fake_counting_source);
+  static const double values[] = {1000, 1, 200, 2, 20000, 3};
+  fake_range_values = values, fake_range_count = 3, fake_ranges_dropped = 0;
+  if (!CHECK_OK(tf_prof_start(&opts, &s))) return;
+  const int64_t t0 = tf_clock_ns();
+  fake_kernel_from("a", 20, 0, t0, t0 + 5000, true);
+  fake_copy_and_memset(21, 19, t0 + 5500);
+  fake_kernel_from("b", 22, 0, t0 + 6000, t0 + 6100, true);
+  fake_kernel_from("c", 23, 0, t0 + 7000, t0 + 7100, true); /* counted 20 us in a 0.1 us call */
+  CHECK_OK(tf_prof_stop(s));
+  tf_prof_view v;
+  if (CHECK_OK(tf_prof_view_get(s, &v))) {
+    CHECK_INT(v.counters.counted, 3);
+    CHECK_INT(v.counters.copies, 0);
+    CHECK_INT(v.counters.lost, 0);
+    CHECK_INT(v.counters.unpaired, 0);
+    CHECK_INT(v.counters.mismatched, 1);
+    static const char *const order[] = {"a", "b", "c"};
+    for (size_t i = 0; i < v.num_kernels; i++) {
+      const tf_prof_kernel *k = &v.kernels[i];
+      for (uint32_t j = 0; j < 3; j++) {
+        if (strcmp(k->name, order[j]) != 0) continue;
+        if (CHECK_INT(k->counter_row, j + 1))
+          CHECK_INT(k->end_ns - k->start_ns, (int64_t)values[j * 2]);
+      }
+    }
+    for (size_t i = 0; i < v.num_transfers; i++) CHECK_INT(v.transfers[i].counter_row, 0);
+  }
+  tf_prof_session_free(s);
+}
+
+/* Counted by passes: the work runs once a pass; only the first pass's
+ * records and ranges are kept (the later ones' launches come after it), so
+ * the ranges pair with them as in one pass; a pass launching other work
+ * than the first is an error, and next_pass outside such a session too. */
+static void test_counters_by_pass(void) {
+  static const char *const metrics[] = {"gpu__time_duration.sum", "sm__count.sum"};
+  tf_prof_options opts = {true, true, false, metrics, 2, 0, true};
+  tf_prof_set_gpu_source(&fake_counting_source);
+  static const double values[] = {100, 1, 200, 2};
+  fake_range_values = values, fake_range_count = 2, fake_ranges_dropped = 0;
+  fake_passes_needed = 3;
+  fake_pass_launches[0] = fake_pass_launches[1] = fake_pass_launches[2] = 2;
+  tf_prof_session *s = NULL;
+  if (!CHECK_OK(tf_prof_start(&opts, &s))) return;
+  uint32_t c = 100;
+  bool more = true;
+  int passes = 0;
+  while (more && passes < 5) {
+    CHECK_OK(tf_range_push("pass"));
+    const int64_t t0 = tf_clock_ns();
+    for (int k = 0; k < 2; k++, c++) {
+      tf_prof_gpu_launch(c);
+      fake_kernel(k == 0 ? "x" : "y", c, 0, t0 + k * 1000, t0 + k * 1000 + (k + 1) * 100);
+    }
+    CHECK_OK(tf_range_pop());
+    passes++;
+    if (!CHECK_OK(tf_prof_next_pass(s, &more))) break;
+  }
+  CHECK_INT(passes, 3);
+  CHECK_OK(tf_prof_stop(s));
+  tf_prof_view v;
+  if (CHECK_OK(tf_prof_view_get(s, &v))) {
+    CHECK_INT(v.num_kernels, 2);
+    CHECK_INT(v.num_ranges, 1);
+    CHECK_INT(v.counters.counted, 2);
+    CHECK_INT(v.counters.launches, 2);
+    CHECK_INT(v.counters.lost, 0);
+    CHECK_INT(v.counters.mismatched, 0);
+    CHECK(v.counters.by_pass);
+    for (size_t i = 0; i < v.num_kernels; i++) {
+      CHECK_INT(v.kernels[i].range, v.ranges[0].id);
+      CHECK_INT(v.kernels[i].counter_row, strcmp(v.kernels[i].name, "x") == 0 ? 1 : 2);
+    }
+  }
+  tf_prof_session_free(s);
+
+  /* A second pass with a kernel more. */
+  fake_pass_launches[1] = 3;
+  if (!CHECK_OK(tf_prof_start(&opts, &s))) return;
+  CHECK_OK(tf_prof_next_pass(s, &more));
+  CHECK(more);
+  CHECK(tf_prof_next_pass(s, &more) == TF_ERR_STATE);
+  CHECK(strstr(tf_last_error(), "pass 1 launched 2 kernels and copies, pass 2 3") != NULL);
+  CHECK(!more);
+  CHECK_OK(tf_prof_stop(s));
+  tf_prof_session_free(s);
+
+  /* next_pass on a session counting by kernel replay. */
+  opts.by_pass = false;
+  if (!CHECK_OK(tf_prof_start(&opts, &s))) return;
+  CHECK(tf_prof_next_pass(s, &more) == TF_ERR_STATE);
+  CHECK(strstr(tf_last_error(), "does not count by passes") != NULL);
+  CHECK_OK(tf_prof_stop(s));
+  tf_prof_session_free(s);
+}
+
 int main(void) {
   tf_backends_init();
   test_short_names();
@@ -607,5 +740,7 @@ int main(void) {
   test_launches_and_replays(); /* from here on: the stand-in GPU side */
   test_overlapped_records();
   test_counters_pairing();
+  test_counters_launch_records();
+  test_counters_by_pass();
   return tf_check_done();
 }

@@ -98,7 +98,7 @@ static void test_known_work(tf_device_ctx *ctx) {
   CHECK_OK(tf_prof_test_spin(ctx, 1000, 1, 1, 32, 1, 0));
   CHECK_OK(ctx->backend->synchronize(ctx));
 
-  tf_prof_options opts = {true, true, false, NULL, 0, 0};
+  tf_prof_options opts = {true, true, false, NULL, 0, 0, false};
   tf_prof_session *s = NULL;
   if (!CHECK_OK(tf_prof_start(&opts, &s))) return;
   const char *reason = NULL;
@@ -233,7 +233,7 @@ static void test_graph_replay(tf_device_ctx *ctx) {
   enum { REPLAYS = 3, A_NS = 40000, B_NS = 70000, C_NS = 20000 };
   const tf_model_kernels *mk = ctx->backend->model;
   if (!CHECK(mk && mk->capture_begin && mk->capture_end && mk->graph_launch && mk->graph_destroy)) return;
-  tf_prof_options opts = {true, true, false, NULL, 0, 0};
+  tf_prof_options opts = {true, true, false, NULL, 0, 0, false};
   tf_prof_session *s = NULL;
   if (!CHECK_OK(tf_prof_start(&opts, &s))) return;
   tf_graph *g = NULL;
@@ -341,7 +341,7 @@ static void test_graph_replay(tf_device_ctx *ctx) {
 /* With the environment variable, the collector steps aside and keeps host records. */
 static void test_forced_failure(void) {
   setenv("TF_PROF_FORCE_NO_CUPTI", "1", 1);
-  tf_prof_options opts = {true, true, true, NULL, 0, 0};
+  tf_prof_options opts = {true, true, true, NULL, 0, 0, false};
   tf_prof_session *s = NULL;
   if (CHECK_OK(tf_prof_start(&opts, &s))) {
     const char *reason = NULL;

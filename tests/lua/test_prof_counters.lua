@@ -5,7 +5,9 @@
 -- multiply (f32 FLOPs = numel), a fused-engine training step (every kernel
 -- counted or counted as lost, the classes present, no CUDA graph replayed
 -- while counting), the pipes and occupancy sets having values, and
--- max_kernels overflowing into "lost". Each pairing of a counted range
+-- max_kernels overflowing into "lost", and tf.prof.count (the work run
+-- once per pass) agreeing with kernel replay on a fused step's counts, and
+-- refusing work that changes between passes. Each pairing of a counted range
 -- with its kernel is checked by the counted duration against the record's
 -- (p.counters.mismatched). Skipped (77) without a GPU or without CUPTI;
 -- a test skips itself when the driver refuses the counters (permissions),
@@ -23,26 +25,47 @@ if not pcall(require, "tf.ceilings") then
   end }
 end
 
--- Runs body under a counting profile; skips the test where the counters
--- cannot be had (permissions, another profiler), failing on other errors.
+-- Skips the test where the counters cannot be had (permissions, another
+-- profiler), raising other errors.
+local function skip_unless_counting(err)
+  local e = tostring(err)
+  if e:find("administrators") or e:find("another CUDA profiler") or e:find("cannot be counted") then T.skip_test(e) end
+  error(e, 0)
+end
+
+local function say_counted(p, t0)
+  local c = p.counters
+  print(string.format("  %d kernels counted, %d lost, %d copies, %d mismatched, %d passes%s; start %.1f ms, read-out "
+    .. "%.1f ms, %.2f s in all", c.counted, c.lost, c.copies, c.mismatched, c.passes, c.by_pass and " (by pass)" or "",
+    c.start_ns / 1e6, c.stop_ns / 1e6, (tf.now() - t0) / 1e3))
+end
+
+-- Runs body under a counting profile (kernel replay).
 local function counted(opts, body)
   tf.sync()
   local ok, p = pcall(tf.prof.start, opts)
-  if not ok then
-    local e = tostring(p)
-    if e:find("administrators") or e:find("another CUDA profiler") or e:find("cannot be counted") then
-      T.skip_test(e)
-    end
-    error(e, 0)
-  end
+  if not ok then skip_unless_counting(p) end
   local t0 = tf.now()
   body()
   tf.sync()
   p:stop()
-  local c = p.counters
-  print(string.format("  %d kernels counted, %d lost, %d copies, %d mismatched, %d passes; start %.1f ms, read-out "
-    .. "%.1f ms, %.1f s in all", c.counted, c.lost, c.copies, c.mismatched, c.passes, c.start_ns / 1e6, c.stop_ns / 1e6,
-    tf.now() - t0))
+  say_counted(p, t0)
+  return p
+end
+
+-- Runs body once per pass under tf.prof.count.
+local function counted_by_pass(opts, body)
+  tf.sync()
+  local t0 = tf.now()
+  local ok, p = pcall(tf.prof.count, function()
+    body()
+    tf.sync()
+  end, opts)
+  if not ok then
+    if not tostring(p):find("pass %d") then skip_unless_counting(p) end
+    error(p, 0)
+  end
+  say_counted(p, t0)
   return p
 end
 
@@ -95,14 +118,15 @@ T.test("copies of N bytes: DRAM reads ~N, on the copy's record and on a copy ker
   for _, c in ipairs(rec.memcpy) do
     if c.kind == "DtoD" and c.bytes == numel * 4 then copy = c end
   end
+  T.ok(copy, "the DtoD copy's record")
+  T.ok(copy and copy.counters, "the DtoD copy's counters")
   if copy and copy.counters then
     local read = copy.counters["dram__bytes_read.sum"]
     print(string.format("  the DtoD copy of %d bytes: read %.4g B", numel * 4, read))
     T.ok(rel(read, numel * 4) < 0.05, "the copy reads ~N bytes")
-    T.ok(p.counters.copies >= 1)
-  else
-    print("  the DtoD copy made no counted range (or was not a cudaMemcpy)")
+    T.eq(p.counters.copies, 1)
   end
+  T.eq(p.counters.unpaired, 0)
   local kernel_row = find(p:kernels{ by = "class", copies = false }, "name", "copy")
   T.ok(kernel_row, "a copy kernel")
   do
@@ -153,6 +177,67 @@ T.test("a fused-engine training step: every kernel counted or lost, the classes 
   if classes.gemm then T.ok(classes.gemm.flops > 0, "the step's GEMMs have FLOPs") end
   m:step(ids, targets):free()
   T.ok(m:info().graph_replays > before, "graphs replayed again once counting stopped")
+end)
+
+-- The per-class sums of a counted step: flops, and dram bytes.
+local function class_counts(p)
+  local out = {}
+  for _, r in ipairs(p:kernels{ by = "class" }) do
+    if r.flops then out[r.name] = { flops = r.flops, bytes = r.dram_bytes, instances = r.instances } end
+  end
+  return out
+end
+
+T.test("tf.prof.count: a fused step run once a pass counts what kernel replay counts", function()
+  tf.seed(0)
+  local m = tf.model.new{ preset = "tiny", context_length = 64, precision = "bf16", impl = "fused", device = "cuda" }
+  local ids = tf.randint(0, 256, { 2, 64 }, { device = "cuda" })
+  local targets = tf.randint(0, 256, { 2, 64 }, { device = "cuda" })
+  for _ = 1, 3 do m:step(ids, targets):free() end
+  local replayed = counted({ metrics = "roofline" }, function() m:step(ids, targets):free() end)
+  local steps_before = m:info().steps
+  local by_pass = counted_by_pass({ metrics = "roofline" }, function()
+    tf.range("step", function() m:step(ids, targets):free() end)
+  end)
+  local c = by_pass.counters
+  T.ok(c.by_pass)
+  T.eq(c.passes, 3)
+  if steps_before then T.eq(m:info().steps - steps_before, c.passes, "one step a pass") end
+  T.eq(c.lost, 0)
+  T.eq(c.unpaired, 0)
+  T.eq(c.mismatched, 0)
+  T.eq(c.counted, replayed.counters.counted, "as many kernels counted as by replay")
+  T.eq(c.launches, c.counted + c.copies, "the first pass's launches are the counted ones")
+  T.eq(#by_pass:ranges(), 1, "the first pass's ranges alone")
+  local a, b = class_counts(replayed), class_counts(by_pass)
+  for cls, x in pairs(a) do
+    local y = b[cls]
+    T.ok(y, "class " .. cls .. " counted by pass")
+    if y then
+      T.eq(y.instances, x.instances, cls .. " kernels")
+      T.ok(x.flops == 0 and y.flops == 0 or rel(y.flops, x.flops) < 1e-3, cls .. " FLOPs agree")
+      print(string.format("  %-12s FLOPs %.4g / %.4g, DRAM %.4g / %.4g B (by pass / replayed)", cls, y.flops, x.flops,
+        y.bytes, x.bytes))
+    end
+  end
+end)
+
+T.test("tf.prof.count: work that changes between passes is refused", function()
+  local x = tf.randn({ 1024 }, { device = "cuda" })
+  local runs = 0
+  local ok, err = pcall(tf.prof.count, function()
+    runs = runs + 1
+    for _ = 1, runs do x = x + 1 end -- one kernel more each pass
+    tf.sync()
+  end, { metrics = "roofline" })
+  if not ok and not tostring(err):find("pass %d") then skip_unless_counting(err) end
+  T.ok(not ok, "refused")
+  T.ok(tostring(err):find("same work in every pass"), tostring(err))
+  T.ok(tostring(err):find("pass 1 launched 1"), tostring(err))
+  local p = tf.prof.start()
+  x = x + 1
+  p:stop()
+  T.ok(#p:records().kernels >= 1, "a time-only profile after the refusal has its records")
 end)
 
 T.test("the pipes and occupancy sets have values", function()
