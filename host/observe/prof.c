@@ -280,11 +280,12 @@ struct tf_prof_session {
   size_t counter_ranges;
   tf_prof_counter_info counters;
   /* Counted by passes (opts.by_pass): after the first pass, nothing more is
-   * recorded (muted: ranges, host ops, and GPU records from correlation id
-   * mute_from on, which settling leaves out). */
+   * recorded (muted: ranges, host ops, launches, and GPU records starting
+   * at CUPTI time mute_after or later, which settling leaves out; by time,
+   * as correlation ids need not grow from one pass to the next). */
   size_t passes_run;
   bool muted;
-  uint32_t mute_from;
+  uint64_t mute_after;
 };
 
 static pthread_mutex_t tf_record_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -293,7 +294,6 @@ static pthread_mutex_t tf_launch_lock = PTHREAD_MUTEX_INITIALIZER;
 static tf_prof_session *tf_launch_target; /* under tf_launch_lock: where launches go */
 static tf_prof_session *tf_running;       /* the ranges' thread's view of the same */
 static atomic_bool tf_host_ops_flag;
-static _Atomic uint32_t tf_last_correlation; /* of the latest launch call */
 
 bool tf_prof_host_ops_on(void) { return atomic_load_explicit(&tf_host_ops_flag, memory_order_relaxed); }
 
@@ -423,12 +423,11 @@ tf_status tf_range_close(uint64_t id) {
 /* ---- launches and graph nodes --------------------------------------------------------------- */
 
 void tf_prof_gpu_launch(uint32_t correlation) {
-  atomic_store_explicit(&tf_last_correlation, correlation, memory_order_relaxed);
   uint64_t range = tf_range_current();
   if (!range) return;
   pthread_mutex_lock(&tf_launch_lock);
   tf_prof_session *s = tf_launch_target;
-  if (s && !tf_map_put(&s->corr, correlation, range)) s->lost_launches++;
+  if (s && !s->muted && !tf_map_put(&s->corr, correlation, range)) s->lost_launches++;
   pthread_mutex_unlock(&tf_launch_lock);
 }
 
@@ -587,11 +586,11 @@ static void tf_prof_settle(tf_prof_session *s) {
   s->corr = (tf_u64_map){0};
   pthread_mutex_unlock(&tf_launch_lock);
   pthread_mutex_lock(&tf_record_lock);
-  const uint32_t mute_from = s->mute_from;
+  const uint64_t mute_after = s->mute_after;
   tf_prof_kernel *ks = s->in_kernels.data;
   for (size_t i = 0; i < s->in_kernels.len; i++) {
     tf_prof_kernel k = ks[i];
-    if (!k.host && mute_from && k.correlation >= mute_from) continue; /* a later pass's */
+    if (!k.host && mute_after && (uint64_t)k.start_ns >= mute_after) continue; /* a later pass's */
     if (!k.host && k.start_ns == 0 && k.end_ns == 0) {
       s->untimed++;
       continue;
@@ -606,7 +605,7 @@ static void tf_prof_settle(tf_prof_session *s) {
   tf_prof_transfer *ts = s->in_transfers.data;
   for (size_t i = 0; i < s->in_transfers.len; i++) {
     tf_prof_transfer t = ts[i];
-    if (mute_from && t.correlation >= mute_from) continue;
+    if (mute_after && (uint64_t)t.start_ns >= mute_after) continue;
     if (t.start_ns == 0 && t.end_ns == 0) {
       s->untimed++;
       continue;
@@ -703,12 +702,17 @@ tf_status tf_prof_next_pass(tf_prof_session *s, bool *more) {
   s->passes_run++;
   if (s->passes_run == 1) {
     s->counters.launches = launches;
-    /* Nothing after the first pass is recorded: its launches come after the
-     * latest launch call so far. */
+    /* Nothing after the first pass is recorded: the devices have finished
+     * it, so whatever starts from now on is a later pass's. */
+    int64_t host_ns = 0;
+    uint64_t now = 0;
+    tf_gpu_source->clock_pair(&host_ns, &now);
+    pthread_mutex_lock(&tf_launch_lock);
     pthread_mutex_lock(&tf_record_lock);
     s->muted = true;
-    s->mute_from = atomic_load_explicit(&tf_last_correlation, memory_order_relaxed) + 1;
+    s->mute_after = now ? now : 1;
     pthread_mutex_unlock(&tf_record_lock);
+    pthread_mutex_unlock(&tf_launch_lock);
   } else if (launches != s->counters.launches) {
     double *values = NULL;
     size_t ranges = 0;

@@ -19,7 +19,9 @@
  * session's max_kernels, never more.
  *
  * TF_COUNTERS_DEBUG=1 prints each CUPTI call with its result and time,
- * each range's name and values, and the time of each phase, on stderr. */
+ * each range's name and values, and the time of each phase, on stderr,
+ * and a crash's stack (a signal handler that prints it, then dies of the
+ * signal). */
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <cupti.h>
@@ -27,10 +29,13 @@
 #include <cupti_profiler_target.h>
 #include <cupti_range_profiler.h>
 #include <cupti_target.h>
+#include <execinfo.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <string>
 #include <vector>
@@ -47,6 +52,26 @@ bool debug_on() {
     on = e && *e && strcmp(e, "0") != 0;
   }
   return on == 1;
+}
+
+void on_crash(int sig) {
+  static const char msg[] = "tf.counters: crashed; the stack:\n";
+  if (write(2, msg, sizeof msg - 1) < 0) _exit(128 + sig);
+  void *frames[64];
+  int n = backtrace(frames, 64);
+  backtrace_symbols_fd(frames, n, 2);
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+
+/* Under TF_COUNTERS_DEBUG: a crash prints its stack. */
+void debug_crashes() {
+  static bool installed = false;
+  if (installed || !debug_on()) return;
+  installed = true;
+  signal(SIGSEGV, on_crash);
+  signal(SIGBUS, on_crash);
+  signal(SIGABRT, on_crash);
 }
 
 void debug(const char *fmt, ...) {
@@ -392,6 +417,7 @@ bool setup(session *s, size_t *passes, char *reason, size_t reason_size) {
 
 bool cupti_counters_start(const char *const *metrics, size_t num_metrics, size_t max_kernels, bool by_pass,
                           tf_prof_counter_info *info, char *reason, size_t reason_size) {
+  debug_crashes();
   if (current) {
     snprintf(reason, reason_size, "hardware counters are already running");
     return false;

@@ -84,6 +84,7 @@ typedef CUresult (*pointer_get_attribute_fn)(void *, CUpointer_attribute, CUdevi
 func_get_attribute_fn func_get_attribute;
 kernel_get_attribute_fn kernel_get_attribute; /* library kernels (cuBLAS's) launch as CUkernel handles */
 pointer_get_attribute_fn pointer_get_attribute;
+bool debug_launches = false; /* TF_COUNTERS_DEBUG: each launch made a record of, on stderr */
 std::atomic<uint64_t> pass_launches{0}; /* kernels and device-to-device copies launched while counting */
 
 /* Names by CUPTI's name pointer (the string is checked too, in case a
@@ -301,6 +302,8 @@ void record_copy(copy_call kind, const CUpti_CallbackData *cb) {
   const cuMemcpy_params *p = (const cuMemcpy_params *)cb->functionParams;
   if (kind == ANY_COPY && !(device_memory(p->dst) && device_memory(p->src))) return;
   pass_launches.fetch_add(1, std::memory_order_relaxed);
+  if (debug_launches)
+    fprintf(stderr, "tf.counters: copy of %zu bytes (correlation %u)\n", p->ByteCount, cb->correlationId);
   tf_prof_transfer t;
   memset(&t, 0, sizeof t);
   uint64_t end = 0;
@@ -360,6 +363,9 @@ void record_launch(CUpti_CallbackId cbid, const CUpti_CallbackData *cb) {
   int value = 0;
   if (attribute_of(f, CU_FUNC_ATTRIBUTE_NUM_REGS, device, &value)) k.registers = value;
   if (attribute_of(f, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, device, &value)) k.static_shared = value;
+  if (debug_launches)
+    fprintf(stderr, "tf.counters: launch %s (correlation %u, call %d, grid %d x %d x %d)\n",
+            cb->symbolName ? cb->symbolName : "?", cb->correlationId, (int)cbid, k.grid[0], k.grid[1], k.grid[2]);
   tf_prof_gpu_lock();
   const kernel_name &n = name_of(cb->symbolName);
   k.name = n.full;
@@ -602,6 +608,8 @@ bool counters_start(const char *const *metrics, size_t num_metrics, size_t max_k
     pointer_get_attribute = (pointer_get_attribute_fn)driver_function("cuPointerGetAttribute");
   }
   if (!tf_cuda_counters_start(metrics, num_metrics, max_kernels, by_pass, info, reason, reason_size)) return false;
+  const char *e = getenv("TF_COUNTERS_DEBUG");
+  debug_launches = e && *e && strcmp(e, "0") != 0;
   pass_launches.store(0);
   launch_records.store(true);
   return true;

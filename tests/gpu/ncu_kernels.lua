@@ -4,7 +4,9 @@
 -- takes f32: AdamW's parameters, the logits). The same work runs once untimed first (cuBLAS's plans,
 -- the optimizer's moments, autograd's gradients made), then once inside the range "ncu kernels":
 -- ncu is told to count only there (--nvtx --nvtx-include "ncu kernels/"), and with "--counters FILE"
--- this script counts the same pass with tf.prof.start{metrics = "roofline"} and writes what it got.
+-- this script counts the same pass with metrics = "roofline" and writes what it got: by passes
+-- (tf.prof.count: the pass run once per counting pass) unless --replay kernel (tf.prof.start, each
+-- kernel replayed).
 --
 --   tfhost tests/gpu/ncu_kernels.lua                             (under ncu)
 --   tfhost tests/gpu/ncu_kernels.lua --counters counted.json     (tfhost's counters)
@@ -13,6 +15,8 @@ local opt = tf.options{
   { "counters", "count the pass with tf.prof.start{metrics = \"roofline\"} and write the kernels to this JSON file",
     type = "string" },
   { "gemm", "the GEMM's M, N and K (one number: a square product)", default = 4096 },
+  { "replay", "how the counters' passes are made: run the pass once each, or replay each kernel",
+    default = "pass", choices = { "pass", "kernel" } },
 }
 if not tf.cuda.is_available() then tf.exit(77, "ncu_kernels.lua: needs a CUDA device\n") end
 tf.seed(0)
@@ -55,12 +59,20 @@ if not opt.counters then
   tf.exit(0)
 end
 
-local p <close> = tf.prof.start{ metrics = "roofline" }
-tf.range("ncu kernels", function()
-  pass()
-  tf.sync()
-end)
-p:stop()
+local function counted_pass()
+  tf.range("ncu kernels", function()
+    pass()
+    tf.sync()
+  end)
+end
+local p
+if opt.replay == "pass" then
+  p = tf.prof.count(counted_pass, { metrics = "roofline" })
+else
+  p = tf.prof.start{ metrics = "roofline" }
+  counted_pass()
+  p:stop()
+end
 local rec = p:records()
 local range_name = {}
 for _, r in ipairs(rec.ranges or {}) do range_name[r.id] = r end
@@ -89,4 +101,4 @@ for _, r in ipairs(p:kernels{ range = "ncu kernels", by = "name" }) do
 end
 tf.json.write(opt.counters, { kernels = tf.json.array(out), rows = tf.json.array(by_name), gemm = { m = n, n = n, k = n },
   device = tf.device() }, { indent = true })
-print(string.format("ncu_kernels.lua: %d kernels counted, written to %s", #out, opt.counters))
+print(string.format("ncu_kernels.lua: %d kernels counted (%s replay), written to %s", #out, opt.replay, opt.counters))
