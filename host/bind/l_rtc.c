@@ -32,6 +32,7 @@ static int tf_l_error(lua_State *L, const char *fmt, ...) {
 
 #define TF_LIBRARY_TYPE "tf.CudaLibrary"
 #define TF_KERNEL_TYPE "tf.CudaKernel"
+#define TF_TENSOR_MAP_TYPE "tf.CudaTensorMap"
 
 /* The run-time compiler, or a Lua error naming fname when the build has none. Under --safe without
  * --allow-kernels, compiling and loading are refused (guarded); reading versions is not. */
@@ -171,7 +172,7 @@ static int tf_l_library_gc(lua_State *L) {
 
 /* ---- tf.CudaKernel: one kernel, its parameter list and its device's limits --------------------- */
 
-typedef enum { TF_P_POINTER, TF_P_VIEW, TF_P_INT, TF_P_UINT, TF_P_FLOAT, TF_P_BOOL } tf_param_kind;
+typedef enum { TF_P_POINTER, TF_P_VIEW, TF_P_INT, TF_P_UINT, TF_P_FLOAT, TF_P_BOOL, TF_P_TENSOR_MAP } tf_param_kind;
 
 typedef struct tf_l_param {
   tf_param_kind kind;
@@ -193,7 +194,7 @@ typedef struct tf_l_kernel {
   char name[160]; /* as the script names it: "row_softmax<256, float>" */
 } tf_l_kernel;
 
-static const char *const tf_l_kind_names[] = {"pointer", "view", "int", "uint", "float", "bool", NULL};
+static const char *const tf_l_kind_names[] = {"pointer", "view", "int", "uint", "float", "bool", "tensor_map", NULL};
 
 /* The parameter list from Lua: {{name =, kind =, bytes =, dtype =, ndim =}, ...} */
 static void tf_l_read_params(lua_State *L, int idx, tf_l_kernel *k) {
@@ -231,6 +232,7 @@ static size_t tf_l_param_bytes(const tf_l_param *p) {
   switch (p->kind) {
   case TF_P_POINTER: return sizeof(void *);
   case TF_P_VIEW: return sizeof(void *) + 16 * (size_t)p->ndim;
+  case TF_P_TENSOR_MAP: return TF_RTC_TENSOR_MAP_BYTES;
   default: return (size_t)p->bytes;
   }
 }
@@ -299,9 +301,115 @@ static bool tf_l_is(lua_State *L, int idx, int upvalue) {
   return same;
 }
 
+/* ---- tensor maps ---- */
+
+/* A CUtensorMap of a tensor, its 128 bytes 64-byte aligned inside raw; the tensor it maps is its
+ * user value (kept alive, and checked at each launch for having been freed). */
+typedef struct tf_l_tensor_map {
+  unsigned char raw[TF_RTC_TENSOR_MAP_BYTES + 64];
+  tf_device device;
+  void *address;
+  char text[200];
+} tf_l_tensor_map;
+
+static unsigned char *tf_l_map_bytes(tf_l_tensor_map *m) {
+  return (unsigned char *)(((uintptr_t)m->raw + 63) & ~(uintptr_t)63);
+}
+
+static uint64_t tf_l_field_u64(lua_State *L, int t, const char *field, int i) {
+  lua_getfield(L, t, field);
+  lua_rawgeti(L, -1, i + 1);
+  int ok = 0;
+  lua_Integer v = lua_tointegerx(L, -1, &ok);
+  if (!ok || v < 0) luaL_error(L, "tf.cuda.tensor_map: %s[%d] is not a count", field, i + 1);
+  lua_pop(L, 2);
+  return (uint64_t)v;
+}
+
+/* tf._rtc.tensor_map(tensor, spec) -> map. spec (lua/tf/cuda.lua's plan, innermost first): rank,
+ * dims, strides (bytes, rank - 1 of them), box, element_strides, swizzle and l2_promotion (bytes),
+ * oob_nan, text (what __tostring says). */
+static int tf_l_rtc_tensor_map(lua_State *L) {
+  const tf_rtc_api *api = tf_l_rtc_api(L, "tf.cuda.tensor_map");
+  tf_lua_tensor *u = luaL_checkudata(L, 1, TF_TENSOR_TYPE);
+  luaL_checktype(L, 2, LUA_TTABLE);
+  if (!u->t) return tf_l_error(L, "tf.cuda.tensor_map: the tensor has been freed");
+  const tf_tensor *t = u->t;
+  if (t->device.type != TF_DEV_CUDA) return tf_l_error(L, "tf.cuda.tensor_map: the tensor must be on a GPU");
+  tf_rtc_tensor_map_spec spec;
+  memset(&spec, 0, sizeof spec);
+  spec.dtype = t->dtype;
+  lua_getfield(L, 2, "rank");
+  spec.rank = (int)luaL_checkinteger(L, -1);
+  lua_pop(L, 1);
+  if (spec.rank < 1 || spec.rank > TF_RTC_TENSOR_MAP_MAX_RANK)
+    return tf_l_error(L, "tf.cuda.tensor_map: rank %d (1 to %d)", spec.rank, TF_RTC_TENSOR_MAP_MAX_RANK);
+  for (int i = 0; i < spec.rank; i++) {
+    spec.dims[i] = tf_l_field_u64(L, 2, "dims", i);
+    spec.box[i] = (uint32_t)tf_l_field_u64(L, 2, "box", i);
+    spec.element_strides[i] = (uint32_t)tf_l_field_u64(L, 2, "element_strides", i);
+    if (i + 1 < spec.rank) spec.strides[i] = tf_l_field_u64(L, 2, "strides", i);
+  }
+  lua_getfield(L, 2, "swizzle");
+  spec.swizzle = (int)luaL_optinteger(L, -1, 0);
+  lua_getfield(L, 2, "l2_promotion");
+  spec.l2_promotion = (int)luaL_optinteger(L, -1, 0);
+  lua_getfield(L, 2, "oob_nan");
+  spec.oob_nan = lua_toboolean(L, -1);
+  lua_getfield(L, 2, "text");
+  const char *text = luaL_optstring(L, -1, "");
+  spec.address = tf_tensor_data(t);
+  if ((uintptr_t)spec.address % 16)
+    return tf_l_error(L, "tf.cuda.tensor_map: the tensor's data is not 16-byte aligned (a view at an offset of "
+                         "%zu bytes: map a contiguous copy)",
+                      (size_t)((uintptr_t)spec.address % 16));
+  tf_l_tensor_map *m = lua_newuserdatauv(L, sizeof *m, 1);
+  memset(m, 0, sizeof *m);
+  luaL_setmetatable(L, TF_TENSOR_MAP_TYPE);
+  m->device = t->device;
+  m->address = spec.address;
+  snprintf(m->text, sizeof m->text, "%s", text);
+  lua_pushvalue(L, 1);
+  lua_setiuservalue(L, -2, 1);
+  TF_LUA_CHECK(L, api->tensor_map(&spec, tf_l_map_bytes(m)), "tf.cuda.tensor_map");
+  return 1;
+}
+
+static int tf_l_tensor_map_tostring(lua_State *L) {
+  tf_l_tensor_map *m = luaL_checkudata(L, 1, TF_TENSOR_MAP_TYPE);
+  lua_pushfstring(L, "tf.CudaTensorMap(%s)", m->text);
+  return 1;
+}
+
+/* A tensor map argument into its slot: the map's bytes, once its tensor is known to be alive. */
+static void tf_l_pack_map(lua_State *L, int idx, const tf_l_kernel *k, int i, unsigned char *slot) {
+  const tf_l_param *p = &k->params[i];
+  tf_l_tensor_map *m = luaL_testudata(L, idx, TF_TENSOR_MAP_TYPE);
+  if (!m)
+    tf_l_error(L, "kernel %s: parameter %d (%s) takes a tensor map (tf.cuda.tensor_map), got %s", k->name, i + 1,
+               p->name, luaL_typename(L, idx));
+  lua_getiuservalue(L, idx, 1);
+  tf_lua_tensor *u = lua_touserdata(L, -1);
+  lua_pop(L, 1);
+  if (!u || !u->t || tf_tensor_data(u->t) != m->address)
+    tf_l_error(L, "kernel %s: parameter %d (%s): the tensor of the map has been freed", k->name, i + 1, p->name);
+  if (m->device.type != k->ctx->device.type || m->device.index != k->ctx->device.index) {
+    char have[32], want[32];
+    tf_device_format(m->device, have, sizeof have);
+    tf_device_format(k->ctx->device, want, sizeof want);
+    tf_l_error(L, "kernel %s: parameter %d (%s): the map's tensor is on %s, the kernel on %s", k->name, i + 1, p->name,
+               have, want);
+  }
+  memcpy(slot, tf_l_map_bytes(m), TF_RTC_TENSOR_MAP_BYTES);
+}
+
 /* One argument into its slot of the parameter buffer; a Lua error naming the parameter when it does not fit. */
 static void tf_l_pack(lua_State *L, int idx, const tf_l_kernel *k, int i, unsigned char *slot) {
   const tf_l_param *p = &k->params[i];
+  if (p->kind == TF_P_TENSOR_MAP) {
+    tf_l_pack_map(L, idx, k, i, slot);
+    return;
+  }
   if (p->kind == TF_P_POINTER || p->kind == TF_P_VIEW) {
     tf_lua_tensor *u = tf_l_is(L, idx, TF_L_TENSOR_MT) ? lua_touserdata(L, idx) : NULL;
     if (!u)
@@ -415,7 +523,7 @@ static int tf_l_kernel_launch(lua_State *L) {
     return tf_l_error(L, "kernel %s: %zu bytes of dynamic shared memory is over the device's limit of %zu a block "
                            "(%d bytes with the opt-in, less %zu static)",
                         k->name, l.shared, limit, k->limits.max_shared_optin, k->info.static_shared);
-  unsigned char buf[TF_RTC_MAX_PARAMS * 16 + 64 * 16] __attribute__((aligned(16)));
+  unsigned char buf[TF_RTC_MAX_PARAMS * 16 + 64 * 16] __attribute__((aligned(64)));
   void *args[TF_RTC_MAX_PARAMS];
   for (int i = 0; i < k->nparams; i++) {
     unsigned char *slot = buf + k->info.param_offset[i];
@@ -583,7 +691,7 @@ void tf_open_rtc(lua_State *L) {
       {"allowed", tf_l_rtc_allowed},       {"device", tf_l_rtc_device},
       {"version", tf_l_rtc_version}, {"targets", tf_l_rtc_targets}, {"compile", tf_l_rtc_compile},
       {"load", tf_l_rtc_load},       {"context_lost", tf_l_rtc_context_lost}, {"capture", tf_l_rtc_capture},
-      {NULL, NULL},
+      {"tensor_map", tf_l_rtc_tensor_map}, {NULL, NULL},
   };
   lua_newtable(L);
   luaL_setfuncs(L, functions, 0);
@@ -611,4 +719,7 @@ void tf_open_rtc(lua_State *L) {
   static const luaL_Reg graph_meta[] = {{"__gc", tf_l_graph_gc}, {"__close", tf_l_graph_gc}, {NULL, NULL}};
   static const luaL_Reg graph_methods[] = {{"replay", tf_l_graph_replay}, {"free", tf_l_graph_gc}, {NULL, NULL}};
   tf_lua_newclass(L, TF_GRAPH_TYPE, graph_meta, graph_methods);
+  static const luaL_Reg map_meta[] = {{"__tostring", tf_l_tensor_map_tostring}, {NULL, NULL}};
+  static const luaL_Reg map_methods[] = {{NULL, NULL}};
+  tf_lua_newclass(L, TF_TENSOR_MAP_TYPE, map_meta, map_methods);
 }

@@ -11,8 +11,10 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "device.h"
+#include "dtype.h"
 #include "status.h"
 
 #ifdef __cplusplus
@@ -71,6 +73,23 @@ typedef struct tf_rtc_launch {
   int site_line;
 } tf_rtc_launch;
 
+/* A tiled TMA tensor map (cuTensorMapEncodeTiled's CUtensorMap) of device memory, its dimensions
+ * innermost first, checked already by lua/tf/cuda.lua (tf.cuda.tensor_map) against the driver's
+ * rules; the encoder says what the driver refuses all the same. */
+enum { TF_RTC_TENSOR_MAP_BYTES = 128, TF_RTC_TENSOR_MAP_MAX_RANK = 5 };
+typedef struct tf_rtc_tensor_map_spec {
+  tf_dtype dtype; /* f8 types are encoded as bytes */
+  int rank;       /* 1 to 5 */
+  void *address;  /* 16-byte aligned */
+  uint64_t dims[TF_RTC_TENSOR_MAP_MAX_RANK];        /* elements */
+  uint64_t strides[TF_RTC_TENSOR_MAP_MAX_RANK - 1]; /* bytes, of dimensions 1 .. rank - 1 */
+  uint32_t box[TF_RTC_TENSOR_MAP_MAX_RANK];         /* elements */
+  uint32_t element_strides[TF_RTC_TENSOR_MAP_MAX_RANK];
+  int swizzle;      /* bytes: 0 (none), 32, 64 or 128 */
+  int l2_promotion; /* bytes: 0 (none), 64, 128 or 256 */
+  bool oob_nan;     /* out-of-bounds elements read as NaN (else zero) */
+} tf_rtc_tensor_map_spec;
+
 /* Device limits a launch is checked against before it is made. */
 typedef struct tf_rtc_limits {
   unsigned max_grid[3], max_block[3];
@@ -106,6 +125,9 @@ typedef struct tf_rtc_api {
   /* Whether a fault (illegal address, trap, failed assert) made the CUDA context unusable; what
    * tfhost knows of it then, in why (the last user kernel launched and where). */
   bool (*context_lost)(char *why, size_t n);
+  /* Encodes a tensor map into out (TF_RTC_TENSOR_MAP_BYTES, 64-byte aligned); TF_ERR_DEVICE where the
+   * driver has no encoder, TF_ERR_ARG with the driver's refusal. */
+  tf_status (*tensor_map)(const tf_rtc_tensor_map_spec *spec, void *out);
 } tf_rtc_api;
 
 /* Registered by kernels/backends.c when the build has the CUDA backend. */

@@ -331,10 +331,68 @@ static bool tf_rtc_context_lost(char *why, size_t n) {
   return true;
 }
 
+/* ---- tensor maps ---- */
+
+static CUtensorMapDataType tf_rtc_map_type(tf_dtype d) {
+  switch (d) {
+  case TF_F32: return CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
+  case TF_F16: return CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  case TF_BF16: return CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+  case TF_F64: return CU_TENSOR_MAP_DATA_TYPE_FLOAT64;
+  case TF_I32: return CU_TENSOR_MAP_DATA_TYPE_INT32;
+  case TF_I64: return CU_TENSOR_MAP_DATA_TYPE_INT64;
+  default: return CU_TENSOR_MAP_DATA_TYPE_UINT8; /* bool and the f8 types: bytes */
+  }
+}
+
+static tf_status tf_rtc_tensor_map(const tf_rtc_tensor_map_spec *spec, void *out) {
+  typedef CUresult (*encode_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,
+                                const cuuint64_t *, const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave,
+                                CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+  static encode_fn encode;
+  if (!encode) {
+    void *p = NULL;
+    cudaDriverEntryPointQueryResult found;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &found) !=
+            cudaSuccess ||
+        found != cudaDriverEntryPointSuccess || !p) {
+      (void)cudaGetLastError();
+      return tf_fail(TF_ERR_DEVICE, "tensor maps need a CUDA driver with cuTensorMapEncodeTiled (CUDA 12 or later)");
+    }
+    encode = (encode_fn)p;
+  }
+  const CUtensorMapSwizzle swizzle = spec->swizzle == 32    ? CU_TENSOR_MAP_SWIZZLE_32B
+                                     : spec->swizzle == 64  ? CU_TENSOR_MAP_SWIZZLE_64B
+                                     : spec->swizzle == 128 ? CU_TENSOR_MAP_SWIZZLE_128B
+                                                            : CU_TENSOR_MAP_SWIZZLE_NONE;
+  const CUtensorMapL2promotion l2 = spec->l2_promotion == 64    ? CU_TENSOR_MAP_L2_PROMOTION_L2_64B
+                                    : spec->l2_promotion == 128 ? CU_TENSOR_MAP_L2_PROMOTION_L2_128B
+                                    : spec->l2_promotion == 256 ? CU_TENSOR_MAP_L2_PROMOTION_L2_256B
+                                                                : CU_TENSOR_MAP_L2_PROMOTION_NONE;
+  cuuint64_t dims[TF_RTC_TENSOR_MAP_MAX_RANK], strides[TF_RTC_TENSOR_MAP_MAX_RANK];
+  cuuint32_t box[TF_RTC_TENSOR_MAP_MAX_RANK], estrides[TF_RTC_TENSOR_MAP_MAX_RANK];
+  for (int i = 0; i < spec->rank; i++) {
+    dims[i] = spec->dims[i];
+    box[i] = spec->box[i];
+    estrides[i] = spec->element_strides[i];
+    if (i + 1 < spec->rank) strides[i] = spec->strides[i];
+  }
+  CUresult r = encode((CUtensorMap *)out, tf_rtc_map_type(spec->dtype), (cuuint32_t)spec->rank, spec->address, dims,
+                      strides, box, estrides, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, l2,
+                      spec->oob_nan ? CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA
+                                    : CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS)
+    return tf_fail(TF_ERR_ARG, "cuTensorMapEncodeTiled refused the map (CUresult %d): rank %d, box and strides as "
+                   "tf.cuda.tensor_map checked them",
+                   (int)r, spec->rank);
+  return TF_OK;
+}
+
 static const tf_rtc_api tf_cuda_rtc_table = {
     TF_CUDA_INCDIR,
     tf_rtc_version, tf_rtc_targets, tf_rtc_compile, tf_rtc_result_free, tf_rtc_load,
     tf_rtc_unload,  tf_rtc_kernel,  tf_rtc_device_limits,  tf_rtc_launch_kernel, tf_rtc_context_lost,
+    tf_rtc_tensor_map,
 };
 
 extern "C" const tf_rtc_api *tf_cuda_rtc(void) { return &tf_cuda_rtc_table; }

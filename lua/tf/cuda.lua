@@ -486,6 +486,124 @@ function M.graph(fn, device)
 end
 
 --- tf.cuda.nvrtc_version() -> "13.0"
+-- ---- tensor maps (TMA) ----------------------------------------------------------------------------
+
+local MAP_ELEMENT_BYTES = { f32 = 4, f16 = 2, bf16 = 2, f64 = 8, i32 = 4, i64 = 8, bool = 1, f8e4m3 = 1, f8e5m2 = 1 }
+local SWIZZLE = { none = 0, ["32B"] = 32, ["64B"] = 64, ["128B"] = 128 }
+local L2_PROMOTION = { none = 0, ["64B"] = 64, ["128B"] = 128, ["256B"] = 256 }
+
+local function keys_of(t)
+  local out = {}
+  for k in pairs(t) do out[#out + 1] = k end
+  table.sort(out, function(a, b) return (t[a] or 0) < (t[b] or 0) end)
+  return table.concat(out, ", ")
+end
+
+--- tensor_map_plan(shape, strides, dtype, opts) -> the encoder's spec (innermost first), or an
+-- error naming the rule broken. shape and strides are the tensor's (outermost first, strides in
+-- elements); opts as tf.cuda.tensor_map's. Needs no GPU.
+function M.tensor_map_plan(shape, strides, dtype, opts)
+  local fname = "tf.cuda.tensor_map"
+  if type(opts) ~= "table" then error(fname .. ": options {box = {...}, ...} are needed", 3) end
+  for k in pairs(opts) do
+    if k ~= "box" and k ~= "swizzle" and k ~= "l2_promotion" and k ~= "oob" and k ~= "element_strides" then
+      error(string.format("%s: unknown option '%s' (have box, swizzle, l2_promotion, oob, element_strides)",
+        fname, tostring(k)), 3)
+    end
+  end
+  local es = MAP_ELEMENT_BYTES[dtype]
+  if not es then error(string.format("%s: a tensor of %s cannot be mapped (have %s)", fname, tostring(dtype),
+    "f32, f16, bf16, f64, i32, i64, bool, f8e4m3, f8e5m2"), 3) end
+  local rank = #shape
+  if rank < 1 or rank > 5 then error(string.format("%s: the tensor has %d dimensions (1 to 5)", fname, rank), 3) end
+  local box = opts.box
+  if type(box) ~= "table" or #box ~= rank then
+    error(string.format("%s: box must list %d sizes, outermost first as the tensor's shape", fname, rank), 3)
+  end
+  local estr = opts.element_strides or {}
+  if type(estr) ~= "table" or (opts.element_strides and #estr ~= rank) then
+    error(string.format("%s: element_strides must list %d steps, outermost first", fname, rank), 3)
+  end
+  local swizzle = SWIZZLE[opts.swizzle or "none"]
+  if not swizzle then
+    error(string.format("%s: swizzle '%s' (have %s)", fname, tostring(opts.swizzle), keys_of(SWIZZLE)), 3)
+  end
+  local l2 = L2_PROMOTION[opts.l2_promotion or "none"]
+  if not l2 then
+    error(string.format("%s: l2_promotion '%s' (have %s)", fname, tostring(opts.l2_promotion),
+      keys_of(L2_PROMOTION)), 3)
+  end
+  local oob = opts.oob or "zero"
+  if oob ~= "zero" and oob ~= "nan" then error(fname .. ": oob must be \"zero\" or \"nan\"", 3) end
+  if oob == "nan" and not (dtype == "f32" or dtype == "f16" or dtype == "bf16" or dtype == "f64") then
+    error(fname .. ": oob = \"nan\" needs a floating-point tensor", 3)
+  end
+  if strides[rank] ~= 1 then
+    error(string.format("%s: the innermost dimension must be contiguous (its stride is %d elements; map a "
+      .. ":contiguous() copy)", fname, strides[rank]), 3)
+  end
+  local spec = { rank = rank, dims = {}, strides = {}, box = {}, element_strides = {}, swizzle = swizzle,
+    l2_promotion = l2, oob_nan = oob == "nan" }
+  local bytes = es
+  for i = 1, rank do
+    local d = rank - i + 1 -- the tensor's dimension of the map's i-th (innermost first)
+    local b = box[d]
+    if math.type(b) ~= "integer" or b < 1 or b > 256 then
+      error(string.format("%s: box[%d] = %s: each box size is 1 to 256 elements", fname, d, tostring(b)), 3)
+    end
+    local e = estr[d] or 1
+    if math.type(e) ~= "integer" or e < 1 or e > 8 then
+      error(string.format("%s: element_strides[%d] = %s: each step is 1 to 8", fname, d, tostring(e)), 3)
+    end
+    if shape[d] < 1 or shape[d] > (1 << 32) then
+      error(string.format("%s: dimension %d has %d elements (1 to 2^32)", fname, d, shape[d]), 3)
+    end
+    spec.dims[i], spec.box[i], spec.element_strides[i] = shape[d], b, e
+    if i > 1 then
+      local sb = strides[d] * es
+      if sb % 16 ~= 0 or sb <= 0 or sb >= (1 << 40) then
+        error(string.format("%s: dimension %d's stride is %d bytes: the driver needs a positive multiple of 16 "
+          .. "below 2^40 (pad the rows, or map a copy)", fname, d, sb), 3)
+      end
+      spec.strides[i - 1] = sb
+    end
+    bytes = bytes * b
+  end
+  local inner = box[rank] * es
+  if inner % 16 ~= 0 then
+    error(string.format("%s: the innermost box is %d bytes (box[%d] = %d of %d-byte elements): it must be a "
+      .. "multiple of 16", fname, inner, rank, box[rank], es), 3)
+  end
+  if swizzle > 0 and inner > swizzle then
+    error(string.format("%s: with swizzle %s the innermost box is at most %d bytes, not %d", fname, opts.swizzle,
+      swizzle, inner), 3)
+  end
+  spec.bytes = bytes
+  local sizes = {}
+  for i = 1, rank do sizes[i] = tostring(box[i]) end
+  spec.text = string.format("%s box %s of %s, %d bytes, swizzle %s", dtype, table.concat(sizes, "x"),
+    table.concat((function()
+      local t = {}
+      for i = 1, rank do t[i] = tostring(shape[i]) end
+      return t
+    end)(), "x"), bytes, opts.swizzle or "none")
+  return spec
+end
+
+--- tf.cuda.tensor_map(t, {box = {...}, swizzle, l2_promotion, oob, element_strides}) -> map, bytes:
+-- a TMA tensor map (CUtensorMap, cuTensorMapEncodeTiled) of GPU tensor t, passed to a kernel
+-- parameter declared const __grid_constant__ tf::tensor_map (or CUtensorMap); bytes is one box's
+-- size, what mbar_arrive_expect_tx announces. The map keeps t alive; freeing t makes later launches
+-- with the map an error.
+function M.tensor_map(t, opts)
+  if type(t) ~= "userdata" or not t.shape then error("tf.cuda.tensor_map: expects a tensor, then options", 2) end
+  local shape = t.shape
+  local strides = t:stride()
+  local spec = M.tensor_map_plan(shape, strides, t.dtype, opts)
+  local map = R.tensor_map(t, spec)
+  return map, spec.bytes
+end
+
 function M.nvrtc_version()
   local major, minor = R.version()
   return major .. "." .. minor

@@ -213,6 +213,15 @@ end
 --- param(type_text, name) -> {kind, bytes, dtype, ndim, name} for the launcher, or nil, why.
 function M.param(text, name)
   local t = normalise(text)
+  if t == "tf::tensor_map" or t == "CUtensorMap" or t == "CUtensorMap_st" then
+    -- TMA reads the map where the kernel's parameters are: a copy in registers or local memory
+    -- would not do
+    if not text:find("__grid_constant__", 1, true) then
+      return nil, "a tensor map (" .. t .. ") is declared const __grid_constant__ " .. t .. " " .. tostring(name)
+        .. " (TMA reads it in the parameter space)"
+    end
+    return { kind = "tensor_map", bytes = 128, name = name }
+  end
   local ptr = t:match("^(.-)%*+$")
   if t:find("&", 1, true) then return nil, "a reference cannot be passed to a kernel" end
   if ptr then
@@ -229,8 +238,9 @@ function M.param(text, name)
   if t == "__half" or t == "half" or t == "__nv_bfloat16" or t == "nv_bfloat16" then
     return nil, "a " .. t .. " by value: take a float and convert it in the kernel"
   end
-  return nil, "type " .. text .. " (tfhost passes tensors as pointers or tf::view<T, N>, and numbers as "
-    .. "int, unsigned, long long, float, double or bool; declare the parameters with params = {...} for others)"
+  return nil, "type " .. text .. " (tfhost passes tensors as pointers or tf::view<T, N>, tensor maps as "
+    .. "const __grid_constant__ tf::tensor_map, and numbers as int, unsigned, long long, float, double or bool; "
+    .. "declare the parameters with params = {...} for others)"
 end
 
 --- The parameter types of an instantiation: the kernel's own with its template parameters

@@ -33,7 +33,8 @@ tf.cuda = {
 do -- kernels compiled at run time (lua/tf/cuda.lua, host/bind/l_rtc.c)
   local rtc = require "tf.cuda"
   rtc.bind(tf, C._rtc)
-  for _, name in ipairs { "compile", "compile_file", "graph", "nvrtc_version", "context_lost", "cache_dir" } do
+  for _, name in ipairs { "compile", "compile_file", "graph", "nvrtc_version", "context_lost", "cache_dir", "tensor_map",
+                         "tensor_map_plan" } do
     tf.cuda[name] = rtc[name]
   end
 end

@@ -158,6 +158,74 @@ extern "C" __global__ void a(const float *__restrict__ x, double *y, tf::view<__
   T.ok(why:find("params = {...}", 1, true), why)
 end)
 
+-- A TMA tile copy: the box at (tile x, tile y) of a 2-D map into shared memory, then to out.
+local TMA_COPY = [[
+#include <tfhost_sm90.cuh>
+extern "C" __global__ void tma_tile(const __grid_constant__ tf::tensor_map in, float *out, int rows, int cols,
+                                    unsigned box_bytes) {
+  __shared__ alignas(128) float tile[32 * 32];
+  __shared__ alignas(8) unsigned long long bar;
+  const unsigned b = (unsigned)__cvta_generic_to_shared(&bar), t = (unsigned)__cvta_generic_to_shared(tile);
+  if (threadIdx.x == 0) {
+    tf::mbar_init(b, 1);
+    tf::mbar_init_fence();
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    tf::mbar_arrive_expect_tx(b, box_bytes);
+    tf::tma_load_2d(t, &in, 32 * blockIdx.x, 32 * blockIdx.y, b);
+  }
+  tf::mbar_wait(b, 0);
+  for (int i = threadIdx.x; i < 32 * 32; i += blockDim.x) {
+    const int r = 32 * blockIdx.y + i / 32, c = 32 * blockIdx.x + i % 32;
+    if (r < rows && c < cols) out[(long long)r * cols + c] = tile[i] + 1.0f;
+  }
+}
+]]
+
+T.test("tensor maps: declared const __grid_constant__ tf::tensor_map, a TMA kernel compiles for sm_90a", function()
+  local _, p = decl.instance(decl.parse(TMA_COPY), "tma_tile")
+  T.eq({ p[1].kind, p[1].bytes }, { "tensor_map", 128 })
+  T.eq(p[2].kind, "pointer")
+  local q = decl.param("const __grid_constant__ CUtensorMap", "m")
+  T.eq(q.kind, "tensor_map")
+  local _, why = decl.param("tf::tensor_map", "m")
+  T.ok(why and why:find("const __grid_constant__", 1, true), tostring(why))
+  local mod = tf.cuda.compile(TMA_COPY, { cache = false, target = "sm_90a" })
+  T.eq(mod:kernels(), { "tma_tile" })
+end)
+
+T.test("tensor maps: the plan reverses to innermost first and refuses what the driver would", function()
+  local plan = tf.cuda.tensor_map_plan
+  local s = plan({ 100, 200 }, { 200, 1 }, "f32", { box = { 32, 16 } })
+  T.eq(s.rank, 2)
+  T.eq(s.dims, { 200, 100 })
+  T.eq(s.box, { 16, 32 })
+  T.eq(s.strides, { 800 })
+  T.eq(s.element_strides, { 1, 1 })
+  T.eq(s.bytes, 32 * 16 * 4)
+  T.eq(s.swizzle, 0)
+  s = plan({ 4, 8, 64, 64 }, { 8 * 64 * 64, 64 * 64, 64, 1 }, "bf16", { box = { 1, 1, 64, 64 }, swizzle = "128B",
+    l2_promotion = "256B", oob = "nan" })
+  T.eq(s.dims, { 64, 64, 8, 4 })
+  T.eq(s.strides, { 128, 64 * 128, 8 * 64 * 128 })
+  T.eq({ s.swizzle, s.l2_promotion, s.oob_nan }, { 128, 256, true })
+  local function refused(shape, strides, dtype, opts, text)
+    T.raises(function() plan(shape, strides, dtype, opts) end, text)
+  end
+  refused({ 100, 200 }, { 1, 100 }, "f32", { box = { 8, 8 } }, "innermost dimension must be contiguous")
+  refused({ 100, 3 }, { 3, 1 }, "f32", { box = { 8, 4 } }, "stride is 12 bytes")
+  refused({ 100, 200 }, { 200, 1 }, "f32", { box = { 8, 3 } }, "innermost box is 12 bytes")
+  refused({ 100, 200 }, { 200, 1 }, "f32", { box = { 8, 300 } }, "1 to 256 elements")
+  refused({ 100, 256 }, { 256, 1 }, "f32", { box = { 8, 64 }, swizzle = "128B" }, "at most 128 bytes, not 256")
+  refused({ 100, 200 }, { 200, 1 }, "f32", { box = { 8 } }, "box must list 2 sizes")
+  refused({ 100, 200 }, { 200, 1 }, "f32", { box = { 8, 8 }, swizzle = "16B" }, "have none, 32B, 64B, 128B")
+  refused({ 100, 200 }, { 200, 1 }, "i32", { box = { 8, 8 }, oob = "nan" }, "needs a floating-point tensor")
+  refused({ 100, 200 }, { 200, 1 }, "f32", { box = { 8, 8 }, tile = 1 }, "unknown option 'tile'")
+  refused({ 2, 2, 2, 2, 2, 2 }, { 32, 16, 8, 4, 2, 1 }, "f32", { box = { 1, 1, 1, 1, 1, 4 } }, "6 dimensions")
+  T.raises(function() tf.cuda.tensor_map(tf.zeros(16, 16), { box = { 8, 8 } }) end, "the tensor must be on a GPU")
+end)
+
 T.test("errors are at the script's lines: a long string's third line", function()
   local line0 = debug.getinfo(1, "l").currentline
   local src = [[

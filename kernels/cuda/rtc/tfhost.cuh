@@ -5,6 +5,8 @@
  *
  * and gets, in namespace tf:
  *   - view<T, N>: a tensor as a kernel parameter (data, sizes, strides);
+ *   - tensor_map: a TMA tensor map (tf.cuda.tensor_map) as a kernel
+ *     parameter, declared const __grid_constant__ tf::tensor_map;
  *   - to_float / from_float<T>: float, __half and __nv_bfloat16;
  *   - warp_sum, warp_max, block_sum, block_max: reductions;
  *   - vec<T, N>: N elements moved as one (16-byte) access;
@@ -39,6 +41,15 @@ extern "C" __device__ void __assertfail(const char *message, const char *file, u
 namespace tf {
 
 /* ---- tensors ------------------------------------------------------------------------- */
+
+/* A TMA tensor map made on the host by tf.cuda.tensor_map (the driver's
+ * CUtensorMap: 128 opaque bytes, 64-byte aligned). Declare the parameter
+ * const __grid_constant__ tf::tensor_map m and hand &m to the TMA
+ * instructions (tfhost_sm90.cuh's tma_load_*d): TMA reads the map where the
+ * kernel's parameters are, so a copy of it would not do. */
+struct alignas(64) tensor_map {
+  unsigned long long opaque[16];
+};
 
 /* A tensor as a kernel parameter. When a kernel parameter is declared
  * tf::view<T, N>, the launcher passes a tensor of N dims and element type T

@@ -11,8 +11,9 @@
  *     products with f32 accumulators (tfhost_wgmma.cuh); stmatrix; the fence
  *     that makes ordinary shared-memory stores visible to wgmma and TMA;
  *   - mbarrier: init, arrive (with a transaction count), wait, try_wait;
- *   - TMA: tiled 3-D and 4-D loads from a tensor map into shared memory,
- *     bulk f32 reductions from shared into global memory, bulk groups;
+ *   - TMA: tiled 1-D to 5-D loads from a tensor map (tf.cuda.tensor_map)
+ *     into shared memory, 2-D stores back, bulk f32 reductions from shared
+ *     into global memory, bulk groups;
  *   - setmaxnreg: a warpgroup's registers lowered or raised.
  *
  * These are the wrappers tfhost's kernels are built from (one copy: the
@@ -203,6 +204,41 @@ __device__ __forceinline__ void tma_load_3d(unsigned dst, const void *map,
                "[%5];\n" ::"r"(dst),
                "l"(reinterpret_cast<unsigned long long>(map)), "r"(c0), "r"(c1),
                "r"(c2), "r"(bar)
+               : "memory");
+}
+
+/* The same for 1-D, 2-D and 5-D maps. */
+__device__ __forceinline__ void tma_load_1d(unsigned dst, const void *map, int c0, unsigned bar) {
+  asm volatile("cp.async.bulk.tensor.1d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2}], "
+               "[%3];\n" ::"r"(dst),
+               "l"(reinterpret_cast<unsigned long long>(map)), "r"(c0), "r"(bar)
+               : "memory");
+}
+
+__device__ __forceinline__ void tma_load_2d(unsigned dst, const void *map, int c0, int c1, unsigned bar) {
+  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, "
+               "%3}], [%4];\n" ::"r"(dst),
+               "l"(reinterpret_cast<unsigned long long>(map)), "r"(c0), "r"(c1), "r"(bar)
+               : "memory");
+}
+
+__device__ __forceinline__ void tma_load_5d(unsigned dst, const void *map, int c0, int c1, int c2, int c3, int c4,
+                                            unsigned bar) {
+  asm volatile("cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, "
+               "%3, %4, %5, %6}], [%7];\n" ::"r"(dst),
+               "l"(reinterpret_cast<unsigned long long>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4), "r"(bar)
+               : "memory");
+}
+
+/* The box at (c0, c1) (innermost first) of a 2-D map written from shared
+ * memory at src, in the thread's current bulk group (bulk_commit, then
+ * bulk_wait before the kernel ends or src is reused); the part of the box
+ * outside the tensor is not written. Shared memory that ordinary stores
+ * wrote needs fence_proxy_async() first. */
+__device__ __forceinline__ void tma_store_2d(const void *map, int c0, int c1, unsigned src) {
+  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];\n" ::"l"(
+                   reinterpret_cast<unsigned long long>(map)),
+               "r"(c0), "r"(c1), "r"(src)
                : "memory");
 }
 
