@@ -578,6 +578,8 @@ static int64_t tf_prof_host_time(const tf_prof_session *s, uint64_t t) {
  * finished and CUPTI can hand over its records. */
 static tf_status tf_prof_sync_devices(void) { return tf_device_sync_all ? tf_device_sync_all() : TF_OK; }
 
+static bool tf_counters_debug(void);
+
 /* Moves the incoming records into the settled arrays. */
 static void tf_prof_settle(tf_prof_session *s) {
   pthread_mutex_lock(&tf_launch_lock);
@@ -588,9 +590,17 @@ static void tf_prof_settle(tf_prof_session *s) {
   pthread_mutex_lock(&tf_record_lock);
   const uint64_t mute_after = s->mute_after;
   tf_prof_kernel *ks = s->in_kernels.data;
+  size_t muted = 0;
   for (size_t i = 0; i < s->in_kernels.len; i++) {
     tf_prof_kernel k = ks[i];
-    if (!k.host && mute_after && (uint64_t)k.start_ns >= mute_after) continue; /* a later pass's */
+    if (mute_after && tf_counters_debug() && (i < 3 || i + 3 >= s->in_kernels.len))
+      fprintf(stderr, "tf.counters: settling kernel record %zu of %zu: %s, correlation %u, start %lld%s%s\n", i,
+              s->in_kernels.len, k.short_name ? k.short_name : "?", k.correlation, (long long)k.start_ns,
+              k.from_launch ? ", from its launch" : "", k.host ? ", host" : "");
+    if (!k.host && mute_after && (uint64_t)k.start_ns >= mute_after) { /* a later pass's */
+      muted++;
+      continue;
+    }
     if (!k.host && k.start_ns == 0 && k.end_ns == 0) {
       s->untimed++;
       continue;
@@ -617,6 +627,8 @@ static void tf_prof_settle(tf_prof_session *s) {
     t.range = tf_prof_record_range(s, launch, t.graph_node, t.start_ns, t.end_ns);
     if (!tf_vec_push(&s->transfers, sizeof t, &t)) s->dropped++;
   }
+  if (mute_after && tf_counters_debug())
+    fprintf(stderr, "tf.counters: settled %zu kernel records, %zu of them a later pass's\n", s->in_kernels.len, muted);
   s->in_kernels.len = s->in_transfers.len = 0;
   pthread_mutex_unlock(&tf_record_lock);
   tf_map_free(&corr);
@@ -711,8 +723,12 @@ tf_status tf_prof_next_pass(tf_prof_session *s, bool *more) {
     pthread_mutex_lock(&tf_record_lock);
     s->muted = true;
     s->mute_after = now ? now : 1;
+    const size_t held = s->in_kernels.len;
     pthread_mutex_unlock(&tf_record_lock);
     pthread_mutex_unlock(&tf_launch_lock);
+    if (tf_counters_debug())
+      fprintf(stderr, "tf.counters: pass 1 ended: %llu launches, %zu kernel records held; records from CUPTI time "
+              "%llu on are a later pass's\n", (unsigned long long)launches, held, (unsigned long long)s->mute_after);
   } else if (launches != s->counters.launches) {
     double *values = NULL;
     size_t ranges = 0;

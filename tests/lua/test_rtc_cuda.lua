@@ -246,19 +246,19 @@ T.test("tensor maps: a TMA tile copy from the script, edges filled with zeros, l
   local out_map = tf.cuda.tensor_map(out, { box = { 32, 32 } })
   local grid = { (cols + 31) // 32, (rows + 31) // 32 }
   k:launch({ grid = grid, block = 128 }, map, out, rows, cols, bytes, out_map, false)
-  T.eq(out, x + 1)
+  T.near(out, x + 1, 0, 0)
   local stored = tf.zeros(rows, cols):to("cuda")
   local stored_map = tf.cuda.tensor_map(stored, { box = { 32, 32 } })
   k:launch({ grid = grid, block = 128 }, map, out, rows, cols, bytes, stored_map, true)
-  T.eq(stored, x + 1, "TMA stores write the box inside the tensor only")
+  T.near(stored, x + 1, 0, 0) -- TMA stores write the box inside the tensor only
   -- the zeros past the edge: a map of a 100 x 72 view read as its top-left 32 x 32 tiles of a 40 x 40
   local small = tf.randn(40, 40):to("cuda")
   local small_map = tf.cuda.tensor_map(small, { box = { 32, 32 } })
   local seen = tf.zeros(64, 64):to("cuda")
   k:launch({ grid = { 2, 2 }, block = 128 }, small_map, seen, 64, 64, bytes, out_map, false)
   local s = seen:to("cpu")
-  T.eq(s:slice(1, 1, 40):slice(2, 1, 40), (small + 1):to("cpu"))
-  T.eq(s:slice(1, 41, 64):slice(2, 1, 64), tf.ones(24, 64), "rows past the tensor read as zeros (+1)")
+  T.near(s:narrow(0, 0, 40):narrow(1, 0, 40), (small + 1):to("cpu"), 0, 0)
+  T.near(s:narrow(0, 40, 24), tf.ones(24, 64), 0, 0) -- rows past the tensor read as zeros (+1)
   -- the checks before launching
   T.raises(function() k:launch({ grid = 1, block = 128 }, x, out, rows, cols, bytes, out_map, false) end,
     "parameter 1 (in) takes a tensor map (tf.cuda.tensor_map), got tf.Tensor")

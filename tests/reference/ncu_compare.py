@@ -1,9 +1,13 @@
-"""tfhost's hardware counters (tf.prof.start{metrics = "roofline"}) against Nsight Compute's, kernel by kernel.
+"""tfhost's hardware counters (tf.prof.count{metrics = "roofline"}) against Nsight Compute's, kernel by kernel.
 
 tests/gpu/ncu_kernels.lua launches a bf16 GEMM, FlashAttention forward and backward, RMSNorm, SwiGLU, an
 AdamW step and a cross-entropy, one pass counted. It runs twice: under ncu (only the range "ncu kernels",
-DRAM bytes and the FLOP instruction metrics below, caches flushed between kernels as ncu does by default),
-and alone with --counters, where tfhost counts the same pass and writes each kernel's counters. The
+DRAM bytes and the FLOP instruction metrics below), and alone with --counters, where tfhost counts the same
+pass and writes each kernel's counters. Both count the same way: the work run once per counting pass
+(ncu's application replay, tf.prof.count), caches left as the work leaves them (ncu --cache-control
+none), so that each kernel starts from the L2 state its predecessors left on both sides; ncu's default
+(flushing the caches before each kernel) would move the write-backs of one kernel's dirty lines into the
+next one's count on one side only. The
 kernels are matched by name in launch order; for each, the DRAM bytes read and written and the FLOPs
 (tensor-pipe operations plus the FP32, FP16 and FP64 instructions, a fused multiply-add two) are compared.
 
@@ -77,7 +81,8 @@ def number(text):
 def ncu_kernels(ncu, tfhost, metrics, tmp):
     """Runs ncu_kernels.lua under ncu; a list of {name, metric: value} in launch order."""
     report = os.path.join(tmp, "ncu")
-    cmd = [ncu, "--nvtx", "--nvtx-include", "ncu kernels/", "--metrics", ",".join(metrics), "--cache-control", "all",
+    cmd = [ncu, "--nvtx", "--nvtx-include", "ncu kernels/", "--metrics", ",".join(metrics), "--cache-control", "none",
+           "--replay-mode", "application",
            "--force-overwrite", "-o", report, tfhost, SCRIPT]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=3600, cwd=ROOT)
     if r.returncode != 0:
