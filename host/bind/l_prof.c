@@ -304,12 +304,14 @@ static void tf_l_push_dim3(lua_State *L, const int32_t *d) {
   }
 }
 
-/* Sets the record's counters = {metric = value} to row counter_row (1-based) of v's values, when it has one. */
+/* Sets the record's counters = {metric = value} to row counter_row (1-based) of v's values, when it has one;
+ * a metric that could not be counted (NaN: a SASS metric counted by passes) is left out. */
 static void tf_l_push_counters(lua_State *L, uint32_t counter_row, const tf_prof_view *v) {
   if (!counter_row || counter_row > v->counter_rows) return;
   const double *values = v->counter_values + (size_t)(counter_row - 1) * v->options.num_metrics;
   lua_createtable(L, 0, (int)v->options.num_metrics);
   for (size_t m = 0; m < v->options.num_metrics; m++) {
+    if (values[m] != values[m]) continue;
     lua_pushnumber(L, values[m]);
     lua_setfield(L, -2, v->options.metrics[m]);
   }

@@ -385,9 +385,11 @@ static int tf_l_tensor_map_tostring(lua_State *L) {
 static void tf_l_pack_map(lua_State *L, int idx, const tf_l_kernel *k, int i, unsigned char *slot) {
   const tf_l_param *p = &k->params[i];
   tf_l_tensor_map *m = luaL_testudata(L, idx, TF_TENSOR_MAP_TYPE);
-  if (!m)
+  if (!m) {
+    const char *what = luaL_getmetafield(L, idx, "__name") == LUA_TSTRING ? lua_tostring(L, -1) : luaL_typename(L, idx);
     tf_l_error(L, "kernel %s: parameter %d (%s) takes a tensor map (tf.cuda.tensor_map), got %s", k->name, i + 1,
-               p->name, luaL_typename(L, idx));
+               p->name, what);
+  }
   lua_getiuservalue(L, idx, 1);
   tf_lua_tensor *u = lua_touserdata(L, -1);
   lua_pop(L, 1);

@@ -601,6 +601,9 @@ static void tf_prof_settle(tf_prof_session *s) {
       muted++;
       continue;
     }
+    /* Counting, the records are made from the launch calls (prof.cu); the activity records CUPTI
+     * delivers all the same when counting by passes are their duplicates, and CUPTI's own kernels. */
+    if (!k.host && !k.from_launch && s->opts.num_metrics > 0) continue;
     if (!k.host && k.start_ns == 0 && k.end_ns == 0) {
       s->untimed++;
       continue;
@@ -616,6 +619,7 @@ static void tf_prof_settle(tf_prof_session *s) {
   for (size_t i = 0; i < s->in_transfers.len; i++) {
     tf_prof_transfer t = ts[i];
     if (mute_after && (uint64_t)t.start_ns >= mute_after) continue;
+    if (!t.from_launch && !t.memset && s->opts.num_metrics > 0 && strcmp(t.kind, "DtoD") == 0) continue;
     if (t.start_ns == 0 && t.end_ns == 0) {
       s->untimed++;
       continue;

@@ -6,7 +6,10 @@
  * memory in use around each run (the cost grows with the memory in use:
  * about 0.1 s a kernel with a few GB allocated on an H200). By passes, the
  * caller runs its work once per pass instead (cupti_counters_pass), and
- * the n-th kernel of every pass adds to the n-th range. The ranges are read out in one go at stop (one decode, one
+ * the n-th kernel of every pass adds to the n-th range. Counted by passes,
+ * the SASS instruction metrics (sm__sass_*: the CUDA cores' FLOPs) read 0
+ * whatever ran (an f32 add of 1M elements: 0 FADD; H200, CUDA 13.0), so
+ * they are handed over as NaN, not counted. The ranges are read out in one go at stop (one decode, one
  * evaluation per range of every metric at once); nothing is done per
  * kernel on the host meanwhile. The collector pairs the n-th range with
  * the n-th launch (host/observe/prof.c).
@@ -538,6 +541,10 @@ bool cupti_counters_stop(double **values, size_t *ranges, tf_prof_counter_info *
       fputc('\n', stderr);
     }
   }
+  if (ok && s->by_pass && v)
+    for (size_t m = 0; m < n; m++)
+      if (strstr(s->metrics[m], "__sass_"))
+        for (size_t r = 0; r < gi.numTotalRanges; r++) v[r * n + m] = __builtin_nan("");
   const int64_t t_eval = tf_clock_ns();
   info->ranges = ok ? gi.numTotalRanges : 0;
   info->dropped = dd.numOfRangeDropped;

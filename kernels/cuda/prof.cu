@@ -323,10 +323,23 @@ void record_copy(copy_call kind, const CUpti_CallbackData *cb) {
   tf_prof_gpu_unlock();
 }
 
+/* Whether a launch is CUPTI's own: counting by passes, CUPTI launches a
+ * kernel named WaitNs between the work's kernels (seen on an H200, CUDA
+ * 13.0), which makes no counted range. */
+bool cupti_own(const char *symbol) {
+  if (!symbol) return false;
+  const char *at = strstr(symbol, "WaitNs");
+  return at && (at == symbol || (at > symbol && at[-1] >= '0' && at[-1] <= '9'));
+}
+
 /* A kernel record made from a kernel launch call on leaving it (see the
  * top of this file); a call that failed launched nothing. */
 void record_launch(CUpti_CallbackId cbid, const CUpti_CallbackData *cb) {
   if (cb->functionReturnValue && *(const CUresult *)cb->functionReturnValue != CUDA_SUCCESS) return;
+  if (cupti_own(cb->symbolName)) {
+    if (debug_launches) fprintf(stderr, "tf.counters: CUPTI's launch %s left out\n", cb->symbolName);
+    return;
+  }
   pass_launches.fetch_add(1, std::memory_order_relaxed);
   tf_prof_kernel k;
   memset(&k, 0, sizeof k);

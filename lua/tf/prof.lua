@@ -424,13 +424,18 @@ function C.counter_fields(kernels, ceilings, limits)
       f.counted = f.counted + 1
       local ns = c[DURATION] or math.max(0, (k.end_ns or 0) - (k.start_ns or 0))
       time_ns = time_ns + ns
+      local sass = false
       for _, m in ipairs(M.flop_metrics) do
         local v = c[m[1]]
         if v then
           by[m[2]] = (by[m[2]] or 0) + v * m[3]
           have.flops = true
+          sass = sass or m[1]:find("__sass_", 1, true) ~= nil
         end
       end
+      -- counted by passes the CUDA cores' instruction counts are missing: the FLOPs are the tensor
+      -- pipe's alone
+      if have.flops and not sass then have.tensor_only = true end
       for _, key in ipairs({ "dram__bytes_read.sum", "dram__bytes_write.sum" }) do
         if c[key] then have[key] = (have[key] or 0) + c[key] end
       end
@@ -458,6 +463,10 @@ function C.counter_fields(kernels, ceilings, limits)
       f.flops = f.flops + f.flops_by[p]
     end
     f.tflops = secs > 0 and f.flops / secs / 1e12 or nil
+    if have.tensor_only then
+      f.flops_tensor_only = true
+      if f.flops == 0 then f.flops, f.flops_by, f.tflops = nil, nil, nil end -- not known, not zero
+    end
   end
   f.dram_read, f.dram_write = have["dram__bytes_read.sum"], have["dram__bytes_write.sum"]
   if f.dram_read or f.dram_write then

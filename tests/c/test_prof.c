@@ -553,7 +553,9 @@ static void fake_copy_and_memset(uint32_t c, uint32_t memset_c, int64_t t) {
   copy.start_ns = t;
   copy.end_ns = t + 100;
   copy.device = (tf_device){TF_DEV_CUDA, 0};
+  copy.from_launch = true;
   tf_prof_transfer memset_rec = copy;
+  memset_rec.from_launch = false;
   memset_rec.memset = true;
   memset_rec.kind = "memset";
   memset_rec.correlation = memset_c;
@@ -593,9 +595,9 @@ static void test_counters_pairing(void) {
   static const double values[] = {100, 1, 100, 2, 200, 3}; /* range 1 is the copy's */
   fake_range_values = values, fake_range_count = 3, fake_ranges_dropped = 1;
   const int64_t t0 = tf_clock_ns();
-  fake_kernel("second", 7, 0, t0 + 1000, t0 + 1200);
-  fake_kernel("first", 5, 0, t0, t0 + 100);
-  fake_kernel("past_the_ranges", 8, 0, t0 + 2000, t0 + 2100);
+  fake_kernel_from("second", 7, 0, t0 + 1000, t0 + 1200, true);
+  fake_kernel_from("first", 5, 0, t0, t0 + 100, true);
+  fake_kernel_from("past_the_ranges", 8, 0, t0 + 2000, t0 + 2100, true);
   fake_copy_and_memset(6, 4, t0 + 500);
   CHECK_OK(tf_prof_stop(s));
   CHECK(!tf_prof_counting());
@@ -642,9 +644,11 @@ static void test_counters_launch_records(void) {
   fake_copy_and_memset(21, 19, t0 + 5500);
   fake_kernel_from("b", 22, 0, t0 + 6000, t0 + 6100, true);
   fake_kernel_from("c", 23, 0, t0 + 7000, t0 + 7100, true); /* counted 20 us in a 0.1 us call */
+  fake_kernel("a", 20, 0, t0 + 10, t0 + 1010);              /* CUPTI's activity record of it: a duplicate */
   CHECK_OK(tf_prof_stop(s));
   tf_prof_view v;
   if (CHECK_OK(tf_prof_view_get(s, &v))) {
+    CHECK_INT(v.num_kernels, 3);
     CHECK_INT(v.counters.counted, 3);
     CHECK_INT(v.counters.copies, 0);
     CHECK_INT(v.counters.lost, 0);
@@ -686,7 +690,7 @@ static void test_counters_by_pass(void) {
     const int64_t t0 = tf_clock_ns();
     for (int k = 0; k < 2; k++, c++) {
       tf_prof_gpu_launch(c);
-      fake_kernel(k == 0 ? "x" : "y", c, 0, t0 + k * 1000, t0 + k * 1000 + (k + 1) * 100);
+      fake_kernel_from(k == 0 ? "x" : "y", c, 0, t0 + k * 1000, t0 + k * 1000 + (k + 1) * 100, true);
     }
     while (tf_clock_ns() < t0 + 2500) {
     } /* the pass's work done before it ends, as after a wait for the devices */
