@@ -18,12 +18,7 @@ import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-try:
-    import numpy as np
-except ImportError as e:
-    print(f"SKIP: numpy is needed ({e}); install it with: pip install --user numpy")
-    sys.exit(77)
-
+from need_numpy import np  # noqa: E402  (skips without numpy)
 import fp8_formats as F  # noqa: E402
 from cuda_present import cuda_present  # noqa: E402
 

@@ -25,12 +25,7 @@ if not os.path.exists(ORACLE):
     print(f"SKIP: no PyTorch oracle at {os.path.relpath(ORACLE)} (run python3 tests/reference/torch_fp8.py "
           "where torch is)")
     sys.exit(77)
-try:
-    import numpy as np
-except ImportError as e:
-    print(f"SKIP: numpy is needed ({e})")
-    sys.exit(77)
-
+from need_numpy import np  # noqa: E402  (skips without numpy)
 import fp8_formats as F  # noqa: E402
 from cuda_present import cuda_present  # noqa: E402
 
