@@ -400,6 +400,15 @@ static void test_swiglu(void) {
 
 /* ---- FP8 training's casts ------------------------------------------------------------------------ */
 
+/* Kernel fn of both backends on args, its pointers set by SET(CP), then SET(GP). */
+#define ON_BOTH(fn, args, SET)                 \
+  do {                                         \
+    SET(CP);                                   \
+    CHECK_OK(KC->fn(cctx, &(args)));           \
+    SET(GP);                                   \
+    CHECK_OK(KG->fn(gctx, &(args)));           \
+  } while (0)
+
 /* amax and the current-scaling cast (both layouts, both formats) give the CPU's bits, on random
  * values at the given magnitude, on zeros (amax 0: q = 1) and with a NaN (amax NaN, counted). */
 static void fp8_case(tf_dtype d, int64_t rows, int64_t cols, double magnitude, int special) {
@@ -414,10 +423,9 @@ static void fp8_case(tf_dtype d, int64_t rows, int64_t cols, double magnitude, i
   }
   flat_pair amax = flat_pair_zeros(1, TF_F32), scale = flat_pair_zeros(1, TF_F32), count = flat_pair_zeros(1, TF_I32);
   tf_fp8_amax_args aa = {.count = n, .dtype = d};
-  aa.x = CP(x), aa.amax = CP(amax);
-  CHECK_OK(KC->fp8_amax(cctx, &aa));
-  aa.x = GP(x), aa.amax = GP(amax);
-  CHECK_OK(KG->fp8_amax(gctx, &aa));
+#define AMAX_PTRS(P) aa.x = P(x), aa.amax = P(amax)
+  ON_BOTH(fp8_amax, aa, AMAX_PTRS);
+#undef AMAX_PTRS
   identical("fp8 amax", amax);
   for (int f = 0; f < 2; f++)
     for (int layout = 0; layout < 3; layout++) { /* row-major, transposed, both */
@@ -427,10 +435,7 @@ static void fp8_case(tf_dtype d, int64_t rows, int64_t cols, double magnitude, i
 #define FP8_PTRS(P)                                                                                          \
   q.x = P(x), q.amax = P(amax), q.scale = P(scale), q.nonfinite = P(count), q.out = layout != 1 ? P(out) : NULL, \
   q.out_t = layout != 0 ? P(out_t) : NULL
-      FP8_PTRS(CP);
-      CHECK_OK(KC->fp8_quantize(cctx, &q));
-      FP8_PTRS(GP);
-      CHECK_OK(KG->fp8_quantize(gctx, &q));
+      ON_BOTH(fp8_quantize, q, FP8_PTRS);
 #undef FP8_PTRS
       if (layout != 1) identical(f ? "fp8 quantize e5m2" : "fp8 quantize e4m3", out);
       if (layout != 0) identical(f ? "fp8 quantize e5m2, transposed" : "fp8 quantize e4m3, transposed", out_t);
@@ -442,15 +447,6 @@ static void fp8_case(tf_dtype d, int64_t rows, int64_t cols, double magnitude, i
   free(cc), free(cg);
   flat_pair_free(&x), flat_pair_free(&amax), flat_pair_free(&scale), flat_pair_free(&count);
 }
-
-/* Kernel fn of both backends on args, its pointers set by SET(CP), then SET(GP). */
-#define ON_BOTH(fn, args, SET)                 \
-  do {                                         \
-    SET(CP);                                   \
-    CHECK_OK(KC->fn(cctx, &(args)));           \
-    SET(GP);                                   \
-    CHECK_OK(KG->fn(gctx, &(args)));           \
-  } while (0)
 
 /* Delayed scaling's kernels: a cast recording its amax into a word that holds an earlier one, then
  * the history step over sites with overflows, zeros and a NaN: the CPU's bits. */
