@@ -8,8 +8,8 @@
  * caller runs its work once per pass instead (cupti_counters_pass), and
  * the n-th kernel of every pass adds to the n-th range. Counted by passes,
  * the SASS instruction metrics (sm__sass_*: the CUDA cores' FLOPs) read 0
- * whatever ran (an f32 add of 1M elements: 0 FADD; H200, CUDA 13.0), so
- * they are handed over as NaN, not counted. The ranges are read out in one go at stop (one decode, one
+ * (an f32 add of 1M elements: 0 FADD, 0 FFMA; H200, CUDA 13.0, where kernel
+ * replay counts them), so they are handed over as NaN, not counted. The ranges are read out in one go at stop (one decode, one
  * evaluation per range of every metric at once); nothing is done per
  * kernel on the host meanwhile. The collector pairs the n-th range with
  * the n-th launch (host/observe/prof.c).
