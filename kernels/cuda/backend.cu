@@ -282,6 +282,16 @@ static tf_backend tf_cuda_make_table(void) {
   return b;
 }
 
+extern "C" void *tf_cuda_driver_function(const char *name) {
+  void *p = NULL;
+  cudaDriverEntryPointQueryResult found;
+  if (cudaGetDriverEntryPointByVersion(name, &p, 12000, cudaEnableDefault, &found) != cudaSuccess ||
+      found != cudaDriverEntryPointSuccess)
+    p = NULL;
+  (void)cudaGetLastError();
+  return p;
+}
+
 /* The backend table, built once (thread-safe static initialisation). */
 extern "C" const tf_backend *tf_cuda_backend(void) {
   static const tf_backend table = tf_cuda_make_table();

@@ -247,15 +247,11 @@ bool current_context(CUcontext *ctx, char *reason, size_t reason_size) {
   typedef CUresult (*get_current_fn)(CUcontext *);
   static get_current_fn get_current;
   if (!get_current) {
-    void *p = NULL;
-    cudaDriverEntryPointQueryResult found;
-    if (cudaGetDriverEntryPointByVersion("cuCtxGetCurrent", &p, 12000, cudaEnableDefault, &found) != cudaSuccess ||
-        found != cudaDriverEntryPointSuccess || !p) {
-      (void)cudaGetLastError();
+    get_current = (get_current_fn)tf_cuda_driver_function("cuCtxGetCurrent");
+    if (!get_current) {
       snprintf(reason, reason_size, "the driver has no cuCtxGetCurrent");
       return false;
     }
-    get_current = (get_current_fn)p;
   }
   if (cudaFree(0) != cudaSuccess || get_current(ctx) != CUDA_SUCCESS || !*ctx) {
     (void)cudaGetLastError();
@@ -444,6 +440,20 @@ bool cupti_counters_start(const char *const *metrics, size_t num_metrics, size_t
   return true;
 }
 
+/* Stops the range profiler, ending the pass that runs (s->started); *all:
+ * whether every pass the metrics need has been submitted. */
+bool end_pass(session *s, bool *all, char *reason, size_t reason_size) {
+  auto sp = PARAMS(CUpti_RangeProfiler_Stop_Params);
+  sp.pRangeProfilerObject = s->profiler;
+  const bool ok = CUPTI_CALL(cuptiRangeProfilerStop, sp);
+  s->started = false;
+  if (!ok) return false;
+  s->passes_done++;
+  *all = sp.isAllPassSubmitted;
+  debug("pass %zu of %zu ended%s", s->passes_done, s->passes, *all ? ": all submitted" : "");
+  return true;
+}
+
 /* Ends the pass running; starts the next while passes are left. */
 bool cupti_counters_pass(bool *done, char *reason, size_t reason_size) {
   session *s = current;
@@ -453,13 +463,9 @@ bool cupti_counters_pass(bool *done, char *reason, size_t reason_size) {
     return false;
   }
   if (!s->started) return true; /* every pass has run */
-  auto sp = PARAMS(CUpti_RangeProfiler_Stop_Params);
-  sp.pRangeProfilerObject = s->profiler;
-  if (!CUPTI_CALL(cuptiRangeProfilerStop, sp)) return false;
-  s->started = false;
-  s->passes_done++;
-  debug("pass %zu of %zu ended%s", s->passes_done, s->passes, sp.isAllPassSubmitted ? ": all submitted" : "");
-  if (sp.isAllPassSubmitted) return true;
+  bool all = false;
+  if (!end_pass(s, &all, reason, reason_size)) return false;
+  if (all) return true;
   *done = false;
   auto st = PARAMS(CUpti_RangeProfiler_Start_Params);
   st.pRangeProfilerObject = s->profiler;
@@ -479,18 +485,12 @@ bool cupti_counters_stop(double **values, size_t *ranges, tf_prof_counter_info *
     return false;
   }
   const int64_t t0 = tf_clock_ns();
-  bool ok = true;
-  if (s->started) {
-    auto sp = PARAMS(CUpti_RangeProfiler_Stop_Params);
-    sp.pRangeProfilerObject = s->profiler;
-    ok = CUPTI_CALL(cuptiRangeProfilerStop, sp);
-    s->started = false;
-    if (ok && s->by_pass) s->passes_done++;
-    if (ok && !sp.isAllPassSubmitted) {
-      snprintf(reason, reason_size, "stopped after pass %zu of the %zu the metrics need (run the work once a pass: "
-               "tf.prof.count)", s->by_pass ? s->passes_done : (size_t)1, s->passes);
-      ok = false;
-    }
+  bool ok = true, all = true;
+  if (s->started) ok = end_pass(s, &all, reason, reason_size);
+  if (ok && !all) {
+    snprintf(reason, reason_size, "stopped after pass %zu of the %zu the metrics need (run the work once a pass: "
+             "tf.prof.count)", s->passes_done, s->passes);
+    ok = false;
   }
   auto dd = PARAMS(CUpti_RangeProfiler_DecodeData_Params);
   dd.pRangeProfilerObject = s->profiler;

@@ -14,6 +14,9 @@ extern "C" {
 const tf_backend *tf_cuda_backend(void);
 /* GPUs visible to the CUDA backend (0 without a driver or a GPU). */
 int tf_cuda_backend_device_count(void);
+/* A driver function by name, of the CUDA 12 ABI, through the runtime (tfhost
+ * does not link libcuda); NULL where this driver lacks it (the error cleared). */
+void *tf_cuda_driver_function(const char *name);
 /* Opens cuBLAS and cuBLASLt and looks up every function the backend calls
  * (cublas_load.cu), once per process; later calls return the first call's
  * outcome. A device does this on its first use; no GPU is needed for it.

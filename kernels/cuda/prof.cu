@@ -296,6 +296,24 @@ copy_call copy_call_of(CUpti_CallbackId cbid) {
   }
 }
 
+/* What a launch or copy call's record takes from the call, on leaving it:
+ * the CUPTI times of entering (kept in correlationData) and of now (both 0
+ * where either is missing: the collector counts the record as untimed),
+ * its correlation id and its device. */
+template <typename Record>
+void from_call(const CUpti_CallbackData *cb, Record *r) {
+  uint64_t end = 0;
+  if (cuptiGetTimestamp(&end) != CUPTI_SUCCESS) end = 0;
+  r->start_ns = (int64_t)*cb->correlationData;
+  r->end_ns = (int64_t)end;
+  if (!r->start_ns || !r->end_ns) r->start_ns = r->end_ns = 0;
+  r->correlation = cb->correlationId;
+  r->from_launch = true;
+  uint32_t device = 0;
+  if (cuptiGetDeviceId(cb->context, &device) != CUPTI_SUCCESS) device = 0;
+  r->device = cuda_device(device);
+}
+
 /* A device-to-device copy's record made from its call, on leaving it. */
 void record_copy(copy_call kind, const CUpti_CallbackData *cb) {
   if (cb->functionReturnValue && *(const CUresult *)cb->functionReturnValue != CUDA_SUCCESS) return;
@@ -306,18 +324,9 @@ void record_copy(copy_call kind, const CUpti_CallbackData *cb) {
     fprintf(stderr, "tf.counters: copy of %zu bytes (correlation %u)\n", p->ByteCount, cb->correlationId);
   tf_prof_transfer t;
   memset(&t, 0, sizeof t);
-  uint64_t end = 0;
-  if (cuptiGetTimestamp(&end) != CUPTI_SUCCESS) end = 0;
+  from_call(cb, &t);
   t.kind = "DtoD";
   t.bytes = p->ByteCount;
-  t.start_ns = (int64_t)*cb->correlationData;
-  t.end_ns = (int64_t)end;
-  if (!t.start_ns || !t.end_ns) t.start_ns = t.end_ns = 0;
-  t.correlation = cb->correlationId;
-  t.from_launch = true;
-  uint32_t device = 0;
-  if (cuptiGetDeviceId(cb->context, &device) != CUPTI_SUCCESS) device = 0;
-  t.device = cuda_device(device);
   tf_prof_gpu_lock();
   tf_prof_gpu_transfer(&t);
   tf_prof_gpu_unlock();
@@ -343,16 +352,8 @@ void record_launch(CUpti_CallbackId cbid, const CUpti_CallbackData *cb) {
   pass_launches.fetch_add(1, std::memory_order_relaxed);
   tf_prof_kernel k;
   memset(&k, 0, sizeof k);
-  uint64_t end = 0;
-  if (cuptiGetTimestamp(&end) != CUPTI_SUCCESS) end = 0;
-  k.start_ns = (int64_t)*cb->correlationData;
-  k.end_ns = (int64_t)end;
-  if (!k.start_ns || !k.end_ns) k.start_ns = k.end_ns = 0; /* untimed: the collector counts it so */
-  k.correlation = cb->correlationId;
-  k.from_launch = true;
-  uint32_t device = 0;
-  if (cuptiGetDeviceId(cb->context, &device) != CUPTI_SUCCESS) device = 0;
-  k.device = cuda_device(device);
+  from_call(cb, &k);
+  const uint32_t device = (uint32_t)k.device.index;
   CUfunction f = NULL;
   CUstream stream = NULL;
   const void *params = cb->functionParams;
@@ -602,23 +603,12 @@ const char *cupti_unavailable(void) {
 
 /* The counters (kernels/cuda/counters.cu), with the kernel records made
  * from the launch calls while they run. */
-/* A driver function by name (NULL where this driver lacks it). */
-void *driver_function(const char *name) {
-  void *p = NULL;
-  cudaDriverEntryPointQueryResult found;
-  if (cudaGetDriverEntryPointByVersion(name, &p, 12000, cudaEnableDefault, &found) != cudaSuccess ||
-      found != cudaDriverEntryPointSuccess)
-    p = NULL;
-  (void)cudaGetLastError();
-  return p;
-}
-
 bool counters_start(const char *const *metrics, size_t num_metrics, size_t max_kernels, bool by_pass,
                     tf_prof_counter_info *info, char *reason, size_t reason_size) {
   if (!func_get_attribute) {
-    func_get_attribute = (func_get_attribute_fn)driver_function("cuFuncGetAttribute");
-    kernel_get_attribute = (kernel_get_attribute_fn)driver_function("cuKernelGetAttribute");
-    pointer_get_attribute = (pointer_get_attribute_fn)driver_function("cuPointerGetAttribute");
+    func_get_attribute = (func_get_attribute_fn)tf_cuda_driver_function("cuFuncGetAttribute");
+    kernel_get_attribute = (kernel_get_attribute_fn)tf_cuda_driver_function("cuKernelGetAttribute");
+    pointer_get_attribute = (pointer_get_attribute_fn)tf_cuda_driver_function("cuPointerGetAttribute");
   }
   if (!tf_cuda_counters_start(metrics, num_metrics, max_kernels, by_pass, info, reason, reason_size)) return false;
   const char *e = getenv("TF_COUNTERS_DEBUG");

@@ -275,13 +275,7 @@ static pthread_once_t tf_cu_once = PTHREAD_ONCE_INIT;
 static void tf_cu_open(void) {
   void *p[3] = {NULL, NULL, NULL};
   static const char *const names[3] = {"cuLaunchKernel", "cuKernelGetFunction", "cuFuncSetAttribute"};
-  for (int i = 0; i < 3; i++) {
-    cudaDriverEntryPointQueryResult found;
-    if (cudaGetDriverEntryPointByVersion(names[i], &p[i], 12000, cudaEnableDefault, &found) != cudaSuccess ||
-        found != cudaDriverEntryPointSuccess)
-      p[i] = NULL;
-  }
-  (void)cudaGetLastError();
+  for (int i = 0; i < 3; i++) p[i] = tf_cuda_driver_function(names[i]);
   if (!p[0] || !p[1] || !p[2]) return; /* launches go through the runtime then */
   tf_cu.launch = (decltype(tf_cu.launch))p[0];
   tf_cu.function = (decltype(tf_cu.function))p[1];
@@ -351,15 +345,9 @@ static tf_status tf_rtc_tensor_map(const tf_rtc_tensor_map_spec *spec, void *out
                                 CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
   static encode_fn encode;
   if (!encode) {
-    void *p = NULL;
-    cudaDriverEntryPointQueryResult found;
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &found) !=
-            cudaSuccess ||
-        found != cudaDriverEntryPointSuccess || !p) {
-      (void)cudaGetLastError();
+    encode = (encode_fn)tf_cuda_driver_function("cuTensorMapEncodeTiled");
+    if (!encode)
       return tf_fail(TF_ERR_DEVICE, "tensor maps need a CUDA driver with cuTensorMapEncodeTiled (CUDA 12 or later)");
-    }
-    encode = (encode_fn)p;
   }
   const CUtensorMapSwizzle swizzle = spec->swizzle == 32    ? CU_TENSOR_MAP_SWIZZLE_32B
                                      : spec->swizzle == 64  ? CU_TENSOR_MAP_SWIZZLE_64B
