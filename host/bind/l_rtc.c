@@ -301,6 +301,17 @@ static bool tf_l_is(lua_State *L, int idx, int upvalue) {
   return same;
 }
 
+/* A Lua error naming the parameter where `what` (a tensor, a map's tensor) is on another device than the
+ * kernel. */
+static void tf_l_check_device(lua_State *L, const tf_l_kernel *k, int i, tf_device d, const char *what) {
+  if (d.type == k->ctx->device.type && d.index == k->ctx->device.index) return;
+  char have[32], want[32];
+  tf_device_format(d, have, sizeof have);
+  tf_device_format(k->ctx->device, want, sizeof want);
+  tf_l_error(L, "kernel %s: parameter %d (%s): %s is on %s, the kernel on %s", k->name, i + 1, k->params[i].name, what,
+             have, want);
+}
+
 /* ---- tensor maps ---- */
 
 /* A CUtensorMap of a tensor, its 128 bytes 64-byte aligned inside raw; the tensor it maps is its
@@ -395,13 +406,7 @@ static void tf_l_pack_map(lua_State *L, int idx, const tf_l_kernel *k, int i, un
   lua_pop(L, 1);
   if (!u || !u->t || tf_tensor_data(u->t) != m->address)
     tf_l_error(L, "kernel %s: parameter %d (%s): the tensor of the map has been freed", k->name, i + 1, p->name);
-  if (m->device.type != k->ctx->device.type || m->device.index != k->ctx->device.index) {
-    char have[32], want[32];
-    tf_device_format(m->device, have, sizeof have);
-    tf_device_format(k->ctx->device, want, sizeof want);
-    tf_l_error(L, "kernel %s: parameter %d (%s): the map's tensor is on %s, the kernel on %s", k->name, i + 1, p->name,
-               have, want);
-  }
+  tf_l_check_device(L, k, i, m->device, "the map's tensor");
   memcpy(slot, tf_l_map_bytes(m), TF_RTC_TENSOR_MAP_BYTES);
 }
 
@@ -418,13 +423,7 @@ static void tf_l_pack(lua_State *L, int idx, const tf_l_kernel *k, int i, unsign
       tf_l_error(L, "kernel %s: parameter %d (%s) takes a tensor, got %s", k->name, i + 1, p->name, luaL_typename(L, idx));
     const tf_tensor *t = u->t;
     if (!t) tf_l_error(L, "kernel %s: parameter %d (%s): the tensor has been freed", k->name, i + 1, p->name);
-    if (t->device.type != k->ctx->device.type || t->device.index != k->ctx->device.index) {
-      char have[32], want[32];
-      tf_device_format(t->device, have, sizeof have);
-      tf_device_format(k->ctx->device, want, sizeof want);
-      tf_l_error(L, "kernel %s: parameter %d (%s): the tensor is on %s, the kernel on %s", k->name, i + 1, p->name,
-                   have, want);
-    }
+    tf_l_check_device(L, k, i, t->device, "the tensor");
     if (p->dtype >= 0 && (int)t->dtype != p->dtype)
       tf_l_error(L, "kernel %s: parameter %d (%s) is declared %s, the tensor is %s", k->name, i + 1, p->name,
                    tf_dtype_name((tf_dtype)p->dtype), tf_dtype_name(t->dtype));

@@ -593,10 +593,6 @@ static void tf_prof_settle(tf_prof_session *s) {
   size_t muted = 0;
   for (size_t i = 0; i < s->in_kernels.len; i++) {
     tf_prof_kernel k = ks[i];
-    if (mute_after && tf_counters_debug() && (i < 3 || i + 3 >= s->in_kernels.len))
-      fprintf(stderr, "tf.counters: settling kernel record %zu of %zu: %s, correlation %u, start %lld%s%s\n", i,
-              s->in_kernels.len, k.short_name ? k.short_name : "?", k.correlation, (long long)k.start_ns,
-              k.from_launch ? ", from its launch" : "", k.host ? ", host" : "");
     if (!k.host && mute_after && (uint64_t)k.start_ns >= mute_after) { /* a later pass's */
       muted++;
       continue;
