@@ -158,40 +158,19 @@ extern "C" __global__ void a(const float *__restrict__ x, double *y, tf::view<__
   T.ok(why:find("params = {...}", 1, true), why)
 end)
 
--- A TMA tile copy: the box at (tile x, tile y) of a 2-D map into shared memory, then to out.
-local TMA_COPY = [[
-#include <tfhost_sm90.cuh>
-extern "C" __global__ void tma_tile(const __grid_constant__ tf::tensor_map in, float *out, int rows, int cols,
-                                    unsigned box_bytes) {
-  __shared__ alignas(128) float tile[32 * 32];
-  __shared__ alignas(8) unsigned long long bar;
-  const unsigned b = (unsigned)__cvta_generic_to_shared(&bar), t = (unsigned)__cvta_generic_to_shared(tile);
-  if (threadIdx.x == 0) {
-    tf::mbar_init(b, 1);
-    tf::mbar_init_fence();
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    tf::mbar_arrive_expect_tx(b, box_bytes);
-    tf::tma_load_2d(t, &in, 32 * blockIdx.x, 32 * blockIdx.y, b);
-  }
-  tf::mbar_wait(b, 0);
-  for (int i = threadIdx.x; i < 32 * 32; i += blockDim.x) {
-    const int r = 32 * blockIdx.y + i / 32, c = 32 * blockIdx.x + i % 32;
-    if (r < rows && c < cols) out[(long long)r * cols + c] = tile[i] + 1.0f;
-  }
-}
-]]
-
 T.test("tensor maps: declared const __grid_constant__ tf::tensor_map, a TMA kernel compiles for sm_90a", function()
-  local _, p = decl.instance(decl.parse(TMA_COPY), "tma_tile")
+  local path = debug.getinfo(1, "S").source:match("^@(.*/)[^/]*$") .. "tma_tile.cu"
+  local f = assert(io.open(path))
+  local _, p = decl.instance(decl.parse(f:read("a")), "tma_tile")
+  f:close()
   T.eq({ p[1].kind, p[1].bytes }, { "tensor_map", 128 })
   T.eq(p[2].kind, "pointer")
+  T.eq({ p[6].kind, p[7].kind }, { "tensor_map", "bool" })
   local q = decl.param("const __grid_constant__ CUtensorMap", "m")
   T.eq(q.kind, "tensor_map")
   local _, why = decl.param("tf::tensor_map", "m")
   T.ok(why and why:find("const __grid_constant__", 1, true), tostring(why))
-  local mod = tf.cuda.compile(TMA_COPY, { cache = false, target = "sm_90a" })
+  local mod = tf.cuda.compile_file("tma_tile.cu", { cache = false, target = "sm_90a" })
   T.eq(mod:kernels(), { "tma_tile" })
 end)
 
