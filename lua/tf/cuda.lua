@@ -505,12 +505,7 @@ end
 function M.tensor_map_plan(shape, strides, dtype, opts)
   local fname = "tf.cuda.tensor_map"
   if type(opts) ~= "table" then error(fname .. ": options {box = {...}, ...} are needed", 3) end
-  for k in pairs(opts) do
-    if k ~= "box" and k ~= "swizzle" and k ~= "l2_promotion" and k ~= "oob" and k ~= "element_strides" then
-      error(string.format("%s: unknown option '%s' (have box, swizzle, l2_promotion, oob, element_strides)",
-        fname, tostring(k)), 3)
-    end
-  end
+  check.keys(opts, fname, { "box", "swizzle", "l2_promotion", "oob", "element_strides" })
   local es = MAP_ELEMENT_BYTES[dtype]
   if not es then error(string.format("%s: a tensor of %s cannot be mapped (have %s)", fname, tostring(dtype),
     "f32, f16, bf16, f64, i32, i64, bool, f8e4m3, f8e5m2"), 3) end
@@ -579,14 +574,10 @@ function M.tensor_map_plan(shape, strides, dtype, opts)
       swizzle, inner), 3)
   end
   spec.bytes = bytes
-  local sizes = {}
-  for i = 1, rank do sizes[i] = tostring(box[i]) end
+  local sizes, dims = {}, {}
+  for i = 1, rank do sizes[i], dims[i] = tostring(box[i]), tostring(shape[i]) end
   spec.text = string.format("%s box %s of %s, %d bytes, swizzle %s", dtype, table.concat(sizes, "x"),
-    table.concat((function()
-      local t = {}
-      for i = 1, rank do t[i] = tostring(shape[i]) end
-      return t
-    end)(), "x"), bytes, opts.swizzle or "none")
+    table.concat(dims, "x"), bytes, opts.swizzle or "none")
   return spec
 end
 
