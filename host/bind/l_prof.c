@@ -305,7 +305,8 @@ static void tf_l_push_dim3(lua_State *L, const int32_t *d) {
 }
 
 /* Sets the record's counters = {metric = value} to row counter_row (1-based) of v's values, when it has one;
- * a metric that could not be counted (NaN: a SASS metric counted by passes) is left out. */
+ * a metric that could not be counted (NaN: the SASS pass of a count by passes that did not see the same kernels)
+ * is left out. */
 static void tf_l_push_counters(lua_State *L, uint32_t counter_row, const tf_prof_view *v) {
   if (!counter_row || counter_row > v->counter_rows) return;
   const double *values = v->counter_values + (size_t)(counter_row - 1) * v->options.num_metrics;

@@ -200,8 +200,7 @@ tf_status tf_cuda_fill(tf_device_ctx *ctx, tf_tensor *out, double value) {
   bool uniform = true;
   for (size_t i = 1; i < elsize; i++) uniform = uniform && pattern[i] == pattern[0];
   if (uniform) {
-    TF_CUDA_CHECK(cudaMemsetAsync(data, pattern[0], (size_t)n * elsize, st->stream));
-    return TF_OK;
+    return tf_cuda_memset(st, data, pattern[0], (size_t)n * elsize);
   }
   switch (elsize) {
     case 2: return tf_cuda_fill_words<uint16_t>(st, data, n, pattern);

@@ -6,13 +6,19 @@
  * memory in use around each run (the cost grows with the memory in use:
  * about 0.1 s a kernel with a few GB allocated on an H200). By passes, the
  * caller runs its work once per pass instead (cupti_counters_pass), and
- * the n-th kernel of every pass adds to the n-th range. Counted by passes,
- * the SASS instruction metrics (sm__sass_*: the CUDA cores' FLOPs) read 0
- * (an f32 add of 1M elements: 0 FADD, 0 FFMA; H200, CUDA 13.0, where kernel
- * replay counts them), so they are handed over as NaN, not counted. The ranges are read out in one go at stop (one decode, one
- * evaluation per range of every metric at once); nothing is done per
- * kernel on the host meanwhile. The collector pairs the n-th range with
- * the n-th launch (host/observe/prof.c).
+ * the n-th kernel of every pass adds to the n-th range. By passes, CUPTI
+ * counts no SASS instruction metrics (sm__sass_*, the CUDA cores' FLOPs:
+ * an f32 add of 1M elements read 0 FADD, H200, CUDA 13.0; they are counted
+ * by patching the kernels' code, which it does when it replays kernels),
+ * so those go to one more pass of the work, after the others, that
+ * replays each kernel and counts them alone (a pass a kernel for the
+ * roofline's nine: no memory saved or restored); the k-th kernel's range
+ * of that pass gives its values to the k-th range of the others (there
+ * device-to-device copies make ranges of their own: the launches of that
+ * pass, noted in order, say which ranges they are). The ranges are read
+ * out in one go at stop (one decode, one evaluation per range of every
+ * metric at once); nothing is done per kernel on the host meanwhile. The
+ * collector pairs the n-th range with the n-th launch (host/observe/prof.c).
  *
  * The images CUPTI works on (the counter availability image, the config
  * image, the counter data image) live in one state for the session, as
@@ -40,6 +46,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -222,26 +229,44 @@ bool cupti_counter_names(const char *chip, const char *base, const char *const *
   return false;
 }
 
+/* One configuration of the range profiler: its metrics (and their columns in the session's list), the host
+ * object and the images CUPTI works on with them, how its passes are made. */
+struct counting {
+  std::vector<const char *> metrics;
+  std::vector<size_t> columns;
+  CUpti_Profiler_Host_Object *host = NULL;
+  std::vector<uint8_t> config;
+  std::vector<uint8_t> counter_data;
+  CUpti_ProfilerReplayMode replay = CUPTI_KernelReplay;
+  size_t max_ranges = 0, passes = 0;
+  size_t dropped = 0;
+  bool decoded = false;
+};
+
 /* One counting session's state: every image CUPTI was handed lives here
- * until the session ends (see the top of this file). */
+ * until the session ends (see the top of this file). Counting by passes,
+ * `main` holds the metrics the passes count and `sass` the SASS metrics,
+ * counted in one more pass that replays each kernel; `kinds` is that
+ * pass's launches in order (1 for a copy, which makes a range of its own
+ * there and none by passes, as does the kernel a memset is while kernels
+ * are replayed: util.cu). */
 struct session {
   CUcontext ctx = NULL;
   int device = 0;
   std::string chip;
   std::vector<uint8_t> availability;
-  CUpti_Profiler_Host_Object *host = NULL;
-  std::vector<uint8_t> config;
-  std::vector<uint8_t> counter_data;
+  counting main, sass;
+  counting *active = NULL; /* the one the range profiler runs */
   CUpti_RangeProfiler_Object *profiler = NULL;
   bool started = false;
   std::vector<std::string> names;
-  std::vector<const char *> metrics;
   size_t max_kernels = 0;
   bool by_pass = false;
   size_t passes = 0, passes_done = 0;
+  std::mutex kinds_lock;
+  std::vector<uint8_t> kinds;
 };
 session *current;
-
 /* cuCtxGetCurrent through the runtime (tfhost does not link libcuda). */
 bool current_context(CUcontext *ctx, char *reason, size_t reason_size) {
   typedef CUresult (*get_current_fn)(CUcontext *);
@@ -280,25 +305,40 @@ void device_limits(int device, tf_prof_device_limits *l) {
   l->reserved_shared_per_block = attr(cudaDevAttrReservedSharedMemoryPerBlock);
 }
 
-/* Takes the session down as far as it got; harmless on a partial one. */
-void teardown(session *s) {
+
+void deinit_host(counting *c) {
   char reason[256];
   const size_t reason_size = sizeof reason;
-  if (s->profiler) {
-    if (s->started) {
-      auto p = PARAMS(CUpti_RangeProfiler_Stop_Params);
-      p.pRangeProfilerObject = s->profiler;
-      (void)CUPTI_CALL(cuptiRangeProfilerStop, p);
-    }
-    auto p = PARAMS(CUpti_RangeProfiler_Disable_Params);
+  if (!c->host) return;
+  auto p = PARAMS(CUpti_Profiler_Host_Deinitialize_Params);
+  p.pHostObject = c->host;
+  (void)CUPTI_CALL(cuptiProfilerHostDeinitialize, p);
+  c->host = NULL;
+}
+
+/* Stops and disables the range profiler, where it runs. */
+void disable(session *s) {
+  char reason[256];
+  const size_t reason_size = sizeof reason;
+  if (!s->profiler) return;
+  if (s->started) {
+    auto p = PARAMS(CUpti_RangeProfiler_Stop_Params);
     p.pRangeProfilerObject = s->profiler;
-    (void)CUPTI_CALL(cuptiRangeProfilerDisable, p);
+    (void)CUPTI_CALL(cuptiRangeProfilerStop, p);
+    s->started = false;
   }
-  if (s->host) {
-    auto p = PARAMS(CUpti_Profiler_Host_Deinitialize_Params);
-    p.pHostObject = s->host;
-    (void)CUPTI_CALL(cuptiProfilerHostDeinitialize, p);
-  }
+  auto p = PARAMS(CUpti_RangeProfiler_Disable_Params);
+  p.pRangeProfilerObject = s->profiler;
+  (void)CUPTI_CALL(cuptiRangeProfilerDisable, p);
+  s->profiler = NULL;
+  tf_cuda_set_memsets_as_kernels(false);
+}
+
+/* Takes the session down as far as it got; harmless on a partial one. */
+void teardown(session *s) {
+  disable(s);
+  deinit_host(&s->main);
+  deinit_host(&s->sass);
   delete s;
 }
 
@@ -318,6 +358,85 @@ bool device_supported(int device, char *reason, size_t reason_size) {
                     : "an unknown reason";
   snprintf(reason, reason_size, "CUDA device %d cannot be counted: %s", device, why);
   return false;
+}
+
+/* c's host object and config image for its metrics, and how many passes they need. */
+bool configure(session *s, counting *c, char *reason, size_t reason_size) {
+  auto ip = PARAMS(CUpti_Profiler_Host_Initialize_Params);
+  ip.profilerType = CUPTI_PROFILER_TYPE_RANGE_PROFILER;
+  ip.pChipName = s->chip.c_str();
+  ip.pCounterAvailabilityImage = s->availability.data();
+  if (!CUPTI_CALL(cuptiProfilerHostInitialize, ip)) return false;
+  c->host = ip.pHostObject;
+  auto am = PARAMS(CUpti_Profiler_Host_ConfigAddMetrics_Params);
+  am.pHostObject = c->host;
+  am.ppMetricNames = c->metrics.data();
+  am.numMetrics = c->metrics.size();
+  if (!CUPTI_CALL(cuptiProfilerHostConfigAddMetrics, am)) {
+    snprintf(reason + strlen(reason), reason_size - strlen(reason),
+             " (a metric this device cannot count now: the counters in use by another tool?)");
+    return false;
+  }
+  auto cs = PARAMS(CUpti_Profiler_Host_GetConfigImageSize_Params);
+  cs.pHostObject = c->host;
+  if (!CUPTI_CALL(cuptiProfilerHostGetConfigImageSize, cs)) return false;
+  c->config.resize(cs.configImageSize);
+  auto ci = PARAMS(CUpti_Profiler_Host_GetConfigImage_Params);
+  ci.pHostObject = c->host;
+  ci.configImageSize = c->config.size();
+  ci.pConfigImage = c->config.data();
+  if (!CUPTI_CALL(cuptiProfilerHostGetConfigImage, ci)) return false;
+  auto np = PARAMS(CUpti_Profiler_Host_GetNumOfPasses_Params);
+  np.configImageSize = c->config.size();
+  np.pConfigImage = c->config.data();
+  if (!CUPTI_CALL(cuptiProfilerHostGetNumOfPasses, np)) return false;
+  c->passes = np.numOfPasses;
+  return true;
+}
+
+/* Enables the range profiler on the session's context with c's configuration, and starts it. */
+bool enable(session *s, counting *c, char *reason, size_t reason_size) {
+  auto en = PARAMS(CUpti_RangeProfiler_Enable_Params);
+  en.ctx = s->ctx;
+  if (!CUPTI_CALL(cuptiRangeProfilerEnable, en)) return false;
+  s->profiler = en.pRangeProfilerObject;
+  tf_cuda_set_memsets_as_kernels(c->replay == CUPTI_KernelReplay);
+  auto ds = PARAMS(CUpti_RangeProfiler_GetCounterDataSize_Params);
+  ds.pRangeProfilerObject = s->profiler;
+  ds.pMetricNames = c->metrics.data();
+  ds.numMetrics = c->metrics.size();
+  ds.maxNumOfRanges = c->max_ranges;
+  ds.maxNumRangeTreeNodes = (uint32_t)c->max_ranges;
+  if (!CUPTI_CALL(cuptiRangeProfilerGetCounterDataSize, ds)) return false;
+  c->counter_data.resize(ds.counterDataSize);
+  auto di = PARAMS(CUpti_RangeProfiler_CounterDataImage_Initialize_Params);
+  di.pRangeProfilerObject = s->profiler;
+  di.counterDataSize = c->counter_data.size();
+  di.pCounterData = c->counter_data.data();
+  if (!CUPTI_CALL(cuptiRangeProfilerCounterDataImageInitialize, di)) return false;
+  auto sc = PARAMS(CUpti_RangeProfiler_SetConfig_Params);
+  sc.pRangeProfilerObject = s->profiler;
+  sc.configSize = c->config.size();
+  sc.pConfig = c->config.data();
+  sc.counterDataImageSize = c->counter_data.size();
+  sc.pCounterDataImage = c->counter_data.data();
+  sc.range = CUPTI_AutoRange;
+  sc.replayMode = c->replay;
+  sc.maxRangesPerPass = c->max_ranges;
+  sc.numNestingLevels = 1;
+  sc.minNestingLevel = 1;
+  sc.passIndex = 0;
+  sc.targetNestingLevel = 1;
+  if (!CUPTI_CALL(cuptiRangeProfilerSetConfig, sc)) return false;
+  auto st = PARAMS(CUpti_RangeProfiler_Start_Params);
+  st.pRangeProfilerObject = s->profiler;
+  if (!CUPTI_CALL(cuptiRangeProfilerStart, st)) return false;
+  s->active = c;
+  s->started = true;
+  debug("counting %zu metrics, %zu passes %s, room for %zu ranges (counter data %.1f MB)", c->metrics.size(),
+        c->passes, c->replay == CUPTI_UserReplay ? "of the work" : "a kernel", c->max_ranges,
+        c->counter_data.size() / 1e6);
+  return true;
 }
 
 /* Sets s up and starts counting, as far as it gets; the caller tears a
@@ -341,75 +460,25 @@ bool setup(session *s, size_t *passes, char *reason, size_t reason_size) {
   s->availability.resize(av.counterAvailabilityImageSize);
   av.pCounterAvailabilityImage = s->availability.data();
   if (!CUPTI_CALL(cuptiProfilerGetCounterAvailability, av)) return false;
-  auto ip = PARAMS(CUpti_Profiler_Host_Initialize_Params);
-  ip.profilerType = CUPTI_PROFILER_TYPE_RANGE_PROFILER;
-  ip.pChipName = s->chip.c_str();
-  ip.pCounterAvailabilityImage = s->availability.data();
-  if (!CUPTI_CALL(cuptiProfilerHostInitialize, ip)) return false;
-  s->host = ip.pHostObject;
-  auto am = PARAMS(CUpti_Profiler_Host_ConfigAddMetrics_Params);
-  am.pHostObject = s->host;
-  am.ppMetricNames = s->metrics.data();
-  am.numMetrics = s->metrics.size();
-  if (!CUPTI_CALL(cuptiProfilerHostConfigAddMetrics, am)) {
-    snprintf(reason + strlen(reason), reason_size - strlen(reason),
-             " (a metric this device cannot count now: the counters in use by another tool?)");
-    return false;
+  /* By passes, the SASS metrics go to a pass of their own that replays
+   * kernels: counted by passes they read 0 (the top of this file). */
+  for (size_t i = 0; i < s->names.size(); i++) {
+    counting *c = s->by_pass && strstr(s->names[i].c_str(), "__sass_") ? &s->sass : &s->main;
+    c->metrics.push_back(s->names[i].c_str());
+    c->columns.push_back(i);
   }
-  auto cs = PARAMS(CUpti_Profiler_Host_GetConfigImageSize_Params);
-  cs.pHostObject = s->host;
-  if (!CUPTI_CALL(cuptiProfilerHostGetConfigImageSize, cs)) return false;
-  s->config.resize(cs.configImageSize);
-  auto ci = PARAMS(CUpti_Profiler_Host_GetConfigImage_Params);
-  ci.pHostObject = s->host;
-  ci.configImageSize = s->config.size();
-  ci.pConfigImage = s->config.data();
-  if (!CUPTI_CALL(cuptiProfilerHostGetConfigImage, ci)) return false;
-  auto np = PARAMS(CUpti_Profiler_Host_GetNumOfPasses_Params);
-  np.configImageSize = s->config.size();
-  np.pConfigImage = s->config.data();
-  if (!CUPTI_CALL(cuptiProfilerHostGetNumOfPasses, np)) return false;
+  s->main.replay = s->by_pass ? CUPTI_UserReplay : CUPTI_KernelReplay;
+  s->main.max_ranges = s->max_kernels;
+  s->sass.replay = CUPTI_KernelReplay;
+  s->sass.max_ranges = 2 * s->max_kernels; /* the copies make ranges there too */
+  for (counting *c : {&s->main, &s->sass})
+    if (!c->metrics.empty() && !configure(s, c, reason, reason_size)) return false;
+  *passes = s->passes = (s->main.metrics.empty() ? 0 : s->main.passes) + (s->sass.metrics.empty() ? 0 : 1);
   const int64_t t_host = tf_clock_ns();
-  auto en = PARAMS(CUpti_RangeProfiler_Enable_Params);
-  en.ctx = s->ctx;
-  if (!CUPTI_CALL(cuptiRangeProfilerEnable, en)) return false;
-  s->profiler = en.pRangeProfilerObject;
-  auto ds = PARAMS(CUpti_RangeProfiler_GetCounterDataSize_Params);
-  ds.pRangeProfilerObject = s->profiler;
-  ds.pMetricNames = s->metrics.data();
-  ds.numMetrics = s->metrics.size();
-  ds.maxNumOfRanges = s->max_kernels;
-  ds.maxNumRangeTreeNodes = (uint32_t)s->max_kernels;
-  if (!CUPTI_CALL(cuptiRangeProfilerGetCounterDataSize, ds)) return false;
-  s->counter_data.resize(ds.counterDataSize);
-  auto di = PARAMS(CUpti_RangeProfiler_CounterDataImage_Initialize_Params);
-  di.pRangeProfilerObject = s->profiler;
-  di.counterDataSize = s->counter_data.size();
-  di.pCounterData = s->counter_data.data();
-  if (!CUPTI_CALL(cuptiRangeProfilerCounterDataImageInitialize, di)) return false;
-  auto sc = PARAMS(CUpti_RangeProfiler_SetConfig_Params);
-  sc.pRangeProfilerObject = s->profiler;
-  sc.configSize = s->config.size();
-  sc.pConfig = s->config.data();
-  sc.counterDataImageSize = s->counter_data.size();
-  sc.pCounterDataImage = s->counter_data.data();
-  sc.range = CUPTI_AutoRange;
-  sc.replayMode = s->by_pass ? CUPTI_UserReplay : CUPTI_KernelReplay;
-  sc.maxRangesPerPass = s->max_kernels;
-  sc.numNestingLevels = 1;
-  sc.minNestingLevel = 1;
-  sc.passIndex = 0;
-  sc.targetNestingLevel = 1;
-  if (!CUPTI_CALL(cuptiRangeProfilerSetConfig, sc)) return false;
-  auto st = PARAMS(CUpti_RangeProfiler_Start_Params);
-  st.pRangeProfilerObject = s->profiler;
-  if (!CUPTI_CALL(cuptiRangeProfilerStart, st)) return false;
-  s->started = true;
-  *passes = s->passes = np.numOfPasses;
-  debug("start: %zu metrics on %s (cuda:%d), %zu passes %s, room for %zu kernels (counter data %.1f MB); "
-        "host setup %.1f ms, device setup %.1f ms",
-        s->metrics.size(), s->chip.c_str(), s->device, np.numOfPasses, s->by_pass ? "of the work" : "a kernel",
-        s->max_kernels, s->counter_data.size() / 1e6,
+  if (!enable(s, s->main.metrics.empty() ? &s->sass : &s->main, reason, reason_size)) return false;
+  debug("start: %zu metrics on %s (cuda:%d), %zu passes%s; host setup %.1f ms, device setup %.1f ms",
+        s->names.size(), s->chip.c_str(), s->device, s->passes,
+        s->sass.metrics.empty() || s->main.metrics.empty() ? "" : " (the last for the SASS metrics, replaying kernels)",
         (t_host - t0) / 1e6, (tf_clock_ns() - t_host) / 1e6);
   return true;
 }
@@ -425,7 +494,6 @@ bool cupti_counters_start(const char *const *metrics, size_t num_metrics, size_t
   s->max_kernels = max_kernels;
   s->by_pass = by_pass;
   for (size_t i = 0; i < num_metrics; i++) s->names.push_back(metrics[i]);
-  for (const std::string &n : s->names) s->metrics.push_back(n.c_str());
   size_t passes = 0;
   if (!setup(s, &passes, reason, reason_size)) {
     teardown(s);
@@ -441,7 +509,7 @@ bool cupti_counters_start(const char *const *metrics, size_t num_metrics, size_t
 }
 
 /* Stops the range profiler, ending the pass that runs (s->started); *all:
- * whether every pass the metrics need has been submitted. */
+ * whether every pass of the active configuration has been submitted. */
 bool end_pass(session *s, bool *all, char *reason, size_t reason_size) {
   auto sp = PARAMS(CUpti_RangeProfiler_Stop_Params);
   sp.pRangeProfilerObject = s->profiler;
@@ -454,7 +522,21 @@ bool end_pass(session *s, bool *all, char *reason, size_t reason_size) {
   return true;
 }
 
-/* Ends the pass running; starts the next while passes are left. */
+/* Decodes the active configuration's counter data (its passes have all run). */
+bool decode(session *s, char *reason, size_t reason_size) {
+  counting *c = s->active;
+  if (!c || c->decoded) return true;
+  auto dd = PARAMS(CUpti_RangeProfiler_DecodeData_Params);
+  dd.pRangeProfilerObject = s->profiler;
+  if (!CUPTI_CALL(cuptiRangeProfilerDecodeData, dd)) return false;
+  c->decoded = true;
+  c->dropped = dd.numOfRangeDropped;
+  if (c->dropped) debug("%zu ranges dropped (past max_kernels = %zu)", c->dropped, s->max_kernels);
+  return true;
+}
+
+/* Ends the pass running; starts the next while passes are left: the
+ * configuration's next, or the SASS metrics' pass after the last. */
 bool cupti_counters_pass(bool *done, char *reason, size_t reason_size) {
   session *s = current;
   *done = true;
@@ -465,12 +547,105 @@ bool cupti_counters_pass(bool *done, char *reason, size_t reason_size) {
   if (!s->started) return true; /* every pass has run */
   bool all = false;
   if (!end_pass(s, &all, reason, reason_size)) return false;
-  if (all) return true;
   *done = false;
-  auto st = PARAMS(CUpti_RangeProfiler_Start_Params);
-  st.pRangeProfilerObject = s->profiler;
-  if (!CUPTI_CALL(cuptiRangeProfilerStart, st)) return false;
-  s->started = true;
+  if (!all) {
+    auto st = PARAMS(CUpti_RangeProfiler_Start_Params);
+    st.pRangeProfilerObject = s->profiler;
+    if (!CUPTI_CALL(cuptiRangeProfilerStart, st)) return false;
+    s->started = true;
+    return true;
+  }
+  if (s->active == &s->main && !s->sass.metrics.empty()) {
+    if (!decode(s, reason, reason_size)) return false;
+    disable(s);
+    return enable(s, &s->sass, reason, reason_size);
+  }
+  *done = true;
+  return true;
+}
+
+/* The counter values of c's ranges, range by range, every metric of c at
+ * once (printed per range under TF_COUNTERS_DEBUG). */
+bool evaluate(counting *c, const char *what, std::vector<double> *values, size_t *ranges, char *reason,
+              size_t reason_size) {
+  auto gi = PARAMS(CUpti_RangeProfiler_GetCounterDataInfo_Params);
+  gi.pCounterDataImage = c->counter_data.data();
+  gi.counterDataImageSize = c->counter_data.size();
+  if (!CUPTI_CALL(cuptiRangeProfilerGetCounterDataInfo, gi)) return false;
+  const size_t n = c->metrics.size();
+  *ranges = gi.numTotalRanges;
+  values->assign(*ranges * n, 0.0);
+  const bool dbg = debug_on();
+  for (size_t r = 0; r < *ranges; r++) {
+    auto ev = PARAMS(CUpti_Profiler_Host_EvaluateToGpuValues_Params);
+    ev.pHostObject = c->host;
+    ev.pCounterDataImage = c->counter_data.data();
+    ev.counterDataImageSize = c->counter_data.size();
+    ev.rangeIndex = r;
+    ev.ppMetricNames = c->metrics.data();
+    ev.numMetrics = n;
+    ev.pMetricValues = values->data() + r * n;
+    CUptiResult res = cuptiProfilerHostEvaluateToGpuValues(&ev);
+    if (res != CUPTI_SUCCESS) {
+      snprintf(reason, reason_size, "cuptiProfilerHostEvaluateToGpuValues (range %zu): %s", r, result_text(res));
+      return false;
+    }
+    if (dbg) {
+      fprintf(stderr, "tf.counters: %s range %zu:", what, r);
+      for (size_t m = 0; m < n; m++) fprintf(stderr, " %s=%.6g", c->metrics[m], (*values)[r * n + m]);
+      fputc('\n', stderr);
+    }
+  }
+  return true;
+}
+
+/* The session's values, ranges x metrics, into *out (malloc'd): the main
+ * configuration's ranges, each with the SASS pass's values of the same
+ * kernel (its k-th kernel range for the main's k-th range; its copies'
+ * ranges skipped). Where only the SASS metrics were asked for, its ranges
+ * as they are (copies included, as replaying kernels makes them). */
+bool collect(session *s, double **out, size_t *ranges, char *reason, size_t reason_size) {
+  const size_t n = s->names.size();
+  std::vector<double> main_v, sass_v;
+  size_t main_r = 0, sass_r = 0;
+  const bool has_main = !s->main.metrics.empty(), has_sass = !s->sass.metrics.empty();
+  if (has_main && !evaluate(&s->main, has_sass ? "main" : "", &main_v, &main_r, reason, reason_size)) return false;
+  if (has_sass && !evaluate(&s->sass, "SASS", &sass_v, &sass_r, reason, reason_size)) return false;
+  *ranges = has_main ? main_r : sass_r;
+  *out = NULL;
+  if (*ranges == 0) return true;
+  double *v = (double *)calloc(*ranges * n, sizeof *v);
+  if (!v) {
+    snprintf(reason, reason_size, "out of host memory for %zu ranges' counters", *ranges);
+    return false;
+  }
+  if (has_main)
+    for (size_t r = 0; r < main_r; r++)
+      for (size_t m = 0; m < s->main.metrics.size(); m++)
+        v[r * n + s->main.columns[m]] = main_v[r * s->main.metrics.size() + m];
+  const size_t ns = s->sass.metrics.size();
+  if (has_sass && !has_main)
+    for (size_t r = 0; r < sass_r; r++)
+      for (size_t m = 0; m < ns; m++) v[r * n + s->sass.columns[m]] = sass_v[r * ns + m];
+  if (has_sass && has_main) {
+    size_t kernel = 0, r2 = 0;
+    for (uint8_t kind : s->kinds) { /* 0 a kernel; a copy, or a memset's kernel: a range of this pass only */
+      if (r2 >= sass_r) break;
+      if (kind == 0 && kernel < main_r) {
+        for (size_t m = 0; m < ns; m++) v[kernel * n + s->sass.columns[m]] = sass_v[r2 * ns + m];
+        kernel++;
+      }
+      r2++;
+    }
+    if (kernel != main_r || r2 != sass_r) {
+      /* the passes did not see the same kernels: no SASS value is trusted */
+      debug("the SASS pass's %zu ranges (%zu launches) gave %zu kernels for %zu counted: SASS metrics left out",
+            sass_r, s->kinds.size(), kernel, main_r);
+      for (size_t r = 0; r < main_r; r++)
+        for (size_t m = 0; m < ns; m++) v[r * n + s->sass.columns[m]] = __builtin_nan("");
+    }
+  }
+  *out = v;
   return true;
 }
 
@@ -487,79 +662,34 @@ bool cupti_counters_stop(double **values, size_t *ranges, tf_prof_counter_info *
   const int64_t t0 = tf_clock_ns();
   bool ok = true, all = true;
   if (s->started) ok = end_pass(s, &all, reason, reason_size);
-  if (ok && !all) {
+  if (ok && (!all || (s->active == &s->main && !s->sass.metrics.empty()))) {
     snprintf(reason, reason_size, "stopped after pass %zu of the %zu the metrics need (run the work once a pass: "
              "tf.prof.count)", s->passes_done, s->passes);
     ok = false;
   }
-  auto dd = PARAMS(CUpti_RangeProfiler_DecodeData_Params);
-  dd.pRangeProfilerObject = s->profiler;
-  ok = ok && CUPTI_CALL(cuptiRangeProfilerDecodeData, dd);
+  ok = ok && decode(s, reason, reason_size);
   const int64_t t_decode = tf_clock_ns();
-  auto gi = PARAMS(CUpti_RangeProfiler_GetCounterDataInfo_Params);
-  gi.pCounterDataImage = s->counter_data.data();
-  gi.counterDataImageSize = s->counter_data.size();
-  ok = ok && CUPTI_CALL(cuptiRangeProfilerGetCounterDataInfo, gi);
-  const size_t n = s->metrics.size();
-  double *v = NULL;
-  if (ok && gi.numTotalRanges > 0) {
-    v = (double *)calloc(gi.numTotalRanges * n, sizeof *v);
-    if (!v) {
-      snprintf(reason, reason_size, "out of host memory for %zu ranges' counters", (size_t)gi.numTotalRanges);
-      ok = false;
-    }
-  }
-  /* One evaluation per range, of every metric at once; printed per range
-   * only under TF_COUNTERS_DEBUG (the calls stay out of the debug output:
-   * one line per range is enough). */
-  const bool dbg = debug_on();
-  for (size_t r = 0; ok && r < gi.numTotalRanges; r++) {
-    auto ev = PARAMS(CUpti_Profiler_Host_EvaluateToGpuValues_Params);
-    ev.pHostObject = s->host;
-    ev.pCounterDataImage = s->counter_data.data();
-    ev.counterDataImageSize = s->counter_data.size();
-    ev.rangeIndex = r;
-    ev.ppMetricNames = s->metrics.data();
-    ev.numMetrics = n;
-    ev.pMetricValues = v + r * n;
-    CUptiResult res = cuptiProfilerHostEvaluateToGpuValues(&ev);
-    if (res != CUPTI_SUCCESS) {
-      snprintf(reason, reason_size, "cuptiProfilerHostEvaluateToGpuValues (range %zu): %s", r, result_text(res));
-      ok = false;
-      break;
-    }
-    if (dbg) {
-      auto ri = PARAMS(CUpti_RangeProfiler_CounterData_GetRangeInfo_Params);
-      ri.pCounterDataImage = s->counter_data.data();
-      ri.counterDataImageSize = s->counter_data.size();
-      ri.rangeIndex = r;
-      ri.rangeDelimiter = "/";
-      const char *name = cuptiRangeProfilerCounterDataGetRangeInfo(&ri) == CUPTI_SUCCESS && ri.rangeName
-                             ? ri.rangeName : "?";
-      fprintf(stderr, "tf.counters: range %zu '%s':", r, name);
-      for (size_t m = 0; m < n; m++) fprintf(stderr, " %s=%.6g", s->metrics[m], v[r * n + m]);
-      fputc('\n', stderr);
-    }
-  }
-  if (ok && s->by_pass && v)
-    for (size_t m = 0; m < n; m++)
-      if (strstr(s->metrics[m], "__sass_"))
-        for (size_t r = 0; r < gi.numTotalRanges; r++) v[r * n + m] = __builtin_nan("");
+  ok = ok && collect(s, values, ranges, reason, reason_size);
   const int64_t t_eval = tf_clock_ns();
-  info->ranges = ok ? gi.numTotalRanges : 0;
-  info->dropped = dd.numOfRangeDropped;
-  if (dd.numOfRangeDropped)
-    debug("stop: %zu ranges dropped (past max_kernels = %zu)", (size_t)dd.numOfRangeDropped, s->max_kernels);
+  info->ranges = ok ? *ranges : 0;
+  info->dropped = s->main.metrics.empty() ? s->sass.dropped : s->main.dropped;
   teardown(s);
   debug("stop: stop and decode %.1f ms, %zu ranges evaluated in %.1f ms, teardown %.1f ms", (t_decode - t0) / 1e6,
         (size_t)info->ranges, (t_eval - t_decode) / 1e6, (tf_clock_ns() - t_eval) / 1e6);
   if (!ok) {
-    free(v);
-    return false;
+    free(*values);
+    *values = NULL;
+    *ranges = 0;
   }
-  *values = v;
-  *ranges = (size_t)gi.numTotalRanges;
-  return true;
+  return ok;
+}
+
+/* A launch while counting (prof.cu): in the SASS metrics' pass, noted in order. */
+void cupti_counters_launched(int kind) {
+  session *s = current;
+  if (!s || s->active != &s->sass || !s->started || s->main.metrics.empty()) return;
+  std::lock_guard<std::mutex> hold(s->kinds_lock);
+  s->kinds.push_back((uint8_t)kind);
 }
 
 }  // namespace
@@ -577,6 +707,8 @@ extern "C" bool tf_cuda_counters_stop(double **values, size_t *ranges, tf_prof_c
                                       size_t reason_size) {
   return cupti_counters_stop(values, ranges, info, reason, reason_size);
 }
+
+extern "C" void tf_cuda_counters_launched(int kind) { cupti_counters_launched(kind); }
 
 extern "C" bool tf_cuda_counter_names(const char *chip, const char *base, const char *const **names, size_t *n,
                                       char *reason, size_t reason_size) {

@@ -90,6 +90,9 @@ bool tf_cuda_launch_blocking(void);
 /* After a <<<>>> launch: a bad configuration or an earlier asynchronous
  * fault shows up here, named after the kernel. */
 tf_status tf_cuda_launched(const char *kernel);
+/* cudaMemsetAsync of `bytes` bytes on st's stream; while the hardware
+ * counters replay kernels, a kernel that does the same instead (util.cu). */
+tf_status tf_cuda_memset(tf_cuda_state *st, void *data, int value, size_t bytes);
 
 /* The traffic count (model_kernels.h): the engine's memory-bound launches
  * call tf_cuda_traffic with their kernel's name and the bytes their

@@ -262,8 +262,7 @@ static tf_status tf_cuda_embedding_backward(tf_device_ctx *ctx, tf_cuda_state *s
   }
   if (s == TF_OK && !a.add && a.vocab > 0 && a.dim > 0) { /* rows of unused ids are sums of nothing */
     const size_t es = a.dweight_dtype == TF_F64 ? sizeof(double) : sizeof(float);
-    cudaError_t err = cudaMemsetAsync(a.dweight, 0, (size_t)(a.vocab * a.dim) * es, st->stream);
-    if (err != cudaSuccess) s = tf_cuda_error(err, "cudaMemsetAsync");
+    s = tf_cuda_memset(st, a.dweight, 0, (size_t)(a.vocab * a.dim) * es);
   }
   if (s == TF_OK) {
     tf_cuda_embedding_runs_kernel<<<blocks, TF_CUDA_THREADS, 0, st->stream>>>(keys_sorted, a.n, run_end);

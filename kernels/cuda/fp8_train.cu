@@ -166,7 +166,7 @@ __global__ void __launch_bounds__(TF_FP8_TILE * TF_FP8_TILE_ROWS) tf_cuda_fp8_qu
 tf_status tf_cuda_fp8_amax(tf_device_ctx *ctx, const tf_fp8_amax_args *a) {
   TF_TRY(tf_cuda_use_device(ctx));
   tf_cuda_state *st = tf_cuda_state_of(ctx);
-  TF_CUDA_CHECK(cudaMemsetAsync(a->amax, 0, sizeof *a->amax, st->stream));
+  TF_TRY(tf_cuda_memset(st, a->amax, 0, sizeof *a->amax));
   if (a->count == 0) return TF_OK;
   const int64_t per = 16 / (int64_t)tf_dtype_size(a->dtype);
   const bool vec = a->count % per == 0 && ((uintptr_t)a->x & 15) == 0;

@@ -336,7 +336,7 @@ __global__ void tf_gemm_print_kernel(const uint16_t *c, int64_t batch, int64_t r
 /* C's fingerprint after the work queued so far (waits for the device). */
 static tf_status tf_gemm_print(tf_cuda_state *st, tf_gemm_state *gs, const tf_gemm_args *g, unsigned long long *out) {
   const int64_t units = (int64_t)tf_dtype_size(g->c_dtype) / 2; /* f16, bf16, f32 */
-  TF_CUDA_CHECK(cudaMemsetAsync(gs->print, 0, sizeof *gs->print, st->stream));
+  TF_TRY(tf_cuda_memset(st, gs->print, 0, sizeof *gs->print));
   tf_gemm_print_kernel<<<2 * st->multiprocessors, 256, 0, st->stream>>>(
       (const uint16_t *)g->c, g->batch, g->m, g->n * units, g->ldc * units, g->batch_c * units, gs->print);
   TF_TRY(tf_cuda_launched("GEMM fingerprint kernel"));
@@ -478,7 +478,7 @@ static tf_status tf_gemm_scaled_run(tf_cuda_state *st, tf_gemm_state *gs, const 
             tf_gemm_set_desc(p->op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &scale_of_lt_b, sizeof scale_of_lt_b);
   if (key.amax) ok = ok && tf_gemm_set_desc(p->op, CUBLASLT_MATMUL_DESC_AMAX_D_POINTER, &amax, sizeof amax);
   if (!ok) return tf_fail(TF_ERR_BACKEND, "scaled_matmul: cublasLtMatmulDescSetAttribute refused the scales' pointers");
-  if (x->amax) TF_CUDA_CHECK(cudaMemsetAsync(x->amax, 0, sizeof *x->amax, st->stream));
+  if (x->amax) TF_TRY(tf_cuda_memset(st, x->amax, 0, sizeof *x->amax));
   const float one = 1.0f, zero = 0.0f; /* beta 1: added into C (f32 gradients) */
   TF_CUBLAS_CHECK(tf_cublas.cublasLtMatmul(gs->lt, p->op, &one, g->b, p->la, g->a, p->lb, g->accumulate ? &one : &zero,
                                            g->c, p->lc, g->c, p->lc, &p->algo, gs->workspace, TF_GEMM_WORKSPACE,

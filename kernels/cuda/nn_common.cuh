@@ -214,13 +214,12 @@ __device__ __forceinline__ void tf_cuda_report_bad(unsigned long long *first_bad
 
 static inline tf_status tf_cuda_bad_begin(tf_device_ctx *ctx, tf_cuda_state *st, tf_block **word) {
   TF_TRY(tf_alloc(&ctx->alloc, sizeof(unsigned long long), word));
-  cudaError_t err = cudaMemsetAsync((*word)->ptr, 0xff, sizeof(unsigned long long), st->stream);
-  if (err != cudaSuccess) {
+  tf_status s = tf_cuda_memset(st, (*word)->ptr, 0xff, sizeof(unsigned long long));
+  if (s != TF_OK) {
     tf_alloc_free(&ctx->alloc, *word);
     *word = NULL;
-    return tf_cuda_error(err, "cudaMemsetAsync");
   }
-  return TF_OK;
+  return s;
 }
 
 /* Reads the word back (waiting for the stream) into *bad (-1: none) and frees it. */

@@ -84,6 +84,32 @@ tf_status tf_cuda_launched(const char *kernel) {
   return TF_OK;
 }
 
+/* While CUPTI's range profiler replays kernels (counters.cu), a memset on
+ * the stream makes CUPTI crash on its own thread when the counters stop
+ * (seen on an H200, CUDA 13.0: a cudaMemsetAsync and a kernel counted
+ * that way); tfhost's memsets are then this kernel, which the counters
+ * count as one (prof.cu leaves it out of a pass's launches). */
+std::atomic<bool> tf_cuda_memsets_as_kernels{false};
+
+extern "C" void tf_cuda_set_memsets_as_kernels(bool on) { tf_cuda_memsets_as_kernels.store(on); }
+
+__global__ void tf_cuda_memset_kernel(unsigned char *data, unsigned char value, size_t bytes) {
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < bytes; i += (size_t)gridDim.x * blockDim.x)
+    data[i] = value;
+}
+
+tf_status tf_cuda_memset(tf_cuda_state *st, void *data, int value, size_t bytes) {
+  if (bytes == 0) return TF_OK;
+  if (!tf_cuda_memsets_as_kernels.load(std::memory_order_relaxed)) {
+    TF_CUDA_CHECK(cudaMemsetAsync(data, value, bytes, st->stream));
+    return TF_OK;
+  }
+  const size_t blocks = (bytes + TF_CUDA_THREADS - 1) / TF_CUDA_THREADS;
+  tf_cuda_memset_kernel<<<(unsigned)(blocks < 65536 ? blocks : 65536), TF_CUDA_THREADS, 0, st->stream>>>(
+      (unsigned char *)data, (unsigned char)value, bytes);
+  return tf_cuda_launched("tf_cuda_memset_kernel");
+}
+
 /* The traffic count: one for the process, under a lock (launches may come
  * from several host threads; tf_cuda_traffic_on changes under it too);
  * kernels past TF_TRAFFIC_KERNELS names are not counted, which the count's

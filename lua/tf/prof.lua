@@ -81,6 +81,8 @@ M.op_classes = {
   embedding_keys = "elementwise", embedding_runs = "elementwise", embedding_sum = "elementwise",
   encoder = "elementwise", encoder_backward = "elementwise", encoder_keys = "elementwise",
   encoder_runs = "elementwise", encoder_sum = "elementwise",
+  -- tfhost's memsets, run as a kernel while the counters replay kernels (kernels/cuda/util.cu)
+  memset = "memset",
 }
 
 --- Other kernels (cuBLAS, cuBLASLt, CUTLASS, libraries, user kernels): the
@@ -1107,15 +1109,35 @@ function M.start(opts)
   if opts ~= nil and type(opts) ~= "table" then error("tf.prof.start: expects an options table", 2) end
   if opts and opts.metrics ~= nil then
     C.metric_list(opts.metrics, nil, 2) -- the option's form first, on every build
+    if opts.sass ~= nil and type(opts.sass) ~= "boolean" then
+      error("tf.prof.start: sass must be true or false, not a " .. type(opts.sass), 2)
+    end
+    if opts.sass and not opts.by_pass then
+      error("tf.prof.start: sass = true goes with by_pass (tf.prof.count): replaying kernels counts the SASS "
+        .. "metrics anyway", 2)
+    end
     local list = C.metric_list(opts.metrics, C.counter_catalog(nil, 2), 2)
+    if opts.by_pass and not opts.sass then
+      -- by passes CUPTI counts no SASS instruction metrics (the CUDA cores' FLOPs): they need a pass of
+      -- their own that replays each kernel (sass = true), else they are left out and the FLOPs are the
+      -- tensor pipe's alone
+      local kept = {}
+      for _, name in ipairs(list) do
+        if not name:find("__sass_", 1, true) then kept[#kept + 1] = name end
+      end
+      list = kept
+    end
     local copy = {}
     for k, v in pairs(opts) do copy[k] = v end
     copy.metrics = list
+    copy.sass = nil
     opts = copy
   elseif opts and opts.max_kernels ~= nil then
     error("tf.prof.start: max_kernels is the room for counted kernels: it goes with metrics", 2)
   elseif opts and opts.by_pass then
     error("tf.prof.start: by_pass is how counters are counted: it goes with metrics", 2)
+  elseif opts and opts.sass ~= nil then
+    error("tf.prof.start: sass is how the SASS metrics are counted by passes: it goes with metrics", 2)
   end
   local p = core().start(opts)
   if not installed then install(p) end
@@ -1131,7 +1153,11 @@ end
 -- launches other work it is an error. Unlike kernel replay (tf.prof.start
 -- {metrics}), no device memory is saved or restored, so the cost is the
 -- passes' runs with each kernel serialised, whatever memory is in use; fn's
--- effects happen once per pass (an optimizer step is taken each time).
+-- effects happen once per pass (an optimizer step is taken each time). By
+-- passes CUPTI counts no SASS instruction metrics (the CUDA cores' FLOPs):
+-- they are left out (rows get flops_tensor_only) unless sass = true, which
+-- counts them in one more pass that replays each kernel (its cost grows
+-- with the device memory in use, as kernel replay's does).
 function M.count(fn, opts)
   if type(fn) ~= "function" then error("tf.prof.count: expects a function to run once per pass, then options", 2) end
   if opts ~= nil and type(opts) ~= "table" then error("tf.prof.count: options must be a table", 2) end

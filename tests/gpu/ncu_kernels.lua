@@ -5,7 +5,8 @@
 -- the optimizer's moments, autograd's gradients made), then once inside the range "ncu kernels":
 -- ncu is told to count only there (--nvtx --nvtx-include "ncu kernels/"), and with "--counters FILE"
 -- this script counts the same pass with metrics = "roofline" and writes what it got: by passes
--- (tf.prof.count: the pass run once per counting pass) unless --replay kernel (tf.prof.start, each
+-- (tf.prof.count: the pass run once per counting pass, and once more replaying each kernel for the
+-- SASS metrics, sass = true) unless --replay kernel (tf.prof.start, each
 -- kernel replayed).
 --
 --   tfhost tests/gpu/ncu_kernels.lua                             (under ncu)
@@ -22,28 +23,41 @@ if not tf.cuda.is_available() then tf.exit(77, "ncu_kernels.lua: needs a CUDA de
 tf.seed(0)
 local n = opt.gemm
 local a, b = tf.randn({ n, n }):to("bf16"), tf.randn({ n, n }):to("bf16")
--- attention: batch 4, 16 heads, 2048 positions, head dim 64; its tensors well past the L2 cache
-local function leaf() return tf.randn({ 4, 16, 2048, 64 }):to("bf16"):requires_grad(true) end
+-- attention: batch 4, 16 heads, 8192 positions, head dim 64: each tensor 64 MiB, past the L2 cache, so that
+-- what one kernel leaves dirty in the L2 for the next to write back is small beside what each moves
+local function leaf() return tf.randn({ 4, 16, 8192, 64 }):to("bf16"):requires_grad(true) end
 local q, k, v = leaf(), leaf(), leaf()
-local dout = tf.randn({ 4, 16, 2048, 64 }):to("bf16")
+local dout = tf.randn({ 4, 16, 8192, 64 }):to("bf16")
 local x, gain = tf.randn({ 16384, 4096 }):to("bf16"), tf.ones(4096):to("bf16")     -- 128 MiB
 local up, gate = tf.randn({ 16384, 4096 }):to("bf16"), tf.randn({ 16384, 4096 }):to("bf16")
 local param = tf.randn(1 << 26):requires_grad(true)                                  -- 256 MiB of f32
 param.grad = tf.randn(1 << 26)
 local adamw = tf.optim.AdamW({ param }, { lr = 1e-3 })
 local logits, targets = tf.randn({ 8192, 32768 }), tf.randint(0, 32768, { 8192 })    -- 1 GiB of f32
+-- Read before each op (the range "clear"), 4x the L2 cache: every op starts from an L2 holding clean lines
+-- of this buffer only, whatever ran before it and however the counting passes are made. Without it an
+-- op's DRAM writes include the write-backs of dirty lines its predecessor left in the L2, which differ
+-- between ncu's application replay (a new process a pass) and counting passes run back to back.
+local clear_buf = tf.randn(1 << 26)                                                   -- 256 MiB of f32
+local function clear() tf.range("clear", function() tf.sum(clear_buf):free() end) end
 
 -- One pass, each op in a range of its own (the comparison's labels); nothing kept.
 local function pass()
+  clear()
   tf.range("gemm", function() tf.matmul(a, b):free() end)
+  clear()
   tf.range("flash attention", function()
     local o = tf.attention(q, k, v, { impl = "flash", causal = true })
     o:backward(dout)
     o:free(); q:zero_grad(); k:zero_grad(); v:zero_grad()
   end)
+  clear()
   tf.range("rmsnorm", function() tf.rms_norm(x, gain):free() end)
+  clear()
   tf.range("swiglu", function() (tf.silu(gate) * up):free() end)
+  clear()
   tf.range("adamw", function() adamw:step() end)
+  clear()
   tf.range("cross-entropy", function() tf.cross_entropy(logits, targets):free() end)
 end
 
@@ -67,7 +81,7 @@ local function counted_pass()
 end
 local p
 if opt.replay == "pass" then
-  p = tf.prof.count(counted_pass, { metrics = "roofline" })
+  p = tf.prof.count(counted_pass, { metrics = "roofline", sass = true }) -- the CUDA cores' FLOPs too
 else
   p = tf.prof.start{ metrics = "roofline" }
   counted_pass()

@@ -78,12 +78,12 @@ def number(text):
         return None
 
 
-def ncu_kernels(ncu, tfhost, metrics, tmp):
-    """Runs ncu_kernels.lua under ncu; a list of {name, metric: value} in launch order."""
+def ncu_kernels(ncu, tfhost, metrics, tmp, replay="application", cache="none", gemm=None):
+    """Runs ncu_kernels.lua under ncu; a list of {name, metric: value} in launch order, and ncu's raw CSV."""
     report = os.path.join(tmp, "ncu")
-    cmd = [ncu, "--nvtx", "--nvtx-include", "ncu kernels/", "--metrics", ",".join(metrics), "--cache-control", "none",
-           "--replay-mode", "application",
-           "--force-overwrite", "-o", report, tfhost, SCRIPT]
+    cmd = [ncu, "--nvtx", "--nvtx-include", "ncu kernels/", "--metrics", ",".join(metrics), "--cache-control", cache,
+           "--replay-mode", replay,
+           "--force-overwrite", "-o", report, tfhost, SCRIPT] + (["--gemm", str(gemm)] if gemm else [])
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=3600, cwd=ROOT)
     if r.returncode != 0:
         raise SystemExit(f"ncu_compare.py: ncu failed (exit {r.returncode}):\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
@@ -91,7 +91,12 @@ def ncu_kernels(ncu, tfhost, metrics, tmp):
                        capture_output=True, text=True, timeout=600)
     if r.returncode != 0:
         raise SystemExit(f"ncu_compare.py: ncu --import failed:\n{r.stderr[-3000:]}")
-    rows = list(csv.DictReader(io.StringIO(r.stdout[r.stdout.find('"ID"'):])))
+    return parse_ncu_csv(r.stdout, metrics), r.stdout
+
+
+def parse_ncu_csv(text, metrics):
+    """ncu --page raw --csv output: a list of {name, metric: value} in launch order."""
+    rows = list(csv.DictReader(io.StringIO(text[text.find('"ID"'):])))
     out = []
     for row in rows:
         if number(row.get("ID")) is None:  # the units' row
@@ -103,11 +108,11 @@ def ncu_kernels(ncu, tfhost, metrics, tmp):
     return out
 
 
-def tfhost_kernels(tfhost, tmp, replay):
+def tfhost_kernels(tfhost, tmp, replay, gemm=None):
     """Runs ncu_kernels.lua with tfhost's own counters (by passes, or replaying each kernel); its JSON document."""
     path = os.path.join(tmp, "counted.json")
-    r = subprocess.run([tfhost, SCRIPT, "--counters", path, "--replay", replay], capture_output=True, text=True,
-                       timeout=1800, cwd=ROOT)
+    r = subprocess.run([tfhost, SCRIPT, "--counters", path, "--replay", replay] + (["--gemm", str(gemm)] if gemm else []),
+                       capture_output=True, text=True, timeout=1800, cwd=ROOT)
     if r.returncode != 0:
         raise SystemExit(f"ncu_compare.py: tfhost's counted run failed (exit {r.returncode}):\n{r.stderr[-3000:]}")
     with open(path) as f:
@@ -185,7 +190,21 @@ def main():
     ap.add_argument("--json", help="also write the comparison here")
     ap.add_argument("--replay", default="pass", choices=["pass", "kernel"],
                     help="how tfhost counts: by passes (tf.prof.count, the default) or by replaying each kernel")
+    ap.add_argument("--ncu-replay", default=None, choices=["application", "kernel"],
+                    help="ncu's replay mode (default: application with --replay pass, kernel with --replay kernel)")
+    ap.add_argument("--ncu-cache", default="none", choices=["none", "all"],
+                    help="ncu's --cache-control (default none: the caches as the work leaves them)")
+    ap.add_argument("--gemm", type=int, help="the GEMM's size (ncu_kernels.lua's --gemm)")
+    ap.add_argument("--keep", help="a folder to keep ncu's CSV (ncu.csv) and tfhost's counts (counted.json) in")
+    ap.add_argument("--from", dest="from_dir", help="compare what --keep kept there, running nothing")
     args = ap.parse_args()
+    if args.from_dir:
+        with open(os.path.join(args.from_dir, "ncu.csv")) as f:
+            text = f.read()
+        with open(os.path.join(args.from_dir, "counted.json")) as f:
+            doc = json.load(f)
+        metrics, missing = wanted_metrics(set())
+        return compare(parse_ncu_csv(text, metrics), doc, metrics, [], args.json)
     tfhost = os.path.abspath(args.tfhost)
     if not shutil.which(args.ncu):
         print(f"ncu_compare.py: SKIP: no ncu ({args.ncu}) on this machine", file=sys.stderr)
@@ -198,9 +217,22 @@ def main():
     metrics, missing = wanted_metrics(available_metrics(args.ncu))
     if missing:
         print("metrics this GPU does not have (0 on both sides): " + ", ".join(missing))
+    ncu_replay = args.ncu_replay or ("application" if args.replay == "pass" else "kernel")
+    print(f"ncu: {ncu_replay} replay, cache control {args.ncu_cache}; tfhost: by {args.replay}")
     with tempfile.TemporaryDirectory() as tmp:
-        theirs = ncu_kernels(args.ncu, tfhost, metrics, tmp)
-        doc = tfhost_kernels(tfhost, tmp, args.replay)
+        theirs, text = ncu_kernels(args.ncu, tfhost, metrics, tmp, ncu_replay, args.ncu_cache, args.gemm)
+        doc = tfhost_kernels(tfhost, tmp, args.replay, args.gemm)
+    if args.keep:
+        os.makedirs(args.keep, exist_ok=True)
+        with open(os.path.join(args.keep, "ncu.csv"), "w") as f:
+            f.write(text)
+        with open(os.path.join(args.keep, "counted.json"), "w") as f:
+            json.dump(doc, f)
+    return compare(theirs, doc, metrics, missing, args.json)
+
+
+def compare(theirs, doc, metrics, missing, json_path):
+    """Prints the kernels side by side; 1 where something fails, else 0."""
     ours = doc["kernels"]
     rows_by_name = {r.get("name"): r for r in doc.get("rows", []) if r.get("instances") == 1}
     pairs, only_ncu, only_ours = match(theirs, ours)
@@ -219,7 +251,8 @@ def main():
             a, b = qn[key], qo[key]
             small = a < (MIN_FLOPS if key == "flops" else MIN_BYTES)
             d = rel(a, b)
-            verdict = "small" if small else ("FAIL" if d > TOLERANCE else "ok")
+            verdict = ("not judged" if o.get("op") == "clear" else "small" if small
+                       else "FAIL" if d > TOLERANCE else "ok")
             if key == "flops" and uncounted and verdict == "FAIL":
                 verdict = "FAIL (tfhost counted the tensor pipe only)"
             print(f"{(o.get('op') or '-')[:16]:<16} {base_name(o.get('name'))[:40]:<40} {key:<10} {a:>16.6g} "
@@ -242,8 +275,8 @@ def main():
         print("only under ncu: " + ", ".join(base_name(x) for x in only_ncu))
     if only_ours:
         print("only in tfhost's counters: " + ", ".join(base_name(x) for x in only_ours))
-    if args.json:
-        with open(args.json, "w") as f:
+    if json_path:
+        with open(json_path, "w") as f:
             json.dump({"rows": table, "gemm": {"expected": expected, "tfhost": gemm_ours, "ncu": gemm_ncu},
                        "only_ncu": only_ncu, "only_tfhost": only_ours, "failures": failures, "device": doc.get("device"),
                        "metrics": metrics, "missing_metrics": missing}, f, indent=1)

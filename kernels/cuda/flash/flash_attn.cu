@@ -481,7 +481,7 @@ template <int DT> static tf_status tf_flash_backward(tf_cuda_state *st, tf_cuda_
   }
   const int64_t n = rows * p->head_dim;
   p->dq_acc_swizzled = tf_flash_bwd_ws_on(st, p->head_dim);
-  TF_CUDA_CHECK(cudaMemsetAsync(p->dq_acc, 0, (size_t)n * sizeof(float), st->stream));
+  TF_TRY(tf_cuda_memset(st, p->dq_acc, 0, (size_t)n * sizeof(float)));
   if (p->seq_k > 0) TF_TRY(tf_cuda_flash_backward_tc(st, p, (tf_dtype)DT, hd_pad, true));
   if constexpr (DT == TF_F16 || DT == TF_BF16) { /* the tensor-core path: head dims of 8s, 16-byte aligned (tc_ok) */
     tf_flash_dq_convert_kernel<DT><<<tf_cuda_blocks(st, n / 8), TF_CUDA_THREADS, 0, st->stream>>>(*p);
