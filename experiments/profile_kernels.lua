@@ -18,7 +18,7 @@
 --   tfhost experiments/profile_kernels.lua --size tiny --context 32 --trace /tmp/traces   (CPU: host-timed ops)
 --   tfhost experiments/profile_kernels.lua --size small --context 512 --roofline --out /tmp/roof   (GPU counters)
 -- With --roofline, one training step of each implementation is profiled again under the hardware
--- counters (tf.prof.count with metrics = "roofline": the step runs once per counting pass, three
+-- counters (tf.prof.count with metrics = "roofline": the step runs once per counting pass, two
 -- steps in all): where each kernel class stands against the device's ceilings (tf.ceilings), as a
 -- table and as roofline pictures.
 -- On the CPU the defaults are the sizes a CPU finishes in seconds.

@@ -6,13 +6,15 @@
  * memory in use around each run (the cost grows with the memory in use:
  * about 0.1 s a kernel with a few GB allocated on an H200). By passes, the
  * caller runs its work once per pass instead (cupti_counters_pass), and
- * the n-th kernel of every pass adds to the n-th range. By passes, CUPTI
+ * the n-th kernel of every pass adds to the n-th range. By passes (asked
+ * for with sass = true in Lua, which otherwise leaves them out), CUPTI
  * counts no SASS instruction metrics (sm__sass_*, the CUDA cores' FLOPs:
  * an f32 add of 1M elements read 0 FADD, H200, CUDA 13.0; they are counted
  * by patching the kernels' code, which it does when it replays kernels),
  * so those go to one more pass of the work, after the others, that
- * replays each kernel and counts them alone (a pass a kernel for the
- * roofline's nine: no memory saved or restored); the k-th kernel's range
+ * replays each kernel and counts them alone (the roofline's nine in one
+ * replay a kernel, which still cost about 0.2 s a kernel in a process
+ * holding a few GB on an H200); the k-th kernel's range
  * of that pass gives its values to the k-th range of the others (there
  * device-to-device copies make ranges of their own: the launches of that
  * pass, noted in order, say which ranges they are). The ranges are read

@@ -1145,8 +1145,8 @@ function M.start(opts)
 end
 
 --- tf.prof.count(fn, opts) -> a stopped profile with hardware counters:
--- fn() runs once per pass the metrics need (p.counters.passes: 3 for
--- "roofline"), under tf.prof.start(opts) with by_pass = true; the records
+-- fn() runs once per pass the metrics need (p.counters.passes: 2 for
+-- "roofline" on GH100, 3 with sass = true), under tf.prof.start(opts) with by_pass = true; the records
 -- and ranges are those of the first run, each kernel's counters come from
 -- all of them. fn must launch the same kernels each time (a training step,
 -- a forward pass: the values may change, the work may not); where a run
