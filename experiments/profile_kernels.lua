@@ -50,6 +50,9 @@ local opt = tf.options{
   { "out", "the folder --roofline writes its pictures into", default = "profile_kernels", type = "string" },
   { "max_kernels", "kernels --roofline counts in a step (tf.prof.start's max_kernels; past it they are lost)",
     default = 4096, min = 1 },
+  { "sass", "with --roofline, also count the CUDA cores' FLOPs (tf.prof.count's sass = true: one more step with "
+    .. "each kernel replayed, slow where the model holds much memory; without it those FLOPs are left out and the "
+    .. "rows say so)", default = false },
 }
 local sizes = opt.size
 if #sizes == 1 and sizes[1] == "all" then sizes = tf.model.preset_names end
@@ -426,7 +429,7 @@ local function counted_step(size, ctx, impl)
       m:step(ids, targets):free()
       tf.sync()
     end)
-  end, { metrics = "roofline", max_kernels = opt.max_kernels })
+  end, { metrics = "roofline", max_kernels = opt.max_kernels, sass = opt.sass })
   if not counted_ok then
     if tf.mem.is_oom(p) then error(p, 0) end
     return nil, tostring(p)
