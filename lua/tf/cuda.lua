@@ -348,7 +348,7 @@ function M.compile(source, opts)
   local built = build(unit, exprs)
   local mod = setmetatable({
     source = source, file = file, line = line, target = target, device = device, options = unit.options,
-    log = built.log, cached = built.cached, compile_ms = built.ms, cubin = built.cubin,
+    log = built.log, cached = built.cached, compile_ms = built.ms, cubin = built.cubin, code = built.code,
     _unit = unit, _decls = kernels, _builds = {}, _kernels = {}, _quiet = opts.quiet,
   }, Module)
   for i, e in ipairs(exprs) do mod._builds[e] = { entry = built, lowered = built.lowered[i] } end
