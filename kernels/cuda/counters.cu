@@ -249,9 +249,9 @@ struct counting {
  * until the session ends (see the top of this file). Counting by passes,
  * `main` holds the metrics the passes count and `sass` the SASS metrics,
  * counted in one more pass that replays each kernel; `kinds` is that
- * pass's launches in order (1 for a copy, which makes a range of its own
- * there and none by passes, as does the kernel a memset is while kernels
- * are replayed: util.cu). */
+ * pass's launches in order: 0 a kernel, 1 a copy, 2 the kernel a memset
+ * is while kernels are replayed (util.cu); copies and memset kernels make
+ * ranges of their own there and none by passes. */
 struct session {
   CUcontext ctx = NULL;
   int device = 0;
@@ -269,6 +269,7 @@ struct session {
   std::vector<uint8_t> kinds;
 };
 session *current;
+
 /* cuCtxGetCurrent through the runtime (tfhost does not link libcuda). */
 bool current_context(CUcontext *ctx, char *reason, size_t reason_size) {
   typedef CUresult (*get_current_fn)(CUcontext *);
@@ -307,7 +308,7 @@ void device_limits(int device, tf_prof_device_limits *l) {
   l->reserved_shared_per_block = attr(cudaDevAttrReservedSharedMemoryPerBlock);
 }
 
-
+/* Frees c's host object, where it has one. */
 void deinit_host(counting *c) {
   char reason[256];
   const size_t reason_size = sizeof reason;
@@ -621,30 +622,26 @@ bool collect(session *s, double **out, size_t *ranges, char *reason, size_t reas
     snprintf(reason, reason_size, "out of host memory for %zu ranges' counters", *ranges);
     return false;
   }
-  if (has_main)
-    for (size_t r = 0; r < main_r; r++)
-      for (size_t m = 0; m < s->main.metrics.size(); m++)
-        v[r * n + s->main.columns[m]] = main_v[r * s->main.metrics.size() + m];
-  const size_t ns = s->sass.metrics.size();
+  /* range `from` of c's values (NULL: NaN, not counted) into row `to` of v, at c's columns */
+  auto put = [&](const counting &c, const double *values, size_t from, size_t to) {
+    const size_t k = c.metrics.size();
+    for (size_t m = 0; m < k; m++) v[to * n + c.columns[m]] = values ? values[from * k + m] : __builtin_nan("");
+  };
+  for (size_t r = 0; r < main_r; r++) put(s->main, main_v.data(), r, r);
   if (has_sass && !has_main)
-    for (size_t r = 0; r < sass_r; r++)
-      for (size_t m = 0; m < ns; m++) v[r * n + s->sass.columns[m]] = sass_v[r * ns + m];
+    for (size_t r = 0; r < sass_r; r++) put(s->sass, sass_v.data(), r, r);
   if (has_sass && has_main) {
     size_t kernel = 0, r2 = 0;
     for (uint8_t kind : s->kinds) { /* 0 a kernel; a copy, or a memset's kernel: a range of this pass only */
       if (r2 >= sass_r) break;
-      if (kind == 0 && kernel < main_r) {
-        for (size_t m = 0; m < ns; m++) v[kernel * n + s->sass.columns[m]] = sass_v[r2 * ns + m];
-        kernel++;
-      }
+      if (kind == 0 && kernel < main_r) put(s->sass, sass_v.data(), r2, kernel++);
       r2++;
     }
     if (kernel != main_r || r2 != sass_r) {
       /* the passes did not see the same kernels: no SASS value is trusted */
       debug("the SASS pass's %zu ranges (%zu launches) gave %zu kernels for %zu counted: SASS metrics left out",
             sass_r, s->kinds.size(), kernel, main_r);
-      for (size_t r = 0; r < main_r; r++)
-        for (size_t m = 0; m < ns; m++) v[r * n + s->sass.columns[m]] = __builtin_nan("");
+      for (size_t r = 0; r < main_r; r++) put(s->sass, NULL, 0, r);
     }
   }
   *out = v;

@@ -42,6 +42,8 @@ bool tf_cuda_counters_stop(double **values, size_t *ranges, tf_prof_counter_info
 void tf_cuda_counters_launched(int kind);
 /* Whether tfhost's memsets run as a kernel (while the counters replay kernels: util.cu says why). */
 void tf_cuda_set_memsets_as_kernels(bool on);
+/* That kernel's name (util.cu's tf_cuda_memset_kernel), by which prof.cu knows it. */
+#define TF_CUDA_MEMSET_KERNEL "tf_cuda_memset_kernel"
 bool tf_cuda_counter_names(const char *chip, const char *base, const char *const **names, size_t *n, char *reason,
                            size_t reason_size);
 

@@ -351,7 +351,7 @@ void record_launch(CUpti_CallbackId cbid, const CUpti_CallbackData *cb) {
     return;
   }
   /* the kernel a memset runs as while kernels are replayed: not work a pass is checked by */
-  const bool memset_kernel = cb->symbolName && strstr(cb->symbolName, "tf_cuda_memset_kernel");
+  const bool memset_kernel = cb->symbolName && strstr(cb->symbolName, TF_CUDA_MEMSET_KERNEL);
   if (!memset_kernel) pass_launches.fetch_add(1, std::memory_order_relaxed);
   tf_cuda_counters_launched(memset_kernel ? 2 : 0);
   tf_prof_kernel k;

@@ -104,10 +104,9 @@ tf_status tf_cuda_memset(tf_cuda_state *st, void *data, int value, size_t bytes)
     TF_CUDA_CHECK(cudaMemsetAsync(data, value, bytes, st->stream));
     return TF_OK;
   }
-  const size_t blocks = (bytes + TF_CUDA_THREADS - 1) / TF_CUDA_THREADS;
-  tf_cuda_memset_kernel<<<(unsigned)(blocks < 65536 ? blocks : 65536), TF_CUDA_THREADS, 0, st->stream>>>(
+  tf_cuda_memset_kernel<<<tf_cuda_blocks(st, (int64_t)bytes), TF_CUDA_THREADS, 0, st->stream>>>(
       (unsigned char *)data, (unsigned char)value, bytes);
-  return tf_cuda_launched("tf_cuda_memset_kernel");
+  return tf_cuda_launched(TF_CUDA_MEMSET_KERNEL);
 }
 
 /* The traffic count: one for the process, under a lock (launches may come
