@@ -220,7 +220,7 @@ static void tf_l_push_names(lua_State *L, const char *const *names, size_t n) {
 
 /* What p:info().counters says: how counting went, and the device's limits. */
 static void tf_l_push_counter_info(lua_State *L, const tf_prof_counter_info *c) {
-  lua_createtable(L, 0, 14);
+  lua_createtable(L, 0, 15);
   TF_SET_INT(L, "device", c->device);
   TF_SET_STR(L, "chip", c->chip);
   TF_SET_INT(L, "passes", c->passes);
@@ -235,6 +235,7 @@ static void tf_l_push_counter_info(lua_State *L, const tf_prof_counter_info *c) 
   TF_SET_INT(L, "copies", c->copies);
   TF_SET_INT(L, "mismatched", c->mismatched);
   TF_SET_INT(L, "unpaired", c->unpaired);
+  if (c->sass_left_out[0]) TF_SET_STR(L, "sass_left_out", c->sass_left_out);
   TF_SET_INT(L, "start_ns", c->start_ns);
   TF_SET_INT(L, "stop_ns", c->stop_ns);
   const tf_prof_device_limits *l = &c->limits;

@@ -868,6 +868,8 @@ static void tf_prof_pair_counters(tf_prof_session *s) {
   if (s->counters.lost)
     fprintf(stderr, "tf.prof: %llu kernels were not counted (lost: past max_kernels = %zu, or on another device)\n",
             (unsigned long long)s->counters.lost, s->opts.max_kernels);
+  if (s->counters.sass_left_out[0])
+    fprintf(stderr, "tf.prof: the SASS metrics (the CUDA cores' FLOPs) were left out: %s\n", s->counters.sass_left_out);
   free(launches);
 }
 

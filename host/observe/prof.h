@@ -170,6 +170,7 @@ typedef struct tf_prof_counter_info {
   uint64_t copies;     /* ranges that were device-to-device copies (counted on the copy's record) */
   uint64_t mismatched; /* pairs whose gpu__time_duration disagrees with the record's duration */
   uint64_t unpaired;   /* ranges with no launch left to pair with */
+  char sass_left_out[192]; /* by passes with SASS metrics: why their pass's values were left out ("" if kept) */
   int64_t start_ns, stop_ns; /* host time the counters took to set up and to read out */
   tf_prof_device_limits limits;
 } tf_prof_counter_info;

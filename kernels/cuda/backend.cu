@@ -125,10 +125,11 @@ static tf_status tf_cuda_copy(tf_device_ctx *ctx, void *dst, const void *src, si
   if (bytes == 0) return TF_OK;
   TF_TRY(tf_cuda_use_device(ctx));
   tf_cuda_state *st = tf_cuda_state_of(ctx);
-  cudaMemcpyKind kind = dir == TF_COPY_H2D   ? cudaMemcpyHostToDevice
-                        : dir == TF_COPY_D2H ? cudaMemcpyDeviceToHost
-                                             : cudaMemcpyDeviceToDevice;
-  TF_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, st->stream));
+  if (dir == TF_COPY_H2D || dir == TF_COPY_D2H)
+    TF_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, dir == TF_COPY_H2D ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost,
+                                  st->stream));
+  else
+    TF_TRY(tf_cuda_device_copy(st, dst, src, bytes));
   TF_CUDA_CHECK(cudaStreamSynchronize(st->stream));
   return TF_OK;
 }

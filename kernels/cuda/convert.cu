@@ -149,8 +149,7 @@ static tf_status tf_cuda_convert_as(tf_device_ctx *ctx, const tf_tensor *src, tf
   if (src->dtype == dst->dtype) {
     size_t elsize = tf_dtype_size(src->dtype);
     if (p.geom.contiguous) {
-      TF_CUDA_CHECK(cudaMemcpyAsync(p.dst, p.src, (size_t)p.n * elsize, cudaMemcpyDeviceToDevice, st->stream));
-      return TF_OK;
+      return tf_cuda_device_copy(st, p.dst, p.src, (size_t)p.n * elsize);
     }
     return tf_cuda_gather(st, p, elsize);
   }

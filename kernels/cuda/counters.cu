@@ -250,8 +250,8 @@ struct counting {
  * `main` holds the metrics the passes count and `sass` the SASS metrics,
  * counted in one more pass that replays each kernel; `kinds` is that
  * pass's launches in order: 0 a kernel, 1 a copy, 2 the kernel a memset
- * is while kernels are replayed (util.cu); copies and memset kernels make
- * ranges of their own there and none by passes. */
+ * or a copy of tfhost's is in that pass (util.cu); copies and those
+ * kernels make ranges of their own there and none by passes. */
 struct session {
   CUcontext ctx = NULL;
   int device = 0;
@@ -335,6 +335,7 @@ void disable(session *s) {
   (void)CUPTI_CALL(cuptiRangeProfilerDisable, p);
   s->profiler = NULL;
   tf_cuda_set_memsets_as_kernels(false);
+  tf_cuda_set_copies_as_kernels(false);
 }
 
 /* Takes the session down as far as it got; harmless on a partial one. */
@@ -404,6 +405,7 @@ bool enable(session *s, counting *c, char *reason, size_t reason_size) {
   if (!CUPTI_CALL(cuptiRangeProfilerEnable, en)) return false;
   s->profiler = en.pRangeProfilerObject;
   tf_cuda_set_memsets_as_kernels(c->replay == CUPTI_KernelReplay);
+  tf_cuda_set_copies_as_kernels(c == &s->sass && !s->main.metrics.empty());
   auto ds = PARAMS(CUpti_RangeProfiler_GetCounterDataSize_Params);
   ds.pRangeProfilerObject = s->profiler;
   ds.pMetricNames = c->metrics.data();
@@ -607,7 +609,8 @@ bool evaluate(counting *c, const char *what, std::vector<double> *values, size_t
  * kernel (its k-th kernel range for the main's k-th range; its copies'
  * ranges skipped). Where only the SASS metrics were asked for, its ranges
  * as they are (copies included, as replaying kernels makes them). */
-bool collect(session *s, double **out, size_t *ranges, char *reason, size_t reason_size) {
+bool collect(session *s, double **out, size_t *ranges, char *left_out, size_t left_out_size, char *reason,
+             size_t reason_size) {
   const size_t n = s->names.size();
   std::vector<double> main_v, sass_v;
   size_t main_r = 0, sass_r = 0;
@@ -632,15 +635,20 @@ bool collect(session *s, double **out, size_t *ranges, char *reason, size_t reas
     for (size_t r = 0; r < sass_r; r++) put(s->sass, sass_v.data(), r, r);
   if (has_sass && has_main) {
     size_t kernel = 0, r2 = 0;
-    for (uint8_t kind : s->kinds) { /* 0 a kernel; a copy, or a memset's kernel: a range of this pass only */
+    for (uint8_t kind : s->kinds) { /* 0 a kernel; a copy, or a memset's or copy's kernel: a range of this pass only */
       if (r2 >= sass_r) break;
       if (kind == 0 && kernel < main_r) put(s->sass, sass_v.data(), r2, kernel++);
       r2++;
     }
     if (kernel != main_r || r2 != sass_r) {
       /* the passes did not see the same kernels: no SASS value is trusted */
-      debug("the SASS pass's %zu ranges (%zu launches) gave %zu kernels for %zu counted: SASS metrics left out",
-            sass_r, s->kinds.size(), kernel, main_r);
+      size_t by_kind[3] = {0, 0, 0};
+      for (uint8_t kind : s->kinds) by_kind[kind < 3 ? kind : 0]++;
+      snprintf(left_out, left_out_size,
+               "the SASS metrics' pass made %zu ranges for %zu launches (%zu kernels, %zu copies, %zu memset or copy kernels) "
+               "where the other passes counted %zu kernels",
+               sass_r, s->kinds.size(), by_kind[0], by_kind[1], by_kind[2], main_r);
+      debug("%s: SASS metrics left out", left_out);
       for (size_t r = 0; r < main_r; r++) put(s->sass, NULL, 0, r);
     }
   }
@@ -668,7 +676,8 @@ bool cupti_counters_stop(double **values, size_t *ranges, tf_prof_counter_info *
   }
   ok = ok && decode(s, reason, reason_size);
   const int64_t t_decode = tf_clock_ns();
-  ok = ok && collect(s, values, ranges, reason, reason_size);
+  info->sass_left_out[0] = '\0';
+  ok = ok && collect(s, values, ranges, info->sass_left_out, sizeof info->sass_left_out, reason, reason_size);
   const int64_t t_eval = tf_clock_ns();
   info->ranges = ok ? *ranges : 0;
   info->dropped = s->main.metrics.empty() ? s->sass.dropped : s->main.dropped;

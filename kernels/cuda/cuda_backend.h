@@ -38,12 +38,15 @@ bool tf_cuda_counters_pass(bool *done, char *reason, size_t reason_size);
 bool tf_cuda_counters_stop(double **values, size_t *ranges, tf_prof_counter_info *info, char *reason,
                            size_t reason_size);
 /* A launch while counting (prof.cu's launch callbacks): a kernel (0), a device-to-device copy (1), or the
- * kernel that stands for a memset while kernels are replayed (2, util.cu). */
+ * kernel that stands for a memset or a copy while kernels are replayed (2, util.cu). */
 void tf_cuda_counters_launched(int kind);
 /* Whether tfhost's memsets run as a kernel (while the counters replay kernels: util.cu says why). */
 void tf_cuda_set_memsets_as_kernels(bool on);
-/* That kernel's name (util.cu's tf_cuda_memset_kernel), by which prof.cu knows it. */
+/* Whether tfhost's device-to-device copies run as a kernel (in the SASS metrics' pass: util.cu says why). */
+void tf_cuda_set_copies_as_kernels(bool on);
+/* Those kernels' names (util.cu's), by which prof.cu knows them. */
 #define TF_CUDA_MEMSET_KERNEL "tf_cuda_memset_kernel"
+#define TF_CUDA_COPY_KERNEL "tf_cuda_copy_kernel"
 bool tf_cuda_counter_names(const char *chip, const char *base, const char *const **names, size_t *n, char *reason,
                            size_t reason_size);
 

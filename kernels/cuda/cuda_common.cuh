@@ -93,6 +93,9 @@ tf_status tf_cuda_launched(const char *kernel);
 /* cudaMemsetAsync of `bytes` bytes on st's stream; while the hardware
  * counters replay kernels, a kernel that does the same instead (util.cu). */
 tf_status tf_cuda_memset(tf_cuda_state *st, void *data, int value, size_t bytes);
+/* cudaMemcpyAsync of `bytes` bytes from device to device on st's stream; in the hardware counters' SASS
+ * pass, a kernel that does the same instead (util.cu). */
+tf_status tf_cuda_device_copy(tf_cuda_state *st, void *dst, const void *src, size_t bytes);
 
 /* The traffic count (model_kernels.h): the engine's memory-bound launches
  * call tf_cuda_traffic with their kernel's name and the bytes their

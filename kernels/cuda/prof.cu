@@ -350,10 +350,12 @@ void record_launch(CUpti_CallbackId cbid, const CUpti_CallbackData *cb) {
     if (debug_launches) fprintf(stderr, "tf.counters: CUPTI's launch %s left out\n", cb->symbolName);
     return;
   }
-  /* the kernel a memset runs as while kernels are replayed: not work a pass is checked by */
+  /* the kernel a memset runs as while kernels are replayed: not work a pass is checked by (memsets are
+   * not counted); the kernel a copy runs as in the SASS pass: the copy, counted as one */
   const bool memset_kernel = cb->symbolName && strstr(cb->symbolName, TF_CUDA_MEMSET_KERNEL);
+  const bool copy_kernel = cb->symbolName && strstr(cb->symbolName, TF_CUDA_COPY_KERNEL);
   if (!memset_kernel) pass_launches.fetch_add(1, std::memory_order_relaxed);
-  tf_cuda_counters_launched(memset_kernel ? 2 : 0);
+  tf_cuda_counters_launched(memset_kernel || copy_kernel ? 2 : 0);
   tf_prof_kernel k;
   memset(&k, 0, sizeof k);
   from_call(cb, &k);

@@ -109,6 +109,30 @@ tf_status tf_cuda_memset(tf_cuda_state *st, void *data, int value, size_t bytes)
   return tf_cuda_launched(TF_CUDA_MEMSET_KERNEL);
 }
 
+/* In the pass that replays kernels for the SASS metrics alone (counters.cu), some device-to-device
+ * copies make a counted range and others none (seen on an H200, CUDA 13.0: of a fused step's three,
+ * one did), so that the pass's ranges could not be told apart; tfhost's copies are then this kernel,
+ * which always makes one. */
+std::atomic<bool> tf_cuda_copies_as_kernels{false};
+
+extern "C" void tf_cuda_set_copies_as_kernels(bool on) { tf_cuda_copies_as_kernels.store(on); }
+
+__global__ void tf_cuda_copy_kernel(unsigned char *dst, const unsigned char *src, size_t bytes) {
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < bytes; i += (size_t)gridDim.x * blockDim.x)
+    dst[i] = src[i];
+}
+
+tf_status tf_cuda_device_copy(tf_cuda_state *st, void *dst, const void *src, size_t bytes) {
+  if (bytes == 0) return TF_OK;
+  if (!tf_cuda_copies_as_kernels.load(std::memory_order_relaxed)) {
+    TF_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, st->stream));
+    return TF_OK;
+  }
+  tf_cuda_copy_kernel<<<tf_cuda_blocks(st, (int64_t)bytes), TF_CUDA_THREADS, 0, st->stream>>>(
+      (unsigned char *)dst, (const unsigned char *)src, bytes);
+  return tf_cuda_launched(TF_CUDA_COPY_KERNEL);
+}
+
 /* The traffic count: one for the process, under a lock (launches may come
  * from several host threads; tf_cuda_traffic_on changes under it too);
  * kernels past TF_TRAFFIC_KERNELS names are not counted, which the count's

@@ -115,5 +115,5 @@ for _, r in ipairs(p:kernels{ range = "ncu kernels", by = "name" }) do
     dram_read = r.dram_read, dram_write = r.dram_write }
 end
 tf.json.write(opt.counters, { kernels = tf.json.array(out), rows = tf.json.array(by_name), gemm = { m = n, n = n, k = n },
-  device = tf.device() }, { indent = true })
+  replay = opt.replay, device = tf.device() }, { indent = true })
 print(string.format("ncu_kernels.lua: %d kernels counted (%s replay), written to %s", #out, opt.replay, opt.counters))

@@ -225,6 +225,7 @@ T.test("tf.prof.count: a fused step run once a pass counts what kernel replay co
   end)
   T.eq(with_sass.counters.passes, c.passes + 1, "one more pass for the SASS metrics")
   T.eq(with_sass.counters.mismatched, 0)
+  T.eq(with_sass.counters.sass_left_out, nil, "the SASS pass's values kept")
   local a, b, d = class_counts(replayed), class_counts(by_pass), class_counts(with_sass)
   a.memset = nil
   for cls, x in pairs(a) do

@@ -204,7 +204,8 @@ T.test("tensor maps: the plan reverses to innermost first and refuses what the d
   refused({ 100, 200 }, { 200, 1 }, "i32", { box = { 8, 8 }, oob = "nan" }, "needs a floating-point tensor")
   refused({ 100, 200 }, { 200, 1 }, "f32", { box = { 8, 8 }, tile = 1 }, "unknown option 'tile'")
   refused({ 2, 2, 2, 2, 2, 2 }, { 32, 16, 8, 4, 2, 1 }, "f32", { box = { 1, 1, 1, 1, 1, 4 } }, "6 dimensions")
-  T.raises(function() tf.cuda.tensor_map(tf.zeros(16, 16), { box = { 8, 8 } }) end, "the tensor must be on a GPU")
+  T.raises(function() tf.cuda.tensor_map(tf.zeros({ 16, 16 }, { device = "cpu" }), { box = { 8, 8 } }) end,
+    "the tensor must be on a GPU")
 end)
 
 T.test("errors are at the script's lines: a long string's third line", function()
