@@ -242,14 +242,7 @@ static int tf_l_st_load_into(lua_State *L) {
   return 1;
 }
 
-/* tf.safetensors.direct_bytes() -> the bytes this process has read past the page cache. */
-static int tf_l_st_direct_bytes(lua_State *L) {
-  lua_pushinteger(L, (lua_Integer)tf_safetensors_direct_bytes());
-  return 1;
-}
-
 static const luaL_Reg tf_safetensors_functions[] = {
-    {"direct_bytes", tf_l_st_direct_bytes},
     {"load_into", tf_l_st_load_into},
     {"load", tf_l_st_load},
     {"save", tf_l_st_save},

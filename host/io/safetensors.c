@@ -7,7 +7,7 @@
  * tile the data buffer with no gap, overlap or trailing byte (the rules of
  * the reference implementation). Only then is data read. */
 #ifdef __linux__
-#define _GNU_SOURCE /* sync_file_range, O_DIRECT */
+#define _GNU_SOURCE /* sync_file_range */
 #endif
 #include "safetensors.h"
 
@@ -21,7 +21,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <unistd.h>
@@ -390,9 +389,6 @@ static tf_status tf_st_parse_checksums(const char *path, tf_safetensors_file *f)
  * (the bus's full rate) while other workers read or write. Each tensor's
  * checksum is its bytes hashed in order, whatever worker moves it. */
 enum { TF_ST_CHUNK = 32u << 20, TF_ST_WORKERS = 8 };
-/* Reading past the page cache (O_DIRECT) needs offsets, sizes and buffers on this boundary; a chunk read
- * that way spans one more block at each end. */
-enum { TF_ST_ALIGN = 4096, TF_ST_BUF = TF_ST_CHUNK + 2 * TF_ST_ALIGN, TF_ST_DIRECT_MIN = 1u << 20 };
 
 typedef struct tf_st_pool tf_st_pool;
 /* Moves item i; buf is the worker's page-locked chunk (NULL when no item is on a device). */
@@ -402,7 +398,6 @@ struct tf_st_pool {
   tf_st_task task;
   void *job;
   bool staged;          /* some item is on a device: every worker gets a chunk of page-locked memory */
-  bool buffered;        /* every worker gets a chunk all the same (for reads past the page cache) */
   tf_device device;     /* the device whose backend makes it */
   pthread_mutex_t lock;
   tf_status status;     /* the first failure, and its message */
@@ -421,12 +416,7 @@ static void tf_st_pool_fail(tf_st_pool *p, tf_status st) {
 static void *tf_st_worker(void *arg) {
   tf_st_pool *p = arg;
   unsigned char *buf = NULL;
-  tf_status st = TF_OK;
-  if (p->staged) {
-    st = tf_device_host_alloc(p->device, TF_ST_BUF, (void **)&buf);
-  } else if (p->buffered && posix_memalign((void **)&buf, TF_ST_ALIGN, TF_ST_BUF) != 0) {
-    buf = NULL; /* this worker reads through the page cache */
-  }
+  tf_status st = p->staged ? tf_device_host_alloc(p->device, TF_ST_CHUNK, (void **)&buf) : TF_OK;
   while (st == TF_OK) {
     pthread_mutex_lock(&p->lock);
     int i = p->status == TF_OK && p->next < p->items ? p->next++ : -1;
@@ -435,8 +425,7 @@ static void *tf_st_worker(void *arg) {
     st = p->task(p, i, buf);
   }
   if (st != TF_OK) tf_st_pool_fail(p, st);
-  if (buf && p->staged) tf_device_host_free(p->device, buf);
-  else free(buf);
+  if (buf) tf_device_host_free(p->device, buf);
   return NULL;
 }
 
@@ -471,70 +460,14 @@ static tf_status tf_st_device_copy(const tf_tensor *t, void *dst, const void *sr
   return ctx->backend->copy(ctx, dst, src, len, dir);
 }
 
-/* Reading: the entries from[i] of the file into the tensors dsts[i]. A tensor of at least
- * TF_ST_DIRECT_MIN bytes that is mostly not in the page cache (the file mapped, its pages asked with
- * mincore) is read with O_DIRECT on direct_fd: a cold checkpoint then reaches the disk's rate with
- * several readers (the page cache's read-ahead held them under it), and one in the page cache is still
- * read from there. TF_CHECKPOINT_DIRECT=0 reads everything through the page cache. */
+/* Reading: the entries from[i] of the file into the tensors dsts[i]. */
 typedef struct tf_st_read_job {
   const char *path;
-  int fd, direct_fd; /* direct_fd -1: none */
-  unsigned char *map; /* the file mapped (NULL: none), for mincore */
-  size_t map_len;
+  int fd;
   uint64_t data_start;
   const tf_safetensors_entry *const *from;
   tf_tensor *const *dsts;
 } tf_st_read_job;
-
-/* Bytes read past the page cache by this process (tf_safetensors_direct_bytes). */
-static uint64_t tf_st_direct_total;
-
-uint64_t tf_safetensors_direct_bytes(void) { return __atomic_load_n(&tf_st_direct_total, __ATOMIC_RELAXED); }
-
-/* Whether most of the file's bytes [at, at + n) are not in the page cache. */
-static bool tf_st_cold(const tf_st_read_job *j, uint64_t at, size_t n) {
-  if (!j->map || at + n > j->map_len) return false;
-  const long page = sysconf(_SC_PAGESIZE);
-  const uint64_t first = at / (uint64_t)page, last = (at + n - 1) / (uint64_t)page;
-  const size_t pages = (size_t)(last - first + 1);
-  unsigned char *vec = malloc(pages);
-  if (!vec) return false;
-  size_t resident = 0;
-  if (mincore(j->map + first * (uint64_t)page, pages * (size_t)page, vec) == 0) {
-    for (size_t i = 0; i < pages; i++) resident += vec[i] & 1;
-  } else {
-    resident = pages; /* not known: read as before */
-  }
-  free(vec);
-  return resident * 2 < pages;
-}
-
-/* Reads the file's bytes [at, at + len) past the page cache into buf (TF_ST_BUF bytes, aligned), the
- * blocks around them included; *data: where they begin in buf. False where this file system refuses
- * (EINVAL: then read through the page cache); an I/O error or a short file is a failure in *st. */
-static bool tf_st_pread_direct(const tf_st_read_job *j, unsigned char *buf, size_t len, uint64_t at,
-                               const char *name, unsigned char **data, tf_status *st) {
-  const uint64_t from = at & ~(uint64_t)(TF_ST_ALIGN - 1);
-  const size_t head = (size_t)(at - from), need = head + len;
-  const size_t want = (need + TF_ST_ALIGN - 1) & ~(size_t)(TF_ST_ALIGN - 1);
-  size_t done = 0;
-  *st = TF_OK;
-  while (done < need) {
-    ssize_t got = pread(j->direct_fd, buf + done, want - done, (off_t)(from + done));
-    if (got < 0 && errno == EINTR) continue;
-    if (got < 0 && errno == EINVAL && done == 0) return false;
-    if (got <= 0) {
-      char nb[300];
-      *st = tf_st_fail(TF_ERR_IO, j->path, "cannot read the data of tensor '%s': %s", tf_st_show(name, nb, sizeof nb),
-                       got < 0 ? strerror(errno) : "unexpected end of file (was the file changed while reading?)");
-      return true;
-    }
-    done += (size_t)got;
-  }
-  *data = buf + head;
-  __atomic_add_fetch(&tf_st_direct_total, (uint64_t)len, __ATOMIC_RELAXED);
-  return true;
-}
 
 static tf_status tf_st_pread(const char *path, int fd, void *dst, size_t len, uint64_t at, const char *name) {
   char nb[300];
@@ -558,24 +491,14 @@ static tf_status tf_st_read_task(tf_st_pool *p, int i, unsigned char *buf) {
   const bool on_cpu = dst->device.type == TF_DEV_CPU;
   tf_xxh64_state h;
   tf_xxh64_init(&h, 0);
-  const uint64_t start = j->data_start + e->begin;
-  bool direct = buf && j->direct_fd >= 0 && n >= TF_ST_DIRECT_MIN && tf_st_cold(j, start, n);
-  /* through the page cache, the kernel reads the whole tensor ahead while the chunks are hashed and copied */
-  if (!direct) (void)posix_fadvise(j->fd, (off_t)start, (off_t)n, POSIX_FADV_WILLNEED);
+  /* the kernel reads the whole tensor ahead while the chunks are hashed and copied */
+  (void)posix_fadvise(j->fd, (off_t)(j->data_start + e->begin), (off_t)n, POSIX_FADV_WILLNEED);
   for (size_t off = 0; off < n; off += TF_ST_CHUNK) {
     const size_t len = n - off < TF_ST_CHUNK ? n - off : TF_ST_CHUNK;
-    unsigned char *data = NULL;
-    tf_status st = TF_OK;
-    if (direct && !tf_st_pread_direct(j, buf, len, start + off, e->name, &data, &st)) direct = false;
-    TF_TRY(st);
-    if (data) {
-      if (on_cpu) memcpy(mem + off, data, len);
-    } else {
-      data = on_cpu ? mem + off : buf;
-      TF_TRY(tf_st_pread(j->path, j->fd, data, len, start + off, e->name));
-    }
-    if (e->has_checksum) tf_xxh64_update(&h, data, len);
-    if (!on_cpu) TF_TRY(tf_st_device_copy(dst, mem + off, data, len, TF_COPY_H2D));
+    unsigned char *into = on_cpu ? mem + off : buf;
+    TF_TRY(tf_st_pread(j->path, j->fd, into, len, j->data_start + e->begin + off, e->name));
+    if (e->has_checksum) tf_xxh64_update(&h, into, len);
+    if (!on_cpu) TF_TRY(tf_st_device_copy(dst, mem + off, buf, len, TF_COPY_H2D));
   }
   char nb[300];
   if (e->has_checksum && tf_xxh64_digest(&h) != e->checksum)
@@ -588,25 +511,11 @@ static tf_status tf_st_read_task(tf_st_pool *p, int i, unsigned char *buf) {
 /* Reads n entries of an open file into their tensors, several at a time. */
 static tf_status tf_st_read_all(const char *path, FILE *fh, uint64_t data_start, const tf_safetensors_entry *const *from,
                                 tf_tensor *const *dsts, int n) {
-  tf_st_read_job job = {.path = path, .fd = fileno(fh), .direct_fd = -1, .data_start = data_start, .from = from,
-                        .dsts = dsts};
+  tf_st_read_job job = {path, fileno(fh), data_start, from, dsts};
   (void)posix_fadvise(job.fd, 0, 0, POSIX_FADV_SEQUENTIAL);
-  const char *env = getenv("TF_CHECKPOINT_DIRECT");
-  struct stat sb;
-  if (!(env && strcmp(env, "0") == 0) && fstat(job.fd, &sb) == 0 && sb.st_size >= TF_ST_DIRECT_MIN) {
-    void *map = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_SHARED, job.fd, 0);
-    if (map != MAP_FAILED) {
-      job.map = map;
-      job.map_len = (size_t)sb.st_size;
-      job.direct_fd = open(path, O_RDONLY | O_DIRECT | O_CLOEXEC); /* -1 where the file system has none */
-    }
-  }
-  tf_st_pool pool = {.items = n, .task = tf_st_read_task, .job = &job, .buffered = job.direct_fd >= 0};
+  tf_st_pool pool = {.items = n, .task = tf_st_read_task, .job = &job};
   tf_st_pool_device(&pool, dsts, n);
-  tf_status st = tf_st_pool_run(&pool);
-  if (job.direct_fd >= 0) close(job.direct_fd);
-  if (job.map) munmap(job.map, job.map_len);
-  return st;
+  return tf_st_pool_run(&pool);
 }
 
 /* ---- reading ------------------------------------------------------------------ */

@@ -57,10 +57,6 @@ tf_status tf_safetensors_read_header(const char *path, tf_safetensors_file **out
 tf_status tf_safetensors_read_into(const char *path, const char *const *names, tf_tensor *const *dsts, int n,
                                    tf_safetensors_file **header);
 
-/* The bytes this process has read past the page cache (O_DIRECT: tensors of 1 MiB or more mostly not
- * in the cache, where the file system allows it). */
-uint64_t tf_safetensors_direct_bytes(void);
-
 /* Frees the file and drops its references to the tensors; NULL is fine. */
 void tf_safetensors_free(tf_safetensors_file *f);
 

@@ -368,9 +368,7 @@ function M.restore(path, state)
       sharded and "sharded" or "not sharded")
   end
   local opt = restore_optimizer(m, main.optimizer, path)
-  local t0, direct0 = t.now(), t.safetensors.direct_bytes()
   restore_tensors(m, main, path, mine, h)
-  local seconds, direct = (t.now() - t0) / 1e3, t.safetensors.direct_bytes() - direct0
   local data = h.data or {}
   for name, ds in pairs(sets) do
     if not data[name] then
@@ -391,8 +389,7 @@ function M.restore(path, state)
   end
   m._has_loss = false
   return { format = main.format, step = main.step, world = main.world, model = main.model,
-    optimizer = main.optimizer, data = data, extra = main.extra, optimizer_object = opt, seconds = seconds,
-    direct_bytes = direct }
+    optimizer = main.optimizer, data = data, extra = main.extra, optimizer_object = opt }
 end
 
 --- tf.checkpoint.load(path [, {device, data}]) -> model, info: a new model

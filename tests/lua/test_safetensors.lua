@@ -212,55 +212,6 @@ T.test("tensors larger than a transfer chunk (32 MB) and many at once, moved by 
   os.remove(path)
 end)
 
--- Drops path's pages from the page cache (they are clean once synced): GNU dd's nocache.
-local function evict(path)
-  return os.execute("sync '" .. path .. "' && dd if='" .. path .. "' iflag=nocache count=0 status=none")
-end
-
-T.test("tensors not in the page cache are read past it (O_DIRECT): the same bytes, checksums checked", function()
-  local path = tmpfile()
-  -- a small tensor first, so that the big ones start off a block boundary; one spans two chunks
-  local tensors = { a = tf.randn(3, cpu), big = tf.randn(9 * 2 ^ 20 + 3, cpu), mid = tf.randn(2 ^ 18 + 5, cpu) }
-  st.save(path, tensors, nil, { checksums = true })
-  if not evict(path) then T.skip_test("no GNU dd here to drop a file from the page cache") end
-  local devices = { "cpu" }
-  if tf.cuda.is_available() then devices[2] = "cuda" end
-  local want = (9 * (1 << 20) + 3 + (1 << 18) + 5) * 4
-  for _, d in ipairs(devices) do
-    evict(path)
-    local before = st.direct_bytes()
-    local back = st.load(path, { device = d })
-    local direct = st.direct_bytes() - before
-    if direct == 0 and d == "cpu" then
-      T.skip_test("this file system (" .. path .. ") reads nothing past the page cache")
-    end
-    T.eq(direct, want, "the two big tensors' bytes read past the page cache, onto " .. d)
-    for name, t in pairs(tensors) do T.eq((back[name]:to("cpu") - t:to("cpu")):abs():max():item(), 0.0, name .. " on " .. d) end
-    -- once the file is in the page cache (read through it: O_DIRECT put nothing there), from there
-    local fh = assert(io.open(path, "rb"))
-    repeat until not fh:read(1 << 20)
-    fh:close()
-    before = st.direct_bytes()
-    st.load(path, { device = d })
-    T.eq(st.direct_bytes() - before, 0, "a file in the page cache is read from it")
-  end
-  -- a changed byte in the second chunk of the big tensor, the file then dropped from the cache
-  local info = st.read_header(path)
-  local f = assert(io.open(path, "r+b"))
-  local n = string.unpack("<I8", f:read(8))
-  local at = 8 + n + info.big.offsets[1] + 33 * 2 ^ 20 + 5
-  f:seek("set", at)
-  local b = f:read(1)
-  f:seek("set", at)
-  f:write(string.char(b:byte() ~ 4))
-  f:close()
-  evict(path)
-  local before = st.direct_bytes()
-  T.raises(function() st.load(path, cpu) end, "tensor 'big': its 37748748 bytes do not match the checksum")
-  T.ok(st.direct_bytes() > before, "read past the page cache")
-  os.remove(path)
-end)
-
 T.test("saving nothing, overwriting, and argument errors", function()
   local path = tmpfile()
   st.save(path, {})
