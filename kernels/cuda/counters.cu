@@ -265,10 +265,12 @@ struct session {
   size_t max_kernels = 0;
   bool by_pass = false;
   size_t passes = 0, passes_done = 0;
-  std::mutex kinds_lock;
   std::vector<uint8_t> kinds;
 };
+/* The session counting, if any; launches (from any host thread) read it, and what it notes, under
+ * current_lock, which its start and stop take to set it. */
 session *current;
+std::mutex current_lock;
 
 /* cuCtxGetCurrent through the runtime (tfhost does not link libcuda). */
 bool current_context(CUcontext *ctx, char *reason, size_t reason_size) {
@@ -504,7 +506,10 @@ bool cupti_counters_start(const char *const *metrics, size_t num_metrics, size_t
     teardown(s);
     return false;
   }
-  current = s;
+  {
+    std::lock_guard<std::mutex> hold(current_lock);
+    current = s;
+  }
   info->device = s->device;
   snprintf(info->chip, sizeof info->chip, "%s", s->chip.c_str());
   info->passes = passes;
@@ -660,8 +665,12 @@ bool cupti_counters_stop(double **values, size_t *ranges, tf_prof_counter_info *
                          size_t reason_size) {
   *values = NULL;
   *ranges = 0;
-  session *s = current;
-  current = NULL;
+  session *s;
+  {
+    std::lock_guard<std::mutex> hold(current_lock);
+    s = current;
+    current = NULL;
+  }
   if (!s) {
     snprintf(reason, reason_size, "hardware counters are not running");
     return false;
@@ -694,9 +703,9 @@ bool cupti_counters_stop(double **values, size_t *ranges, tf_prof_counter_info *
 
 /* A launch while counting (prof.cu): in the SASS metrics' pass, noted in order. */
 void cupti_counters_launched(int kind) {
+  std::lock_guard<std::mutex> hold(current_lock);
   session *s = current;
   if (!s || s->active != &s->sass || !s->started || s->main.metrics.empty()) return;
-  std::lock_guard<std::mutex> hold(s->kinds_lock);
   s->kinds.push_back((uint8_t)kind);
 }
 
