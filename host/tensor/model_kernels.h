@@ -301,6 +301,7 @@ typedef struct tf_decode_attention_args {
   const void *k_cache, *v_cache;
   void *out;
   float *partial;
+  int keys_at_once; /* GPU: keys a warp scores before its softmax update, 1 or 8; 0: TF_DECODE_KEYS's (default 1) */
 } tf_decode_attention_args;
 
 /* FP8 training's casts (the engine's precision "fp8", model_fp8.c).

@@ -9,14 +9,17 @@
  * 0 .. *pos, a block per (stretch, row and head): the keys are cut into
  * `splits` fixed stretches so that at batch 1 the GPU is filled (a few
  * heads alone would leave most multiprocessors idle). The block's four
- * warps take every fourth key of the stretch, each lane eight elements of
- * the head at most (head_dim <= 256): the dot product is a warp sum, the
- * softmax online (running max, sum, weighted values) in f32; the warps'
- * results merge in shared memory into the stretch's partial result, and a
- * second kernel merges the stretches in order into the output row. */
+ * warps take every fourth key (or group of eight keys: keys_at_once) of
+ * the stretch, each lane eight elements of the head at most (head_dim <=
+ * 256): the dot product is a warp sum, the softmax online (running max,
+ * sum, weighted values) in f32; the warps' results merge in shared memory
+ * into the stretch's partial result, and a second kernel merges the
+ * stretches in order into the output row. */
 #include "cuda_common.cuh"
 
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "rope.h"
 
@@ -70,8 +73,14 @@ tf_status tf_cuda_kv_append(tf_device_ctx *ctx, const tf_kv_append_args *a) {
 enum { TF_DECODE_WARPS = 4, TF_DECODE_PER_LANE = 8, TF_DECODE_MAX_HD = 32 * TF_DECODE_PER_LANE };
 
 /* Block (s, bh): stretch s of row-and-head bh into its partial result
- * (max, sum, weighted values). */
-template <int DT> __global__ void __launch_bounds__(32 * TF_DECODE_WARPS) tf_cuda_decode_stretch_kernel(tf_decode_attention_args a) {
+ * (max, sum, weighted values). Each warp takes G keys at a time (every
+ * G * warps-th group of the stretch): with G = 1 a key's score, then its
+ * softmax update, one key after the other; with G = 8 the eight keys'
+ * loads and dot products are in flight together and the running values
+ * are rescaled once a group (a batch-1 decode step is bound by these
+ * kernels' latency, not their bytes). */
+template <int DT, int G>
+__global__ void __launch_bounds__(32 * TF_DECODE_WARPS) tf_cuda_decode_stretch_kernel(tf_decode_attention_args a) {
   typedef tf_cuda_dtype<DT> D;
   typedef typename D::storage S;
   __shared__ float sm_max[TF_DECODE_WARPS], sm_sum[TF_DECODE_WARPS];
@@ -91,22 +100,46 @@ template <int DT> __global__ void __launch_bounds__(32 * TF_DECODE_WARPS) tf_cud
   }
   const float scale = (float)a.scale;
   float mx = -INFINITY, sum = 0.0f;
-  for (int64_t j = lo + warp; j < hi; j += TF_DECODE_WARPS) {
-    float dot = 0.0f;
+  for (int64_t base = lo + (int64_t)warp * G; base < hi; base += (int64_t)G * TF_DECODE_WARPS) {
+    float score[G];
 #pragma unroll
-    for (int e = 0; e < TF_DECODE_PER_LANE; e++) {
-      const int64_t i = lane + 32 * e;
-      if (i < hd) dot += qr[e] * D::load(kc[j * hd + i]);
+    for (int g = 0; g < G; g++) {
+      const int64_t j = base + g;
+      float dot = 0.0f;
+      if (j < hi) {
+#pragma unroll
+        for (int e = 0; e < TF_DECODE_PER_LANE; e++) {
+          const int64_t i = lane + 32 * e;
+          if (i < hd) dot += qr[e] * D::load(kc[j * hd + i]);
+        }
+      }
+      score[g] = dot;
     }
 #pragma unroll
-    for (int o = 16; o > 0; o /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, o);
-    const float score = dot * scale, next = fmaxf(mx, score);
-    const float old = expf(mx - next), w = expf(score - next);
-    sum = sum * old + w;
+    for (int g = 0; g < G; g++) {
 #pragma unroll
-    for (int e = 0; e < TF_DECODE_PER_LANE; e++) {
-      const int64_t i = lane + 32 * e;
-      if (i < hd) acc[e] = acc[e] * old + w * D::load(vc[j * hd + i]);
+      for (int o = 16; o > 0; o /= 2) score[g] += __shfl_xor_sync(0xffffffffu, score[g], o);
+      score[g] *= scale;
+    }
+    float next = mx;
+#pragma unroll
+    for (int g = 0; g < G; g++)
+      if (base + g < hi) next = fmaxf(next, score[g]);
+    const float old = expf(mx - next);
+    sum = sum * old;
+#pragma unroll
+    for (int e = 0; e < TF_DECODE_PER_LANE; e++) acc[e] = acc[e] * old;
+#pragma unroll
+    for (int g = 0; g < G; g++) {
+      const int64_t j = base + g;
+      if (j >= hi) continue;
+      const float w = expf(score[g] - next);
+      sum += w;
+#pragma unroll
+      for (int e = 0; e < TF_DECODE_PER_LANE; e++) {
+        const int64_t i = lane + 32 * e;
+        if (i < hd) acc[e] += w * D::load(vc[j * hd + i]);
+      }
     }
     mx = next;
   }
@@ -159,7 +192,14 @@ template <int DT> __global__ void __launch_bounds__(TF_CUDA_THREADS) tf_cuda_dec
 template <int DT> static tf_status tf_cuda_decode_attention_typed(tf_cuda_state *st, const tf_decode_attention_args *a) {
   const int64_t rows = a->batch * a->heads;
   if (rows == 0) return TF_OK;
-  tf_cuda_decode_stretch_kernel<DT><<<dim3((unsigned)a->splits, (unsigned)rows), 32 * TF_DECODE_WARPS, 0, st->stream>>>(*a);
+  const dim3 grid((unsigned)a->splits, (unsigned)rows);
+  /* keys_at_once 0: the environment's TF_DECODE_KEYS (8, or else 1: eight at once is not yet the default,
+   * its speed not yet measured) */
+  static const bool eight = getenv("TF_DECODE_KEYS") && strcmp(getenv("TF_DECODE_KEYS"), "8") == 0;
+  if (a->keys_at_once == 8 || (a->keys_at_once == 0 && eight))
+    tf_cuda_decode_stretch_kernel<DT, 8><<<grid, 32 * TF_DECODE_WARPS, 0, st->stream>>>(*a);
+  else
+    tf_cuda_decode_stretch_kernel<DT, 1><<<grid, 32 * TF_DECODE_WARPS, 0, st->stream>>>(*a);
   TF_TRY(tf_cuda_launched("decode attention kernel"));
   tf_cuda_decode_merge_kernel<DT><<<(unsigned)rows, 128, 0, st->stream>>>(*a);
   return tf_cuda_launched("decode attention merge kernel");
@@ -170,6 +210,8 @@ tf_status tf_cuda_decode_attention(tf_device_ctx *ctx, const tf_decode_attention
   if (a->head_dim > TF_DECODE_MAX_HD)
     return tf_fail(TF_ERR_ARG, "decode_attention: head_dim %lld is above the kernel's %d", (long long)a->head_dim,
                    TF_DECODE_MAX_HD);
+  if (a->keys_at_once != 0 && a->keys_at_once != 1 && a->keys_at_once != 8)
+    return tf_fail(TF_ERR_ARG, "decode_attention: keys_at_once is 1 or 8, not %d", a->keys_at_once);
   if (a->splits < 1 || a->splits > 65535 || a->batch * a->heads > 65535)
     return tf_fail(TF_ERR_ARG, "decode_attention: %lld stretches of %lld rows and heads do not fit the grid",
                    (long long)a->splits, (long long)(a->batch * a->heads));

@@ -728,7 +728,7 @@ static bool model_same(const char *what, tf_dtype d, const tf_tensor *g, const t
  * then decode_attention of B H queries over pos + seq keys, on random
  * caches (the positions before pos hold random keys and values). */
 static void decode_case(tf_dtype d, int64_t B, int64_t H, int64_t hd, int64_t max_len, int64_t seq, int64_t pos,
-                        int64_t splits) {
+                        int64_t splits, int keys) {
   const int64_t cache = B * H * max_len * hd;
   flat_pair pc, ps;
   rope_tables(max_len, hd, &pc, &ps);
@@ -751,7 +751,7 @@ static void decode_case(tf_dtype d, int64_t B, int64_t H, int64_t hd, int64_t ma
   flat_pair qd = flat_pair_randn(B * H * hd, d, 1.0, 0), out = flat_pair_zeros(B * H * hd, d);
   flat_pair part = flat_pair_zeros(B * H * splits * (hd + 2), TF_F32);
   tf_decode_attention_args at = {.batch = B, .heads = H, .head_dim = hd, .max_len = max_len, .splits = splits,
-                                 .scale = 1.0 / sqrt((double)hd), .dtype = d};
+                                 .scale = 1.0 / sqrt((double)hd), .dtype = d, .keys_at_once = keys};
 #define AT_PTRS(P) at.pos = P(pl), at.q = P(qd), at.k_cache = P(kc), at.v_cache = P(vc), at.out = P(out), \
                    at.partial = P(part)
   AT_PTRS(CP);
@@ -765,14 +765,17 @@ static void decode_case(tf_dtype d, int64_t B, int64_t H, int64_t hd, int64_t ma
 }
 
 static void test_decode_kernels(void) {
-  for (int i = 0; i < 3; i++) {
-    const tf_dtype d = DTYPES[i];
-    decode_case(d, 1, 4, 64, 64, 1, 0, 2);     /* the first position: one key, the other stretches empty */
-    decode_case(d, 1, 32, 80, 300, 1, 211, 8); /* 2.7B's head size, a stretch cut mid-way */
-    decode_case(d, 3, 4, 128, 96, 5, 17, 3);   /* a prefill's append of 5 tokens */
-    decode_case(d, 16, 12, 64, 128, 1, 127, 1); /* the last position, one stretch */
-    if (!small_run) decode_case(d, 2, 8, 256, 1024, 1, 1000, 16);
-  }
+  /* each case with the warps scoring one key at a time and eight at once (keys_at_once) */
+  for (int i = 0; i < 3; i++)
+    for (int keys = 1; keys <= 8; keys += 7) {
+      const tf_dtype d = DTYPES[i];
+      decode_case(d, 1, 4, 64, 64, 1, 0, 2, keys);     /* the first position: one key, the other stretches empty */
+      decode_case(d, 1, 32, 80, 300, 1, 211, 8, keys); /* 2.7B's head size, a stretch cut mid-way */
+      decode_case(d, 3, 4, 128, 96, 5, 17, 3, keys);   /* a prefill's append of 5 tokens */
+      decode_case(d, 16, 12, 64, 128, 1, 127, 1, keys); /* the last position, one stretch */
+      decode_case(d, 1, 4, 64, 70, 1, 68, 1, keys);    /* 69 keys: a last group of eight cut to five */
+      if (!small_run) decode_case(d, 2, 8, 256, 1024, 1, 1000, 16, keys);
+    }
 }
 
 /* Generation on both devices from one seed: the prefill's and each decode
