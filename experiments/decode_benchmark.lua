@@ -8,6 +8,7 @@
 --   tfhost experiments/decode_benchmark.lua                            (small..2.7B, batch 1 and 16, bf16)
 --   tfhost experiments/decode_benchmark.lua --size 2.7B --batch 1 --json decode.json
 --   tfhost experiments/decode_benchmark.lua --hf hf_generate.json     (the reference's rows beside)
+--   tfhost experiments/decode_benchmark.lua --size 2.7B --batch 1 --profile   (where a step's time goes)
 local opt = tf.options{
   description = "Prefill time and decode tokens/s of m:generate against the memory-bandwidth limit.",
   { "size", "model sizes (small, medium, large, xl, 2.7B; tiny for a quick CPU run)",
@@ -20,6 +21,8 @@ local opt = tf.options{
   { "target", "the fraction of the bandwidth limit decode should reach at batch 1", default = 0.8, min = 0 },
   { "hf", "a results file of tests/reference/hf_generate.py: its tokens/s beside ours", type = "string" },
   { "graphs", "CUDA graph replay of the decode step", default = true },
+  { "profile", "after the timing, one more generation under tf.prof: a decode step's kernel time by class "
+    .. "and the kernels that take the most", default = false },
   { "json", "also write the rows (with the environment) to this file", type = "string" },
 }
 
@@ -43,6 +46,33 @@ local function step_bytes(cfg, es, batch, pos)
   local d, f, L, V = cfg.d_model, cfg.d_ff, cfg.num_layers, cfg.vocab_size
   local weights = (L * (4 * d * d + 3 * d * f) + V * d) * es
   return weights, 2 * L * batch * d * (pos + 1) * es
+end
+
+-- One more generation under the kernel profiler: the kernels inside the engine's "decode step" ranges
+-- (the prefill's left out), by class and by name, per step; into row.profile too.
+local profiles = {}
+local function profile_step(m, prompt, size, batch, row)
+  local p = tf.prof.start()
+  local _, st = m:generate(prompt, { max_new_tokens = opt.new_tokens })
+  tf.sync()
+  p:stop()
+  local steps = st.decode_steps
+  local function per_step(list, n)
+    local total, out = 0, {}
+    for _, r in ipairs(list) do total = total + r.total_ms end
+    table.sort(list, function(a, b) return a.total_ms > b.total_ms end)
+    for i = 1, math.min(n, #list) do
+      local r = list[i]
+      out[i] = { name = r.name, class = r.class, per_step = r.instances / steps, us = r.total_ms * 1e3 / steps,
+        pct = total > 0 and 100 * r.total_ms / total or 0 }
+    end
+    return out, total * 1e3 / steps
+  end
+  local classes, step_us = per_step(p:kernels{ range = "decode step", by = "class" }, math.huge)
+  local kernels = per_step(p:kernels{ range = "decode step", by = "name" }, 8)
+  row.profile = { steps = steps, kernel_us_per_step = step_us, classes = classes, kernels = kernels,
+    ms_per_step_profiled = st.decode_ms / steps }
+  return { title = string.format("%s batch %d", size, batch), row = row }
 end
 
 local rows = {}
@@ -84,6 +114,7 @@ for _, size in ipairs(opt.size) do
       row.hf_tokens_per_s = ref.tokens_per_s
       row.speedup = row.tokens_per_s / ref.tokens_per_s
     end
+    if opt.profile then profiles[#profiles + 1] = profile_step(m, prompt, size, batch, row) end
     rows[#rows + 1] = row
     sweep:done()
   end
@@ -103,5 +134,15 @@ if rate then
   print(string.format("\nCopy rate %.0f GB/s. A decode step reads the matmul weights and the KV cache (at the "
     .. "middle position) once; the limit is those bytes over the copy rate. Target at batch 1: %.0f %% of it.",
     rate, opt.target * 100))
+end
+local columns = { "name", "class", { "per_step", "a step", "%.0f" }, { "us", "us a step", "%.1f" },
+  { "pct", "% of kernel time", "%.1f" } }
+for _, pr in ipairs(profiles) do
+  local f = pr.row.profile
+  print(string.format("\n### %s: a decode step's kernels (%d steps profiled: %.1f us of kernel time a step, "
+    .. "%.3f ms a step with the profiler on)\n", pr.title, f.steps, f.kernel_us_per_step, f.ms_per_step_profiled))
+  tf.report.table(f.classes, { columns = { "name", table.unpack(columns, 3) } })
+  print("")
+  tf.report.table(f.kernels, { columns = columns })
 end
 if opt.json then print("wrote " .. opt.json) end

@@ -132,9 +132,21 @@ static tf_status tf_prof_flash_attention(tf_device_ctx *ctx, const tf_flash_args
 
 /* ---- the Transformer engine's kernels (model_kernels.h) ------------------------------------ */
 
-static tf_status tf_prof_gemm(tf_device_ctx *ctx, const tf_gemm_args *a) {
-  TF_PROF_TIMED(ctx, "gemm", TF_PLAIN_MODEL(ctx)->gemm(ctx, a));
-}
+/* The model kernels that take one argument struct, timed under a fixed name. */
+#define TF_PROF_MODEL_OP(fn, member, type, name)                   \
+  static tf_status fn(tf_device_ctx *ctx, const type *a) {         \
+    TF_PROF_TIMED(ctx, name, TF_PLAIN_MODEL(ctx)->member(ctx, a)); \
+  }
+TF_PROF_MODEL_OP(tf_prof_gemm, gemm, tf_gemm_args, "gemm")
+TF_PROF_MODEL_OP(tf_prof_lm_loss, lm_loss, tf_lm_loss_args, "lm_loss")
+TF_PROF_MODEL_OP(tf_prof_model_adamw, adamw, tf_model_adamw_args, "adamw")
+TF_PROF_MODEL_OP(tf_prof_grad_norm, grad_norm, tf_grad_norm_args, "grad_norm")
+TF_PROF_MODEL_OP(tf_prof_kv_append, kv_append, tf_kv_append_args, "kv_append")
+TF_PROF_MODEL_OP(tf_prof_decode_attention, decode_attention, tf_decode_attention_args, "decode_attention")
+TF_PROF_MODEL_OP(tf_prof_fp8_amax, fp8_amax, tf_fp8_amax_args, "fp8_amax")
+TF_PROF_MODEL_OP(tf_prof_fp8_quantize, fp8_quantize, tf_fp8_quantize_args, "fp8_quantize")
+TF_PROF_MODEL_OP(tf_prof_fp8_history, fp8_history, tf_fp8_history_args, "fp8_history")
+#undef TF_PROF_MODEL_OP
 static tf_status tf_prof_index_check(tf_device_ctx *ctx, const int64_t *idx, int64_t n, int64_t limit,
                                      int64_t *bad) {
   TF_PROF_TIMED(ctx, "index_check", TF_PLAIN_MODEL(ctx)->index_check(ctx, idx, n, limit, bad));
@@ -157,18 +169,6 @@ static tf_status tf_prof_heads(tf_device_ctx *ctx, const tf_heads_args *a) {
 static tf_status tf_prof_causal_softmax(tf_device_ctx *ctx, const tf_causal_softmax_args *a) {
   TF_PROF_TIMED(ctx, a->backward ? "causal_softmax_backward" : "causal_softmax",
                 TF_PLAIN_MODEL(ctx)->causal_softmax(ctx, a));
-}
-static tf_status tf_prof_lm_loss(tf_device_ctx *ctx, const tf_lm_loss_args *a) {
-  TF_PROF_TIMED(ctx, "lm_loss", TF_PLAIN_MODEL(ctx)->lm_loss(ctx, a));
-}
-static tf_status tf_prof_fp8_amax(tf_device_ctx *ctx, const tf_fp8_amax_args *a) {
-  TF_PROF_TIMED(ctx, "fp8_amax", TF_PLAIN_MODEL(ctx)->fp8_amax(ctx, a));
-}
-static tf_status tf_prof_fp8_quantize(tf_device_ctx *ctx, const tf_fp8_quantize_args *a) {
-  TF_PROF_TIMED(ctx, "fp8_quantize", TF_PLAIN_MODEL(ctx)->fp8_quantize(ctx, a));
-}
-static tf_status tf_prof_fp8_history(tf_device_ctx *ctx, const tf_fp8_history_args *a) {
-  TF_PROF_TIMED(ctx, "fp8_history", TF_PLAIN_MODEL(ctx)->fp8_history(ctx, a));
 }
 
 /* ---- the tables ------------------------------------------------------------------------- */
@@ -212,6 +212,10 @@ static void tf_prof_wrap_init(tf_prof_wrap *w, const tf_backend *plain) {
     TF_PROF_WRAP(m, pm, heads, tf_prof_heads);
     TF_PROF_WRAP(m, pm, causal_softmax, tf_prof_causal_softmax);
     TF_PROF_WRAP(m, pm, lm_loss, tf_prof_lm_loss);
+    TF_PROF_WRAP(m, pm, adamw, tf_prof_model_adamw);
+    TF_PROF_WRAP(m, pm, grad_norm, tf_prof_grad_norm);
+    TF_PROF_WRAP(m, pm, kv_append, tf_prof_kv_append);
+    TF_PROF_WRAP(m, pm, decode_attention, tf_prof_decode_attention);
     TF_PROF_WRAP(m, pm, fp8_amax, tf_prof_fp8_amax);
     TF_PROF_WRAP(m, pm, fp8_quantize, tf_prof_fp8_quantize);
     TF_PROF_WRAP(m, pm, fp8_history, tf_prof_fp8_history);

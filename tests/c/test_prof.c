@@ -9,6 +9,8 @@
  * callbacks and buffers would: launches tied to their ranges, a CUDA
  * graph's replays given instances of the ranges its nodes were captured
  * in, and the busy time of kernels from two streams that overlap. */
+#include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -736,8 +738,55 @@ static void test_counters_by_pass(void) {
   tf_prof_session_free(s);
 }
 
+/* Every entry of the model-kernel table that does work on the CPU is timed by the profiler's wrapper
+ * (its host ops are the CPU's "kernels"): a table of stand-in entries is wrapped, and each entry but
+ * those that set up, capture or order work must have been replaced. An entry added without a wrapper
+ * fails here, naming its offset. */
+static void test_every_model_kernel_timed(void) {
+  enum { SLOTS = sizeof(tf_model_kernels) / sizeof(void (*)(void)) };
+  CHECK(sizeof(tf_model_kernels) % sizeof(void (*)(void)) == 0);
+  tf_model_kernels fake;
+  for (size_t i = 0; i < SLOTS; i++) {
+    uintptr_t v = 0x1000 + i;
+    memcpy((char *)&fake + i * sizeof v, &v, sizeof v);
+  }
+  tf_backend plain = *tf_cpu_backend();
+  plain.model = &fake;
+  const tf_backend *wrapped = tf_cpu_prof_backend(&plain);
+  CHECK(wrapped && wrapped != &plain && wrapped->model);
+  if (!wrapped || !wrapped->model) return;
+  static const size_t untimed[] = {
+      offsetof(tf_model_kernels, gemm_use_lt),       offsetof(tf_model_kernels, gemm_tuning),
+      offsetof(tf_model_kernels, traffic),           offsetof(tf_model_kernels, encoder_workspace),
+      offsetof(tf_model_kernels, rmsnorm_workspace), offsetof(tf_model_kernels, capture_begin),
+      offsetof(tf_model_kernels, capture_end),       offsetof(tf_model_kernels, graph_launch),
+      offsetof(tf_model_kernels, graph_destroy),     offsetof(tf_model_kernels, adamw_constants),
+      offsetof(tf_model_kernels, side_enter),        offsetof(tf_model_kernels, side_leave),
+      offsetof(tf_model_kernels, side_join),         offsetof(tf_model_kernels, side_mark),
+      offsetof(tf_model_kernels, main_wait),
+  };
+  int timed = 0;
+  for (size_t i = 0; i < SLOTS; i++) {
+    const size_t at = i * sizeof(uintptr_t);
+    bool setup = false;
+    for (size_t k = 0; k < sizeof untimed / sizeof untimed[0]; k++) setup = setup || untimed[k] == at;
+    uintptr_t before, after;
+    memcpy(&before, (const char *)&fake + at, sizeof before);
+    memcpy(&after, (const char *)wrapped->model + at, sizeof after);
+    if (setup) {
+      CHECK(after == before);
+    } else {
+      if (after == before) fprintf(stderr, "model kernel entry at offset %zu is not timed by the profiler\n", at);
+      CHECK(after != before);
+      timed++;
+    }
+  }
+  CHECK(timed >= 16); /* gemm ... fp8_history */
+}
+
 int main(void) {
   tf_backends_init();
+  test_every_model_kernel_timed();
   test_short_names();
   test_ranges();
   test_sessions();
