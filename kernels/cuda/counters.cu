@@ -669,7 +669,6 @@ bool cupti_counters_stop(double **values, size_t *ranges, tf_prof_counter_info *
   {
     std::lock_guard<std::mutex> hold(current_lock);
     s = current;
-    current = NULL;
   }
   if (!s) {
     snprintf(reason, reason_size, "hardware counters are not running");
@@ -678,6 +677,11 @@ bool cupti_counters_stop(double **values, size_t *ranges, tf_prof_counter_info *
   const int64_t t0 = tf_clock_ns();
   bool ok = true, all = true;
   if (s->started) ok = end_pass(s, &all, reason, reason_size);
+  /* the last pass ended (a launch until then is still noted in it): no launch sees the session from here */
+  {
+    std::lock_guard<std::mutex> hold(current_lock);
+    current = NULL;
+  }
   if (ok && (!all || (s->active == &s->main && !s->sass.metrics.empty()))) {
     snprintf(reason, reason_size, "stopped after pass %zu of the %zu the metrics need (run the work once a pass: "
              "tf.prof.count)", s->passes_done, s->passes);

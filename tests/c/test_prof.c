@@ -744,13 +744,16 @@ static void test_counters_by_pass(void) {
  * fails here, naming its offset. */
 static void test_every_model_kernel_timed(void) {
   enum { SLOTS = sizeof(tf_model_kernels) / sizeof(void (*)(void)) };
+  _Static_assert(sizeof(uintptr_t) == sizeof(void (*)(void)), "a table entry is a pointer-sized slot");
   CHECK(sizeof(tf_model_kernels) % sizeof(void (*)(void)) == 0);
-  tf_model_kernels fake;
+  /* static: the wrapper keeps the plain table's address for the process */
+  static tf_model_kernels fake;
+  static tf_backend plain;
   for (size_t i = 0; i < SLOTS; i++) {
     uintptr_t v = 0x1000 + i;
     memcpy((char *)&fake + i * sizeof v, &v, sizeof v);
   }
-  tf_backend plain = *tf_cpu_backend();
+  plain = *tf_cpu_backend();
   plain.model = &fake;
   const tf_backend *wrapped = tf_cpu_prof_backend(&plain);
   CHECK(wrapped && wrapped != &plain && wrapped->model);

@@ -1,4 +1,5 @@
-"""experiments/decode_benchmark.lua --profile accounts for a decode step: on the CPU (tiny model, two
+"""experiments/decode_benchmark.lua --profile accounts for a decode step: on the CPU (--device cpu, also
+where a GPU is present; tiny model, two
 layers), the kernel table of the engine's "decode step" ranges has the step's ops (the products, the
 attention over the cache and the cache's append once a layer, the norms), its classes' times add up to
 the step's kernel time, and that time is within the step's wall time (the CPU runs one op after the
@@ -21,7 +22,8 @@ class DecodeProfile(unittest.TestCase):
     def test_profile_accounts_for_the_step(self):
         with tempfile.TemporaryDirectory() as tmp:
             out = os.path.join(tmp, "decode.json")
-            r = subprocess.run([TFHOST, os.path.join(ROOT, "experiments", "decode_benchmark.lua"), "--size", "tiny",
+            r = subprocess.run([TFHOST, "--device", "cpu", os.path.join(ROOT, "experiments", "decode_benchmark.lua"),
+                                "--size", "tiny",
                                 "--batch", "1", "--new_tokens", "12", "--profile", "--json", out],
                                cwd=tmp, capture_output=True, text=True, timeout=300)
             self.assertEqual(r.returncode, 0, r.stdout[-2000:] + r.stderr[-2000:])
