@@ -49,9 +49,8 @@ local function step_bytes(cfg, es, batch, pos)
 end
 
 -- One more generation under the kernel profiler: the kernels inside the engine's "decode step" ranges
--- (the prefill's left out), by class and by name, per step; into row.profile too.
-local profiles = {}
-local function profile_step(m, prompt, size, batch, row)
+-- (the prefill's left out), by class and by name, per step, into row.profile.
+local function profile_step(m, prompt, row)
   local p = tf.prof.start()
   local _, st = m:generate(prompt, { max_new_tokens = opt.new_tokens })
   tf.sync()
@@ -72,7 +71,6 @@ local function profile_step(m, prompt, size, batch, row)
   local kernels = per_step(p:kernels{ range = "decode step", by = "name" }, 8)
   row.profile = { steps = steps, kernel_us_per_step = step_us, classes = classes, kernels = kernels,
     ms_per_step_profiled = st.decode_ms / steps }
-  return { title = string.format("%s batch %d", size, batch), row = row }
 end
 
 local rows = {}
@@ -114,7 +112,7 @@ for _, size in ipairs(opt.size) do
       row.hf_tokens_per_s = ref.tokens_per_s
       row.speedup = row.tokens_per_s / ref.tokens_per_s
     end
-    if opt.profile then profiles[#profiles + 1] = profile_step(m, prompt, size, batch, row) end
+    if opt.profile then profile_step(m, prompt, row) end
     rows[#rows + 1] = row
     sweep:done()
   end
@@ -137,12 +135,15 @@ if rate then
 end
 local columns = { "name", "class", { "per_step", "a step", "%.0f" }, { "us", "us a step", "%.1f" },
   { "pct", "% of kernel time", "%.1f" } }
-for _, pr in ipairs(profiles) do
-  local f = pr.row.profile
-  print(string.format("\n### %s: a decode step's kernels (%d steps profiled: %.1f us of kernel time a step, "
-    .. "%.3f ms a step with the profiler on)\n", pr.title, f.steps, f.kernel_us_per_step, f.ms_per_step_profiled))
-  tf.report.table(f.classes, { columns = { "name", table.unpack(columns, 3) } })
-  print("")
-  tf.report.table(f.kernels, { columns = columns })
+for _, r in ipairs(rows) do
+  local f = r.profile
+  if f then
+    print(string.format("\n### %s batch %d: a decode step's kernels (%d steps profiled: %.1f us of kernel time a "
+      .. "step, %.3f ms a step with the profiler on)\n", r.size, r.batch, f.steps, f.kernel_us_per_step,
+      f.ms_per_step_profiled))
+    tf.report.table(f.classes, { columns = { "name", table.unpack(columns, 3) } })
+    print("")
+    tf.report.table(f.kernels, { columns = columns })
+  end
 end
 if opt.json then print("wrote " .. opt.json) end

@@ -234,21 +234,23 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         theirs, text = ncu_kernels(args.ncu, tfhost, metrics, tmp, ncu_replay, args.ncu_cache, args.gemm)
         doc = tfhost_kernels(tfhost, tmp, args.replay, args.gemm)
+    doc["ncu_replay"] = ncu_replay  # kept with tfhost's counts, for --from
     if args.keep:
         os.makedirs(args.keep, exist_ok=True)
         with open(os.path.join(args.keep, "ncu.csv"), "w") as f:
             f.write(text)
         with open(os.path.join(args.keep, "counted.json"), "w") as f:
             json.dump(doc, f)
-    return compare(theirs, doc, metrics, missing, args.json, ncu_replay)
+    return compare(theirs, doc, metrics, missing, args.json)
 
 
-def compare(theirs, doc, metrics, missing, json_path, ncu_replay=None):
+def compare(theirs, doc, metrics, missing, json_path):
     """Prints the kernels side by side; 1 where something fails, else 0."""
     ours = doc["kernels"]
-    # replaying kernels (either side), the restore before each replay leaves dirty lines whose
-    # write-backs the kernel's count takes in (the top of this file): writes are shown, not judged
-    writes_judged = doc.get("replay", "pass") == "pass" and ncu_replay in (None, "application")
+    # replaying kernels (either side: tfhost's "replay", ncu's "ncu_replay"), the restore before each
+    # replay leaves dirty lines whose write-backs the kernel's count takes in (the top of this file):
+    # writes are shown, not judged
+    writes_judged = doc.get("replay", "pass") == "pass" and doc.get("ncu_replay", "application") == "application"
     if not writes_judged:
         print("replaying kernels: DRAM writes include the write-backs of the memory restored before each replay; "
               "shown, not judged")
@@ -269,8 +271,14 @@ def compare(theirs, doc, metrics, missing, json_path, ncu_replay=None):
             a, b = qn[key], qo[key]
             small = a < (MIN_FLOPS if key == "flops" else MIN_BYTES)
             d = rel(a, b)
-            verdict = ("not judged" if o.get("op") == "clear" else "small" if small
-                       else ("by op" if writes_judged else "not judged (kernel replay)") if key == "dram_write" else "FAIL" if d > TOLERANCE else "ok")
+            if o.get("op") == "clear":
+                verdict = "not judged"
+            elif small:
+                verdict = "small"
+            elif key == "dram_write":  # judged by op, below
+                verdict = "by op" if writes_judged else "not judged (kernel replay)"
+            else:
+                verdict = "FAIL" if d > TOLERANCE else "ok"
             if key == "flops" and uncounted and verdict == "FAIL":
                 verdict = "FAIL (tfhost counted the tensor pipe only)"
             print(f"{(o.get('op') or '-')[:16]:<16} {base_name(o.get('name'))[:40]:<40} {key:<10} {a:>16.6g} "
