@@ -39,8 +39,10 @@ struct tf_model_decode {
   float *cos, *sin;        /* (max_len, head_dim / 2) */
   int64_t *step;           /* (batch + 1,): the step's ids, then its position */
   float *x, *rstd, *partial;
+  unsigned *done;          /* (batch, heads): decode attention's counters (tf_decode_attention_args.done), zero */
   void *h, *qkv, *q, *atty, *proj, *ab, *gate, *logits;
   bool tf32;               /* what the captured step was captured with */
+  bool chained;            /* the step's launches chained (tf_gemm_args.chained); set by tf_decode_body */
   tf_model_graph graph;
   /* host staging, made with the cache (nothing is allocated a token) */
   int64_t *host_step;   /* batch + 1 */
@@ -70,6 +72,7 @@ static size_t tf_decode_layout(const tf_model *m, tf_model_decode *d, char *base
   d->x = tf_decode_carve(base, &at, B * dm * sizeof(float));
   d->rstd = tf_decode_carve(base, &at, B * sizeof(float));
   d->partial = tf_decode_carve(base, &at, B * H * (size_t)d->splits * (hd + 2) * sizeof(float));
+  d->done = tf_decode_carve(base, &at, B * H * sizeof(unsigned));
   d->h = tf_decode_carve(base, &at, B * dm * es);
   d->qkv = tf_decode_carve(base, &at, B * 3 * dm * es);
   d->q = tf_decode_carve(base, &at, B * dm * es);
@@ -132,6 +135,11 @@ static tf_status tf_decode_ensure(tf_model *m, int64_t batch, int64_t max_len) {
   m->decode = d;
   m->decode_release = tf_model_decode_release;
   st = tf_model_rope_tables(m, max_len, d->cos, d->sin);
+  const size_t counters = (size_t)(batch * m->cfg.num_heads) * sizeof(unsigned);
+  unsigned *zeros = st == TF_OK ? calloc(1, counters) : NULL;
+  if (st == TF_OK && !zeros) st = tf_fail(TF_ERR_OOM, "out of memory: no host memory for the decode step's counters");
+  if (st == TF_OK) st = m->ctx->backend->copy(m->ctx, d->done, zeros, counters, TF_COPY_H2D);
+  free(zeros);
   if (st != TF_OK) tf_model_decode_release(m);
   return st;
 }
@@ -163,7 +171,7 @@ static tf_status tf_decode_append(tf_model *m, int64_t l, int64_t seq, const voi
                          .max_len = d->max_len, .dtype = m->dtype, .cos = d->cos, .sin = d->sin,
                          .pos = d->step + d->batch, .qkv = qkv, .q = q,
                          .k_cache = tf_decode_layer_cache(m, d->k_cache, l),
-                         .v_cache = tf_decode_layer_cache(m, d->v_cache, l)};
+                         .v_cache = tf_decode_layer_cache(m, d->v_cache, l), .chained = d->chained};
   return m->k->kv_append(m->ctx, &a);
 }
 
@@ -172,7 +180,7 @@ static tf_status tf_decode_norm(tf_model *m, const void *delta, int64_t gain, vo
   tf_model_decode *d = m->decode;
   tf_rmsnorm_args a = {.rows = d->batch, .dim = m->cfg.d_model, .eps = TF_MODEL_NORM_EPS, .dtype = m->dtype,
                        .x = d->x, .delta = delta, .x_out = delta ? d->x : NULL, .g = tf_model_pw(m, gain), .h = h,
-                       .rstd = d->rstd};
+                       .rstd = d->rstd, .chained = d->chained};
   return m->k->rmsnorm(m->ctx, &a);
 }
 
@@ -183,7 +191,8 @@ static tf_status tf_decode_linear(tf_model *m, const void *x, int64_t in, int64_
   const int64_t rows = m->decode->batch;
   tf_gemm_args g = {.a = x, .b = w, .c = y, .ab_dtype = m->dtype, .c_dtype = m->dtype, .batch = 1, .m = rows,
                     .n = out, .k = in, .trans_b = true, .lda = in, .ldb = in, .ldc = out,
-                    .allow_tf32 = m->ctx->allow_tf32, .few_rows = rows <= TF_GEMM_FEW_ROWS};
+                    .allow_tf32 = m->ctx->allow_tf32, .few_rows = rows <= TF_GEMM_FEW_ROWS,
+                    .chained = m->decode->chained};
   return m->k->gemm(m->ctx, &g);
 }
 
@@ -199,12 +208,12 @@ static tf_status tf_decode_layer(tf_model *m, int64_t l) {
                                  .scale = 1.0 / sqrt((double)hd), .dtype = m->dtype, .pos = d->step + B, .q = d->q,
                                  .k_cache = tf_decode_layer_cache(m, d->k_cache, l),
                                  .v_cache = tf_decode_layer_cache(m, d->v_cache, l), .out = d->atty,
-                                 .partial = d->partial};
+                                 .partial = d->partial, .chained = d->chained, .done = d->done};
   TF_RANGED("decode attention", m->k->decode_attention(m->ctx, &at));
   TF_TRY(tf_decode_linear(m, d->atty, dm, dm, tf_model_mw(m, w->out), d->proj));
   TF_TRY(tf_decode_norm(m, d->proj, w->ln2, d->h));
   TF_TRY(tf_decode_linear(m, d->h, dm, 2 * f, tf_model_mw(m, w->w13), d->ab));
-  tf_swiglu_args sw = {.rows = B, .f = f, .dtype = m->dtype, .ab = d->ab, .y = d->gate};
+  tf_swiglu_args sw = {.rows = B, .f = f, .dtype = m->dtype, .ab = d->ab, .y = d->gate, .chained = d->chained};
   TF_TRY(m->k->swiglu(m->ctx, &sw));
   TF_TRY(tf_decode_linear(m, d->gate, f, dm, tf_model_mw(m, w->w2), d->proj));
   const int64_t next = l + 1 < c->num_layers ? m->layers[l + 1].ln1 : m->lnf;
@@ -216,6 +225,12 @@ static tf_status tf_decode_layer(tf_model *m, int64_t l) {
 static tf_status tf_decode_body(tf_model *m, bool keep) {
   (void)keep;
   tf_model_decode *d = m->decode;
+  /* Chained launches (model_kernels.h) unless TF_DECODE_CHAIN=0, and never
+   * while the profiler collects GPU work: chained kernels start early and
+   * wait inside, so their times would overlap and hold the waits. */
+  static int off = -1;
+  if (off < 0) off = getenv("TF_DECODE_CHAIN") && strcmp(getenv("TF_DECODE_CHAIN"), "0") == 0;
+  d->chained = !off && !tf_prof_collecting_gpu();
   const tf_model_config *c = &m->cfg;
   tf_encoder_args enc = {.n = d->batch, .dim = c->d_model, .vocab = c->vocab_size, .ids = d->step,
                          .wte = tf_model_pw(m, m->wte), .out = d->x};

@@ -55,6 +55,11 @@ typedef struct tf_gemm_args {
    * CUDA backend's, gemm.cu; TF_DECODE_GEMV=0 turns it off), with other
    * rounding than its general path. */
   bool few_rows;
+  /* Generation's decode step: the backend may start this launch before the
+   * one ahead of it ends, where its kernels can wait inside for what they
+   * read (the CUDA backend's chained launches, cuda_common.cuh); the same
+   * field in the norm, SwiGLU, kv_append and decode attention arguments. */
+  bool chained;
   /* An FP8 product (tf.scaled_matmul): NULL for every other. A and B then
    * have scaled's dtypes and ab_dtype is ignored. */
   const tf_gemm_scaled *scaled;
@@ -156,6 +161,7 @@ typedef struct tf_rmsnorm_args {
   void *dres_low;    /* backward: NULL to skip */
   float *dg;         /* backward: (dim,), added to */
   void *workspace;   /* backward: rmsnorm_workspace bytes, or NULL (see workspaces below) */
+  bool chained;      /* forward: as tf_gemm_args' */
 } tf_rmsnorm_args;
 
 /* SwiGLU's gate on rows of ab = [a | b] (2 f wide): forward y = silu(a) b
@@ -171,6 +177,7 @@ typedef struct tf_swiglu_args {
   void *y;        /* forward; backward: NULL, or y written again */
   const void *dy; /* backward */
   void *dab;      /* backward; may be ab itself (each element is read before it is written) */
+  bool chained;   /* forward: as tf_gemm_args' */
 } tf_swiglu_args;
 
 /* Queries, keys and values into heads, with RoPE on q and k (interleaved
@@ -283,6 +290,7 @@ typedef struct tf_kv_append_args {
   const void *qkv;
   void *q;
   void *k_cache, *v_cache;
+  bool chained; /* as tf_gemm_args' */
 } tf_kv_append_args;
 
 /* One query a row and head against the cached keys 0 .. *pos (pos on the
@@ -301,7 +309,12 @@ typedef struct tf_decode_attention_args {
   const void *k_cache, *v_cache;
   void *out;
   float *partial;
-  int keys_at_once; /* GPU: keys a warp scores before its softmax update, 1 or 8; 0: TF_DECODE_KEYS's (default 1) */
+  int keys_at_once; /* GPU: keys a warp scores before its softmax update, 1 or 8; 0: TF_DECODE_KEYS's (default 8) */
+  bool chained;     /* as tf_gemm_args' */
+  /* GPU: batch * heads counters, zero, or NULL. Given, the stretches of a
+   * row and head count themselves done there and the last one merges them
+   * (and sets its counter to zero again): one kernel instead of two. */
+  unsigned *done;
 } tf_decode_attention_args;
 
 /* FP8 training's casts (the engine's precision "fp8", model_fp8.c).

@@ -148,6 +148,53 @@ static inline dim3 tf_cuda_rows_grid(const tf_cuda_state *st, int64_t rows, int6
   return dim3((unsigned)across, (unsigned)over);
 }
 
+/* ---- chained launches (Hopper's programmatic dependent launch) ----------------------
+ *
+ * A kernel launched chained (tf_cuda_launch with chained, on a GPU of
+ * compute capability 9.0 or more) may start before the kernel ahead of it
+ * in the stream has ended: its blocks are placed once every block of that
+ * kernel has called tf_chain_next (or ended). Until tf_chain_wait returns
+ * (the kernel ahead ended, its writes visible) it may only read what no
+ * kernel of the stream writes, such as weights, and write nothing. A
+ * kernel that may be launched chained calls tf_chain_wait in every thread
+ * before any other memory access and before any return: a grid that ended
+ * without waiting would let the kernel after it start before the one
+ * before it ended. Both are no-ops in a kernel launched plainly and below
+ * sm_90. The generation's decode step chains its kernels, so that a
+ * product streams its weights while the small kernels before it (norms,
+ * attention over the cache) run and while the product before it drains. */
+__device__ __forceinline__ void tf_chain_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void tf_chain_next() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+/* Brings the 128-byte line holding p into L2 without waiting for it. */
+__device__ __forceinline__ void tf_prefetch_l2(const void *p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
+
+/* kernel<<<grid, block, 0, st->stream>>>(args...), chained when asked and
+ * the GPU can, then tf_cuda_launched's check under the kernel's name. */
+template <typename... P, typename... A>
+static inline tf_status tf_cuda_launch(const tf_cuda_state *st, bool chained, const char *name, dim3 grid, dim3 block,
+                                       void (*kernel)(P...), A... args) {
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = 0;
+  cfg.stream = st->stream;
+  cfg.attrs = attr;
+  cfg.numAttrs = chained && st->cc >= 90 ? 1 : 0;
+  const cudaError_t err = cudaLaunchKernelEx(&cfg, kernel, args...);
+  return err == cudaSuccess ? tf_cuda_launched(name) : tf_cuda_error(err, name);
+}
+
 /* Storage and compute types of a dtype. f16 and bf16 convert with the
  * hardware's instructions (cvt.rn: round to nearest even, subnormals kept),
  * which give half.h's bits, so the CPU's, for every number; a NaN comes out

@@ -545,65 +545,75 @@ static tf_status tf_gemm_run(tf_device_ctx *ctx, const tf_gemm_args *g, const ch
 
 /* ---- one row: the decode step's products at batch 1 ------------------------------------ */
 
-/* C (m, n) = A (m, k) B^T with B (n, k) row-major, m <= M: a warp per
- * output column, each lane reading 16-byte words of B's row (every weight
- * byte read once, in full coalesced words) and the rows of A (small: from
- * the cache), m sums of f32 a lane, then a warp sum. Only m = 1 is sent
+/* c (1, n) = a (1, k) B^T with B (n, k) row-major: a block of eight warps
+ * takes 8 / SPLIT output columns, SPLIT warps a column, each warp a
+ * stretch of whole rounds of the row (a round: 32 16-byte words, one a
+ * lane). A warp asks for all the words of its stretch (TF_GEMV_ROUNDS at
+ * most at once) before it uses any, so each warp waits about one memory
+ * latency and the blocks are short and many: a column a warp, its row in
+ * order (the kernel before this one), left the last blocks of a product of
+ * few columns and long rows (the 2.7B model's w2: 320 blocks of 20 KB
+ * rows on 132 multiprocessors) running alone for a fifth of its time. The
+ * weights are no kernel's output, so a chained launch loads its first
+ * words before it waits for a. The warps' sums of a column add in shared
+ * memory in a fixed order: the same bits on every run. Only one row comes
  * here: from two rows on, cuBLASLt's tensor-core kernels are faster (the
  * 2.7B decode step on an H200: 4.0 against 6.0 ms at batch 4, 4.9 against
- * 15.8 at 16, where this kernel's f32 FMAs become the bound; 2.85 against
- * 2.96 ms at batch 1, docs/performance.md). */
-enum { TF_GEMV_WARPS = 8, TF_GEMV_AHEAD = 4 };
-template <int DT, int M>
+ * 15.8 at 16, where f32 FMAs a weight become the bound). */
+enum { TF_GEMV_WARPS = 8, TF_GEMV_ROUNDS = 8 };
+template <int DT, int SPLIT>
 __global__ void __launch_bounds__(32 * TF_GEMV_WARPS) tf_cuda_gemv_kernel(const uint16_t *__restrict__ a,
                                                                           const uint16_t *__restrict__ b,
-                                                                          uint16_t *__restrict__ c, int m, int n,
-                                                                          int k, int64_t lda, int64_t ldb,
-                                                                          int64_t ldc) {
+                                                                          uint16_t *__restrict__ c, int n, int k,
+                                                                          int64_t ldb) {
   typedef tf_cuda_dtype<DT> D;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int col = blockIdx.x * TF_GEMV_WARPS + warp;
-  if (col >= n) return;
-  const uint16_t *w = b + (int64_t)col * ldb;
-  float acc[M];
-#pragma unroll
-  for (int r = 0; r < M; r++) acc[r] = 0.0f;
-  /* TF_GEMV_AHEAD words of the weight row in flight a lane before any is used: one word at a time
-   * leaves each lane waiting a memory latency per 16 bytes, below the copy rate */
+  __shared__ float sums[TF_GEMV_WARPS];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, part = warp % SPLIT;
+  const int col = blockIdx.x * (TF_GEMV_WARPS / SPLIT) + warp / SPLIT;
+  const int words = k / 8, rounds = (words + 31) / 32, per = (rounds + SPLIT - 1) / SPLIT;
+  const int r0 = part * per, r1 = r0 + per < rounds ? r0 + per : rounds;
+  const uint4 *w = (const uint4 *)(b + (int64_t)(col < n ? col : 0) * ldb);
   union word8 {
     uint4 word;
     uint16_t v[8];
   };
-  auto use = [&](const word8 &wv, int at) {
+  word8 wv[TF_GEMV_ROUNDS];
+  auto fetch = [&](int r) {
 #pragma unroll
-    for (int r = 0; r < M; r++) {
-      if (r >= m) break;
-      word8 xv;
-      xv.word = *(const uint4 *)(a + (int64_t)r * lda + at);
-#pragma unroll
-      for (int j = 0; j < 8; j++) acc[r] += D::load(xv.v[j]) * D::load(wv.v[j]);
+    for (int u = 0; u < TF_GEMV_ROUNDS; u++) {
+      const int at = (r + u) * 32 + lane;
+      if (col < n && r + u < r1 && at < words) wv[u].word = __ldcs(w + at);
     }
   };
-  int at = lane * 8;
-  for (; at + (TF_GEMV_AHEAD - 1) * 256 < k; at += TF_GEMV_AHEAD * 256) {
-    word8 wv[TF_GEMV_AHEAD];
+  fetch(r0);
+  tf_chain_next();
+  tf_chain_wait();
+  float acc = 0.0f;
+  for (int r = r0; r < r1; r += TF_GEMV_ROUNDS) {
+    if (r != r0) fetch(r);
 #pragma unroll
-    for (int u = 0; u < TF_GEMV_AHEAD; u++) wv[u].word = __ldcs((const uint4 *)(w + at + u * 256));
+    for (int u = 0; u < TF_GEMV_ROUNDS; u++) {
+      const int at = (r + u) * 32 + lane;
+      if (col >= n || r + u >= r1 || at >= words) continue;
+      word8 xv;
+      xv.word = *((const uint4 *)a + at);
 #pragma unroll
-    for (int u = 0; u < TF_GEMV_AHEAD; u++) use(wv[u], at + u * 256);
+      for (int j = 0; j < 8; j++) acc += D::load(xv.v[j]) * D::load(wv[u].v[j]);
+    }
   }
-  for (; at < k; at += 256) {
-    word8 wv;
-    wv.word = __ldcs((const uint4 *)(w + at));
-    use(wv, at);
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+  if (SPLIT == 1) {
+    if (lane == 0 && col < n) c[col] = D::store(acc);
+    return;
   }
+  if (lane == 0) sums[warp] = acc;
+  __syncthreads();
+  if (part == 0 && lane == 0 && col < n) {
+    float v = sums[warp];
 #pragma unroll
-  for (int r = 0; r < M; r++) {
-    if (r >= m) break;
-    float v = acc[r];
-#pragma unroll
-    for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
-    if (lane == 0) c[(int64_t)r * ldc + col] = D::store(v);
+    for (int p = 1; p < SPLIT; p++) v += sums[warp + p];
+    c[col] = D::store(v);
   }
 }
 
@@ -614,21 +624,31 @@ static bool tf_gemv_fits(const tf_gemm_args *g) {
   static const bool off = getenv("TF_DECODE_GEMV") && strcmp(getenv("TF_DECODE_GEMV"), "0") == 0;
   const bool low = g->ab_dtype == TF_BF16 || g->ab_dtype == TF_F16;
   return !off && !g->scaled && g->few_rows && low && g->c_dtype == g->ab_dtype && g->batch == 1 && !g->trans_a &&
-         g->trans_b && !g->accumulate && g->m == 1 && g->k % 8 == 0 && g->lda % 8 == 0 &&
-         g->ldb % 8 == 0 && ((uintptr_t)g->a & 15) == 0 && ((uintptr_t)g->b & 15) == 0 && g->n <= INT32_MAX &&
-         g->k <= INT32_MAX;
+         g->trans_b && !g->accumulate && g->m == 1 && g->k % 8 == 0 && g->ldb % 8 == 0 &&
+         ((uintptr_t)g->a & 15) == 0 && ((uintptr_t)g->b & 15) == 0 && g->n <= INT32_MAX && g->k <= INT32_MAX;
+}
+
+/* The fewest warps a column (1, 2, 4 or 8) whose stretches are TF_GEMV_ROUNDS rounds or fewer (8 for longer rows,
+ * whose warps then take their stretch in turns). */
+static int tf_gemv_split(int64_t k) {
+  const int64_t rounds = (k / 8 + 31) / 32;
+  int split = 1;
+  while (split < TF_GEMV_WARPS && (rounds + split - 1) / split > TF_GEMV_ROUNDS) split *= 2;
+  return split;
 }
 
 template <int DT> static tf_status tf_gemv_typed(tf_cuda_state *st, const tf_gemm_args *g) {
-  const unsigned blocks = (unsigned)((g->n + TF_GEMV_WARPS - 1) / TF_GEMV_WARPS);
   const uint16_t *a = (const uint16_t *)g->a, *b = (const uint16_t *)g->b;
   uint16_t *c = (uint16_t *)g->c;
-  const int m = (int)g->m, n = (int)g->n, k = (int)g->k;
-#define TF_GEMV_LAUNCH(M) \
-  tf_cuda_gemv_kernel<DT, M><<<blocks, 32 * TF_GEMV_WARPS, 0, st->stream>>>(a, b, c, m, n, k, g->lda, g->ldb, g->ldc)
-  TF_GEMV_LAUNCH(1);
-#undef TF_GEMV_LAUNCH
-  return tf_cuda_launched("one-row gemm kernel");
+  const int n = (int)g->n, k = (int)g->k, split = tf_gemv_split(g->k);
+  const unsigned blocks = (unsigned)((g->n + TF_GEMV_WARPS / split - 1) / (TF_GEMV_WARPS / split));
+  void (*kernel)(const uint16_t *, const uint16_t *, uint16_t *, int, int, int64_t) =
+      split == 1 ? tf_cuda_gemv_kernel<DT, 1>
+      : split == 2 ? tf_cuda_gemv_kernel<DT, 2>
+      : split == 4 ? tf_cuda_gemv_kernel<DT, 4>
+                   : tf_cuda_gemv_kernel<DT, 8>;
+  return tf_cuda_launch(st, g->chained, "one-row gemm kernel", blocks, 32 * TF_GEMV_WARPS, kernel, a, b, c, n, k,
+                        g->ldb);
 }
 
 /* The engine's entry (model_kernels.h). */

@@ -495,6 +495,8 @@ template <int YT, int K>
 __global__ void __launch_bounds__(1024) tf_cuda_rms_forward_row_kernel(tf_cuda_norm_params p) {
   typedef typename tf_cuda_dtype<YT>::storage YS;
   __shared__ float scratch[32];
+  tf_chain_next(); /* may be launched chained (the decode step's norms) */
+  tf_chain_wait();
   const int64_t off = (int64_t)blockIdx.x * p.cols;
   const int chunks = (int)(p.cols / 8);
   float v[K][8], w[K][8];
@@ -549,15 +551,21 @@ __global__ void __launch_bounds__(1024) tf_cuda_rms_forward_row_kernel(tf_cuda_n
 
 /* The row kernel for rows of cols (vector width 8), or false when a row
  * needs more than TF_CUDA_RMS_ROW_K steps a thread or the grid too many
- * blocks; the caller then takes the row-group kernel. */
-template <int YT> static bool tf_cuda_rms_forward_rows(tf_cuda_state *st, const tf_cuda_norm_params &p, int vec) {
+ * blocks; the caller then takes the row-group kernel. *launched: the
+ * launch's status. */
+template <int YT>
+static bool tf_cuda_rms_forward_rows(tf_cuda_state *st, const tf_cuda_norm_params &p, int vec, bool chained,
+                                     tf_status *launched) {
   const int64_t chunks = p.cols / 8;
   if (vec != 8 || p.rows > INT_MAX || chunks > 1024 * TF_CUDA_RMS_ROW_K) return false;
   const int k = (int)((chunks + 1023) / 1024);
   const int threads = (int)(((chunks + k - 1) / k + 31) / 32 * 32);
   switch (k) {
 #define TF_CUDA_RMS_ROW_CASE(K)                                                                  \
-  case K: tf_cuda_rms_forward_row_kernel<YT, K><<<(unsigned)p.rows, threads, 0, st->stream>>>(p); break;
+  case K:                                                                                            \
+    *launched = tf_cuda_launch(st, chained, "norm kernel (a block a row)", (unsigned)p.rows, threads, \
+                               tf_cuda_rms_forward_row_kernel<YT, K>, p);                             \
+    break;
     TF_CUDA_RMS_ROW_CASE(1)
     TF_CUDA_RMS_ROW_CASE(2)
     TF_CUDA_RMS_ROW_CASE(3)
@@ -719,9 +727,10 @@ static tf_status tf_cuda_rmsnorm_typed(tf_device_ctx *ctx, tf_cuda_state *st, co
     tf_cuda_traffic("tf_cuda_rms_apply_kernel", tf_cuda_rms_bytes(a, false));
     return tf_cuda_launched("norm kernel (the kept rstd applied)");
   }
-  if (!a->backward && a->rows > 0 && tf_cuda_rms_forward_rows<DT>(st, p, vec)) {
+  tf_status launched = TF_OK;
+  if (!a->backward && a->rows > 0 && tf_cuda_rms_forward_rows<DT>(st, p, vec, a->chained, &launched)) {
     tf_cuda_traffic("tf_cuda_rms_forward_row_kernel", tf_cuda_rms_bytes(a, false));
-    return tf_cuda_launched("norm kernel (a block a row)");
+    return launched;
   }
   if (a->backward && a->dres && a->dg && a->workspace && !getenv("TF_NORM_UNFUSED")) {
     const tf_cuda_rms_fused f = tf_cuda_rms_fused_geometry(st, (tf_dtype)DT, a->rows, a->dim, vec);

@@ -21,6 +21,8 @@ typedef struct tf_cuda_swiglu_params {
 template <int DT, int V>
 __global__ void __launch_bounds__(TF_CUDA_THREADS) tf_cuda_swiglu_kernel(tf_cuda_swiglu_params p, bool backward) {
   typedef typename tf_cuda_dtype<DT>::storage S;
+  tf_chain_next(); /* may be launched chained (the decode step's gate) */
+  tf_chain_wait();
   const int64_t c = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * V;
   if (c >= p.f) return;
   for (int64_t r = blockIdx.y; r < p.rows; r += gridDim.y) {
@@ -60,8 +62,10 @@ __global__ void __launch_bounds__(TF_CUDA_THREADS) tf_cuda_swiglu_kernel(tf_cuda
 
 /* One pass at vector width V: f / V threads a row. */
 template <int DT, int V>
-static void tf_cuda_swiglu_launch(tf_cuda_state *st, const tf_cuda_swiglu_params &p, bool backward) {
-  tf_cuda_swiglu_kernel<DT, V><<<tf_cuda_rows_grid(st, p.rows, p.f / V), TF_CUDA_THREADS, 0, st->stream>>>(p, backward);
+static tf_status tf_cuda_swiglu_launch(tf_cuda_state *st, const tf_cuda_swiglu_params &p, bool backward, bool chained) {
+  return tf_cuda_launch(st, chained, backward ? "swiglu backward kernel" : "swiglu kernel",
+                        tf_cuda_rows_grid(st, p.rows, p.f / V), TF_CUDA_THREADS, tf_cuda_swiglu_kernel<DT, V>, p,
+                        backward);
 }
 
 /* 16-byte vectors when d_ff and every buffer allow, else one element per step. */
@@ -78,14 +82,12 @@ template <int DT> static tf_status tf_cuda_swiglu_typed(tf_cuda_state *st, const
   if (p.rows * p.f == 0) return TF_OK;
   const void *ptrs[4] = {p.ab, p.dy, p.y, p.dab};
   const int vec = tf_cuda_row_vec(sizeof(S), p.f, ptrs, 4);
-  if (vec > 1)
-    tf_cuda_swiglu_launch<DT, VW>(st, p, a->backward);
-  else
-    tf_cuda_swiglu_launch<DT, 1>(st, p, a->backward);
   /* forward: [a | b] read, y written; backward: [a | b] and dy read, d[a | b] (and y again) written */
   const double rf = (double)p.rows * (double)p.f * (double)sizeof(S);
   tf_cuda_traffic("tf_cuda_swiglu_kernel", a->backward ? rf * (5 + (p.y ? 1 : 0)) : 3 * rf);
-  return tf_cuda_launched(a->backward ? "swiglu backward kernel" : "swiglu kernel");
+  const bool chained = a->chained && !a->backward;
+  return vec > 1 ? tf_cuda_swiglu_launch<DT, VW>(st, p, a->backward, chained)
+                 : tf_cuda_swiglu_launch<DT, 1>(st, p, a->backward, chained);
 }
 
 /* The backend entry of both passes. */

@@ -136,12 +136,14 @@ static void test_gemm(void) {
 }
 
 /* The few-rows products of generation's decode step (tf_gemm_args.few_rows):
- * C = A B^T of m <= 16 rows, the GPU's own kernel against the CPU's GEMM;
- * a misaligned k (not a multiple of 8) takes the general path. */
-static void few_rows_case(tf_dtype d, int64_t m, int64_t n, int64_t k) {
+ * C = A B^T of m <= 16 rows, the GPU's own kernel (one row: 1, 2, 4 or 8
+ * warps a column, a stretch a warp) against the CPU's GEMM, launched
+ * chained or plainly; a misaligned k (not a multiple of 8) takes the
+ * general path. */
+static void few_rows_case(tf_dtype d, int64_t m, int64_t n, int64_t k, bool chained) {
   flat_pair a = flat_pair_randn(m * k, d, 1.0, 0), b = flat_pair_randn(n * k, d, 1.0, 0), c = flat_pair_zeros(m * n, d);
   tf_gemm_args g = {.ab_dtype = d, .c_dtype = d, .batch = 1, .m = m, .n = n, .k = k, .trans_b = true, .lda = k,
-                    .ldb = k, .ldc = n, .few_rows = true};
+                    .ldb = k, .ldc = n, .few_rows = true, .chained = chained};
   g.a = CP(a), g.b = CP(b), g.c = CP(c);
   CHECK_OK(KC->gemm(cctx, &g));
   g.a = GP(a), g.b = GP(b), g.c = GP(c);
@@ -151,11 +153,15 @@ static void few_rows_case(tf_dtype d, int64_t m, int64_t n, int64_t k) {
 }
 
 static void test_gemm_few_rows(void) {
-  const int64_t shapes[][3] = {{1, 7680, 2560}, {3, 100, 64}, {4, 33, 264}, {16, 10000, 768}, {9, 129, 3072},
-                               {2, 50, 20}};
+  /* one row: 2.7B's qkv and w2 (two and eight warps a column), a last block of columns cut, a last round
+   * cut (k 264, 2056), one warp a column (k 768), rows longer than eight rounds a warp (k 40000) */
+  const int64_t shapes[][3] = {{1, 7680, 2560}, {1, 2560, 10240}, {1, 1001, 2560}, {1, 33, 264},  {1, 5, 2056},
+                               {1, 300, 768},   {1, 7, 40000},    {3, 100, 64},   {4, 33, 264}, {16, 10000, 768},
+                               {9, 129, 3072},  {2, 50, 20}};
   for (int di = 1; di < 3; di++)
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
-      few_rows_case(DTYPES[di], shapes[s][0], shapes[s][1], shapes[s][2]);
+      for (int chained = 0; chained < 2; chained++)
+        few_rows_case(DTYPES[di], shapes[s][0], shapes[s][1], shapes[s][2], chained);
 }
 
 /* A product timed at its first call (tune) against the same product on the
@@ -760,7 +766,16 @@ static void decode_case(tf_dtype d, int64_t B, int64_t H, int64_t hd, int64_t ma
   CHECK_OK(KG->decode_attention(gctx, &at));
 #undef AT_PTRS
   same("decode_attention", d, out, tol_of(d));
-  flat_pair *all[] = {&pc, &ps, &pp, &pl, &qkv, &q, &kc, &vc, &qd, &out, &part};
+  /* the stretches merged by the last of them to end (done's counters), twice: the second call finds the
+   * counters zero again; the bits of the two-kernel form */
+  flat_pair done = flat_pair_zeros(B * H, TF_I32), out2 = flat_pair_zeros(B * H * hd, d);
+  at.done = (unsigned *)GP(done), at.out = GP(out2);
+  for (int rep = 0; rep < 2; rep++) {
+    CHECK_OK(KG->decode_attention(gctx, &at));
+    same_bits("decode_attention merged by its last stretch", out.g, 0, out2.g, 0, B * H * hd);
+    identical("decode_attention's counters back to zero", done);
+  }
+  flat_pair *all[] = {&pc, &ps, &pp, &pl, &qkv, &q, &kc, &vc, &qd, &out, &part, &done, &out2};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) flat_pair_free(all[i]);
 }
 
