@@ -161,18 +161,16 @@ static void *tf_decode_layer_cache(const tf_model *m, void *cache, int64_t l) {
   return tf_model_at(m, cache, l * d->batch * m->cfg.d_model * d->max_len);
 }
 
-/* The keys and values of seq tokens of layer l from its fused projection
- * qkv into the cache at the step's position; q, when given, gets the turned
- * queries. */
-static tf_status tf_decode_append(tf_model *m, int64_t l, int64_t seq, const void *qkv, void *q) {
+/* The append of the step's token of layer l from its fused projection qkv
+ * into the cache at the step's position, the turned queries into q. */
+static tf_kv_append_args tf_decode_append_args(const tf_model *m, int64_t l, const void *qkv, void *q) {
   const tf_model_decode *d = m->decode;
   const int64_t H = m->cfg.num_heads;
-  tf_kv_append_args a = {.batch = d->batch, .seq = seq, .heads = H, .head_dim = m->cfg.d_model / H,
-                         .max_len = d->max_len, .dtype = m->dtype, .cos = d->cos, .sin = d->sin,
-                         .pos = d->step + d->batch, .qkv = qkv, .q = q,
-                         .k_cache = tf_decode_layer_cache(m, d->k_cache, l),
-                         .v_cache = tf_decode_layer_cache(m, d->v_cache, l), .chained = d->chained};
-  return m->k->kv_append(m->ctx, &a);
+  return (tf_kv_append_args){.batch = d->batch, .seq = 1, .heads = H, .head_dim = m->cfg.d_model / H,
+                             .max_len = d->max_len, .dtype = m->dtype, .cos = d->cos, .sin = d->sin,
+                             .pos = d->step + d->batch, .qkv = qkv, .q = q,
+                             .k_cache = tf_decode_layer_cache(m, d->k_cache, l),
+                             .v_cache = tf_decode_layer_cache(m, d->v_cache, l), .chained = d->chained};
 }
 
 /* RMSNorm of the step's batch rows (model_forward.c's tf_model_norm over the plan's). */
@@ -187,13 +185,18 @@ static tf_status tf_decode_norm(tf_model *m, const void *delta, int64_t gain, vo
 /* y (batch, out) = x W^T for the step's rows: tf_model_linear, marked as
  * a product of few rows (the backend's bandwidth-bound kernel where it has
  * one and the batch is small). */
-static tf_status tf_decode_linear(tf_model *m, const void *x, int64_t in, int64_t out, const void *w, void *y) {
+static tf_status tf_decode_linear_then(tf_model *m, const void *x, int64_t in, int64_t out, const void *w, void *y,
+                                       const tf_swiglu_args *sw, const tf_kv_append_args *kv) {
   const int64_t rows = m->decode->batch;
   tf_gemm_args g = {.a = x, .b = w, .c = y, .ab_dtype = m->dtype, .c_dtype = m->dtype, .batch = 1, .m = rows,
                     .n = out, .k = in, .trans_b = true, .lda = in, .ldb = in, .ldc = out,
                     .allow_tf32 = m->ctx->allow_tf32, .few_rows = rows <= TF_GEMM_FEW_ROWS,
-                    .chained = m->decode->chained};
+                    .chained = m->decode->chained, .then_swiglu = sw, .then_append = kv};
   return m->k->gemm(m->ctx, &g);
+}
+
+static tf_status tf_decode_linear(tf_model *m, const void *x, int64_t in, int64_t out, const void *w, void *y) {
+  return tf_decode_linear_then(m, x, in, out, w, y, NULL, NULL);
 }
 
 /* Layer l of the decode step: the residual stream d->x, ln1's output in d->h. */
@@ -202,8 +205,9 @@ static tf_status tf_decode_layer(tf_model *m, int64_t l) {
   const tf_model_config *c = &m->cfg;
   const int64_t B = d->batch, dm = c->d_model, f = c->d_ff, H = c->num_heads, hd = dm / H;
   const tf_model_layer_weights *w = &m->layers[l];
-  TF_TRY(tf_decode_linear(m, d->h, dm, 3 * dm, tf_model_mw(m, w->qkv), d->qkv));
-  TF_TRY(tf_decode_append(m, l, 1, d->qkv, d->q));
+  /* the products followed by the cache's append and by SwiGLU's gate, which the backend may do in one kernel */
+  const tf_kv_append_args kv = tf_decode_append_args(m, l, d->qkv, d->q);
+  TF_TRY(tf_decode_linear_then(m, d->h, dm, 3 * dm, tf_model_mw(m, w->qkv), d->qkv, NULL, &kv));
   tf_decode_attention_args at = {.batch = B, .heads = H, .head_dim = hd, .max_len = d->max_len, .splits = d->splits,
                                  .scale = 1.0 / sqrt((double)hd), .dtype = m->dtype, .pos = d->step + B, .q = d->q,
                                  .k_cache = tf_decode_layer_cache(m, d->k_cache, l),
@@ -212,9 +216,8 @@ static tf_status tf_decode_layer(tf_model *m, int64_t l) {
   TF_RANGED("decode attention", m->k->decode_attention(m->ctx, &at));
   TF_TRY(tf_decode_linear(m, d->atty, dm, dm, tf_model_mw(m, w->out), d->proj));
   TF_TRY(tf_decode_norm(m, d->proj, w->ln2, d->h));
-  TF_TRY(tf_decode_linear(m, d->h, dm, 2 * f, tf_model_mw(m, w->w13), d->ab));
-  tf_swiglu_args sw = {.rows = B, .f = f, .dtype = m->dtype, .ab = d->ab, .y = d->gate, .chained = d->chained};
-  TF_TRY(m->k->swiglu(m->ctx, &sw));
+  const tf_swiglu_args sw = {.rows = B, .f = f, .dtype = m->dtype, .ab = d->ab, .y = d->gate, .chained = d->chained};
+  TF_TRY(tf_decode_linear_then(m, d->h, dm, 2 * f, tf_model_mw(m, w->w13), d->ab, &sw, NULL));
   TF_TRY(tf_decode_linear(m, d->gate, f, dm, tf_model_mw(m, w->w2), d->proj));
   const int64_t next = l + 1 < c->num_layers ? m->layers[l + 1].ln1 : m->lnf;
   return tf_decode_norm(m, d->proj, next, d->h);

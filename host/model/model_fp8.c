@@ -250,9 +250,9 @@ static tf_status tf_fp8_weight(const tf_model *m, int64_t w, int64_t *index, con
 tf_status tf_model_layer_linear(tf_model *m, const void *x, int64_t rows, int64_t in, int64_t out, int64_t w, void *y) {
   if (!m->fp8 || m->prefilling) /* generation runs in bf16, its decode step's products too */
     return tf_model_linear(m, x, rows, in, out, tf_model_mw(m, w), y);
-  const uint8_t *w8, *w8t;
-  const float *ws;
-  int64_t i;
+  const uint8_t *w8 = NULL, *w8t = NULL;
+  const float *ws = NULL;
+  int64_t i = 0;
   TF_TRY(tf_fp8_weight(m, w, &i, &w8, &w8t, &ws));
   float *xa = tf_fp8_input(m, i), *xs = xa + TF_FP8_WORD;
   const tf_fp8_how how = tf_fp8_how_for(m, i, xa, m->fp8_training_pass);
@@ -270,9 +270,9 @@ static tf_status tf_fp8_dx(tf_model *m, const uint8_t *w8t, const float *ws, int
 tf_status tf_model_layer_linear_dx(tf_model *m, const void *dy, int64_t rows, int64_t in, int64_t out, int64_t w,
                                    void *dx) {
   if (!m->fp8) return tf_model_linear_dx(m, dy, rows, in, out, tf_model_mw(m, w), dx);
-  const uint8_t *w8, *w8t;
-  const float *ws;
-  int64_t i;
+  const uint8_t *w8 = NULL, *w8t = NULL;
+  const float *ws = NULL;
+  int64_t i = 0;
   TF_TRY(tf_fp8_weight(m, w, &i, &w8, &w8t, &ws));
   /* both layouts: the weight gradient's product that follows (tf_model_layer_linear_backward with
    * dx NULL, the engine's order for w2) reads the transposed cast of the same dy */
@@ -284,9 +284,9 @@ tf_status tf_model_layer_linear_dx(tf_model *m, const void *dy, int64_t rows, in
 tf_status tf_model_layer_linear_backward(tf_model *m, const void *dy, const void *x, int64_t rows, int64_t in,
                                          int64_t out, int64_t w, float *dw, void *dx) {
   if (!m->fp8) return tf_model_linear_backward(m, dy, x, rows, in, out, tf_model_mw(m, w), dw, dx);
-  const uint8_t *w8, *w8t;
-  const float *ws;
-  int64_t i;
+  const uint8_t *w8 = NULL, *w8t = NULL;
+  const float *ws = NULL;
+  int64_t i = 0;
   TF_TRY(tf_fp8_weight(m, w, &i, &w8, &w8t, &ws));
   tf_model_plan *p = &m->plan;
   float *dys = tf_fp8_slot(m, TF_FP8_DY_SCALE), *xs = tf_fp8_input(m, i) + TF_FP8_WORD;

@@ -63,6 +63,14 @@ typedef struct tf_gemm_args {
   /* An FP8 product (tf.scaled_matmul): NULL for every other. A and B then
    * have scaled's dtypes and ab_dtype is ignored. */
   const tf_gemm_scaled *scaled;
+  /* What follows the product, in generation's decode step, or NULL: the
+   * SwiGLU gate of C (then_swiglu->ab is C) or the KV cache's append of C
+   * (then_append->qkv is C). The backend runs the product, then that
+   * kernel; where it can it does both in one (the CUDA backend's one-row
+   * kernel: the gate's or the append's values from the product's rounded
+   * sums, the same bits as the two kernels, C then left unwritten). */
+  const struct tf_swiglu_args *then_swiglu;
+  const struct tf_kv_append_args *then_append;
 } tf_gemm_args;
 
 /* The FP8 part of a product: C = (scale_a scale_b) A B, the scales f32 on
@@ -309,7 +317,10 @@ typedef struct tf_decode_attention_args {
   const void *k_cache, *v_cache;
   void *out;
   float *partial;
-  int keys_at_once; /* GPU: keys a warp scores before its softmax update, 1 or 8; 0: TF_DECODE_KEYS's (default 8) */
+  /* GPU: the kernel whose warps take eight keys at a time, which every head
+   * size can use, even where the tiled one (a thread a key, rows of whole
+   * 16-byte words) would run: for tests */
+  bool general;
   bool chained;     /* as tf_gemm_args' */
   /* GPU: batch * heads counters, zero, or NULL. Given, the stretches of a
    * row and head count themselves done there and the last one merges them

@@ -42,9 +42,9 @@ tf_status tf_cpu_kv_append(tf_device_ctx *ctx, const tf_kv_append_args *a) {
 }
 
 /* Stretch s of row-and-head bh: the max of its scaled scores, the sum of
- * their exponentials and the values they weight (f32 sums in key order,
- * as each GPU block keeps them per key it sees: the merge below is where
- * the two backends may round differently). */
+ * their exponentials and the values they weight (f32 sums in key order;
+ * the GPU's blocks add in other orders, tiles of keys or the warps' shares,
+ * so the two backends agree to rounding). */
 TF_CPU_INLINE void tf_cpu_decode_stretch(tf_dtype dt, const tf_decode_attention_args *a, int64_t len, int64_t bh,
                                          int64_t s) {
   const int64_t hd = a->head_dim, chunk = (a->max_len + a->splits - 1) / a->splits;

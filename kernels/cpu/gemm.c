@@ -306,8 +306,9 @@ static tf_status tf_cpu_gemm_run(const tf_gemm_args *g) {
 
 /* The engine's entry (model_kernels.h). */
 tf_status tf_cpu_gemm(tf_device_ctx *ctx, const tf_gemm_args *g) {
-  (void)ctx;
-  return tf_cpu_gemm_run(g);
+  TF_TRY(tf_cpu_gemm_run(g));
+  if (g->then_swiglu) TF_TRY(tf_cpu_swiglu(ctx, g->then_swiglu));
+  return g->then_append ? tf_cpu_kv_append(ctx, g->then_append) : TF_OK;
 }
 
 /* The eager matmul's entry (backend.h). */

@@ -137,7 +137,6 @@ static tf_status tf_prof_flash_attention(tf_device_ctx *ctx, const tf_flash_args
   static tf_status fn(tf_device_ctx *ctx, const type *a) {         \
     TF_PROF_TIMED(ctx, name, TF_PLAIN_MODEL(ctx)->member(ctx, a)); \
   }
-TF_PROF_MODEL_OP(tf_prof_gemm, gemm, tf_gemm_args, "gemm")
 TF_PROF_MODEL_OP(tf_prof_lm_loss, lm_loss, tf_lm_loss_args, "lm_loss")
 TF_PROF_MODEL_OP(tf_prof_model_adamw, adamw, tf_model_adamw_args, "adamw")
 TF_PROF_MODEL_OP(tf_prof_grad_norm, grad_norm, tf_grad_norm_args, "grad_norm")
@@ -147,6 +146,19 @@ TF_PROF_MODEL_OP(tf_prof_fp8_amax, fp8_amax, tf_fp8_amax_args, "fp8_amax")
 TF_PROF_MODEL_OP(tf_prof_fp8_quantize, fp8_quantize, tf_fp8_quantize_args, "fp8_quantize")
 TF_PROF_MODEL_OP(tf_prof_fp8_history, fp8_history, tf_fp8_history_args, "fp8_history")
 #undef TF_PROF_MODEL_OP
+static tf_status tf_prof_swiglu(tf_device_ctx *ctx, const tf_swiglu_args *a);
+static tf_status tf_prof_product(tf_device_ctx *ctx, const tf_gemm_args *a) {
+  TF_PROF_TIMED(ctx, "gemm", TF_PLAIN_MODEL(ctx)->gemm(ctx, a));
+}
+/* The product timed alone, what follows it (then_swiglu, then_append) under its own name. */
+static tf_status tf_prof_gemm(tf_device_ctx *ctx, const tf_gemm_args *a) {
+  tf_gemm_args g = *a;
+  g.then_swiglu = NULL;
+  g.then_append = NULL;
+  TF_TRY(tf_prof_product(ctx, &g));
+  if (a->then_swiglu) TF_TRY(tf_prof_swiglu(ctx, a->then_swiglu));
+  return a->then_append ? tf_prof_kv_append(ctx, a->then_append) : TF_OK;
+}
 static tf_status tf_prof_index_check(tf_device_ctx *ctx, const int64_t *idx, int64_t n, int64_t limit,
                                      int64_t *bad) {
   TF_PROF_TIMED(ctx, "index_check", TF_PLAIN_MODEL(ctx)->index_check(ctx, idx, n, limit, bad));

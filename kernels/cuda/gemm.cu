@@ -39,6 +39,8 @@
  * stream is captured into a graph, are not timed (the next eager call is). */
 #include "cuda_common.cuh"
 
+#include "rope.h"
+
 #include <cublasLt.h>
 #include <limits.h>
 #include <stdio.h>
@@ -549,7 +551,7 @@ static tf_status tf_gemm_run(tf_device_ctx *ctx, const tf_gemm_args *g, const ch
  * takes 8 / SPLIT output columns, SPLIT warps a column, each warp a
  * stretch of whole rounds of the row (a round: 32 16-byte words, one a
  * lane). A warp asks for all the words of its stretch (TF_GEMV_ROUNDS at
- * most at once) before it uses any, so each warp waits about one memory
+ * most at once: 16 measured slower than 8) before it uses any, so each warp waits about one memory
  * latency and the blocks are short and many: a column a warp, its row in
  * order (the kernel before this one), left the last blocks of a product of
  * few columns and long rows (the 2.7B model's w2: 320 blocks of 20 KB
@@ -561,15 +563,33 @@ static tf_status tf_gemm_run(tf_device_ctx *ctx, const tf_gemm_args *g, const ch
  * 2.7B decode step on an H200: 4.0 against 6.0 ms at batch 4, 4.9 against
  * 15.8 at 16, where f32 FMAs a weight become the bound). */
 enum { TF_GEMV_WARPS = 8, TF_GEMV_ROUNDS = 8 };
-template <int DT, int SPLIT>
+
+/* What the one-row kernel does with its sums: store them (TF_GEMV_STORE),
+ * or, from their rounded values, SwiGLU's gate (TF_GEMV_GATE: the block's
+ * first half of columns a, its second half the b of the same gate columns,
+ * f apart) or the KV cache's append of one token (TF_GEMV_APPEND: adjacent
+ * columns are RoPE's pairs), as kernels/cuda/swiglu.cu's and decode.cu's
+ * kernels compute them. */
+enum { TF_GEMV_STORE, TF_GEMV_GATE, TF_GEMV_APPEND };
+typedef struct tf_gemv_then {
+  void *gate;  /* TF_GEMV_GATE: (f,) */
+  int64_t f;
+  tf_kv_append_args kv; /* TF_GEMV_APPEND: batch and seq 1 */
+} tf_gemv_then;
+
+template <int DT, int SPLIT, int THEN>
 __global__ void __launch_bounds__(32 * TF_GEMV_WARPS) tf_cuda_gemv_kernel(const uint16_t *__restrict__ a,
                                                                           const uint16_t *__restrict__ b,
                                                                           uint16_t *__restrict__ c, int n, int k,
-                                                                          int64_t ldb) {
+                                                                          int64_t ldb, tf_gemv_then then) {
   typedef tf_cuda_dtype<DT> D;
+  enum { COLS = TF_GEMV_WARPS / SPLIT, HALF = COLS > 1 ? COLS / 2 : 1 };
   __shared__ float sums[TF_GEMV_WARPS];
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, part = warp % SPLIT;
-  const int col = blockIdx.x * (TF_GEMV_WARPS / SPLIT) + warp / SPLIT;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, part = warp % SPLIT, slot = warp / SPLIT;
+  /* the gate's blocks: HALF gate columns from g0, their a then their b (f further) */
+  const int64_t g0 = (int64_t)blockIdx.x * HALF, gc = g0 + slot % HALF;
+  int col = blockIdx.x * COLS + slot;
+  if (THEN == TF_GEMV_GATE) col = gc < then.f ? (int)(gc + (slot < HALF ? 0 : then.f)) : n;
   const int words = k / 8, rounds = (words + 31) / 32, per = (rounds + SPLIT - 1) / SPLIT;
   const int r0 = part * per, r1 = r0 + per < rounds ? r0 + per : rounds;
   const uint4 *w = (const uint4 *)(b + (int64_t)(col < n ? col : 0) * ldb);
@@ -577,10 +597,11 @@ __global__ void __launch_bounds__(32 * TF_GEMV_WARPS) tf_cuda_gemv_kernel(const 
     uint4 word;
     uint16_t v[8];
   };
-  word8 wv[TF_GEMV_ROUNDS];
+  enum { ROUNDS = TF_GEMV_ROUNDS };
+  word8 wv[ROUNDS];
   auto fetch = [&](int r) {
 #pragma unroll
-    for (int u = 0; u < TF_GEMV_ROUNDS; u++) {
+    for (int u = 0; u < ROUNDS; u++) {
       const int at = (r + u) * 32 + lane;
       if (col < n && r + u < r1 && at < words) wv[u].word = __ldcs(w + at);
     }
@@ -589,10 +610,10 @@ __global__ void __launch_bounds__(32 * TF_GEMV_WARPS) tf_cuda_gemv_kernel(const 
   tf_chain_next();
   tf_chain_wait();
   float acc = 0.0f;
-  for (int r = r0; r < r1; r += TF_GEMV_ROUNDS) {
+  for (int r = r0; r < r1; r += ROUNDS) {
     if (r != r0) fetch(r);
 #pragma unroll
-    for (int u = 0; u < TF_GEMV_ROUNDS; u++) {
+    for (int u = 0; u < ROUNDS; u++) {
       const int at = (r + u) * 32 + lane;
       if (col >= n || r + u >= r1 || at >= words) continue;
       word8 xv;
@@ -603,18 +624,46 @@ __global__ void __launch_bounds__(32 * TF_GEMV_WARPS) tf_cuda_gemv_kernel(const 
   }
 #pragma unroll
   for (int o = 16; o > 0; o /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-  if (SPLIT == 1) {
+  if (SPLIT == 1 && THEN == TF_GEMV_STORE) {
     if (lane == 0 && col < n) c[col] = D::store(acc);
     return;
   }
   if (lane == 0) sums[warp] = acc;
   __syncthreads();
-  if (part == 0 && lane == 0 && col < n) {
-    float v = sums[warp];
+  /* slot j's column: its warps' sums in order, rounded as a stored value is */
+  auto sum_of = [&](int j) {
+    float v = sums[j * SPLIT];
 #pragma unroll
-    for (int p = 1; p < SPLIT; p++) v += sums[warp + p];
-    c[col] = D::store(v);
+    for (int p = 1; p < SPLIT; p++) v += sums[j * SPLIT + p];
+    return v;
+  };
+  if (THEN == TF_GEMV_STORE) {
+    if (part == 0 && lane == 0 && col < n) c[col] = D::store(sum_of(slot));
+    return;
   }
+  const int j = threadIdx.x;
+  if (COLS < 2 || j >= HALF) return;
+  const float x0 = D::load(D::store(sum_of(THEN == TF_GEMV_GATE ? j : 2 * j)));
+  const float x1 = D::load(D::store(sum_of(THEN == TF_GEMV_GATE ? j + HALF : 2 * j + 1)));
+  if (THEN == TF_GEMV_GATE) {
+    if (g0 + j >= then.f) return;
+    const float sg = __fdividef(1.0f, 1.0f + __expf(-x0)); /* swiglu.cu's forward */
+    ((uint16_t *)then.gate)[g0 + j] = D::store(x0 * sg * x1);
+    return;
+  }
+  const int64_t c0 = (int64_t)blockIdx.x * COLS + 2 * j;
+  if (c0 >= n) return;
+  const tf_kv_append_args &kv = then.kv;
+  const int64_t hd = kv.head_dim, half = hd / 2, d = kv.heads * hd, pos = *kv.pos;
+  const int64_t which = c0 / d, h = (c0 % d) / hd, i = c0 % hd; /* decode.cu's kv_append at batch and seq 1 */
+  uint16_t *dst = (uint16_t *)(which == 0 ? kv.q : which == 1 ? kv.k_cache : kv.v_cache);
+  if (!dst || pos >= kv.max_len) return;
+  const int64_t at = which == 0 ? h * hd + i : (h * kv.max_len + pos) * hd + i;
+  const float cs = which < 2 ? kv.cos[pos * half + i / 2] : 1.0f, sn = which < 2 ? kv.sin[pos * half + i / 2] : 0.0f;
+  float y0, y1;
+  tf_rope_turn<float>(x0, x1, cs, sn, &y0, &y1);
+  dst[at] = D::store(y0);
+  dst[at + 1] = D::store(y1);
 }
 
 /* Whether g is a product the one-row kernel takes: one batch, one row, C =
@@ -628,37 +677,79 @@ static bool tf_gemv_fits(const tf_gemm_args *g) {
          ((uintptr_t)g->a & 15) == 0 && ((uintptr_t)g->b & 15) == 0 && g->n <= INT32_MAX && g->k <= INT32_MAX;
 }
 
-/* The fewest warps a column (1, 2, 4 or 8) whose stretches are TF_GEMV_ROUNDS rounds or fewer (8 for longer rows,
- * whose warps then take their stretch in turns). */
-static int tf_gemv_split(int64_t k) {
+/* The fewest warps a column (1, 2, 4 or 8) whose stretches are `most` rounds or fewer (8 for longer rows, whose
+ * warps then take their stretch in turns). */
+static int tf_gemv_split(int64_t k, int most) {
   const int64_t rounds = (k / 8 + 31) / 32;
   int split = 1;
-  while (split < TF_GEMV_WARPS && (rounds + split - 1) / split > TF_GEMV_ROUNDS) split *= 2;
+  while (split < TF_GEMV_WARPS && (rounds + split - 1) / split > most) split *= 2;
   return split;
 }
 
-template <int DT> static tf_status tf_gemv_typed(tf_cuda_state *st, const tf_gemm_args *g) {
-  const uint16_t *a = (const uint16_t *)g->a, *b = (const uint16_t *)g->b;
-  uint16_t *c = (uint16_t *)g->c;
-  const int n = (int)g->n, k = (int)g->k, split = tf_gemv_split(g->k);
-  const unsigned blocks = (unsigned)((g->n + TF_GEMV_WARPS / split - 1) / (TF_GEMV_WARPS / split));
-  void (*kernel)(const uint16_t *, const uint16_t *, uint16_t *, int, int, int64_t) =
-      split == 1 ? tf_cuda_gemv_kernel<DT, 1>
-      : split == 2 ? tf_cuda_gemv_kernel<DT, 2>
-      : split == 4 ? tf_cuda_gemv_kernel<DT, 4>
-                   : tf_cuda_gemv_kernel<DT, 8>;
-  return tf_cuda_launch(st, g->chained, "one-row gemm kernel", blocks, 32 * TF_GEMV_WARPS, kernel, a, b, c, n, k,
-                        g->ldb);
+/* Which of the one-row kernel's endings g's then_ asks for, where the kernel can do it: its blocks of split warps a
+ * column hold pairs of columns (split 4 or fewer) and the gate or the append is of this one row, from C. */
+static int tf_gemv_then_of(const tf_gemm_args *g, int split, tf_gemv_then *then) {
+  memset(then, 0, sizeof *then);
+  static const bool off = getenv("TF_DECODE_FUSE") && strcmp(getenv("TF_DECODE_FUSE"), "0") == 0;
+  if (off || split > TF_GEMV_WARPS / 2) return -1;
+  const tf_swiglu_args *sw = g->then_swiglu;
+  const tf_kv_append_args *kv = g->then_append;
+  if (sw && !kv && !sw->backward && sw->rows == 1 && 2 * sw->f == g->n && sw->ab == g->c && sw->dtype == g->c_dtype) {
+    then->gate = sw->y, then->f = sw->f;
+    return TF_GEMV_GATE;
+  }
+  if (kv && !sw && kv->batch == 1 && kv->seq == 1 && kv->head_dim % 2 == 0 && 3 * kv->heads * kv->head_dim == g->n &&
+      kv->qkv == g->c && kv->dtype == g->c_dtype) {
+    then->kv = *kv;
+    return TF_GEMV_APPEND;
+  }
+  return sw || kv ? -1 : TF_GEMV_STORE;
 }
 
-/* The engine's entry (model_kernels.h). */
+template <int DT, int THEN>
+static tf_status tf_gemv_launch(tf_cuda_state *st, const tf_gemm_args *g, int split, const tf_gemv_then &then) {
+  const uint16_t *a = (const uint16_t *)g->a, *b = (const uint16_t *)g->b;
+  uint16_t *c = (uint16_t *)g->c;
+  const int64_t cols = TF_GEMV_WARPS / split, per_block = THEN == TF_GEMV_GATE ? cols / 2 : cols;
+  const int64_t outs = THEN == TF_GEMV_GATE ? then.f : g->n;
+  const unsigned blocks = (unsigned)((outs + per_block - 1) / per_block);
+  /* (an ending needs two columns a block: split 8 is never asked for one) */
+  void (*kernel)(const uint16_t *, const uint16_t *, uint16_t *, int, int, int64_t, tf_gemv_then) =
+      split == 1 ? tf_cuda_gemv_kernel<DT, 1, THEN>
+      : split == 2 ? tf_cuda_gemv_kernel<DT, 2, THEN>
+      : split == 4 || THEN != TF_GEMV_STORE ? tf_cuda_gemv_kernel<DT, 4, THEN>
+                                            : tf_cuda_gemv_kernel<DT, 8, THEN>;
+  return tf_cuda_launch(st, g->chained, "one-row gemm kernel", blocks, 32 * TF_GEMV_WARPS, kernel, a, b, c, (int)g->n,
+                        (int)g->k, g->ldb, then);
+}
+
+/* The one-row product, with its ending where the kernel takes it (1), else plainly (0: the caller then runs
+ * then_swiglu or then_append). */
+template <int DT> static tf_status tf_gemv_typed(tf_cuda_state *st, const tf_gemm_args *g, bool *ended) {
+  const int split = tf_gemv_split(g->k, TF_GEMV_ROUNDS);
+  tf_gemv_then then;
+  const int kind = tf_gemv_then_of(g, split, &then);
+  *ended = kind == TF_GEMV_GATE || kind == TF_GEMV_APPEND;
+  if (kind == TF_GEMV_GATE) return tf_gemv_launch<DT, TF_GEMV_GATE>(st, g, split, then);
+  if (kind == TF_GEMV_APPEND) return tf_gemv_launch<DT, TF_GEMV_APPEND>(st, g, split, then);
+  memset(&then, 0, sizeof then);
+  return tf_gemv_launch<DT, TF_GEMV_STORE>(st, g, split, then);
+}
+
+/* The engine's entry (model_kernels.h): the product, then what follows it. */
 tf_status tf_cuda_gemm(tf_device_ctx *ctx, const tf_gemm_args *g) {
+  bool ended = false;
   if (tf_gemv_fits(g)) {
     TF_TRY(tf_cuda_use_device(ctx));
     tf_cuda_state *st = tf_cuda_state_of(ctx);
-    return g->ab_dtype == TF_BF16 ? tf_gemv_typed<TF_BF16>(st, g) : tf_gemv_typed<TF_F16>(st, g);
+    TF_TRY(g->ab_dtype == TF_BF16 ? tf_gemv_typed<TF_BF16>(st, g, &ended)
+                                  : tf_gemv_typed<TF_F16>(st, g, &ended));
+  } else {
+    TF_TRY(tf_gemm_run(ctx, g, "gemm"));
   }
-  return tf_gemm_run(ctx, g, "gemm");
+  if (ended) return TF_OK;
+  if (g->then_swiglu) TF_TRY(tf_cuda_swiglu(ctx, g->then_swiglu));
+  return g->then_append ? tf_cuda_kv_append(ctx, g->then_append) : TF_OK;
 }
 
 /* The eager matmul's entry (backend.h): the same product with C in the

@@ -728,13 +728,84 @@ static bool model_same(const char *what, tf_dtype d, const tf_tensor *g, const t
   return ok;
 }
 
+/* A few-rows product followed by SwiGLU's gate (then_swiglu) or the KV
+ * cache's append of one token (then_append), as the decode step asks: on
+ * the GPU at one row done in the one-row kernel, with the bits of the
+ * product then the gate's or the append's own kernel; against the CPU's.
+ * At two rows the GPU runs the two apart. */
+static void few_rows_gate_case(tf_dtype d, int64_t m, int64_t f, int64_t k) {
+  flat_pair a = flat_pair_randn(m * k, d, 1.0, 0), b = flat_pair_randn(2 * f * k, d, 1.0, 0);
+  flat_pair ab = flat_pair_zeros(m * 2 * f, d), y = flat_pair_zeros(m * f, d), y2 = flat_pair_zeros(m * f, d);
+  tf_swiglu_args sw = {.rows = m, .f = f, .dtype = d};
+  tf_gemm_args g = {.ab_dtype = d, .c_dtype = d, .batch = 1, .m = m, .n = 2 * f, .k = k, .trans_b = true, .lda = k,
+                    .ldb = k, .ldc = 2 * f, .few_rows = true, .chained = true, .then_swiglu = &sw};
+  g.a = CP(a), g.b = CP(b), sw.ab = g.c = CP(ab), sw.y = CP(y);
+  CHECK_OK(KC->gemm(cctx, &g));
+  g.a = GP(a), g.b = GP(b), sw.ab = g.c = GP(ab), sw.y = GP(y);
+  CHECK_OK(KG->gemm(gctx, &g));
+  same("gemm few rows then swiglu", d, y, tol_of(d));
+  g.then_swiglu = NULL, sw.y = GP(y2);
+  CHECK_OK(KG->gemm(gctx, &g));
+  CHECK_OK(KG->swiglu(gctx, &sw));
+  same_bits("gemm few rows then swiglu: the two kernels' bits", y.g, 0, y2.g, 0, m * f);
+  flat_pair *all[] = {&a, &b, &ab, &y, &y2};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) flat_pair_free(all[i]);
+}
+
+static void few_rows_append_case(tf_dtype d, int64_t H, int64_t hd, int64_t k, int64_t max_len, int64_t pos) {
+  const int64_t n = 3 * H * hd, cache = H * max_len * hd;
+  flat_pair pc, ps;
+  rope_tables(max_len, hd, &pc, &ps);
+  double posv[1] = {(double)pos};
+  flat_pair pp = flat_pair_of(posv, 1, TF_I64, 0);
+  flat_pair a = flat_pair_randn(k, d, 1.0, 0), b = flat_pair_randn(n * k, d, 1.0, 0), qkv = flat_pair_zeros(n, d);
+  flat_pair q = flat_pair_zeros(H * hd, d), kc = flat_pair_randn(cache, d, 1.0, 0), vc = flat_pair_randn(cache, d, 1.0, 0);
+  flat_pair q2 = flat_pair_zeros(H * hd, d), kc2 = flat_pair_randn(cache, d, 1.0, 0), vc2 = flat_pair_randn(cache, d, 1.0, 0);
+  tf_kv_append_args kv = {.batch = 1, .seq = 1, .heads = H, .head_dim = hd, .max_len = max_len, .dtype = d};
+  tf_gemm_args g = {.ab_dtype = d, .c_dtype = d, .batch = 1, .m = 1, .n = n, .k = k, .trans_b = true, .lda = k,
+                    .ldb = k, .ldc = n, .few_rows = true, .chained = true, .then_append = &kv};
+#define APPEND_PTRS(P, Q, K, V) g.a = P(a), g.b = P(b), kv.qkv = g.c = P(qkv), kv.cos = P(pc), kv.sin = P(ps), \
+                                kv.pos = P(pp), kv.q = P(Q), kv.k_cache = P(K), kv.v_cache = P(V)
+  APPEND_PTRS(CP, q, kc, vc);
+  CHECK_OK(KC->gemm(cctx, &g));
+  APPEND_PTRS(GP, q, kc, vc);
+  CHECK_OK(KG->gemm(gctx, &g));
+  same("gemm few rows then kv_append q", d, q, tol_of(d));
+  same("gemm few rows then kv_append k", d, kc, tol_of(d));
+  same("gemm few rows then kv_append v", d, vc, tol_of(d));
+  /* the two kernels on caches of the same start (the unwritten rows random in both) */
+  CHECK_OK(gctx->backend->copy(gctx, GP(kc2), GP(kc), (size_t)cache * tf_dtype_size(d), TF_COPY_D2D));
+  CHECK_OK(gctx->backend->copy(gctx, GP(vc2), GP(vc), (size_t)cache * tf_dtype_size(d), TF_COPY_D2D));
+  APPEND_PTRS(GP, q2, kc2, vc2);
+#undef APPEND_PTRS
+  g.then_append = NULL;
+  CHECK_OK(KG->gemm(gctx, &g));
+  CHECK_OK(KG->kv_append(gctx, &kv));
+  same_bits("gemm few rows then kv_append q: the two kernels' bits", q.g, 0, q2.g, 0, H * hd);
+  same_bits("gemm few rows then kv_append k: the two kernels' bits", kc.g, 0, kc2.g, 0, cache);
+  same_bits("gemm few rows then kv_append v: the two kernels' bits", vc.g, 0, vc2.g, 0, cache);
+  flat_pair *all[] = {&pc, &ps, &pp, &a, &b, &qkv, &q, &kc, &vc, &q2, &kc2, &vc2};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) flat_pair_free(all[i]);
+}
+
+static void test_gemm_few_rows_then(void) {
+  for (int di = 1; di < 3; di++) {
+    few_rows_gate_case(DTYPES[di], 1, 10240, 2560); /* 2.7B's w13 */
+    few_rows_gate_case(DTYPES[di], 1, 37, 264);     /* a last block of gate columns cut */
+    few_rows_gate_case(DTYPES[di], 1, 50, 40000);   /* rows of eight warps a column: the product, then the gate */
+    few_rows_gate_case(DTYPES[di], 2, 64, 256);     /* two rows: cuBLASLt, then the gate */
+    few_rows_append_case(DTYPES[di], 32, 80, 2560, 300, 211); /* 2.7B's qkv */
+    few_rows_append_case(DTYPES[di], 3, 10, 64, 20, 19);      /* the cache's last position, a last block cut */
+  }
+}
+
 /* ---- generation: the KV cache's append and the decode attention ---------------------- */
 
 /* kv_append of seq tokens at position pos into (B, H, max_len, hd) caches,
  * then decode_attention of B H queries over pos + seq keys, on random
  * caches (the positions before pos hold random keys and values). */
 static void decode_case(tf_dtype d, int64_t B, int64_t H, int64_t hd, int64_t max_len, int64_t seq, int64_t pos,
-                        int64_t splits, int keys) {
+                        int64_t splits, bool general) {
   const int64_t cache = B * H * max_len * hd;
   flat_pair pc, ps;
   rope_tables(max_len, hd, &pc, &ps);
@@ -757,7 +828,7 @@ static void decode_case(tf_dtype d, int64_t B, int64_t H, int64_t hd, int64_t ma
   flat_pair qd = flat_pair_randn(B * H * hd, d, 1.0, 0), out = flat_pair_zeros(B * H * hd, d);
   flat_pair part = flat_pair_zeros(B * H * splits * (hd + 2), TF_F32);
   tf_decode_attention_args at = {.batch = B, .heads = H, .head_dim = hd, .max_len = max_len, .splits = splits,
-                                 .scale = 1.0 / sqrt((double)hd), .dtype = d, .keys_at_once = keys};
+                                 .scale = 1.0 / sqrt((double)hd), .dtype = d, .general = general};
 #define AT_PTRS(P) at.pos = P(pl), at.q = P(qd), at.k_cache = P(kc), at.v_cache = P(vc), at.out = P(out), \
                    at.partial = P(part)
   AT_PTRS(CP);
@@ -780,16 +851,19 @@ static void decode_case(tf_dtype d, int64_t B, int64_t H, int64_t hd, int64_t ma
 }
 
 static void test_decode_kernels(void) {
-  /* each case with the warps scoring one key at a time and eight at once (keys_at_once) */
+  /* each case by the tiled kernel (where the head's rows are whole 16-byte words) and by the general one */
   for (int i = 0; i < 3; i++)
-    for (int keys = 1; keys <= 8; keys += 7) {
+    for (int general = 0; general < 2; general++) {
       const tf_dtype d = DTYPES[i];
-      decode_case(d, 1, 4, 64, 64, 1, 0, 2, keys);     /* the first position: one key, the other stretches empty */
-      decode_case(d, 1, 32, 80, 300, 1, 211, 8, keys); /* 2.7B's head size, a stretch cut mid-way */
-      decode_case(d, 3, 4, 128, 96, 5, 17, 3, keys);   /* a prefill's append of 5 tokens */
-      decode_case(d, 16, 12, 64, 128, 1, 127, 1, keys); /* the last position, one stretch */
-      decode_case(d, 1, 4, 64, 70, 1, 68, 1, keys);    /* 69 keys: a last group of eight cut to five */
-      if (!small_run) decode_case(d, 2, 8, 256, 1024, 1, 1000, 16, keys);
+      decode_case(d, 1, 4, 64, 64, 1, 0, 2, general);     /* the first position: one key, the other stretches empty */
+      decode_case(d, 1, 32, 80, 300, 1, 211, 8, general); /* 2.7B's head size, a stretch cut mid-way */
+      decode_case(d, 3, 4, 128, 96, 5, 17, 3, general);   /* a prefill's append of 5 tokens */
+      decode_case(d, 16, 12, 64, 128, 1, 127, 1, general); /* the last position, one stretch: one whole tile */
+      decode_case(d, 1, 4, 64, 70, 1, 68, 1, general);    /* 69 keys: a last group of eight cut to five */
+      decode_case(d, 1, 2, 64, 700, 1, 650, 2, general);  /* stretches of three tiles, the last cut */
+      decode_case(d, 2, 3, 36, 50, 1, 44, 2, general);    /* f32: rows of nine words; bf16, f16: the general kernel */
+      decode_case(d, 1, 2, 256, 64, 1, 40, 1, general);   /* the longest head: rows longer than a thread holds */
+      if (!small_run) decode_case(d, 2, 8, 256, 1024, 1, 1000, 16, general);
     }
 }
 
@@ -1024,6 +1098,7 @@ int main(void) {
   TIMED("loss and embedding", test_loss_and_embedding());
   TIMED("gradient clipping", test_clip());
   TIMED("decode kernels", test_decode_kernels());
+  TIMED("gemm few rows then", test_gemm_few_rows_then());
   TIMED("fp8 kernels", test_fp8_kernels());
   /* tiny: every row a multiple of 8 (vector paths); mid: d_ff and vocab that are not (scalar paths) */
   const tf_model_config tiny = {64, 16, 32, 2, 4, 64, 10000.0}, mid = {1001, 128, 128, 3, 4, 350, 10000.0};
