@@ -14,8 +14,8 @@ tf_status tf_cpu_fp8_amax(tf_device_ctx *ctx, const tf_fp8_amax_args *a) {
   float most = 0.0f;
   for (int64_t i = 0; i < a->count; i++) {
     const float v = fabsf((float)tf_elem_get(a->x, a->dtype, i));
-    if (v != v) {
-      most = v;
+    if (v != v) { /* any NaN, payload or not, is the GPU's one NaN word */
+      most = NAN;
       break;
     }
     if (v > most) most = v;

@@ -416,10 +416,23 @@ static void test_swiglu(void) {
   } while (0)
 
 /* amax and the current-scaling cast (both layouts, both formats) give the CPU's bits, on random
- * values at the given magnitude, on zeros (amax 0: q = 1) and with a NaN (amax NaN, counted). */
+ * values at the given magnitude, on zeros (amax 0: q = 1), with a NaN (amax NaN, counted) and (3)
+ * on every bf16 bit pattern, NaNs and infinities among them (amax NaN: each value cast as it is). */
 static void fp8_case(tf_dtype d, int64_t rows, int64_t cols, double magnitude, int special) {
   const int64_t n = rows * cols;
   flat_pair x = special == 1 ? flat_pair_zeros(n, d) : flat_pair_randn(n, d, magnitude, 0);
+  if (special == 3) {
+    double *v = values_alloc(n);
+    for (int64_t i = 0; i < n; i++) {
+      const uint32_t bits = (uint32_t)(i % 65536) << 16;
+      float f;
+      memcpy(&f, &bits, sizeof f);
+      v[i] = f;
+    }
+    flat_pair_free(&x);
+    x = flat_pair_of(v, n, d, 0);
+    free(v);
+  }
   if (special == 2) {
     double *v = tensor_values(x.c);
     v[n / 3] = NAN;
@@ -448,8 +461,24 @@ static void fp8_case(tf_dtype d, int64_t rows, int64_t cols, double magnitude, i
       identical("fp8 quantize's scale", scale);
       flat_pair_free(&out), flat_pair_free(&out_t);
     }
+  { /* delayed scaling's cast records its input's amax as it casts (both layouts at once) */
+    flat_pair out = flat_pair_zeros(n, TF_F8E4M3), out_t = flat_pair_zeros(n, TF_F8E4M3);
+    flat_pair rec = flat_pair_zeros(1, TF_F32);
+    tf_fp8_quantize_args q = {.rows = rows, .cols = cols, .dtype = d, .fp8 = TF_F8E4M3};
+#define REC_PTRS(P) \
+  q.x = P(x), q.amax = P(amax), q.scale = P(scale), q.out = P(out), q.out_t = P(out_t), q.record = P(rec)
+    ON_BOTH(fp8_quantize, q, REC_PTRS);
+#undef REC_PTRS
+    identical("fp8 quantize recording, e4m3", out);
+    identical("fp8 quantize recording, e4m3 transposed", out_t);
+    identical("fp8 quantize's recorded amax, both layouts", rec);
+    double *ra = tensor_values(amax.c), *rr = tensor_values(rec.g);
+    CHECK((isnan(ra[0]) && isnan(rr[0])) || ra[0] == rr[0]); /* the record is the input's amax */
+    free(ra), free(rr);
+    flat_pair_free(&out), flat_pair_free(&out_t), flat_pair_free(&rec);
+  }
   double *cc = tensor_values(count.c), *cg = tensor_values(count.g);
-  CHECK(cc[0] == cg[0] && cc[0] == (special == 2 ? 6 : 0)); /* six casts of a NaN amax counted, none otherwise */
+  CHECK(cc[0] == cg[0] && cc[0] == (special >= 2 ? 6 : 0)); /* six casts of a NaN amax counted, none otherwise */
   free(cc), free(cg);
   flat_pair_free(&x), flat_pair_free(&amax), flat_pair_free(&scale), flat_pair_free(&count);
 }
@@ -498,8 +527,14 @@ static void test_fp8_kernels(void) {
     fp8_case(ds[di], 37, 50, 1e-3, 0); /* partial tiles, small values */
     fp8_case(ds[di], 33, 65, 1.0, 1);
     fp8_case(ds[di], 40, 16, 3.0, 2);
+    /* 16-bit values: the 128 x 64 tile kernel, with partial tiles both ways, a NaN, zeros */
+    fp8_case(ds[di], 144, 200, 1.0, 0);
+    fp8_case(ds[di], 272, 136, 2.0, 2);
+    fp8_case(ds[di], 16, 8, 1.0, 1);
   }
   fp8_case(TF_F32, 1024, 768, 50.0, 0);
+  fp8_case(TF_BF16, 4096, 2560, 5.0, 0); /* the 2.7B model's size: amax's threads take several turns */
+  fp8_case(TF_BF16, 256, 256, 1.0, 3);
 }
 
 /* ---- attention's kernels ------------------------------------------------------------------------ */
