@@ -86,9 +86,13 @@ TF_HD float tf_f8e5m2_to_f32(uint8_t c) {
 /* Current scaling's multiplier (FP8 training, model_kernels.h): the
  * format's max over the tensor's amax, 1 when amax is 0 or not finite (NaN
  * included), so a tensor of zeros or one already overflowed is cast as it
- * is. One f32 division, the same on the CPU and the GPU. */
+ * is; the largest finite float where the quotient overflows (an amax under
+ * max / FLT_MAX, some 1e-36: an infinite multiplier would make its zeros
+ * NaN). One f32 division, the same on the CPU and the GPU. */
 TF_HD float tf_fp8_multiplier(float amax, float max) {
-  return amax > 0.0f && amax <= 3.40282347e38f ? max / amax : 1.0f;
+  if (!(amax > 0.0f && amax <= 3.40282347e38f)) return 1.0f;
+  const float q = max / amax;
+  return q <= 3.40282347e38f ? q : 3.40282347e38f;
 }
 
 #endif

@@ -68,7 +68,8 @@ typedef struct tf_gemm_args {
    * (then_append->qkv is C). The backend runs the product, then that
    * kernel; where it can it does both in one (the CUDA backend's one-row
    * kernel: the gate's or the append's values from the product's rounded
-   * sums, the same bits as the two kernels, C then left unwritten). */
+   * sums, the same bits as the two kernels, C then left unwritten). What
+   * they point at lives for the call only: a backend keeps copies. */
   const struct tf_swiglu_args *then_swiglu;
   const struct tf_kv_append_args *then_append;
 } tf_gemm_args;

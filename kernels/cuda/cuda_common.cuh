@@ -155,7 +155,11 @@ static inline dim3 tf_cuda_rows_grid(const tf_cuda_state *st, int64_t rows, int6
  * in the stream has ended: its blocks are placed once every block of that
  * kernel has called tf_chain_next (or ended). Until tf_chain_wait returns
  * (the kernel ahead ended, its writes visible) it may only read what no
- * kernel of the stream writes, such as weights, and write nothing. A
+ * kernel of the stream writes, such as weights, and write nothing; or,
+ * in generation's decode step, what only an earlier step's kernels wrote
+ * (the cached keys and values below the position, the position itself),
+ * since every step begins with a copy from the host, which waits for all
+ * of the stream's work before it. A
  * kernel that may be launched chained calls tf_chain_wait in every thread
  * before any other memory access and before any return: a grid that ended
  * without waiting would let the kernel after it start before the one

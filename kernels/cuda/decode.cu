@@ -385,7 +385,8 @@ template <int DT> static tf_status tf_cuda_decode_attention_typed(tf_cuda_state 
   const int64_t rows = a->batch * a->heads;
   if (rows == 0) return TF_OK;
   const dim3 grid((unsigned)a->splits, (unsigned)rows);
-  const bool words = a->head_dim * (int64_t)sizeof(typename tf_cuda_dtype<DT>::storage) % 16 == 0;
+  const bool words = a->head_dim * (int64_t)sizeof(typename tf_cuda_dtype<DT>::storage) % 16 == 0 &&
+                     (((uintptr_t)a->q | (uintptr_t)a->k_cache | (uintptr_t)a->v_cache) & 15) == 0;
   if (words && !a->general)
     TF_TRY(tf_cuda_launch(st, a->chained, "decode attention kernel", grid, TF_DECODE_TILE,
                           tf_cuda_decode_tiled_kernel<DT>, *a));

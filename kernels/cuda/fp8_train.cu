@@ -13,8 +13,9 @@
  * amax's loads stay in L2 for the cast, the cast's are streamed); with the
  * transposed copy too, tiles through shared memory (each block reads its
  * tile once, writes its rows, and its columns as the transposed tile's
- * rows): 128 x 64 of 16-byte words where the shape allows, else 32 x 32. Under delayed scaling each also records its input's amax
- * (a warp's max, one atomicMax a warp) while it casts by the history's.
+ * rows): 128 x 64 of 16-byte words where the shape allows, else 32 x 32.
+ * Under delayed scaling each also records its input's amax (one atomicMax
+ * a warp, a block in the 128 x 64 kernel) while it casts by the history's.
  *
  * history: a thread a cast site, the twin of the CPU's loop. */
 #include "cuda_common.cuh"
@@ -87,7 +88,8 @@ __device__ __forceinline__ void tf_cuda_fp8_record(float *record, unsigned most)
 /* One value's code: saturate(x q) in the format. From sm_89 on, the GPU's own conversion
  * (cvt.rn.satfinite: round to nearest even, beyond the largest finite value that value, infinity
  * included), which is fp8.h's saturating rule but for a NaN's sign, so a NaN takes the NaN code with
- * its input's sign, as the CPU's product keeps it. fp8.h's integer form (some twenty dependent
+ * its input's sign, as the CPU's product of a NaN keeps it (the multiplier is finite: a NaN product
+ * comes only from a NaN input). fp8.h's integer form (some twenty dependent
  * operations and a branch a value) is for older GPUs. */
 template <int FP8> __device__ __forceinline__ uint8_t tf_cuda_fp8_code(float v, float q) {
   const float p = __fmul_rn(v, q);

@@ -4,13 +4,15 @@
  * f32, f16 and bf16: gemm (transposes, batches, padded rows, accumulation,
  * f32 output from low-precision operands), rmsnorm with the fused residual
  * add and its backward, swiglu, rope_heads, heads, causal softmax, the
- * fused loss, the embedding and the index check. The CUDA kernels are
+ * fused loss, the embedding and the index check; FP8's cast of a tensor
+ * whose amax overflows the multiplier. The CUDA kernels are
  * compared with these twins by test_model_kernels_cuda.c. */
 #include "backend.h"
 #include "backends.h"
 #include "model_kernels.h"
 #include "nnref.h"
 #include "cpu_exp.h"
+#include "fp8.h"
 
 static tf_device_ctx *ctx;
 static const tf_model_kernels *K;
@@ -201,6 +203,38 @@ static void test_swiglu(void) {
     free(yref), free(dref);
     buf_free(&ab), buf_free(&y), buf_free(&dy), buf_free(&dab);
   }
+}
+
+/* ---- FP8 training's casts ------------------------------------------------------------------ */
+
+/* Current scaling of a tensor whose amax is so small that max / amax overflows f32 (bf16 holds
+ * 1e-37): the multiplier is the largest finite float, not infinity, so zeros stay zeros (0 x inf
+ * would be NaN), no code is a NaN, and each code times the scale is its value within the format's
+ * half step. The GPU twin gives the same bytes (test_model_kernels_cuda). */
+static void test_fp8_tiny_amax(void) {
+  const int64_t n = 64;
+  buf x = buf_randn(n, TF_BF16, 1e-37);
+  for (int64_t i = 0; i < n; i += 7) x.v[i] = 0.0, ((uint16_t *)P(x))[i] = i % 2 ? 0x8000u : 0u;
+  float amax = 0.0f, scale = 0.0f;
+  tf_fp8_amax_args aa = {.count = n, .dtype = TF_BF16, .x = P(x), .amax = &amax};
+  CHECK_OK(K->fp8_amax(ctx, &aa));
+  CHECK(amax > 0.0f && amax < 1e-36f);
+  for (int f = 0; f < 2; f++) {
+    const tf_dtype fmt = f ? TF_F8E5M2 : TF_F8E4M3;
+    uint8_t out[64], out_t[64];
+    tf_fp8_quantize_args q = {.rows = 8, .cols = 8, .dtype = TF_BF16, .fp8 = fmt, .x = P(x), .amax = &amax,
+                              .scale = &scale, .out = out, .out_t = out_t};
+    CHECK_OK(K->fp8_quantize(ctx, &q));
+    CHECK(scale > 0.0f && isfinite(scale));
+    for (int64_t i = 0; i < n; i++) {
+      const double back = (f ? tf_f8e5m2_to_f32(out[i]) : tf_f8e4m3_to_f32(out[i])) * (double)scale;
+      /* half a step: relative for normal codes, half the smallest subnormal's step below them */
+      const double tol = (f ? 0.125 : 0.0625) * fabs(x.v[i]) + (f ? 0x1p-17 : 0x1p-10) * (double)scale;
+      if (!CHECK(back == back && fabs(back - x.v[i]) <= tol)) break;
+      CHECK(out_t[(i % 8) * 8 + i / 8] == out[i]);
+    }
+  }
+  buf_free(&x);
 }
 
 /* ---- attention's layout kernels ----------------------------------------------------------- */
@@ -402,6 +436,7 @@ int main(void) {
   test_gemm();
   test_rmsnorm();
   test_swiglu();
+  test_fp8_tiny_amax();
   test_rope_heads();
   test_heads();
   test_causal_softmax();

@@ -535,6 +535,7 @@ static void test_fp8_kernels(void) {
   fp8_case(TF_F32, 1024, 768, 50.0, 0);
   fp8_case(TF_BF16, 4096, 2560, 5.0, 0); /* the 2.7B model's size: amax's threads take several turns */
   fp8_case(TF_BF16, 256, 256, 1.0, 3);
+  fp8_case(TF_BF16, 64, 96, 1e-37, 0); /* max / amax overflows: the largest finite multiplier */
 }
 
 /* ---- attention's kernels ------------------------------------------------------------------------ */

@@ -263,7 +263,8 @@ int main(int argc, char **argv) {
   shape qkv{"qkv", 3 * d, d, {}}, out{"out", d, d, {}}, w13{"w13", 2 * f, d, {}}, w2{"w2", d, f, {}};
   shape head{"lm_head", vocab, d, {}};
   std::vector<shape *> step = {&qkv, &out, &w13, &w2, &head};
-  const size_t biggest = (size_t)2 * f * d > (size_t)vocab * d ? (size_t)2 * f * d : (size_t)vocab * d;
+  size_t biggest = 0; /* the largest weight, in values */
+  for (shape *sh : step) biggest = (size_t)sh->n * sh->k > biggest ? (size_t)sh->n * sh->k : biggest;
   std::vector<uint16_t> host(biggest);
   uint64_t r = 88172645463325252ull;
   for (auto &e : host) { /* uniform in [-1, 1) as bf16 */
@@ -283,7 +284,8 @@ int main(int argc, char **argv) {
       sh->w.push_back(p);
       bytes += size;
     }
-  const int most_k = f > d ? f : d, most_n = 2 * f > vocab ? 2 * f : vocab;
+  int most_k = 0, most_n = 0; /* the longest row and the most outputs */
+  for (shape *sh : step) most_k = sh->k > most_k ? sh->k : most_k, most_n = sh->n > most_n ? sh->n : most_n;
   uint16_t *x = NULL, *y = NULL;
   CHECK(cudaMalloc(&x, (size_t)most_k * 2));
   CHECK(cudaMalloc(&y, (size_t)most_n * 2));
