@@ -30,10 +30,16 @@ __device__ __forceinline__ unsigned tf_cuda_fp8_mag(float v) {
   return v != v ? 0x7fc00000u : __float_as_uint(v);
 }
 
+/* The warp's largest of its lanes' `most` (amax's ordered bits), in every lane. */
+__device__ __forceinline__ unsigned tf_cuda_fp8_warp_max(unsigned most) {
+  for (int o = 16; o > 0; o /= 2) most = max(most, __shfl_xor_sync(0xffffffffu, most, o));
+  return most;
+}
+
 /* The block's largest of its threads' `most` (every thread calls it), in thread 0. */
 __device__ __forceinline__ unsigned tf_cuda_fp8_block_max(unsigned most) {
   __shared__ unsigned warps[32];
-  for (int o = 16; o > 0; o /= 2) most = max(most, __shfl_xor_sync(0xffffffffu, most, o));
+  most = tf_cuda_fp8_warp_max(most);
   const int t = threadIdx.x + threadIdx.y * blockDim.x, nwarps = (blockDim.x * blockDim.y + 31) / 32;
   if (t % 32 == 0) warps[t / 32] = most;
   __syncthreads();
@@ -81,7 +87,7 @@ __global__ void __launch_bounds__(TF_CUDA_THREADS) tf_cuda_fp8_amax_kernel(const
  * warp (record's word zeroed, or holding earlier casts' amax, by the history step). Every lane of
  * the warp calls it. */
 __device__ __forceinline__ void tf_cuda_fp8_record(float *record, unsigned most) {
-  for (int o = 16; o > 0; o /= 2) most = max(most, __shfl_xor_sync(0xffffffffu, most, o));
+  most = tf_cuda_fp8_warp_max(most);
   if ((threadIdx.x + threadIdx.y * blockDim.x) % 32 == 0) atomicMax((unsigned *)record, most);
 }
 
@@ -273,10 +279,10 @@ __global__ void __launch_bounds__(256) tf_cuda_fp8_quantize_t16_kernel(tf_fp8_qu
   }
 }
 
-/* Whether the 128 x 64 tile kernel takes a: 16-bit values, whole 16-row and 8-column groups, x and
+/* Whether the 128 x 64 tile kernel takes a (of 16-bit values): whole 16-row and 8-column groups, x and
  * out_t 16-byte aligned (so is every 16-row group of out_t), out 8-byte aligned. */
-static bool tf_fp8_t16_fits(const tf_fp8_quantize_args *a, size_t value_size) {
-  return value_size == 2 && a->rows % 16 == 0 && a->cols % 8 == 0 && ((uintptr_t)a->x & 15) == 0 &&
+static bool tf_fp8_t16_fits(const tf_fp8_quantize_args *a) {
+  return a->rows % 16 == 0 && a->cols % 8 == 0 && ((uintptr_t)a->x & 15) == 0 &&
          ((uintptr_t)a->out_t & 15) == 0 && ((uintptr_t)a->out & 7) == 0 &&
          (a->rows + TF_FP8_T16_ROWS - 1) / TF_FP8_T16_ROWS <= 65535;
 }
@@ -320,7 +326,7 @@ template <int DT, int FP8> static tf_status tf_cuda_fp8_quantize_typed(tf_cuda_s
   }
   const size_t es = sizeof(typename tf_cuda_dtype<DT>::storage);
   if constexpr (sizeof(typename tf_cuda_dtype<DT>::storage) == 2) {
-    if (tf_fp8_t16_fits(a, es)) {
+    if (tf_fp8_t16_fits(a)) {
       const dim3 tiles((unsigned)((a->cols + TF_FP8_T16_COLS - 1) / TF_FP8_T16_COLS),
                        (unsigned)((a->rows + TF_FP8_T16_ROWS - 1) / TF_FP8_T16_ROWS));
       tf_cuda_fp8_quantize_t16_kernel<DT, FP8><<<tiles, 256, 0, st->stream>>>(*a);

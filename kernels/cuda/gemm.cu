@@ -557,15 +557,6 @@ static bool tf_gemv_fits(const tf_gemm_args *g) {
          ((uintptr_t)g->a & 15) == 0 && ((uintptr_t)g->b & 15) == 0 && g->n <= INT32_MAX && g->k <= INT32_MAX;
 }
 
-/* The fewest warps a column (1, 2, 4 or 8) whose stretches are `most` rounds or fewer (8 for longer rows, whose
- * warps then take their stretch in turns). */
-static int tf_gemv_split(int64_t k, int most) {
-  const int64_t rounds = (k / 8 + 31) / 32;
-  int split = 1;
-  while (split < TF_GEMV_WARPS && (rounds + split - 1) / split > most) split *= 2;
-  return split;
-}
-
 /* Which of the one-row kernel's endings g's then_ asks for, where the kernel can do it: its blocks of split warps a
  * column hold pairs of columns (split 4 or fewer) and the gate or the append is of this one row, from C. */
 static int tf_gemv_then_of(const tf_gemm_args *g, int split, tf_gemv_then *then) {
@@ -593,26 +584,19 @@ static tf_status tf_gemv_launch(tf_cuda_state *st, const tf_gemm_args *g, int sp
   const int64_t cols = TF_GEMV_WARPS / split, per_block = THEN == TF_GEMV_GATE ? cols / 2 : cols;
   const int64_t outs = THEN == TF_GEMV_GATE ? then.f : g->n;
   const unsigned blocks = (unsigned)((outs + per_block - 1) / per_block);
-  /* (an ending needs two columns a block: split 8 is never asked for one) */
-  void (*kernel)(const uint16_t *, const uint16_t *, uint16_t *, int, int, int64_t, tf_gemv_then) =
-      split == 1 ? tf_cuda_gemv_kernel<DT, 1, THEN>
-      : split == 2 ? tf_cuda_gemv_kernel<DT, 2, THEN>
-      : split == 4 || THEN != TF_GEMV_STORE ? tf_cuda_gemv_kernel<DT, 4, THEN>
-                                            : tf_cuda_gemv_kernel<DT, 8, THEN>;
-  return tf_cuda_launch(st, g->chained, "one-row gemm kernel", blocks, 32 * TF_GEMV_WARPS, kernel, a, b, c, (int)g->n,
-                        (int)g->k, g->ldb, then);
+  return tf_cuda_launch(st, g->chained, "one-row gemm kernel", blocks, 32 * TF_GEMV_WARPS,
+                        tf_gemv_kernel_of<DT, THEN>(split), a, b, c, (int)g->n, (int)g->k, g->ldb, then);
 }
 
 /* The one-row product, with its ending where the kernel takes it (1), else plainly (0: the caller then runs
  * then_swiglu or then_append). */
 template <int DT> static tf_status tf_gemv_typed(tf_cuda_state *st, const tf_gemm_args *g, bool *ended) {
-  const int split = tf_gemv_split(g->k, TF_GEMV_ROUNDS);
+  const int split = tf_gemv_split(g->k);
   tf_gemv_then then;
   const int kind = tf_gemv_then_of(g, split, &then);
   *ended = kind == TF_GEMV_GATE || kind == TF_GEMV_APPEND;
   if (kind == TF_GEMV_GATE) return tf_gemv_launch<DT, TF_GEMV_GATE>(st, g, split, then);
   if (kind == TF_GEMV_APPEND) return tf_gemv_launch<DT, TF_GEMV_APPEND>(st, g, split, then);
-  memset(&then, 0, sizeof then);
   return tf_gemv_launch<DT, TF_GEMV_STORE>(st, g, split, then);
 }
 

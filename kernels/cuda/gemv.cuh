@@ -127,4 +127,24 @@ __global__ void __launch_bounds__(32 * TF_GEMV_WARPS) tf_cuda_gemv_kernel(const 
   dst[at + 1] = D::store(y1);
 }
 
+/* The fewest warps a column (1, 2, 4 or 8) whose stretches are TF_GEMV_ROUNDS rounds or fewer (8 for
+ * longer rows, whose warps then take their stretch in turns). */
+static inline int tf_gemv_split(int64_t k) {
+  const int64_t rounds = (k / 8 + 31) / 32;
+  int split = 1;
+  while (split < TF_GEMV_WARPS && (rounds + split - 1) / split > TF_GEMV_ROUNDS) split *= 2;
+  return split;
+}
+
+typedef void (*tf_gemv_kernel_fn)(const uint16_t *, const uint16_t *, uint16_t *, int, int, int64_t, tf_gemv_then);
+
+/* The kernel of split warps a column (an ending needs two columns a block: split 8 is never asked
+ * for one, which takes 4). */
+template <int DT, int THEN> static inline tf_gemv_kernel_fn tf_gemv_kernel_of(int split) {
+  return split == 1 ? tf_cuda_gemv_kernel<DT, 1, THEN>
+         : split == 2 ? tf_cuda_gemv_kernel<DT, 2, THEN>
+         : split == 4 || THEN != TF_GEMV_STORE ? tf_cuda_gemv_kernel<DT, 4, THEN>
+                                               : tf_cuda_gemv_kernel<DT, 8, THEN>;
+}
+
 #endif

@@ -124,7 +124,6 @@ struct shape {
 };
 
 typedef void (*plain_kernel)(const uint16_t *, const uint16_t *, uint16_t *, int, int);
-typedef void (*engine_kernel)(const uint16_t *, const uint16_t *, uint16_t *, int, int, int64_t, tf_gemv_then);
 
 static int multiprocessors;
 
@@ -148,18 +147,12 @@ static plain_kernel rolling_of(int ch, bool read) {
 static void product(cudaStream_t s, const variant &v, const uint16_t *x, uint16_t *y, const uint16_t *w, int n, int k,
                     bool chained) {
   cudaLaunchAttribute at;
-  if (v.kind == ENGINE) { /* tf_cuda_gemm's choice: the fewest warps a column whose stretches are 8 rounds or fewer */
-    const int rounds = (k / 8 + 31) / 32;
-    int split = 1;
-    while (split < TF_GEMV_WARPS && (rounds + split - 1) / split > TF_GEMV_ROUNDS) split *= 2;
+  if (v.kind == ENGINE) { /* tf_cuda_gemm's choice of split and kernel */
+    const int split = tf_gemv_split(k);
     const unsigned blocks = (unsigned)((n + TF_GEMV_WARPS / split - 1) / (TF_GEMV_WARPS / split));
-    engine_kernel f = split == 1   ? tf_cuda_gemv_kernel<TF_BF16, 1, TF_GEMV_STORE>
-                      : split == 2 ? tf_cuda_gemv_kernel<TF_BF16, 2, TF_GEMV_STORE>
-                      : split == 4 ? tf_cuda_gemv_kernel<TF_BF16, 4, TF_GEMV_STORE>
-                                   : tf_cuda_gemv_kernel<TF_BF16, 8, TF_GEMV_STORE>;
     const tf_gemv_then none = {};
     const cudaLaunchConfig_t cfg = launch_config(s, blocks, 0, chained, &at);
-    CHECK(cudaLaunchKernelEx(&cfg, f, x, w, y, n, k, (int64_t)k, none));
+    CHECK(cudaLaunchKernelEx(&cfg, tf_gemv_kernel_of<TF_BF16, TF_GEMV_STORE>(split), x, w, y, n, k, (int64_t)k, none));
     return;
   }
   unsigned grid = (unsigned)(multiprocessors * v.blocks_per_sm);
